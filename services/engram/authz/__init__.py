@@ -1,0 +1,1 @@
+"""AuthzService and the enforcement library every service uses at its boundary."""

@@ -1,0 +1,106 @@
+"""The enforcement library: one `Authorizer` every service calls before touching a space.
+
+Decisions come from the pure rules in `engram.domain.policy`; a short-lived cache keeps
+repeated decisions (an agent hammering one space) off the hot path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from typing import Generic, TypeVar
+
+from prometheus_client import Counter
+
+from engram.domain.errors import Unauthenticated
+from engram.domain.policy import Decision, decide
+from engram.domain.principals import Action, Principal
+from engram.domain.spaces import SpaceRef
+from engram.storage.ports import AuthorizedSpace
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+DECISIONS = Counter(
+    "engram_authz_decisions_total",
+    "Authorization decisions, by action and outcome.",
+    ("action", "outcome"),
+)
+
+
+class TtlCache(Generic[K, V]):
+    """A small LRU whose entries expire after `ttl` seconds."""
+
+    def __init__(self, *, ttl: float, size: int) -> None:
+        self._ttl = ttl
+        self._size = size
+        self._items: OrderedDict[K, tuple[float, V]] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        item = self._items.get(key)
+        if item is None:
+            return None
+        expires, value = item
+        if expires < time.monotonic():
+            del self._items[key]
+            return None
+        self._items.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._items[key] = (time.monotonic() + self._ttl, value)
+        self._items.move_to_end(key)
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
+class PolicyAuthorizer:
+    """Authorizes with the domain policy; raises PermissionDenied with the rule's reason."""
+
+    def __init__(self, *, cache_seconds: float = 5.0, cache_size: int = 4096) -> None:
+        self._cache: TtlCache[tuple[Principal, Action, SpaceRef], Decision] = TtlCache(
+            ttl=cache_seconds, size=cache_size
+        )
+
+    def decide(self, principal: Principal, action: Action, space: SpaceRef) -> Decision:
+        key = (principal, action, space)
+        decision = self._cache.get(key)
+        if decision is None:
+            decision = decide(principal, action, space)
+            self._cache.put(key, decision)
+        DECISIONS.labels(action.value, "allowed" if decision.allowed else decision.rule).inc()
+        return decision
+
+    async def authorize(
+        self, principal: Principal, action: Action, space: SpaceRef
+    ) -> AuthorizedSpace:
+        decision = self.decide(principal, action, space)
+        return AuthorizedSpace(space=decision.require(), audit_action=decision.audit_action)
+
+
+class FixedPrincipalAuthenticator:
+    """`engram dev` without --auth: every caller is the one implicit local admin."""
+
+    def __init__(self, principal: Principal) -> None:
+        self._principal = principal
+
+    async def authenticate(self, metadata: Sequence[tuple[str, str | bytes]]) -> Principal:
+        return self._principal
+
+
+def bearer_token(metadata: Sequence[tuple[str, str | bytes]]) -> str:
+    """The token from `authorization: Bearer <token>`; raises Unauthenticated if missing."""
+    for key, value in metadata:
+        if key == "authorization":
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            scheme, _, token = text.strip().partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise Unauthenticated('authorization metadata must be "Bearer <token>"')
+            return token.strip()
+    raise Unauthenticated(
+        "this call needs a bearer token: send metadata authorization: Bearer <token>"
+    )

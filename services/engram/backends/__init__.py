@@ -1,0 +1,1 @@
+"""Plumbing shared by the adapters of one backend (connections, error mapping)."""

@@ -1,0 +1,103 @@
+"""`engram`: run the servers, and talk to them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+
+from engram.cli import storage_commands
+from engram.cli.client import console, fail
+from engram.runtime.logs import configure_logging
+from engram.runtime.settings import Settings
+
+app = typer.Typer(
+    name="engram",
+    no_args_is_help=True,
+    add_completion=False,
+    help="Memory and knowledge spaces for AI agents.",
+)
+storage_commands.register(app)
+
+
+def _settings(**overrides: object) -> Settings:
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
+    except ValidationError as error:
+        problems = "; ".join(
+            f"ENGRAM_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            for e in error.errors()
+        )
+        fail(f"invalid settings: {problems}")
+
+
+@app.command()
+def dev(
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="State directory (default ./.engram).")
+    ] = None,
+    port: Annotated[int | None, typer.Option("--port", help="gRPC port (default 50051).")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Bind address.")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", help="Prometheus port (0 = off).")
+    ] = None,
+    demo: Annotated[bool, typer.Option("--demo", help="Run a short demo once serving.")] = False,
+) -> None:
+    """Run every service in one process on embedded backends."""
+    from engram.allinone import embedded_engram
+    from engram.runtime.server import stop_on_signals
+
+    settings = _settings(
+        data_dir=data_dir, grpc_port=port, grpc_host=host, metrics_port=metrics_port
+    )
+    configure_logging(settings.log_level, settings.log_format)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        async with embedded_engram(settings) as engram:
+            stop_on_signals(stop.set)
+            address = f"{settings.grpc_host}:{engram.port}"
+            console.print(
+                f"[bold green]engram dev[/] serving on [bold]{address}[/] "
+                f"(data: {settings.data_dir.resolve()}, metrics: "
+                f"{'off' if not engram.server.metrics_port else engram.server.metrics_port})",
+                highlight=False,
+            )
+            if demo:
+                from engram.cli.demo import run_demo
+
+                await run_demo(address, console)
+                console.print("[dim]demo done; still serving - Ctrl-C to stop[/]")
+            await stop.wait()
+
+    try:
+        asyncio.run(main())
+    except OSError as error:
+        fail(str(error), code=1)
+
+
+@app.command()
+def serve(
+    service: Annotated[str, typer.Argument(help="storage")],
+    port: Annotated[int | None, typer.Option("--port", help="gRPC port.")] = None,
+) -> None:
+    """Run one service on the production backends configured by ENGRAM_* settings."""
+    from engram.services import SERVICES, run_service
+
+    if service not in SERVICES:
+        fail(f"unknown service {service!r}; choose one of {', '.join(SERVICES)}")
+    settings = _settings(grpc_port=port)
+    configure_logging(settings.log_level, settings.log_format)
+    try:
+        asyncio.run(run_service(service, settings))
+    except OSError as error:
+        fail(str(error), code=1)
+
+
+def main() -> None:
+    logging.captureWarnings(True)
+    app()

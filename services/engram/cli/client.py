@@ -1,0 +1,131 @@
+"""What every client command shares: the channel, the space flags, error printing."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Annotated, NoReturn, TypeVar
+
+import grpc
+import typer
+from grpc_status import rpc_status
+from rich.console import Console
+
+from engram.v1 import space_pb2
+
+T = TypeVar("T")
+
+err_console = Console(stderr=True)
+console = Console()
+
+DEFAULT_ADDR = "127.0.0.1:50051"
+
+VISIBILITIES = {
+    "private": space_pb2.VISIBILITY_PRIVATE,
+    "bot": space_pb2.VISIBILITY_BOT,
+    "project": space_pb2.VISIBILITY_PROJECT,
+    "cross_project": space_pb2.VISIBILITY_CROSS_PROJECT,
+    "user": space_pb2.VISIBILITY_USER,
+    "org": space_pb2.VISIBILITY_ORG,
+    "global": space_pb2.VISIBILITY_GLOBAL,
+}
+
+AddrOption = Annotated[
+    str, typer.Option("--addr", envvar="ENGRAM_ADDR", help="host:port of the engram server.")
+]
+TokenOption = Annotated[
+    str,
+    typer.Option(
+        "--token", envvar="ENGRAM_TOKEN", help="Bearer token (JWT or egm_...).", show_default=False
+    ),
+]
+VisibilityOption = Annotated[
+    str, typer.Option("--visibility", "-v", help="|".join(VISIBILITIES), envvar="ENGRAM_VISIBILITY")
+]
+NameOption = Annotated[str, typer.Option("--name", "-n", help="Space name.", envvar="ENGRAM_SPACE")]
+ProjectOption = Annotated[str, typer.Option("--project", help="Project (bot/project spaces).")]
+BotOption = Annotated[str, typer.Option("--bot", help="Bot (bot spaces).")]
+UserOption = Annotated[str, typer.Option("--user", help="User (user spaces; default: you).")]
+TenantOption = Annotated[
+    str, typer.Option("--tenant", help="Tenant (default: yours; service principals must set it).")
+]
+
+
+@dataclass(frozen=True)
+class SpaceFlags:
+    visibility: str
+    name: str
+    project: str = ""
+    bot: str = ""
+    user: str = ""
+    tenant: str = ""
+
+    def to_proto(self) -> space_pb2.SpaceRef:
+        visibility = VISIBILITIES.get(self.visibility)
+        if visibility is None:
+            fail(f"--visibility must be one of {', '.join(VISIBILITIES)}")
+        return space_pb2.SpaceRef(
+            visibility=visibility,
+            name=self.name,
+            project=self.project,
+            bot=self.bot,
+            user=self.user,
+            tenant=self.tenant,
+        )
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def metadata(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
+@contextmanager
+def channel(addr: str) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(
+        addr, options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)]
+    ) as opened:
+        yield opened
+
+
+def explain(error: grpc.RpcError) -> str:
+    """`CODE: message [reason]` from a failed call, without a traceback."""
+    call_error: grpc.Call = error  # type: ignore[assignment]
+    code = call_error.code()
+    message = call_error.details() or ""
+    reason = ""
+    status = rpc_status.from_call(call_error)
+    if status is not None:
+        from google.rpc import error_details_pb2
+
+        for detail in status.details:
+            info = error_details_pb2.ErrorInfo()
+            if detail.Unpack(info):
+                reason = info.reason
+    suffix = f" [{reason}]" if reason else ""
+    return f"{code.name}: {message}{suffix}"
+
+
+def call(function: Callable[[], T]) -> T:
+    """Runs one RPC; prints the server's message (not a traceback) and exits on failure."""
+    try:
+        return function()
+    except grpc.RpcError as error:
+        if getattr(error, "code", lambda: None)() == grpc.StatusCode.UNAVAILABLE:
+            fail(f"{explain(error)} (is the server running? see --addr)", code=1)
+        fail(explain(error), code=1)
+
+
+def read_input(path: str | None) -> str:
+    if path is None or path == "-":
+        return sys.stdin.read()
+    if not os.path.exists(path):
+        fail(f"no such file: {path}")
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()

@@ -1,0 +1,171 @@
+"""Document records as the storage ports exchange them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from engram.domain.spaces import SpaceRef
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDocument:
+    """A document's current state."""
+
+    space: SpaceRef
+    path: str
+    content: str
+    sha256: str
+    size_bytes: int
+    word_count: int
+    version: int
+    document_id: str
+    created_at: datetime
+    updated_at: datetime
+    updated_by: str
+
+    @property
+    def space_id(self) -> str:
+        return self.space.id
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentVersion:
+    """One kept version of a document; `content` is empty in listings."""
+
+    document_id: str
+    version: int
+    sha256: str
+    size_bytes: int
+    updated_at: datetime
+    updated_by: str
+    content: str = ""
+    current: bool = False
+    deleted: bool = False
+    # Position in the version history (newer sorts higher); opaque to callers.
+    seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PathEntry:
+    """A document in a listing."""
+
+    path: str
+    size_bytes: int
+    updated_at: datetime
+
+
+class EventOp(StrEnum):
+    UPSERT = "upsert"
+    DELETE = "delete"
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentEvent:
+    """What changed; recorded with the change (outbox) and published afterwards."""
+
+    event_id: str
+    space: SpaceRef
+    path: str
+    op: EventOp
+    version: int
+    sha256: str
+    size_bytes: int
+    at: datetime
+    document_id: str
+
+    @property
+    def space_id(self) -> str:
+        return self.space.id
+
+    @property
+    def subject(self) -> str:
+        """The JetStream subject: engram.docs.<op>."""
+        return f"engram.docs.{self.op.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentWrite:
+    """A conditional create or replace: applies only if the stored version is `expected_version`.
+
+    `expected_version` 0 means the document must not exist.
+    """
+
+    space: SpaceRef
+    path: str
+    content: str
+    sha256: str
+    size_bytes: int
+    word_count: int
+    expected_version: int
+    document_id: str
+    at: datetime
+    by: str
+    event_id: str
+
+    @property
+    def new_version(self) -> int:
+        return self.expected_version + 1
+
+    def event(self) -> DocumentEvent:
+        return DocumentEvent(
+            event_id=self.event_id,
+            space=self.space,
+            path=self.path,
+            op=EventOp.UPSERT,
+            version=self.new_version,
+            sha256=self.sha256,
+            size_bytes=self.size_bytes,
+            at=self.at,
+            document_id=self.document_id,
+        )
+
+    def stored(self, created_at: datetime) -> StoredDocument:
+        return StoredDocument(
+            space=self.space,
+            path=self.path,
+            content=self.content,
+            sha256=self.sha256,
+            size_bytes=self.size_bytes,
+            word_count=self.word_count,
+            version=self.new_version,
+            document_id=self.document_id,
+            created_at=created_at,
+            updated_at=self.at,
+            updated_by=self.by,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentDeletion:
+    """A conditional delete of `expected_version`; the content is kept as a version."""
+
+    space: SpaceRef
+    path: str
+    expected_version: int
+    document_id: str
+    sha256: str
+    size_bytes: int
+    at: datetime
+    by: str
+    event_id: str
+
+    def event(self) -> DocumentEvent:
+        return DocumentEvent(
+            event_id=self.event_id,
+            space=self.space,
+            path=self.path,
+            op=EventOp.DELETE,
+            version=self.expected_version,
+            sha256=self.sha256,
+            size_bytes=self.size_bytes,
+            at=self.at,
+            document_id=self.document_id,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceUsage:
+    used_bytes: int
+    document_count: int

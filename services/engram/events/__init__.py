@@ -1,0 +1,1 @@
+"""Document events: the outbox, its relay, and the publishers it feeds."""

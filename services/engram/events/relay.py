@@ -1,0 +1,102 @@
+"""OutboxRelay: publishes recorded events, then clears them; retries with backoff.
+
+A crash or a broker outage between a write and its publish loses nothing: the event stays
+in the outbox until a publish succeeds, and the relay drains the backlog when the broker
+returns. Writers call `changed()` so events go out at once instead of at the next poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from prometheus_client import Counter, Gauge
+
+from engram.domain.errors import EngramError
+from engram.events.ports import EventPublisher, Outbox
+
+log = logging.getLogger(__name__)
+
+PUBLISHED = Counter("engram_outbox_published_total", "Events published from the outbox.")
+PUBLISH_FAILURES = Counter(
+    "engram_outbox_publish_failures_total", "Failed attempts to publish outbox events."
+)
+BACKLOG = Gauge("engram_outbox_backlog", "Events recorded but not yet published.")
+
+
+class OutboxRelay:
+    def __init__(
+        self,
+        outbox: Outbox,
+        publisher: EventPublisher,
+        *,
+        batch_size: int = 256,
+        poll_seconds: float = 1.0,
+        max_backoff_seconds: float = 5.0,
+    ) -> None:
+        self._outbox = outbox
+        self._publisher = publisher
+        self._batch_size = batch_size
+        self._poll_seconds = poll_seconds
+        self._max_backoff = max_backoff_seconds
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+
+    def changed(self) -> None:
+        """A change was committed: publish without waiting for the next poll."""
+        self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="outbox-relay")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def drained(self, within_seconds: float) -> bool:
+        """Waits until the outbox is empty (tests and graceful shutdown)."""
+        try:
+            async with asyncio.timeout(within_seconds):
+                while await self._outbox.backlog():
+                    self._wake.set()
+                    await asyncio.sleep(0.01)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            self._wake.clear()
+            try:
+                published = await self._publish_batch()
+            except (EngramError, OSError, ConnectionError, TimeoutError) as error:
+                failures += 1
+                PUBLISH_FAILURES.inc()
+                delay = min(self._max_backoff, 0.05 * 2 ** min(failures, 10))
+                log.warning(
+                    "outbox publish failed; retrying",
+                    extra={"error": str(error), "retry_in_s": delay, "failures": failures},
+                )
+                await asyncio.sleep(delay)
+                continue
+            failures = 0
+            if published == self._batch_size:
+                continue  # more are waiting
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._poll_seconds)
+
+    async def _publish_batch(self) -> int:
+        messages = await self._outbox.pending(self._batch_size)
+        BACKLOG.set(len(messages))
+        if not messages:
+            return 0
+        await self._publisher.publish(messages)
+        await self._outbox.clear(messages)
+        PUBLISHED.inc(len(messages))
+        return len(messages)

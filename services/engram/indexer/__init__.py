@@ -1,0 +1,1 @@
+"""The indexer: chunks and embeds documents into the keyword and vector indexes."""

@@ -1,0 +1,1 @@
+"""QuotaService: atomic byte accounting per space, per tenant and for the instance."""

@@ -1,0 +1,146 @@
+"""Quota use cases. Also the in-process `QuotaGate` the storage service charges through."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engram.domain.errors import InvalidArgument, PermissionDenied
+from engram.domain.principals import Principal, Role
+from engram.domain.quotas import (
+    INSTANCE,
+    Counter,
+    QuotaDefaults,
+    aggregate_owner,
+    counters_for,
+    space_counter_key,
+    validate_quota_bytes,
+)
+from engram.domain.spaces import SpaceRef
+from engram.quota.ports import ChargeOutcome, StoredUsage, UsageLedger
+from engram.storage.ports import UsageReport
+
+MAX_KEY_LENGTH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class TenantUsage:
+    tenant: str
+    used_bytes: int
+    quota_bytes: int
+    overridden: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    counter: str
+    recorded_bytes: int
+    actual_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileReport:
+    drifts: list[Drift]
+    spaces_checked: int
+
+
+class QuotaService:
+    def __init__(self, ledger: UsageLedger, defaults: QuotaDefaults, stored: StoredUsage) -> None:
+        self._ledger = ledger
+        self._defaults = defaults
+        self._stored = stored
+
+    # --- QuotaGate (called by storage with an already-authorized space) ----------------------
+
+    async def charge(self, space: SpaceRef, delta_bytes: int, idempotency_key: str) -> None:
+        await self.apply_charge(space, delta_bytes, idempotency_key)
+
+    async def usage(self, space: SpaceRef) -> UsageReport:
+        space_counter, aggregate = await self._counters(space)
+        values = await self._ledger.read([space_counter.key, aggregate.key])
+        return UsageReport(
+            space_used_bytes=values[space_counter.key],
+            space_quota_bytes=space_counter.limit or 0,
+            aggregate_used_bytes=values[aggregate.key],
+            aggregate_quota_bytes=aggregate.limit or 0,
+        )
+
+    # --- QuotaService RPCs -------------------------------------------------------------------
+
+    async def apply_charge(
+        self, space: SpaceRef, delta_bytes: int, idempotency_key: str
+    ) -> ChargeOutcome:
+        if not idempotency_key or len(idempotency_key) > MAX_KEY_LENGTH:
+            raise InvalidArgument(
+                f"idempotency_key is required (at most {MAX_KEY_LENGTH} characters)",
+                field="idempotency_key",
+            )
+        counters = await self._counters(space)
+        return await self._ledger.apply(
+            aggregate_owner(space), counters, delta_bytes, idempotency_key
+        )
+
+    async def tenant_usage(self, principal: Principal, tenant: str) -> TenantUsage:
+        owner = self._visible_tenant(principal, tenant)
+        override = await self._ledger.get_override(owner)
+        default = (
+            self._defaults.instance_total if owner == INSTANCE else (self._defaults.tenant_total)
+        )
+        key = INSTANCE if owner == INSTANCE else f"tenant:{owner}"
+        used = (await self._ledger.read([key]))[key]
+        return TenantUsage(
+            tenant=owner,
+            used_bytes=used,
+            quota_bytes=default if override is None else override,
+            overridden=override is not None,
+        )
+
+    async def set_tenant_quota(self, principal: Principal, tenant: str, quota_bytes: int) -> int:
+        if not principal.platform_admin:
+            raise PermissionDenied(
+                "setting a tenant's quota needs a platform admin", rule="platform_admin_required"
+            )
+        if not tenant:
+            raise InvalidArgument(
+                'tenant is required ("instance" for global spaces)', field="tenant"
+            )
+        validate_quota_bytes(quota_bytes)
+        await self._ledger.set_override(tenant, quota_bytes)
+        return quota_bytes
+
+    async def reconcile(self, principal: Principal, tenant: str) -> ReconcileReport:
+        """Recomputes a tenant's counters from its stored documents, correcting drift."""
+        owner = self._visible_tenant(principal, tenant)
+        if not (principal.platform_admin or principal.service or principal.role >= Role.ADMIN):
+            raise PermissionDenied("reconcile needs a tenant admin", rule="admin_role_required")
+        actual_by_space = await self._stored.usage_by_space(owner)
+        recorded = await self._ledger.counters_of(owner)
+        aggregate_key = INSTANCE if owner == INSTANCE else f"tenant:{owner}"
+        actual = {space_counter_key(space_id): used for space_id, used in actual_by_space.items()}
+        actual[aggregate_key] = sum(actual_by_space.values())
+        drifts = [
+            Drift(counter=key, recorded_bytes=recorded.get(key, 0), actual_bytes=value)
+            for key, value in sorted({**{k: 0 for k in recorded}, **actual}.items())
+            if recorded.get(key, 0) != value
+        ]
+        if drifts:
+            await self._ledger.overwrite(
+                owner, {drift.counter: drift.actual_bytes for drift in drifts}
+            )
+        return ReconcileReport(drifts=drifts, spaces_checked=len(actual_by_space))
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    async def _counters(self, space: SpaceRef) -> tuple[Counter, Counter]:
+        override = await self._ledger.get_override(aggregate_owner(space))
+        return counters_for(space, self._defaults, override)
+
+    @staticmethod
+    def _visible_tenant(principal: Principal, tenant: str) -> str:
+        owner = tenant or principal.tenant
+        if owner not in (principal.tenant, INSTANCE) and not (
+            principal.platform_admin or principal.service
+        ):
+            raise PermissionDenied(
+                "you can only see your own tenant's usage", rule="tenant_mismatch"
+            )
+        return owner

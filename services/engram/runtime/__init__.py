@@ -1,0 +1,1 @@
+"""Shared runtime: settings, server bootstrap, interceptors, error mapping, logging, metrics."""

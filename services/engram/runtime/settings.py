@@ -1,0 +1,75 @@
+"""Settings from `ENGRAM_*` environment variables (pydantic-settings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from engram.domain.content import DEFAULT_MAX_DOC_BYTES
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+
+class Settings(BaseSettings):
+    """Every knob of every service; each is `ENGRAM_<NAME>` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore")
+
+    # --- serving -----------------------------------------------------------------------------
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = 50051
+    metrics_host: str = "127.0.0.1"
+    # 0 disables the Prometheus endpoint.
+    metrics_port: int = 9464
+    shutdown_grace_seconds: float = 10.0
+    log_level: str = "INFO"
+    log_format: Literal["json", "text"] = "json"
+    access_log: bool = True
+
+    # --- embedded mode -----------------------------------------------------------------------
+    data_dir: Path = Path(".engram")
+
+    # --- documents ---------------------------------------------------------------------------
+    max_doc_bytes: int = Field(default=DEFAULT_MAX_DOC_BYTES, ge=0)
+    version_retention: int = Field(default=50, ge=0)
+    max_import_bytes: int = Field(default=256 * MIB, ge=0)
+    max_import_entries: int = Field(default=10_000, ge=1)
+
+    # --- quotas (bytes; ARCHITECTURE §2) -----------------------------------------------------
+    quota_private: int = Field(default=64 * MIB, ge=0)
+    quota_bot: int = Field(default=256 * MIB, ge=0)
+    quota_project: int = Field(default=256 * MIB, ge=0)
+    quota_cross_project: int = Field(default=512 * MIB, ge=0)
+    quota_user: int = Field(default=128 * MIB, ge=0)
+    quota_org: int = Field(default=1 * GIB, ge=0)
+    quota_global: int = Field(default=0, ge=0)
+    quota_tenant_total: int = Field(default=1 * GIB, ge=0)
+    quota_instance_total: int = Field(default=1 * GIB, ge=0)
+
+    # --- identity ----------------------------------------------------------------------------
+    jwt_secret: SecretStr | None = None
+    jwks_path: Path | None = None
+    jwt_audience: str | None = None
+    jwt_issuer: str | None = None
+    # Token of this process's service principal when it calls other services.
+    service_token: SecretStr | None = None
+    auth_cache_seconds: float = 30.0
+
+    # --- production backends -----------------------------------------------------------------
+    mongo_uri: SecretStr | None = None
+    mongo_db: str = "engram"
+    nats_url: str | None = None
+    opensearch_url: str | None = None
+    qdrant_url: str | None = None
+    qdrant_api_key: SecretStr | None = None
+
+    # --- other services (distributed mode) ---------------------------------------------------
+    storage_addr: str | None = None
+    quota_addr: str | None = None
+    authz_addr: str | None = None
+    search_addr: str | None = None
+    indexer_addr: str | None = None

@@ -1,0 +1,1 @@
+"""StorageService: Markdown documents in spaces, with versions, quotas and events."""

@@ -1,0 +1,129 @@
+"""The interfaces the storage service needs from its backends and neighbours."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from engram.domain.documents import (
+    DocumentDeletion,
+    DocumentVersion,
+    DocumentWrite,
+    PathEntry,
+    SpaceUsage,
+    StoredDocument,
+)
+from engram.domain.errors import Conflict
+from engram.domain.principals import Action, Principal
+from engram.domain.spaces import SpaceRef
+
+
+class ConcurrentModification(Conflict):
+    """The stored version moved on between read and conditional write; retry."""
+
+    reason = "CONCURRENT_MODIFICATION"
+
+
+class DocumentRepository(Protocol):
+    """Documents keyed by (space_id, path), their kept versions and pending events.
+
+    Every change records its DocumentEvent atomically with the document (the outbox).
+    """
+
+    async def get(self, space_id: str, path: str) -> StoredDocument | None: ...
+
+    async def get_many(self, space_id: str, paths: Sequence[str]) -> dict[str, StoredDocument]: ...
+
+    async def save(self, change: DocumentWrite) -> StoredDocument:
+        """Applies a conditional write; raises ConcurrentModification if the version moved."""
+        ...
+
+    async def save_many(self, changes: Sequence[DocumentWrite]) -> list[StoredDocument]:
+        """Applies conditional writes all or nothing; ConcurrentModification if any moved."""
+        ...
+
+    async def delete(self, deletion: DocumentDeletion) -> None:
+        """Applies a conditional delete; raises ConcurrentModification if the version moved."""
+        ...
+
+    async def list_paths(
+        self, space_id: str, *, directory: str, start: str, inclusive: bool, limit: int
+    ) -> list[PathEntry]:
+        """Documents under `directory` ('' = all) from `start` on, in byte order of path."""
+        ...
+
+    async def list_documents(
+        self, space_id: str, *, after: str, limit: int
+    ) -> list[StoredDocument]:
+        """Whole documents with path > `after`, in path order (export)."""
+        ...
+
+    async def get_version(self, space_id: str, path: str, version: int) -> DocumentVersion | None:
+        """Kept version `version` of the current document (or of the last deleted one)."""
+        ...
+
+    async def list_versions(
+        self, space_id: str, path: str, *, before_seq: int | None, limit: int
+    ) -> list[DocumentVersion]:
+        """Kept (non-current) versions, newest first, with seq below `before_seq`."""
+        ...
+
+    async def space_usage(self, space_id: str) -> SpaceUsage: ...
+
+    async def usage_by_space(self, aggregate_owner: str) -> dict[str, int]:
+        """Bytes per space of a tenant ("instance" = global spaces), from stored documents."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class UsageReport:
+    space_used_bytes: int
+    space_quota_bytes: int
+    aggregate_used_bytes: int
+    aggregate_quota_bytes: int
+
+
+class QuotaGate(Protocol):
+    """Byte accounting: the in-process QuotaService or a client of the remote one."""
+
+    async def charge(self, space: SpaceRef, delta_bytes: int, idempotency_key: str) -> None:
+        """Applies the delta or raises QuotaExceeded; shrinking always succeeds."""
+        ...
+
+    async def usage(self, space: SpaceRef) -> UsageReport: ...
+
+
+class Authorizer(Protocol):
+    """Decides and enforces who may do what (see engram.domain.policy)."""
+
+    async def authorize(
+        self, principal: Principal, action: Action, space: SpaceRef
+    ) -> AuthorizedSpace: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizedSpace:
+    space: SpaceRef
+    # Non-empty for changes that must leave an audit row (global mutations).
+    audit_action: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    action: str
+    subject: str
+    tenant: str
+    space_id: str
+    path: str
+    bytes_delta: int
+
+
+class AuditSink(Protocol):
+    async def record(self, entry: AuditRecord) -> None: ...
+
+
+class ChangeNotifier(Protocol):
+    """Told after every committed change, so an outbox relay can publish without polling."""
+
+    def changed(self) -> None: ...

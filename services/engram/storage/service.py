@@ -1,0 +1,654 @@
+"""Storage use cases: plain async methods taking domain types.
+
+Every method authorizes first (stamping tenant and user from the identity), validates,
+then talks to the repository. Writes are optimistic: read the current version, charge the
+quota for growth, write conditionally on that version, and on a lost race refund and retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Generic, TypeVar
+
+from engram.domain.content import (
+    check_append,
+    check_size,
+    check_text,
+    sha256_hex,
+    word_count,
+)
+from engram.domain.documents import (
+    DocumentDeletion,
+    DocumentVersion,
+    DocumentWrite,
+    PathEntry,
+    StoredDocument,
+)
+from engram.domain.errors import (
+    DocumentNotFound,
+    EtagMismatch,
+    InvalidArgument,
+    VersionNotFound,
+    WriteContention,
+)
+from engram.domain.pagination import PageSize, decode_page_token, encode_page_token
+from engram.domain.paths import (
+    directory_upper_bound,
+    renamed_path,
+    validate_directory,
+    validate_document_path,
+)
+from engram.domain.principals import Action, Principal
+from engram.domain.spaces import SpaceRef
+from engram.domain.text_rules import utf8_len
+from engram.storage.archive import ArchiveEntry, ArchiveWriter, read_archive
+from engram.storage.ports import (
+    AuditRecord,
+    AuditSink,
+    AuthorizedSpace,
+    Authorizer,
+    ChangeNotifier,
+    ConcurrentModification,
+    DocumentRepository,
+    QuotaGate,
+    UsageReport,
+)
+
+T = TypeVar("T")
+
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+LIST_PAGE = PageSize(default=100, maximum=1000)
+VERSIONS_PAGE = PageSize(default=50, maximum=1000)
+EXPORT_BATCH = 200
+MAX_WRITE_ATTEMPTS = 100
+IMPORT_ATTEMPTS = 5
+MAX_RENAME_ATTEMPTS = 1000
+
+
+class WriteMode(StrEnum):
+    REPLACE = "replace"
+    APPEND = "append"
+
+
+class ImportStrategy(StrEnum):
+    SKIP = "skip"
+    OVERWRITE = "overwrite"
+    RENAME = "rename"
+
+
+class ImportOutcome(StrEnum):
+    CREATED = "created"
+    OVERWRITTEN = "overwritten"
+    SKIPPED = "skipped"
+    RENAMED = "renamed"
+    UNCHANGED = "unchanged"
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentLimits:
+    max_doc_bytes: int
+    max_import_bytes: int
+    max_import_entries: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    document: StoredDocument
+    created: bool
+    bytes_delta: int
+
+
+@dataclass(frozen=True, slots=True)
+class DirectoryItem:
+    path: str
+    is_dir: bool
+    size_bytes: int = 0
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    items: list[T]
+    next_page_token: str
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceUsageReport:
+    used_bytes: int
+    quota_bytes: int
+    tenant_used_bytes: int
+    tenant_quota_bytes: int
+    document_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedEntry:
+    path: str
+    stored_path: str
+    outcome: ImportOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    entries: list[ImportedEntry]
+    bytes_written: int
+
+    def count(self, *outcomes: ImportOutcome) -> int:
+        return sum(1 for entry in self.entries if entry.outcome in outcomes)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def _backoff(attempt: int) -> None:
+    # Full jitter, capped: spreads racing writers apart quickly without long stalls.
+    await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** min(attempt, 6))))
+
+
+class StorageService:
+    def __init__(
+        self,
+        repository: DocumentRepository,
+        quota: QuotaGate,
+        authorizer: Authorizer,
+        audit: AuditSink,
+        notifier: ChangeNotifier,
+        limits: DocumentLimits,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self._repository = repository
+        self._quota = quota
+        self._authorizer = authorizer
+        self._audit = audit
+        self._notifier = notifier
+        self._limits = limits
+        self._clock = clock
+
+    @property
+    def limits(self) -> DocumentLimits:
+        return self._limits
+
+    # --- reads -------------------------------------------------------------------------------
+
+    async def read(
+        self, principal: Principal, space: SpaceRef, path: str, *, version: int = 0
+    ) -> tuple[StoredDocument, DocumentVersion | None]:
+        """The current document, and the kept version asked for (None when version is 0)."""
+        granted = await self._authorize(principal, Action.READ, space)
+        validate_document_path(path)
+        if version < 0:
+            raise InvalidArgument("version must be 0 (current) or positive", field="version")
+        current = await self._repository.get(granted.space.id, path)
+        if version == 0 or (current is not None and current.version == version):
+            if current is None:
+                raise DocumentNotFound(f"no document at {path!r} in this space")
+            return current, None
+        kept = await self._repository.get_version(granted.space.id, path, version)
+        if kept is None:
+            raise VersionNotFound(
+                f"version {version} of {path!r} is not kept (see ListDocumentVersions)"
+            )
+        return _document_at(granted.space, path, kept, current), kept
+
+    async def list_directory(
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        directory: str,
+        *,
+        recursive: bool,
+        page_size: int,
+        page_token: str,
+    ) -> Page[DirectoryItem]:
+        granted = await self._authorize(principal, Action.LIST, space)
+        validate_directory(directory)
+        limit = LIST_PAGE.resolve(page_size)
+        scope = ("list", granted.space.id, directory, str(recursive))
+        position = decode_page_token(page_token, scope) or {"start": "", "inclusive": True}
+        start, inclusive = str(position["start"]), bool(position["inclusive"])
+        prefix_len = len(directory) + 1 if directory else 0
+        items: list[DirectoryItem] = []
+        exhausted = False
+        while len(items) < limit and not exhausted:
+            wanted = limit - len(items)
+            batch = await self._repository.list_paths(
+                granted.space.id,
+                directory=directory,
+                start=start,
+                inclusive=inclusive,
+                limit=wanted,
+            )
+            exhausted = len(batch) < wanted
+            for entry in batch:
+                relative = entry.path[prefix_len:]
+                if recursive or "/" not in relative:
+                    items.append(_file_item(entry))
+                    start, inclusive = entry.path, False
+                    continue
+                # A subdirectory: list it once, then continue after everything beneath it.
+                subdirectory = entry.path[: prefix_len + relative.index("/")]
+                items.append(DirectoryItem(path=subdirectory, is_dir=True))
+                start, inclusive = directory_upper_bound(subdirectory), True
+                exhausted = False
+                break
+        more = False
+        if not exhausted:
+            probe = await self._repository.list_paths(
+                granted.space.id, directory=directory, start=start, inclusive=inclusive, limit=1
+            )
+            more = bool(probe)
+        token = encode_page_token(scope, {"start": start, "inclusive": inclusive}) if more else ""
+        return Page(items=items, next_page_token=token)
+
+    async def list_versions(
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        path: str,
+        *,
+        page_size: int,
+        page_token: str,
+    ) -> Page[DocumentVersion]:
+        granted = await self._authorize(principal, Action.READ, space)
+        validate_document_path(path)
+        limit = VERSIONS_PAGE.resolve(page_size)
+        scope = ("versions", granted.space.id, path)
+        position = decode_page_token(page_token, scope)
+        versions: list[DocumentVersion] = []
+        before_seq: int | None = None
+        if position is None:
+            current = await self._repository.get(granted.space.id, path)
+            if current is not None:
+                versions.append(
+                    DocumentVersion(
+                        document_id=current.document_id,
+                        version=current.version,
+                        sha256=current.sha256,
+                        size_bytes=current.size_bytes,
+                        updated_at=current.updated_at,
+                        updated_by=current.updated_by,
+                        current=True,
+                    )
+                )
+        else:
+            before_seq = int(position["before"])
+        kept = await self._repository.list_versions(
+            granted.space.id, path, before_seq=before_seq, limit=limit - len(versions) + 1
+        )
+        room = limit - len(versions)
+        versions.extend(kept[:room])
+        if not versions and position is None:
+            raise DocumentNotFound(f"no document or kept versions at {path!r} in this space")
+        token = ""
+        if len(kept) > room:
+            token = encode_page_token(scope, {"before": versions[-1].seq})
+        return Page(items=versions, next_page_token=token)
+
+    async def usage(self, principal: Principal, space: SpaceRef) -> SpaceUsageReport:
+        granted = await self._authorize(principal, Action.USAGE, space)
+        report: UsageReport = await self._quota.usage(granted.space)
+        stored = await self._repository.space_usage(granted.space.id)
+        return SpaceUsageReport(
+            used_bytes=report.space_used_bytes,
+            quota_bytes=report.space_quota_bytes,
+            tenant_used_bytes=report.aggregate_used_bytes,
+            tenant_quota_bytes=report.aggregate_quota_bytes,
+            document_count=stored.document_count,
+        )
+
+    async def export(self, principal: Principal, space: SpaceRef) -> AsyncIterator[bytes]:
+        """Yields a gzipped tar of the space, document by document (authorized up front)."""
+        granted = await self._authorize(principal, Action.EXPORT, space)
+        return self._export_chunks(granted.space)
+
+    async def _export_chunks(self, space: SpaceRef) -> AsyncIterator[bytes]:
+        writer = ArchiveWriter()
+        after = ""
+        while True:
+            batch = await self._repository.list_documents(space.id, after=after, limit=EXPORT_BATCH)
+            if not batch:
+                break
+            data = await asyncio.to_thread(_archive_batch, writer, batch)
+            if data:
+                yield data
+            after = batch[-1].path
+        tail = await asyncio.to_thread(writer.close)
+        if tail:
+            yield tail
+
+    # --- changes -----------------------------------------------------------------------------
+
+    async def write(
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        path: str,
+        content: str,
+        *,
+        mode: WriteMode = WriteMode.REPLACE,
+        expected_sha256: str = "",
+        create_only: bool = False,
+    ) -> WriteResult:
+        granted = await self._authorize(principal, Action.WRITE, space)
+        validate_document_path(path)
+        _validate_preconditions(expected_sha256, create_only)
+        if mode is WriteMode.REPLACE:
+            check_size(utf8_len(content), self._limits.max_doc_bytes)
+            check_text(content)
+        elif not content:
+            raise InvalidArgument("append needs non-empty content", field="content")
+        for attempt in range(MAX_WRITE_ATTEMPTS):
+            current = await self._repository.get(granted.space.id, path)
+            _check_etag(path, current, expected_sha256, create_only)
+            new_content = self._next_content(current, content, mode)
+            if current is not None and new_content == current.content:
+                return WriteResult(current, created=False, bytes_delta=0)
+            change = self._change(granted.space, path, new_content, current, principal)
+            delta = change.size_bytes - (current.size_bytes if current else 0)
+            try:
+                stored = await self._commit(granted, [change], delta)
+            except ConcurrentModification:
+                await _backoff(attempt)
+                continue
+            await self._record_audit(granted, principal, path, delta)
+            return WriteResult(stored[0], created=current is None, bytes_delta=delta)
+        raise WriteContention(
+            f"{path!r} changed {MAX_WRITE_ATTEMPTS} times while this write was retried; try again"
+        )
+
+    async def delete(
+        self, principal: Principal, space: SpaceRef, path: str, *, expected_sha256: str = ""
+    ) -> int:
+        """Deletes the document (keeping its content as a version); returns its size."""
+        granted = await self._authorize(principal, Action.DELETE, space)
+        validate_document_path(path)
+        _validate_preconditions(expected_sha256, create_only=False)
+        for attempt in range(MAX_WRITE_ATTEMPTS):
+            current = await self._repository.get(granted.space.id, path)
+            if current is None:
+                if expected_sha256:
+                    _check_etag(path, current, expected_sha256, create_only=False)
+                raise DocumentNotFound(f"no document at {path!r} in this space")
+            _check_etag(path, current, expected_sha256, create_only=False)
+            deletion = DocumentDeletion(
+                space=granted.space,
+                path=path,
+                expected_version=current.version,
+                document_id=current.document_id,
+                sha256=current.sha256,
+                size_bytes=current.size_bytes,
+                at=self._clock(),
+                by=principal.subject,
+                event_id=uuid.uuid4().hex,
+            )
+            try:
+                await self._repository.delete(deletion)
+            except ConcurrentModification:
+                await _backoff(attempt)
+                continue
+            self._notifier.changed()
+            await self._credit(granted.space, current.size_bytes)
+            await self._record_audit(granted, principal, path, -current.size_bytes)
+            return current.size_bytes
+        raise WriteContention(f"{path!r} kept changing while it was being deleted; try again")
+
+    async def import_archive(
+        self, principal: Principal, space: SpaceRef, data: bytes, strategy: ImportStrategy
+    ) -> ImportResult:
+        """Imports a whole .tar.gz: every entry is validated before anything is written."""
+        granted = await self._authorize(principal, Action.IMPORT, space)
+        if len(data) > self._limits.max_import_bytes:
+            raise InvalidArgument(
+                f"archive is {len(data)} bytes; at most {self._limits.max_import_bytes} may be "
+                "imported at once: split it",
+                field="data",
+            )
+        entries = await asyncio.to_thread(
+            read_archive,
+            data,
+            max_entries=self._limits.max_import_entries,
+            max_doc_bytes=self._limits.max_doc_bytes,
+            max_total_bytes=self._limits.max_import_bytes,
+        )
+        for attempt in range(IMPORT_ATTEMPTS):
+            current = await self._repository.get_many(
+                granted.space.id, [entry.path for entry in entries]
+            )
+            outcomes, changes = await self._plan_import(
+                granted.space, entries, current, strategy, principal
+            )
+            delta = sum(
+                change.size_bytes
+                - (current[change.path].size_bytes if change.path in current else 0)
+                for change in changes
+            )
+            try:
+                if changes:
+                    await self._commit(granted, changes, delta)
+            except ConcurrentModification:
+                await _backoff(attempt)
+                continue
+            for change in changes:
+                before = current.get(change.path)
+                await self._record_audit(
+                    granted,
+                    principal,
+                    change.path,
+                    change.size_bytes - (before.size_bytes if before else 0),
+                )
+            return ImportResult(
+                entries=outcomes, bytes_written=sum(change.size_bytes for change in changes)
+            )
+        raise WriteContention("the space kept changing while the archive was imported; try again")
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    async def _authorize(
+        self, principal: Principal, action: Action, space: SpaceRef
+    ) -> AuthorizedSpace:
+        return await self._authorizer.authorize(principal, action, space)
+
+    def _next_content(self, current: StoredDocument | None, content: str, mode: WriteMode) -> str:
+        if mode is WriteMode.REPLACE:
+            return content
+        if current is None:
+            check_size(utf8_len(content), self._limits.max_doc_bytes)
+            check_text(content)
+            return content
+        check_size(current.size_bytes + utf8_len(content), self._limits.max_doc_bytes)
+        check_append(current.content, content)
+        return current.content + content
+
+    def _change(
+        self,
+        space: SpaceRef,
+        path: str,
+        content: str,
+        current: StoredDocument | None,
+        principal: Principal,
+    ) -> DocumentWrite:
+        return DocumentWrite(
+            space=space,
+            path=path,
+            content=content,
+            sha256=sha256_hex(content),
+            size_bytes=utf8_len(content),
+            word_count=word_count(content),
+            expected_version=current.version if current else 0,
+            document_id=current.document_id if current else str(uuid.uuid4()),
+            at=self._clock(),
+            by=principal.subject,
+            event_id=uuid.uuid4().hex,
+        )
+
+    async def _commit(
+        self, granted: AuthorizedSpace, changes: Sequence[DocumentWrite], delta: int
+    ) -> list[StoredDocument]:
+        """Charges growth first and refunds it if the write does not land; credits shrinkage
+        after the write (a credit never fails, so it cannot strand a write)."""
+        key = uuid.uuid4().hex
+        if delta > 0:
+            await self._quota.charge(granted.space, delta, key)
+        committed = False
+        try:
+            if len(changes) == 1:
+                stored = [await self._repository.save(changes[0])]
+            else:
+                stored = await self._repository.save_many(changes)
+            committed = True
+        finally:
+            if not committed and delta > 0:
+                await asyncio.shield(self._quota.charge(granted.space, -delta, f"{key}:refund"))
+        self._notifier.changed()
+        if delta < 0:
+            await self._credit(granted.space, -delta)
+        return stored
+
+    async def _credit(self, space: SpaceRef, size_bytes: int) -> None:
+        if size_bytes > 0:
+            await self._quota.charge(space, -size_bytes, uuid.uuid4().hex)
+
+    async def _record_audit(
+        self, granted: AuthorizedSpace, principal: Principal, path: str, delta: int
+    ) -> None:
+        if granted.audit_action:
+            await self._audit.record(
+                AuditRecord(
+                    action=granted.audit_action,
+                    subject=principal.subject,
+                    tenant=principal.tenant,
+                    space_id=granted.space.id,
+                    path=path,
+                    bytes_delta=delta,
+                )
+            )
+
+    async def _plan_import(
+        self,
+        space: SpaceRef,
+        entries: Sequence[ArchiveEntry],
+        current: dict[str, StoredDocument],
+        strategy: ImportStrategy,
+        principal: Principal,
+    ) -> tuple[list[ImportedEntry], list[DocumentWrite]]:
+        outcomes: list[ImportedEntry] = []
+        changes: list[DocumentWrite] = []
+        taken = set(current) | {entry.path for entry in entries}
+        for entry in entries:
+            existing = current.get(entry.path)
+            if existing is None:
+                changes.append(self._change(space, entry.path, entry.content, None, principal))
+                outcomes.append(ImportedEntry(entry.path, entry.path, ImportOutcome.CREATED))
+            elif existing.content == entry.content:
+                outcomes.append(ImportedEntry(entry.path, entry.path, ImportOutcome.UNCHANGED))
+            elif strategy is ImportStrategy.SKIP:
+                outcomes.append(ImportedEntry(entry.path, "", ImportOutcome.SKIPPED))
+            elif strategy is ImportStrategy.OVERWRITE:
+                changes.append(self._change(space, entry.path, entry.content, existing, principal))
+                outcomes.append(ImportedEntry(entry.path, entry.path, ImportOutcome.OVERWRITTEN))
+            else:
+                target = await self._free_path(space, entry.path, taken)
+                taken.add(target)
+                changes.append(self._change(space, target, entry.content, None, principal))
+                outcomes.append(ImportedEntry(entry.path, target, ImportOutcome.RENAMED))
+        return outcomes, changes
+
+    async def _free_path(self, space: SpaceRef, path: str, taken: set[str]) -> str:
+        """The first `name-N.md` that is neither stored nor claimed by the archive."""
+        for attempt in range(2, MAX_RENAME_ATTEMPTS):
+            candidate = renamed_path(path, attempt)
+            if candidate in taken:
+                continue
+            try:
+                validate_document_path(candidate)
+            except InvalidArgument:
+                break
+            if await self._repository.get(space.id, candidate) is None:
+                return candidate
+            taken.add(candidate)
+        raise InvalidArgument(
+            f"no free name to rename {path!r} to; import it with another strategy",
+            field="data",
+        )
+
+
+def _validate_preconditions(expected_sha256: str, create_only: bool) -> None:
+    if expected_sha256 and not SHA256_HEX.fullmatch(expected_sha256):
+        raise InvalidArgument(
+            "expected_sha256 must be 64 lower-case hex characters (a Document's sha256)",
+            field="expected_sha256",
+        )
+    if expected_sha256 and create_only:
+        raise InvalidArgument(
+            "expected_sha256 and create_only contradict each other; set one",
+            field="create_only",
+        )
+
+
+def _check_etag(
+    path: str, current: StoredDocument | None, expected_sha256: str, create_only: bool
+) -> None:
+    if create_only and current is not None:
+        raise EtagMismatch(
+            f"{path!r} already exists (sha256 {current.sha256}); create_only refused to replace it",
+            current_sha256=current.sha256,
+            subject=path,
+        )
+    if not expected_sha256:
+        return
+    if current is None:
+        raise EtagMismatch(
+            f"{path!r} does not exist, so it cannot have sha256 {expected_sha256}",
+            current_sha256="",
+            subject=path,
+        )
+    if current.sha256 != expected_sha256:
+        raise EtagMismatch(
+            f"{path!r} changed: its current sha256 is {current.sha256}, not "
+            f"{expected_sha256}; re-read it and retry",
+            current_sha256=current.sha256,
+            subject=path,
+        )
+
+
+def _file_item(entry: PathEntry) -> DirectoryItem:
+    return DirectoryItem(
+        path=entry.path, is_dir=False, size_bytes=entry.size_bytes, updated_at=entry.updated_at
+    )
+
+
+def _archive_batch(writer: ArchiveWriter, batch: Sequence[StoredDocument]) -> bytes:
+    return b"".join(writer.add(doc.path, doc.content, doc.updated_at) for doc in batch)
+
+
+def _document_at(
+    space: SpaceRef, path: str, kept: DocumentVersion, current: StoredDocument | None
+) -> StoredDocument:
+    """A kept version presented as a document (created_at from the current one if alive)."""
+    created = (
+        current.created_at
+        if current and current.document_id == kept.document_id
+        else (kept.updated_at)
+    )
+    return StoredDocument(
+        space=space,
+        path=path,
+        content=kept.content,
+        sha256=kept.sha256,
+        size_bytes=kept.size_bytes,
+        word_count=word_count(kept.content),
+        version=kept.version,
+        document_id=kept.document_id,
+        created_at=created,
+        updated_at=kept.updated_at,
+        updated_by=kept.updated_by,
+    )

@@ -1,0 +1,144 @@
+"""StorageService servicer: protobuf in, domain call, protobuf out. No rules live here."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from engram.domain.errors import InvalidArgument
+from engram.runtime.context import current_principal
+from engram.storage import mapping
+from engram.storage.service import StorageService
+from engram.v1 import storage_pb2, storage_pb2_grpc
+from engram.wire import requested_space
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+EXPORT_CHUNK_BYTES = 256 * 1024
+
+
+class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
+    def __init__(self, service: StorageService) -> None:
+        self._service = service
+
+    async def ReadDocument(
+        self, request: storage_pb2.ReadDocumentRequest, context: Context
+    ) -> storage_pb2.ReadDocumentResponse:
+        document, _ = await self._service.read(
+            current_principal(),
+            requested_space(request.space),
+            request.path,
+            version=request.version,
+        )
+        return storage_pb2.ReadDocumentResponse(
+            document=mapping.document_to_proto(document, with_content=True)
+        )
+
+    async def WriteDocument(
+        self, request: storage_pb2.WriteDocumentRequest, context: Context
+    ) -> storage_pb2.WriteDocumentResponse:
+        mode = mapping.WRITE_MODES.get(request.mode)
+        if mode is None:
+            raise InvalidArgument(
+                "mode must be WRITE_MODE_REPLACE or WRITE_MODE_APPEND", field="mode"
+            )
+        result = await self._service.write(
+            current_principal(),
+            requested_space(request.space),
+            request.path,
+            request.content,
+            mode=mode,
+            expected_sha256=request.expected_sha256,
+            create_only=request.create_only,
+        )
+        return mapping.write_response(result)
+
+    async def DeleteDocument(
+        self, request: storage_pb2.DeleteDocumentRequest, context: Context
+    ) -> storage_pb2.DeleteDocumentResponse:
+        deleted = await self._service.delete(
+            current_principal(),
+            requested_space(request.space),
+            request.path,
+            expected_sha256=request.expected_sha256,
+        )
+        return storage_pb2.DeleteDocumentResponse(deleted_bytes=deleted)
+
+    async def ListDocuments(
+        self, request: storage_pb2.ListDocumentsRequest, context: Context
+    ) -> storage_pb2.ListDocumentsResponse:
+        page = await self._service.list_directory(
+            current_principal(),
+            requested_space(request.space),
+            request.dir,
+            recursive=request.recursive,
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return storage_pb2.ListDocumentsResponse(
+            entries=[mapping.entry_to_proto(item) for item in page.items],
+            next_page_token=page.next_page_token,
+        )
+
+    async def ListDocumentVersions(
+        self, request: storage_pb2.ListDocumentVersionsRequest, context: Context
+    ) -> storage_pb2.ListDocumentVersionsResponse:
+        page = await self._service.list_versions(
+            current_principal(),
+            requested_space(request.space),
+            request.path,
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return storage_pb2.ListDocumentVersionsResponse(
+            versions=[mapping.version_to_proto(version) for version in page.items],
+            next_page_token=page.next_page_token,
+        )
+
+    async def GetUsage(
+        self, request: storage_pb2.GetUsageRequest, context: Context
+    ) -> storage_pb2.GetUsageResponse:
+        report = await self._service.usage(current_principal(), requested_space(request.space))
+        return mapping.usage_to_proto(report)
+
+    async def ExportSpace(
+        self, request: storage_pb2.ExportSpaceRequest, context: Context
+    ) -> AsyncIterator[storage_pb2.ExportSpaceResponse]:
+        chunks = await self._service.export(current_principal(), requested_space(request.space))
+        async for data in chunks:
+            for start in range(0, len(data), EXPORT_CHUNK_BYTES):
+                yield storage_pb2.ExportSpaceResponse(data=data[start : start + EXPORT_CHUNK_BYTES])
+
+    async def ImportSpace(
+        self, request_iterator: AsyncIterator[storage_pb2.ImportSpaceRequest], context: Context
+    ) -> storage_pb2.ImportSpaceResponse:
+        principal = current_principal()
+        first: storage_pb2.ImportSpaceRequest | None = None
+        parts: list[bytes] = []
+        received = 0
+        async for message in request_iterator:
+            if first is None:
+                first = message
+            received += len(message.data)
+            if received > self._service.limits.max_import_bytes:
+                raise InvalidArgument(
+                    f"archive is over {self._service.limits.max_import_bytes} bytes; split it",
+                    field="data",
+                )
+            if message.data:
+                parts.append(message.data)
+        if first is None or not first.HasField("space"):
+            raise InvalidArgument(
+                "the first ImportSpace message must carry space and strategy", field="space"
+            )
+        strategy = mapping.IMPORT_STRATEGIES.get(first.strategy)
+        if strategy is None:
+            raise InvalidArgument(
+                "strategy must be IMPORT_STRATEGY_SKIP, _OVERWRITE or _RENAME", field="strategy"
+            )
+        result = await self._service.import_archive(
+            principal, requested_space(first.space), b"".join(parts), strategy
+        )
+        return mapping.import_response(result)
