@@ -48,6 +48,7 @@ from engram.domain.paths import (
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
 from engram.domain.text_rules import utf8_len
+from engram.runtime.keyed_locks import KeyedLocks
 from engram.storage.archive import ArchiveEntry, ArchiveWriter, read_archive
 from engram.storage.ports import (
     AuditRecord,
@@ -172,6 +173,7 @@ class StorageService:
         self._notifier = notifier
         self._limits = limits
         self._clock = clock
+        self._document_locks = KeyedLocks()
 
     @property
     def limits(self) -> DocumentLimits:
@@ -346,6 +348,21 @@ class StorageService:
             check_text(content)
         elif not content:
             raise InvalidArgument("append needs non-empty content", field="content")
+        async with self._document_locks.hold((granted.space.id, path)):
+            return await self._write_locked(
+                granted, principal, path, content, mode, expected_sha256, create_only
+            )
+
+    async def _write_locked(
+        self,
+        granted: AuthorizedSpace,
+        principal: Principal,
+        path: str,
+        content: str,
+        mode: WriteMode,
+        expected_sha256: str,
+        create_only: bool,
+    ) -> WriteResult:
         for attempt in range(MAX_WRITE_ATTEMPTS):
             current = await self._repository.get(granted.space.id, path)
             _check_etag(path, current, expected_sha256, create_only)
@@ -372,6 +389,12 @@ class StorageService:
         granted = await self._authorize(principal, Action.DELETE, space)
         validate_document_path(path)
         _validate_preconditions(expected_sha256, create_only=False)
+        async with self._document_locks.hold((granted.space.id, path)):
+            return await self._delete_locked(granted, principal, path, expected_sha256)
+
+    async def _delete_locked(
+        self, granted: AuthorizedSpace, principal: Principal, path: str, expected_sha256: str
+    ) -> int:
         for attempt in range(MAX_WRITE_ATTEMPTS):
             current = await self._repository.get(granted.space.id, path)
             if current is None:

@@ -1,0 +1,62 @@
+"""Fixtures shared by every suite: embedded servers, gRPC stubs, real backends."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from engram.allinone import EmbeddedEngram, embedded_engram
+from engram.runtime.settings import Settings
+from tests.support.backends import RealBackends
+
+REQUIRE_REAL_BACKENDS = os.environ.get("ENGRAM_REQUIRE_REAL_BACKENDS") == "1"
+
+
+def test_settings(data_dir: Path, **overrides: Any) -> Settings:
+    """Settings for an in-test server: ephemeral port, no metrics port, quiet logs."""
+    values: dict[str, Any] = {
+        "data_dir": data_dir, "grpc_port": 0, "metrics_port": 0, "access_log": False,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+EngramFactory = Callable[..., AbstractAsyncContextManager[EmbeddedEngram]]
+
+
+@pytest.fixture
+def engram_factory(tmp_path: Path) -> EngramFactory:
+    """Starts an all-in-one server with setting overrides: `async with engram_factory(**kw)`."""
+
+    def start(**overrides: Any) -> AbstractAsyncContextManager[EmbeddedEngram]:
+        data_dir = overrides.pop("data_dir", tmp_path / "engram")
+        return embedded_engram(test_settings(data_dir, **overrides))
+
+    return start
+
+
+@pytest.fixture
+async def engram(engram_factory: EngramFactory) -> AsyncIterator[EmbeddedEngram]:
+    async with engram_factory() as running:
+        yield running
+
+
+@pytest.fixture
+async def channel(engram: EmbeddedEngram) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as opened:
+        yield opened
+
+
+@pytest.fixture(scope="session")
+def real_backends() -> RealBackends:
+    """NATS, FerretDB and OpenSearch from deploy/local (or the ENGRAM_TEST_* URLs), started
+    lazily, one each per test session."""
+    backends = RealBackends(require=REQUIRE_REAL_BACKENDS)
+    yield backends  # type: ignore[misc]
+    backends.stop_all()

@@ -1,0 +1,34 @@
+"""Servers for the storage contract suite, one per backend, all behind the same gRPC API."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from engram.allinone import embedded_engram
+from tests.conftest import test_settings
+from tests.support.backends import RealBackends
+
+BACKENDS = ("sqlite", "mongo")
+
+
+@contextlib.asynccontextmanager
+async def storage_server(
+    backend: str, tmp_path: Path, real_backends: RealBackends, **overrides: Any
+) -> AsyncIterator[int]:
+    """Serves StorageService on `backend`; yields the port."""
+    if backend == "sqlite":
+        async with embedded_engram(test_settings(tmp_path / "engram", **overrides)) as engram:
+            yield engram.port
+        return
+    from engram.services import storage_on_mongo
+
+    settings = test_settings(
+        tmp_path / "engram", mongo_uri=real_backends.url("mongo"),
+        mongo_db=f"engram_test_{uuid.uuid4().hex[:12]}", **overrides,
+    )
+    async with storage_on_mongo(settings, publish_events=False) as server:
+        yield server.port
