@@ -67,6 +67,26 @@ class Settings(BaseSettings):
     qdrant_url: str | None = None
     qdrant_api_key: SecretStr | None = None
 
+    # --- embeddings (ARCHITECTURE §4) --------------------------------------------------------
+    # "local" runs all-MiniLM-L6-v2 int8 in-process; the others call an HTTP provider.
+    embedder_provider: Literal["local", "openai", "ollama"] = "local"
+    # Token limit per text for the local model (longer texts are truncated).
+    embed_max_length: int = Field(default=256, ge=8, le=512)
+    embed_batch_size: int = Field(default=32, ge=1, le=2048)
+    # onnxruntime intra-op threads of the local model.
+    embed_threads: int = Field(default=2, ge=1)
+    embed_timeout_seconds: float = Field(default=30.0, gt=0)
+    embed_max_retries: int = Field(default=4, ge=0)
+    # POST {openai_base_url}/v1/embeddings; any OpenAI-compatible server.
+    openai_base_url: str = "https://api.openai.com"
+    openai_api_key: SecretStr | None = None
+    openai_model: str = "text-embedding-3-small"
+    # None = discovered from the first response.
+    openai_dimension: int | None = Field(default=None, ge=1)
+    ollama_url: str = "http://127.0.0.1:11434"
+    ollama_model: str = "nomic-embed-text"
+    ollama_dimension: int | None = Field(default=None, ge=1)
+
     # --- other services (distributed mode) ---------------------------------------------------
     storage_addr: str | None = None
     quota_addr: str | None = None

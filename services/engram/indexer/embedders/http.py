@@ -1,0 +1,198 @@
+"""What the HTTP embedders share: one POST with retries, and error mapping to the port's."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+import numpy as np
+
+from engram.domain.chunks import ModelInfo
+from engram.indexer.embedders.vectors import l2_normalise
+from engram.indexer.ports import IndexUnavailable, Vectors
+
+# Worth another try: rate limits and the gateway/overload family.
+RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+MAX_BACKOFF_SECONDS = 20.0
+
+
+class JsonPoster:
+    """POSTs JSON to one provider, retrying with exponential backoff and jitter."""
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        timeout: float,
+        max_retries: int,
+        base_backoff: float = 0.5,
+        headers: Mapping[str, str] | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self._provider = provider
+        self._max_retries = max_retries
+        self._base_backoff = base_backoff
+        self._owns_client = client is None
+        self._client = client or httpx.AsyncClient(timeout=timeout)
+        self._headers = dict(headers or {})
+        self._timeout = timeout
+
+    async def post(self, url: str, body: Mapping[str, Any]) -> Any:
+        """The decoded JSON response; IndexUnavailable once the retries are spent."""
+        attempt = 0
+        while True:
+            try:
+                response = await self._client.post(
+                    url, json=body, headers=self._headers, timeout=self._timeout
+                )
+            except httpx.TimeoutException:
+                problem = f"{self._provider} embeddings at {url} timed out after {self._timeout}s"
+                retry_after = None
+            except httpx.TransportError as error:
+                problem = f"cannot reach {self._provider} embeddings at {url}: {error!r}"
+                retry_after = None
+            else:
+                if response.status_code < 300:
+                    try:
+                        return response.json()
+                    except ValueError:
+                        raise IndexUnavailable(
+                            f"{self._provider} embeddings at {url} answered with invalid JSON"
+                        ) from None
+                problem = (
+                    f"{self._provider} embeddings at {url} answered HTTP "
+                    f"{response.status_code}: {_snippet(response)}"
+                )
+                if response.status_code not in RETRY_STATUSES:
+                    raise IndexUnavailable(problem)
+                retry_after = _retry_after(response)
+            if attempt >= self._max_retries:
+                raise IndexUnavailable(f"{problem} (gave up after {attempt + 1} attempts)")
+            await asyncio.sleep(self._backoff(attempt, retry_after))
+            attempt += 1
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, MAX_BACKOFF_SECONDS)
+        ceiling = min(self._base_backoff * 2**attempt, MAX_BACKOFF_SECONDS)
+        # Full jitter: replicas that failed together do not retry together.
+        return random.uniform(ceiling / 2, ceiling)
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def _snippet(response: httpx.Response) -> str:
+    text = response.text.strip().replace("\n", " ")
+    return text[:200] if text else "(empty body)"
+
+
+class HttpEmbedder:
+    """Batching, dimension discovery and normalisation for an HTTP embedding API.
+
+    The dimension is the configured one, or the one the first response shows; `model`
+    can only be read once it is known (call `probe()` first when it is not configured).
+    """
+
+    #: Shown in errors, e.g. "Ollama".
+    provider = "HTTP"
+    #: The model id prefix, e.g. "ollama" for "ollama:nomic-embed-text".
+    id_prefix = "http"
+    #: The setting that fixes the dimension, named in errors.
+    dimension_setting = ""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        model: str,
+        dimension: int | None,
+        batch_size: int,
+        poster: JsonPoster,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        self._url = url
+        self._model_name = model
+        self._dimension = dimension
+        self._batch_size = batch_size
+        self._poster = poster
+
+    @property
+    def model(self) -> ModelInfo:
+        if self._dimension is None:
+            raise IndexUnavailable(
+                f"the dimension of {self.provider} model {self._model_name!r} is not known "
+                f"yet: configure it ({self.dimension_setting}) or await probe() first"
+            )
+        return ModelInfo(model_id=f"{self.id_prefix}:{self._model_name}", dimension=self._dimension)
+
+    async def probe(self) -> ModelInfo:
+        """Learns the dimension from one embedding when it was not configured."""
+        if self._dimension is None:
+            await self.embed_documents(["dimension probe"])
+        return self.model
+
+    async def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        if not texts:
+            return np.empty((0, self._dimension or 0), dtype=np.float32)
+        parts = [
+            await self._embed_batch(list(texts[start : start + self._batch_size]))
+            for start in range(0, len(texts), self._batch_size)
+        ]
+        matrix = np.concatenate(parts, axis=0)
+        # Cheap for a document's chunks; a large import should not stall the loop.
+        if matrix.size > 200_000:
+            return await asyncio.to_thread(l2_normalise, matrix)
+        return l2_normalise(matrix)
+
+    async def embed_query(self, text: str) -> Vectors:
+        vectors = await self.embed_documents([text])
+        row: Vectors = vectors[0]
+        return row
+
+    async def aclose(self) -> None:
+        await self._poster.aclose()
+
+    def _rows(self, answer: Any) -> list[Any]:
+        """The vectors of one response, in input order."""
+        raise NotImplementedError
+
+    async def _embed_batch(self, batch: list[str]) -> Vectors:
+        answer = await self._poster.post(self._url, {"model": self._model_name, "input": batch})
+        try:
+            rows = self._rows(answer)
+            matrix = np.asarray(rows, dtype=np.float32)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            raise IndexUnavailable(
+                f"{self.provider} embeddings: unexpected response shape from {self._url}"
+            ) from None
+        if matrix.ndim != 2 or matrix.shape[0] != len(batch) or matrix.shape[1] == 0:
+            raise IndexUnavailable(
+                f"{self.provider} embeddings: asked for {len(batch)} vectors, got an array "
+                f"of shape {matrix.shape}"
+            )
+        if not np.isfinite(matrix).all():
+            raise IndexUnavailable(f"{self.provider} embeddings: non-finite values returned")
+        if self._dimension is None:
+            self._dimension = int(matrix.shape[1])
+        elif matrix.shape[1] != self._dimension:
+            raise IndexUnavailable(
+                f"{self.provider} model {self._model_name!r} returned {matrix.shape[1]} "
+                f"dimensions, expected {self._dimension}"
+            )
+        return matrix

