@@ -1,0 +1,1 @@
+"""Vector indexes: the embedded NumpyVectorIndex and QdrantVectorIndex for production."""

@@ -1,0 +1,430 @@
+"""QdrantVectorIndex: the production vector index on a Qdrant server.
+
+One collection per embedding model, `engram-chunks-<model>`, cosine distance, the model id
+and dimension in the collection's metadata; the alias `engram-chunks` names the active one
+and is swapped in one `update_collection_aliases` call. Points carry the chunk's fields as
+payload with a tenant-optimised keyword index on `space_id`, so every search is filtered to
+its spaces inside Qdrant.
+
+`path_prefix` is exact string-prefix matching, which Qdrant has no condition for: each
+point carries `path_prefix_keys`, a 64-bit hash of every prefix of its path (a 30-character
+path carries 30 integers), and a search matches the hash of its prefix with an integer
+index. Local mode (`AsyncQdrantClient(path=...)`) runs the same code for the contract tests;
+it ignores payload indexes and scans in Python, so it only suits small data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import time
+import uuid
+import weakref
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import numpy as np
+from qdrant_client import AsyncQdrantClient
+from qdrant_client import models as qm
+from qdrant_client.http.exceptions import ApiException
+
+from engram.domain.chunks import Chunk, ModelInfo, ScoredChunk
+from engram.domain.errors import InvalidArgument
+from engram.indexer.ports import IndexModelMismatch, IndexUnavailable, Vectors
+
+# Point ids are UUID5s of the chunk id in this namespace (stable across processes).
+POINT_NAMESPACE = uuid.UUID("6f1d2a4e-5c1b-4f55-9e0a-3c7f5c2e9a11")
+ALIAS_TTL_SECONDS = 2.0
+_SCROLL_PAGE = 256
+
+
+def point_id(chunk_id: str) -> str:
+    return str(uuid.uuid5(POINT_NAMESPACE, chunk_id))
+
+
+def path_prefix_key(prefix: str) -> int:
+    """The signed 64-bit key of one path prefix (Qdrant integers are i64)."""
+    digest = hashlib.blake2b(prefix.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def path_prefix_keys(path: str) -> list[int]:
+    return [path_prefix_key(path[:end]) for end in range(1, len(path) + 1)]
+
+
+class QdrantVectorIndex:
+    """The `VectorIndex` on Qdrant (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: AsyncQdrantClient,
+        *,
+        alias: str = "engram-chunks",
+        collection_prefix: str = "engram-chunks-",
+    ) -> None:
+        self._client = client
+        self._alias = alias
+        self._prefix = collection_prefix
+        # Model info per model id, learnt from collection metadata (a model's dimension
+        # never changes under its id, so this never goes stale).
+        self._models: dict[str, ModelInfo] = {}
+        self._alias_target: tuple[str | None, float] | None = None
+        # Upsert-then-delete of one path must not interleave with another replace of it.
+        self._path_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+
+    @classmethod
+    def connect(
+        cls, url: str, *, api_key: str | None = None, timeout: int = 10
+    ) -> QdrantVectorIndex:
+        """An index on a Qdrant server (the client connects lazily)."""
+        return cls(AsyncQdrantClient(url=url, api_key=api_key, timeout=timeout))
+
+    def collection_name(self, model_id: str) -> str:
+        sanitised = re.sub(r"[^A-Za-z0-9_.-]", "-", model_id)
+        if sanitised == model_id:
+            return self._prefix + model_id
+        # Sanitising can map two ids to one name: the digest keeps them apart.
+        digest = hashlib.sha256(model_id.encode("utf-8")).hexdigest()[:8]
+        return f"{self._prefix}{sanitised}-{digest}"
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        async with self._errors("open"):
+            await self._client.get_collections()
+
+    async def close(self) -> None:
+        async with self._errors("close"):
+            await self._client.close()
+
+    # --- collections -------------------------------------------------------------------------
+
+    async def ensure_collection(self, model: ModelInfo) -> None:
+        if model.dimension < 1 or not model.model_id:
+            raise InvalidArgument(f"invalid model {model!r}: needs an id and a dimension >= 1")
+        name = self.collection_name(model.model_id)
+        known = await self._model_of(name)
+        if known is None:
+            async with self._errors("create collection"):
+                try:
+                    await self._client.create_collection(
+                        name,
+                        vectors_config=qm.VectorParams(
+                            size=model.dimension, distance=qm.Distance.COSINE
+                        ),
+                        metadata={"model_id": model.model_id, "dimension": model.dimension},
+                    )
+                except (ApiException, ValueError):
+                    # Another replica may have created it first; the re-read below decides.
+                    if not await self._client.collection_exists(name):
+                        raise
+            known = await self._model_of(name)
+            if known is None:
+                raise IndexUnavailable(f"collection {name} vanished while being created")
+            await self._ensure_payload_indexes(name)
+        if known.model_id != model.model_id or known.dimension != model.dimension:
+            raise IndexModelMismatch(
+                f"collection {name} holds model {known.model_id!r} of dimension "
+                f"{known.dimension}, not {model.model_id!r} of dimension {model.dimension}: "
+                "a changed model needs a new model id",
+                field="model",
+            )
+        self._models[model.model_id] = known
+
+    async def active_model(self) -> ModelInfo | None:
+        name = await self._alias_collection(fresh=True)
+        return None if name is None else await self._model_of(name)
+
+    async def activate(self, model_id: str) -> None:
+        await self._require(model_id)
+        operations: list[qm.CreateAliasOperation | qm.DeleteAliasOperation] = []
+        if await self._alias_collection(fresh=True) is not None:
+            operations.append(
+                qm.DeleteAliasOperation(delete_alias=qm.DeleteAlias(alias_name=self._alias))
+            )
+        target = self.collection_name(model_id)
+        operations.append(
+            qm.CreateAliasOperation(
+                create_alias=qm.CreateAlias(collection_name=target, alias_name=self._alias)
+            )
+        )
+        async with self._errors("activate"):
+            # One request: readers see the old collection or the new one, never neither.
+            await self._client.update_collection_aliases(change_aliases_operations=operations)
+        self._alias_target = (target, time.monotonic())
+
+    async def collections(self) -> list[ModelInfo]:
+        async with self._errors("list collections"):
+            response = await self._client.get_collections()
+        found = []
+        for description in response.collections:
+            if description.name.startswith(self._prefix):
+                model = await self._model_of(description.name)
+                if model is not None:
+                    found.append(model)
+        return sorted(found, key=lambda m: m.model_id)
+
+    async def drop_collection(self, model_id: str) -> None:
+        name = self.collection_name(model_id)
+        async with self._errors("drop collection"):
+            if await self._client.collection_exists(name):
+                # Qdrant drops the collection's aliases with it.
+                await self._client.delete_collection(name)
+        self._models.pop(model_id, None)
+        self._alias_target = None
+
+    # --- chunks ------------------------------------------------------------------------------
+
+    async def replace_chunks(
+        self, model_id: str, space_id: str, path: str, chunks: Sequence[Chunk], vectors: Vectors
+    ) -> None:
+        model = await self._require(model_id)
+        matrix = np.asarray(vectors, dtype=np.float32)
+        if matrix.size == 0 and not chunks:
+            matrix = matrix.reshape(0, model.dimension)
+        if matrix.ndim != 2 or matrix.shape[1] != model.dimension:
+            raise IndexModelMismatch(
+                f"vectors of shape {matrix.shape} offered to {model_id!r}, whose dimension is "
+                f"{model.dimension}",
+                field="vectors",
+            )
+        _check_chunks(space_id, path, chunks, matrix.shape[0])
+        name = self.collection_name(model_id)
+        keys = path_prefix_keys(path)
+        points = [
+            qm.PointStruct(
+                id=point_id(chunk.chunk_id),
+                vector=matrix[i].tolist(),
+                payload=_payload(chunk, keys),
+            )
+            for i, chunk in enumerate(chunks)
+        ]
+        stale = qm.Filter(
+            must=_path_conditions(space_id, path),
+            must_not=[qm.HasIdCondition(has_id=[p.id for p in points])] if points else None,
+        )
+        lock = self._path_locks.get((space_id, path))
+        if lock is None:
+            lock = self._path_locks[(space_id, path)] = asyncio.Lock()
+        async with lock, self._errors("replace chunks"):
+            if points:
+                await self._client.upsert(name, points=points, wait=True)
+            # By id, not by chunk_index: a path re-created as a new document has new chunk ids
+            # at the same indexes, and its predecessor's points must go too.
+            await self._client.delete(
+                name, points_selector=qm.FilterSelector(filter=stale), wait=True
+            )
+
+    async def delete_chunks(self, space_id: str, path: str) -> None:
+        selector = qm.FilterSelector(filter=qm.Filter(must=_path_conditions(space_id, path)))
+        for model in await self.collections():
+            async with self._errors("delete chunks"):
+                await self._client.delete(
+                    self.collection_name(model.model_id), points_selector=selector, wait=True
+                )
+
+    async def search(
+        self,
+        space_ids: Sequence[str],
+        vector: Vectors,
+        *,
+        limit: int,
+        path_prefix: str = "",
+        model_id: str | None = None,
+    ) -> list[ScoredChunk]:
+        if model_id is None:
+            name = await self._alias_collection(fresh=False)
+            if name is None:
+                return []
+            model = await self._model_of(name)
+            if model is None:
+                return []
+        else:
+            model = await self._require(model_id)
+            name = self.collection_name(model_id)
+        query = np.asarray(vector, dtype=np.float32)
+        if query.shape != (model.dimension,):
+            raise IndexModelMismatch(
+                f"a query vector of shape {query.shape} for {model.model_id!r}, whose "
+                f"dimension is {model.dimension}",
+                field="vector",
+            )
+        if limit <= 0 or not space_ids:
+            return []
+        conditions: list[qm.Condition] = [
+            qm.FieldCondition(key="space_id", match=qm.MatchAny(any=sorted(set(space_ids))))
+        ]
+        if path_prefix:
+            conditions.append(
+                qm.FieldCondition(
+                    key="path_prefix_keys", match=qm.MatchValue(value=path_prefix_key(path_prefix))
+                )
+            )
+        async with self._errors("search"):
+            response = await self._client.query_points(
+                name,
+                query=query.tolist(),
+                query_filter=qm.Filter(must=conditions),
+                limit=limit,
+                with_payload=True,
+                with_vectors=False,
+            )
+        return [
+            ScoredChunk(chunk=_chunk(point.payload or {}), score=float(point.score))
+            for point in response.points
+        ]
+
+    async def chunks_of(
+        self, space_id: str, path: str, *, model_id: str | None = None
+    ) -> list[Chunk]:
+        if model_id is None:
+            name = await self._alias_collection(fresh=False)
+            if name is None:
+                return []
+        else:
+            await self._require(model_id)
+            name = self.collection_name(model_id)
+        found: list[Chunk] = []
+        offset: Any = None
+        async with self._errors("chunks_of"):
+            while True:
+                points, offset = await self._client.scroll(
+                    name,
+                    scroll_filter=qm.Filter(must=_path_conditions(space_id, path)),
+                    limit=_SCROLL_PAGE,
+                    offset=offset,
+                    with_payload=True,
+                    with_vectors=False,
+                )
+                found.extend(_chunk(point.payload or {}) for point in points)
+                if offset is None:
+                    break
+        return sorted(found, key=lambda chunk: chunk.chunk_index)
+
+    # --- internals ---------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _errors(self, operation: str) -> AsyncIterator[None]:
+        """Maps every client failure to IndexUnavailable (search degrades on it)."""
+        try:
+            yield
+        except (ApiException, httpx.HTTPError, OSError, RuntimeError, ValueError) as error:
+            raise IndexUnavailable(f"qdrant {operation} failed: {error}") from None
+
+    async def _model_of(self, name: str) -> ModelInfo | None:
+        """The model a collection holds, or None if there is no such collection."""
+        async with self._errors("read collection"):
+            if not await self._client.collection_exists(name):
+                return None
+            info = await self._client.get_collection(name)
+        metadata = info.config.metadata or {}
+        model_id = metadata.get("model_id")
+        params = info.config.params.vectors
+        size = params.size if isinstance(params, qm.VectorParams) else None
+        if not isinstance(model_id, str) or size is None:
+            raise IndexUnavailable(
+                f"collection {name} has no engram model metadata: it was not created by engram"
+            )
+        return ModelInfo(model_id=model_id, dimension=int(size))
+
+    async def _require(self, model_id: str) -> ModelInfo:
+        known = self._models.get(model_id)
+        if known is None:
+            known = await self._model_of(self.collection_name(model_id))
+            if known is None:
+                raise IndexModelMismatch(
+                    f"no vector collection for model {model_id!r}: ensure_collection first",
+                    field="model_id",
+                )
+            self._models[model_id] = known
+        return known
+
+    async def _alias_collection(self, *, fresh: bool) -> str | None:
+        """The collection the alias names; cached briefly for searches, since another
+        replica may move it at any time."""
+        now = time.monotonic()
+        if not fresh and self._alias_target is not None:
+            target, at = self._alias_target
+            if now - at < ALIAS_TTL_SECONDS:
+                return target
+        async with self._errors("read alias"):
+            response = await self._client.get_aliases()
+        target = next(
+            (a.collection_name for a in response.aliases if a.alias_name == self._alias), None
+        )
+        self._alias_target = (target, now)
+        return target
+
+    async def _ensure_payload_indexes(self, name: str) -> None:
+        async with self._errors("create payload indexes"):
+            await self._client.create_payload_index(
+                name,
+                "space_id",
+                field_schema=qm.KeywordIndexParams(
+                    type=qm.KeywordIndexType.KEYWORD, is_tenant=True
+                ),
+            )
+            await self._client.create_payload_index(
+                name, "path", field_schema=qm.PayloadSchemaType.KEYWORD
+            )
+            await self._client.create_payload_index(
+                name,
+                "path_prefix_keys",
+                field_schema=qm.IntegerIndexParams(
+                    type=qm.IntegerIndexType.INTEGER, lookup=True, range=False
+                ),
+            )
+            await self._client.create_payload_index(
+                name, "document_id", field_schema=qm.PayloadSchemaType.KEYWORD
+            )
+
+
+def _path_conditions(space_id: str, path: str) -> list[qm.Condition]:
+    return [
+        qm.FieldCondition(key="space_id", match=qm.MatchValue(value=space_id)),
+        qm.FieldCondition(key="path", match=qm.MatchValue(value=path)),
+    ]
+
+
+def _payload(chunk: Chunk, keys: list[int]) -> dict[str, Any]:
+    return {
+        "space_id": chunk.space_id,
+        "tenant": chunk.tenant,
+        "path": chunk.path,
+        "path_prefix_keys": keys,
+        "document_id": chunk.document_id,
+        "chunk_id": chunk.chunk_id,
+        "chunk_index": chunk.chunk_index,
+        "doc_version": chunk.doc_version,
+        "content": chunk.content,
+    }
+
+
+def _chunk(payload: dict[str, Any]) -> Chunk:
+    return Chunk(
+        chunk_id=str(payload["chunk_id"]),
+        document_id=str(payload["document_id"]),
+        space_id=str(payload["space_id"]),
+        tenant=str(payload["tenant"]),
+        path=str(payload["path"]),
+        chunk_index=int(payload["chunk_index"]),
+        doc_version=int(payload["doc_version"]),
+        content=str(payload["content"]),
+    )
+
+
+def _check_chunks(space_id: str, path: str, chunks: Sequence[Chunk], vector_rows: int) -> None:
+    if vector_rows != len(chunks):
+        raise InvalidArgument(f"{len(chunks)} chunks but {vector_rows} vectors", field="vectors")
+    for chunk in chunks:
+        if chunk.space_id != space_id or chunk.path != path:
+            raise InvalidArgument(
+                f"chunk {chunk.chunk_id!r} belongs to ({chunk.space_id!r}, {chunk.path!r}), "
+                f"not ({space_id!r}, {path!r})",
+                field="chunks",
+            )

@@ -1,0 +1,375 @@
+"""The VectorIndex contract, run against every adapter.
+
+NumpyVectorIndex is the embedded index itself; QdrantVectorIndex runs on Qdrant local mode
+(`AsyncQdrantClient(path=...)`, the same client API as the server; no server binary can be
+had here), which scans in Python, so the data stays small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from qdrant_client import AsyncQdrantClient
+
+from engram.domain.chunks import Chunk, ModelInfo, chunk_id
+from engram.domain.errors import InvalidArgument
+from engram.indexer.ports import IndexModelMismatch, VectorIndex, Vectors
+from engram.indexer.vector import numpy_index
+from engram.indexer.vector.numpy_index import NumpyVectorIndex
+from engram.indexer.vector.qdrant_index import QdrantVectorIndex
+
+pytestmark = [
+    pytest.mark.contract,
+    # Local mode ignores payload indexes and says so; the server needs them.
+    pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning"),
+]
+
+DIM = 8
+MODEL = ModelInfo("test-model", DIM)
+OTHER = ModelInfo("other:model/v2", 4)
+
+IndexFactory = Callable[[], VectorIndex]
+
+
+@pytest.fixture(params=["numpy", "qdrant-local"])
+def index_factory(request: pytest.FixtureRequest, tmp_path: Path) -> IndexFactory:
+    """Builds an unopened index over the same on-disk state each time it is called."""
+
+    def make() -> VectorIndex:
+        if request.param == "numpy":
+            return NumpyVectorIndex(tmp_path / "vectors")
+        return QdrantVectorIndex(AsyncQdrantClient(path=str(tmp_path / "qdrant")))
+
+    return make
+
+
+@pytest.fixture
+async def index(index_factory: IndexFactory) -> AsyncIterator[VectorIndex]:
+    opened = index_factory()
+    await opened.open()
+    await opened.ensure_collection(MODEL)
+    await opened.activate(MODEL.model_id)
+    yield opened
+    await opened.close()
+
+
+def unit_vectors(count: int, seed: int, dim: int = DIM) -> Vectors:
+    matrix = np.random.default_rng(seed).standard_normal((count, dim)).astype(np.float32)
+    result: Vectors = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+    return result
+
+
+def make_chunks(
+    space_id: str, path: str, count: int, *, document_id: str = "", version: int = 1
+) -> list[Chunk]:
+    document_id = document_id or f"doc-{space_id}-{path}"
+    return [
+        Chunk(
+            chunk_id=chunk_id(document_id, i),
+            document_id=document_id,
+            space_id=space_id,
+            tenant="acme",
+            path=path,
+            chunk_index=i,
+            doc_version=version,
+            content=f"{path} part {i}",
+        )
+        for i in range(count)
+    ]
+
+
+async def put(
+    index: VectorIndex,
+    space_id: str,
+    path: str,
+    count: int,
+    seed: int,
+    *,
+    model: ModelInfo = MODEL,
+    document_id: str = "",
+) -> tuple[list[Chunk], Vectors]:
+    chunks = make_chunks(space_id, path, count, document_id=document_id)
+    vectors = unit_vectors(count, seed, model.dimension)
+    await index.replace_chunks(model.model_id, space_id, path, chunks, vectors)
+    return chunks, vectors
+
+
+async def test_replace_then_search_finds_the_chunk(index: VectorIndex) -> None:
+    chunks, vectors = await put(index, "s1", "notes/a.md", 3, seed=1)
+    hits = await index.search(["s1"], vectors[1], limit=3)
+    assert hits[0].chunk == chunks[1]
+    assert hits[0].score == pytest.approx(1.0, abs=1e-4)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert {h.chunk.chunk_id for h in hits} == {c.chunk_id for c in chunks}
+
+
+async def test_search_limit_caps_results(index: VectorIndex) -> None:
+    await put(index, "s1", "a.md", 10, seed=2)
+    assert len(await index.search(["s1"], unit_vectors(1, 3)[0], limit=4)) == 4
+    assert await index.search(["s1"], unit_vectors(1, 3)[0], limit=0) == []
+    assert await index.search([], unit_vectors(1, 3)[0], limit=4) == []
+
+
+async def test_replace_with_fewer_chunks_removes_the_extras(index: VectorIndex) -> None:
+    _, old_vectors = await put(index, "s1", "a.md", 5, seed=4)
+    chunks, _ = await put(index, "s1", "a.md", 2, seed=5)
+    assert await index.chunks_of("s1", "a.md") == chunks
+    hits = await index.search(["s1"], old_vectors[4], limit=10)
+    assert sorted(h.chunk.chunk_index for h in hits) == [0, 1]
+
+
+async def test_replace_by_a_new_document_at_the_same_path_drops_the_old_one(
+    index: VectorIndex,
+) -> None:
+    await put(index, "s1", "a.md", 3, seed=6, document_id="first")
+    chunks, _ = await put(index, "s1", "a.md", 3, seed=7, document_id="second")
+    assert await index.chunks_of("s1", "a.md") == chunks
+    hits = await index.search(["s1"], unit_vectors(1, 8)[0], limit=10)
+    assert {h.chunk.document_id for h in hits} == {"second"}
+
+
+async def test_replace_with_no_chunks_empties_the_path(index: VectorIndex) -> None:
+    await put(index, "s1", "a.md", 3, seed=9)
+    await index.replace_chunks(MODEL.model_id, "s1", "a.md", [], np.empty((0, DIM), np.float32))
+    assert await index.chunks_of("s1", "a.md") == []
+
+
+async def test_delete_removes_the_path_only(index: VectorIndex) -> None:
+    await put(index, "s1", "a.md", 3, seed=10)
+    kept, kept_vectors = await put(index, "s1", "b.md", 2, seed=11)
+    await index.delete_chunks("s1", "a.md")
+    assert await index.chunks_of("s1", "a.md") == []
+    hits = await index.search(["s1"], kept_vectors[0], limit=10)
+    assert [h.chunk.path for h in hits] == ["b.md", "b.md"]
+    assert await index.chunks_of("s1", "b.md") == kept
+    # Deleting what is not there is fine.
+    await index.delete_chunks("s1", "a.md")
+    await index.delete_chunks("nowhere", "a.md")
+
+
+async def test_delete_removes_the_path_from_every_collection(index: VectorIndex) -> None:
+    await index.ensure_collection(OTHER)
+    await put(index, "s1", "a.md", 2, seed=12)
+    await put(index, "s1", "a.md", 2, seed=13, model=OTHER)
+    await index.delete_chunks("s1", "a.md")
+    assert await index.chunks_of("s1", "a.md", model_id=MODEL.model_id) == []
+    assert await index.chunks_of("s1", "a.md", model_id=OTHER.model_id) == []
+
+
+async def test_space_filter_never_returns_another_spaces_chunk(index: VectorIndex) -> None:
+    spaces = [f"space-{n}" for n in range(12)]
+    planted: dict[str, Vectors] = {}
+    for n, space in enumerate(spaces):
+        _, vectors = await put(index, space, f"doc{n}.md", 4, seed=100 + n)
+        planted[space] = vectors
+    for target in spaces:
+        others = [s for s in spaces if s != target]
+        # The query is exactly a chunk of `target`, which is never asked for.
+        hits = await index.search(others[:3], planted[target][0], limit=20)
+        assert hits, "the requested spaces hold chunks"
+        assert {h.chunk.space_id for h in hits} <= set(others[:3])
+        hits = await index.search(["no-such-space"], planted[target][0], limit=20)
+        assert hits == []
+
+
+async def test_multi_space_search_merges_by_score(index: VectorIndex) -> None:
+    _, a = await put(index, "sa", "x.md", 6, seed=20)
+    await put(index, "sb", "y.md", 6, seed=21)
+    await put(index, "sc", "z.md", 6, seed=22)
+    hits = await index.search(["sa", "sb", "sc"], a[2], limit=7)
+    assert len(hits) == 7
+    assert hits[0].chunk.space_id == "sa" and hits[0].chunk.chunk_index == 2
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True)
+    assert {h.chunk.space_id for h in hits} <= {"sa", "sb", "sc"}
+    # The global top 7 out of the three spaces, checked against brute force.
+    everything = [await index.search([s], a[2], limit=6) for s in ("sa", "sb", "sc")]
+    best = sorted((h.score for hs in everything for h in hs), reverse=True)[:7]
+    assert scores == pytest.approx(best, abs=1e-5)
+
+
+async def test_path_prefix_filters_before_ranking(index: VectorIndex) -> None:
+    _, top = await put(index, "s1", "MEMORY.md", 2, seed=30)
+    await put(index, "s1", "daily/2026-11-01.md", 2, seed=31)
+    await put(index, "s1", "daily/2026-12-01.md", 2, seed=32)
+    await put(index, "s1", "projects/x/notes.md", 2, seed=33)
+    await put(index, "other", "daily/2026-11-02.md", 2, seed=34)
+    # Even a query that matches MEMORY.md best only returns chunks under the prefix.
+    for prefix, paths in [
+        ("daily/", {"daily/2026-11-01.md", "daily/2026-12-01.md"}),
+        ("daily/2026-11", {"daily/2026-11-01.md"}),
+        ("projects/", {"projects/x/notes.md"}),
+        ("proj", {"projects/x/notes.md"}),
+        ("MEMORY.md", {"MEMORY.md"}),
+        ("nothing/", set()),
+    ]:
+        hits = await index.search(["s1"], top[0], limit=1 if paths else 5, path_prefix=prefix)
+        assert {h.chunk.path for h in hits} <= paths, prefix
+        assert len(hits) == (1 if paths else 0), prefix
+        wide = await index.search(["s1"], top[0], limit=20, path_prefix=prefix)
+        assert {h.chunk.path for h in wide} == paths, prefix
+
+
+async def test_other_models_and_dimensions_are_refused(index: VectorIndex) -> None:
+    with pytest.raises(IndexModelMismatch):
+        await index.ensure_collection(ModelInfo(MODEL.model_id, DIM + 1))
+    chunks = make_chunks("s1", "a.md", 2)
+    with pytest.raises(IndexModelMismatch):
+        await index.replace_chunks(MODEL.model_id, "s1", "a.md", chunks, unit_vectors(2, 1, 4))
+    with pytest.raises(IndexModelMismatch):
+        await index.replace_chunks("never-created", "s1", "a.md", chunks, unit_vectors(2, 1))
+    with pytest.raises(IndexModelMismatch):
+        await index.search(["s1"], unit_vectors(1, 1, DIM + 2)[0], limit=3)
+    with pytest.raises(IndexModelMismatch):
+        await index.activate("never-created")
+    assert await index.chunks_of("s1", "a.md") == []
+    # Idempotent for the same model.
+    await index.ensure_collection(MODEL)
+    assert await index.collections() == [MODEL]
+
+
+async def test_inconsistent_chunks_are_refused(index: VectorIndex) -> None:
+    chunks = make_chunks("s1", "a.md", 2)
+    with pytest.raises(InvalidArgument):
+        await index.replace_chunks(MODEL.model_id, "s1", "a.md", chunks, unit_vectors(3, 1))
+    with pytest.raises(InvalidArgument):
+        await index.replace_chunks(MODEL.model_id, "s2", "a.md", chunks, unit_vectors(2, 1))
+
+
+async def test_activate_switches_what_search_uses(index_factory: IndexFactory) -> None:
+    index = index_factory()
+    await index.open()
+    try:
+        assert await index.active_model() is None
+        assert await index.search(["s1"], unit_vectors(1, 1)[0], limit=5) == []
+        await index.ensure_collection(MODEL)
+        await index.ensure_collection(OTHER)
+        assert await index.collections() == sorted([MODEL, OTHER], key=lambda m: m.model_id)
+        first, v8 = await put(index, "s1", "a.md", 2, seed=40)
+        second, v4 = await put(index, "s1", "a.md", 3, seed=41, model=OTHER)
+
+        await index.activate(MODEL.model_id)
+        assert await index.active_model() == MODEL
+        assert (await index.search(["s1"], v8[0], limit=5))[0].chunk == first[0]
+        assert await index.chunks_of("s1", "a.md") == first
+        with pytest.raises(IndexModelMismatch):
+            await index.search(["s1"], v4[0], limit=5)
+
+        await index.activate(OTHER.model_id)
+        assert await index.active_model() == OTHER
+        assert (await index.search(["s1"], v4[1], limit=5))[0].chunk == second[1]
+        assert await index.chunks_of("s1", "a.md") == second
+        # An explicit model id reads the other collection.
+        hits = await index.search(["s1"], v8[1], limit=5, model_id=MODEL.model_id)
+        assert hits[0].chunk == first[1]
+        assert await index.chunks_of("s1", "a.md", model_id=MODEL.model_id) == first
+
+        await index.drop_collection(OTHER.model_id)
+        assert await index.active_model() is None
+        assert await index.collections() == [MODEL]
+        await index.drop_collection(OTHER.model_id)
+    finally:
+        await index.close()
+
+
+async def test_state_survives_close_and_reopen(index_factory: IndexFactory) -> None:
+    index = index_factory()
+    await index.open()
+    await index.ensure_collection(MODEL)
+    await index.ensure_collection(OTHER)
+    await index.activate(OTHER.model_id)
+    chunks, vectors = await put(index, "s1", "notes/a.md", 3, seed=50)
+    await put(index, "s1", "notes/b.md", 2, seed=51)
+    await index.delete_chunks("s1", "notes/b.md")
+    other_chunks, _ = await put(index, "s2", "x.md", 1, seed=52, model=OTHER)
+    await index.close()
+
+    reopened = index_factory()
+    await reopened.open()
+    try:
+        assert await reopened.active_model() == OTHER
+        assert await reopened.collections() == sorted([MODEL, OTHER], key=lambda m: m.model_id)
+        assert await reopened.chunks_of("s1", "notes/a.md", model_id=MODEL.model_id) == chunks
+        assert await reopened.chunks_of("s1", "notes/b.md", model_id=MODEL.model_id) == []
+        assert await reopened.chunks_of("s2", "x.md") == other_chunks
+        hits = await reopened.search(
+            ["s1"], vectors[2], limit=1, model_id=MODEL.model_id, path_prefix="notes/"
+        )
+        assert hits[0].chunk == chunks[2]
+        # And it keeps accepting writes.
+        await put(reopened, "s1", "notes/a.md", 1, seed=53)
+        assert len(await reopened.chunks_of("s1", "notes/a.md", model_id=MODEL.model_id)) == 1
+    finally:
+        await reopened.close()
+
+
+async def test_chunks_of_returns_every_chunk_by_index(index: VectorIndex) -> None:
+    chunks = make_chunks("s1", "big.md", 40)
+    shuffled = list(reversed(chunks))
+    vectors = unit_vectors(40, 60)[::-1].copy()
+    await index.replace_chunks(MODEL.model_id, "s1", "big.md", shuffled, vectors)
+    assert await index.chunks_of("s1", "big.md") == chunks
+    assert await index.chunks_of("s1", "other.md") == []
+
+
+async def test_concurrent_writes_leave_each_path_exactly_its_last_chunks(
+    index: VectorIndex,
+) -> None:
+    async def write(path: str, count: int, seed: int) -> None:
+        await put(index, "s1", path, count, seed)
+
+    await asyncio.gather(*(write(f"p{n % 5}.md", 1 + n % 4, n) for n in range(20)))
+    for n in range(15, 20):
+        assert len(await index.chunks_of("s1", f"p{n % 5}.md")) == 1 + n % 4
+
+
+# --- NumpyVectorIndex specifics -------------------------------------------------------------
+
+
+async def test_numpy_large_spaces_search_off_the_loop_and_stay_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(numpy_index, "INLINE_SEARCH_ROWS", 100)
+    index = NumpyVectorIndex(tmp_path / "v")
+    await index.open()
+    try:
+        await index.ensure_collection(MODEL)
+        await index.activate(MODEL.model_id)
+        stored: list[tuple[Chunk, Vectors]] = []
+        for n in range(30):
+            chunks, vectors = await put(index, f"s{n % 3}", f"d{n}.md", 10, seed=200 + n)
+            stored.extend(zip(chunks, vectors, strict=True))
+        query = unit_vectors(1, 999)[0]
+        hits, _ = await asyncio.gather(
+            index.search(["s0", "s1"], query, limit=15),
+            put(index, "s2", "d2.md", 3, seed=7),
+        )
+        expected = sorted(
+            ((float(v @ query), c.chunk_id) for c, v in stored if c.space_id in {"s0", "s1"}),
+            reverse=True,
+        )[:15]
+        assert [h.chunk.chunk_id for h in hits] == [cid for _, cid in expected]
+    finally:
+        await index.close()
+
+
+async def test_numpy_ignores_a_half_created_collection(tmp_path: Path) -> None:
+    root = tmp_path / "v"
+    index = NumpyVectorIndex(root)
+    await index.open()
+    await index.ensure_collection(MODEL)
+    await index.close()
+    # A crash between mkdir and the database file, and a stray alias temp file.
+    (root / "collections" / "half-made").mkdir()
+    (root / ".alias.json.deadbeef.tmp").write_text("{")
+    reopened = NumpyVectorIndex(root)
+    await reopened.open()
+    try:
+        assert await reopened.collections() == [MODEL]
+        assert await reopened.active_model() is None
+    finally:
+        await reopened.close()
