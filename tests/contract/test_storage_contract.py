@@ -139,7 +139,8 @@ async def test_expected_sha256_guards_replace(stub: Stub) -> None:
     await stub.WriteDocument(write_request("a.md", "v1"))
     failure = await fails(
         stub.WriteDocument(write_request("a.md", "v2", expected_sha256=sha("stale"))),
-        grpc.StatusCode.ABORTED, "ETAG_MISMATCH",
+        grpc.StatusCode.ABORTED,
+        "ETAG_MISMATCH",
     )
     assert sha("v1") in failure.message, "the message carries the current sha256"
     assert failure.metadata["current_sha256"] == sha("v1")
@@ -158,8 +159,9 @@ async def test_expected_sha256_on_absent_document_aborts(stub: Stub) -> None:
 
 async def test_create_only(stub: Stub) -> None:
     await stub.WriteDocument(write_request("a.md", "x", create_only=True))
-    await fails(stub.WriteDocument(write_request("a.md", "y", create_only=True)),
-                grpc.StatusCode.ABORTED)
+    await fails(
+        stub.WriteDocument(write_request("a.md", "y", create_only=True)), grpc.StatusCode.ABORTED
+    )
 
 
 @pytest.mark.parametrize("bad", ["abc", "G" * 64, sha("x").upper(), sha("x") + "0"])
@@ -186,10 +188,12 @@ async def test_concurrent_etag_writers_have_exactly_one_winner(stub: Stub) -> No
 
 async def test_fifty_concurrent_appenders_lose_nothing(stub: Stub) -> None:
     lines = [f"entry {i:02d}\n" for i in range(50)]
-    await asyncio.gather(*(
-        stub.WriteDocument(write_request("daily.md", line, mode=storage_pb2.WRITE_MODE_APPEND))
-        for line in lines
-    ))
+    await asyncio.gather(
+        *(
+            stub.WriteDocument(write_request("daily.md", line, mode=storage_pb2.WRITE_MODE_APPEND))
+            for line in lines
+        )
+    )
     doc = (await read(stub, "daily.md")).document
     assert sorted(doc.content.splitlines(keepends=True)) == lines
     assert doc.version == 50
@@ -201,24 +205,30 @@ async def test_fifty_concurrent_appenders_lose_nothing(stub: Stub) -> None:
 async def test_delete(stub: Stub) -> None:
     await stub.WriteDocument(write_request("a.md", "12345"))
     await fails(
-        stub.DeleteDocument(storage_pb2.DeleteDocumentRequest(
-            space=space(), path="a.md", expected_sha256=sha("other"))),
+        stub.DeleteDocument(
+            storage_pb2.DeleteDocumentRequest(
+                space=space(), path="a.md", expected_sha256=sha("other")
+            )
+        ),
         grpc.StatusCode.ABORTED,
     )
-    deleted = await stub.DeleteDocument(storage_pb2.DeleteDocumentRequest(space=space(),
-                                                                          path="a.md"))
+    deleted = await stub.DeleteDocument(
+        storage_pb2.DeleteDocumentRequest(space=space(), path="a.md")
+    )
     assert deleted.deleted_bytes == 5
     await fails(read(stub, "a.md"), grpc.StatusCode.NOT_FOUND)
-    await fails(stub.DeleteDocument(storage_pb2.DeleteDocumentRequest(space=space(),
-                                                                      path="a.md")),
-                grpc.StatusCode.NOT_FOUND)
+    await fails(
+        stub.DeleteDocument(storage_pb2.DeleteDocumentRequest(space=space(), path="a.md")),
+        grpc.StatusCode.NOT_FOUND,
+    )
 
 
 async def test_versions_are_kept_readable_and_restorable(stub: Stub) -> None:
     for text in ("first", "second", "third"):
         await stub.WriteDocument(write_request("m.md", text))
     listed = await stub.ListDocumentVersions(
-        storage_pb2.ListDocumentVersionsRequest(space=space(), path="m.md"))
+        storage_pb2.ListDocumentVersionsRequest(space=space(), path="m.md")
+    )
     assert [v.version for v in listed.versions] == [3, 2, 1]
     assert listed.versions[0].current and not listed.versions[1].current
     assert [v.sha256 for v in listed.versions] == [sha("third"), sha("second"), sha("first")]
@@ -235,7 +245,8 @@ async def test_delete_keeps_history_so_it_can_be_undone(stub: Stub) -> None:
     first = (await stub.WriteDocument(write_request("gone.md", "precious"))).document
     await stub.DeleteDocument(storage_pb2.DeleteDocumentRequest(space=space(), path="gone.md"))
     listed = await stub.ListDocumentVersions(
-        storage_pb2.ListDocumentVersionsRequest(space=space(), path="gone.md"))
+        storage_pb2.ListDocumentVersionsRequest(space=space(), path="gone.md")
+    )
     assert [(v.version, v.deleted) for v in listed.versions] == [(1, True)]
     assert (await read(stub, "gone.md", version=1)).document.content == "precious"
     again = (await stub.WriteDocument(write_request("gone.md", "new life"))).document
@@ -247,7 +258,8 @@ async def test_version_retention(stub_factory: StubFactory) -> None:
         for i in range(8):
             await stub.WriteDocument(write_request("r.md", f"v{i}"))
         listed = await stub.ListDocumentVersions(
-            storage_pb2.ListDocumentVersionsRequest(space=space(), path="r.md"))
+            storage_pb2.ListDocumentVersionsRequest(space=space(), path="r.md")
+        )
         assert [v.version for v in listed.versions] == [8, 7, 6, 5]
 
 
@@ -257,8 +269,11 @@ async def test_versions_paginate(stub: Stub) -> None:
     seen: list[int] = []
     token = ""
     while True:
-        page = await stub.ListDocumentVersions(storage_pb2.ListDocumentVersionsRequest(
-            space=space(), path="p.md", page_size=5, page_token=token))
+        page = await stub.ListDocumentVersions(
+            storage_pb2.ListDocumentVersionsRequest(
+                space=space(), path="p.md", page_size=5, page_token=token
+            )
+        )
         seen += [v.version for v in page.versions]
         token = page.next_page_token
         if not token:
@@ -275,35 +290,58 @@ async def _write_all(stub: Stub, paths: list[str], ref: space_pb2.SpaceRef | Non
 
 
 async def test_list_root_and_directories(stub: Stub) -> None:
-    await _write_all(stub, ["MEMORY.md", "daily/2026-01-01.md", "daily/2026-01-02.md",
-                            "notes/a.md", "notes/deep/b.md", "notes0.md"])
+    await _write_all(
+        stub,
+        [
+            "MEMORY.md",
+            "daily/2026-01-01.md",
+            "daily/2026-01-02.md",
+            "notes/a.md",
+            "notes/deep/b.md",
+            "notes0.md",
+        ],
+    )
     root = await stub.ListDocuments(storage_pb2.ListDocumentsRequest(space=space()))
     assert [(e.path, e.is_dir) for e in root.entries] == [
-        ("MEMORY.md", False), ("daily", True), ("notes", True), ("notes0.md", False)]
+        ("MEMORY.md", False),
+        ("daily", True),
+        ("notes", True),
+        ("notes0.md", False),
+    ]
     notes = await stub.ListDocuments(storage_pb2.ListDocumentsRequest(space=space(), dir="notes"))
-    assert [(e.path, e.is_dir) for e in notes.entries] == [("notes/a.md", False),
-                                                          ("notes/deep", True)]
+    assert [(e.path, e.is_dir) for e in notes.entries] == [
+        ("notes/a.md", False),
+        ("notes/deep", True),
+    ]
     deep = await stub.ListDocuments(
-        storage_pb2.ListDocumentsRequest(space=space(), dir="notes", recursive=True))
+        storage_pb2.ListDocumentsRequest(space=space(), dir="notes", recursive=True)
+    )
     assert [e.path for e in deep.entries] == ["notes/a.md", "notes/deep/b.md"]
     assert deep.entries[0].size_bytes == len("content of notes/a.md")
     everything = await stub.ListDocuments(
-        storage_pb2.ListDocumentsRequest(space=space(), recursive=True))
+        storage_pb2.ListDocumentsRequest(space=space(), recursive=True)
+    )
     assert len(everything.entries) == 6
-    await fails(stub.ListDocuments(storage_pb2.ListDocumentsRequest(space=space(), dir="notes/")),
-                INVALID)
+    await fails(
+        stub.ListDocuments(storage_pb2.ListDocumentsRequest(space=space(), dir="notes/")), INVALID
+    )
 
 
 async def test_list_pages_through_everything_once_in_order(stub: Stub) -> None:
     paths = sorted([f"d{i % 3}/f{i:03d}.md" for i in range(60)] + [f"top{i}.md" for i in range(7)])
     await _write_all(stub, paths)
-    for recursive, expected in ((True, paths), (False, ["d0", "d1", "d2"] +
-                                                [p for p in paths if "/" not in p])):
+    for recursive, expected in (
+        (True, paths),
+        (False, ["d0", "d1", "d2"] + [p for p in paths if "/" not in p]),
+    ):
         seen: list[str] = []
         token = ""
         while True:
-            page = await stub.ListDocuments(storage_pb2.ListDocumentsRequest(
-                space=space(), recursive=recursive, page_size=4, page_token=token))
+            page = await stub.ListDocuments(
+                storage_pb2.ListDocumentsRequest(
+                    space=space(), recursive=recursive, page_size=4, page_token=token
+                )
+            )
             assert len(page.entries) <= 4
             seen += [e.path for e in page.entries]
             token = page.next_page_token
@@ -314,10 +352,12 @@ async def test_list_pages_through_everything_once_in_order(stub: Stub) -> None:
 
 async def test_page_size_rules(stub: Stub) -> None:
     await _write_all(stub, [f"f{i}.md" for i in range(3)])
-    await fails(stub.ListDocuments(storage_pb2.ListDocumentsRequest(space=space(), page_size=-1)),
-                INVALID)
+    await fails(
+        stub.ListDocuments(storage_pb2.ListDocumentsRequest(space=space(), page_size=-1)), INVALID
+    )
     huge = await stub.ListDocuments(
-        storage_pb2.ListDocumentsRequest(space=space(), page_size=10**6))
+        storage_pb2.ListDocumentsRequest(space=space(), page_size=10**6)
+    )
     assert len(huge.entries) == 3 and not huge.next_page_token
 
 
@@ -327,8 +367,9 @@ async def test_page_token_is_bound_to_its_listing(stub: Stub) -> None:
     assert page.next_page_token
     for request in (
         storage_pb2.ListDocumentsRequest(space=space("other"), page_token=page.next_page_token),
-        storage_pb2.ListDocumentsRequest(space=space(), recursive=True,
-                                         page_token=page.next_page_token),
+        storage_pb2.ListDocumentsRequest(
+            space=space(), recursive=True, page_token=page.next_page_token
+        ),
         storage_pb2.ListDocumentsRequest(space=space(), page_token="garbage!"),
     ):
         await fails(stub.ListDocuments(request), INVALID, "INVALID_PAGE_TOKEN")
@@ -354,8 +395,11 @@ async def test_usage_tracks_bytes_and_documents(stub: Stub) -> None:
 async def test_sub_cap_refuses_growth_with_quota_failure(stub_factory: StubFactory) -> None:
     async with stub_factory(quota_private=100) as stub:
         await stub.WriteDocument(write_request("a.md", "x" * 90))
-        failure = await fails(stub.WriteDocument(write_request("b.md", "y" * 11)),
-                              grpc.StatusCode.RESOURCE_EXHAUSTED, "QUOTA_EXCEEDED")
+        failure = await fails(
+            stub.WriteDocument(write_request("b.md", "y" * 11)),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "QUOTA_EXCEEDED",
+        )
         assert failure.metadata["limit"] == "space_subcap"
         assert failure.metadata["limit_bytes"] == "100"
         assert failure.metadata["used_bytes"] == "90"
@@ -369,17 +413,24 @@ async def test_sub_cap_refuses_growth_with_quota_failure(stub_factory: StubFacto
 
 async def test_tenant_total_zero_refuses_growth(stub_factory: StubFactory) -> None:
     async with stub_factory(quota_tenant_total=0) as stub:
-        failure = await fails(stub.WriteDocument(write_request("a.md", "x")),
-                              grpc.StatusCode.RESOURCE_EXHAUSTED)
+        failure = await fails(
+            stub.WriteDocument(write_request("a.md", "x")), grpc.StatusCode.RESOURCE_EXHAUSTED
+        )
         assert failure.metadata["limit"] == "tenant_total"
 
 
 # --- bad input -------------------------------------------------------------------------------
 
 
-NON_CANONICAL = [("./MEMORY.md", "MEMORY.md"), ("a//b.md", "a/b.md"), ("/x.md", "x.md"),
-                 ("a/./b.md", "a/b.md"), ("x.md/", "x.md"), ("a\\b.md", "a/b.md"),
-                 ("cafe\u0301.md", "caf\u00e9.md")]
+NON_CANONICAL = [
+    ("./MEMORY.md", "MEMORY.md"),
+    ("a//b.md", "a/b.md"),
+    ("/x.md", "x.md"),
+    ("a/./b.md", "a/b.md"),
+    ("x.md/", "x.md"),
+    ("a\\b.md", "a/b.md"),
+    ("cafe\u0301.md", "caf\u00e9.md"),
+]
 
 
 @pytest.mark.parametrize(("path", "canonical"), NON_CANONICAL)
@@ -393,8 +444,9 @@ async def test_non_canonical_paths_are_refused_naming_the_canonical_form(
     await fails(read(stub, path), INVALID)
 
 
-@pytest.mark.parametrize("path", ["", "../up.md", "notes.txt", "a\x00.md", "a\x01.md",
-                                  "x" * 600 + ".md"])
+@pytest.mark.parametrize(
+    "path", ["", "../up.md", "notes.txt", "a\x00.md", "a\x01.md", "x" * 600 + ".md"]
+)
 async def test_other_bad_paths(stub: Stub, path: str) -> None:
     await fails(stub.WriteDocument(write_request(path, "x")), INVALID, "INVALID_PATH")
 
@@ -418,19 +470,24 @@ async def test_other_bad_paths(stub: Stub, path: str) -> None:
     ],
 )
 async def test_bad_space_refs_are_refused(stub: Stub, ref: space_pb2.SpaceRef) -> None:
-    await fails(stub.WriteDocument(write_request("a.md", "x", ref=ref)), INVALID,
-                "INVALID_SPACE_REF")
+    await fails(
+        stub.WriteDocument(write_request("a.md", "x", ref=ref)), INVALID, "INVALID_SPACE_REF"
+    )
     await fails(stub.ListDocuments(storage_pb2.ListDocumentsRequest(space=ref)), INVALID)
 
 
 async def test_oversize_content(stub_factory: StubFactory) -> None:
     async with stub_factory(max_doc_bytes=1000) as stub:
         await stub.WriteDocument(write_request("a.md", "x" * 1000))
-        failure = await fails(stub.WriteDocument(write_request("b.md", "x" * 1001)), INVALID,
-                              "CONTENT_TOO_LARGE")
+        failure = await fails(
+            stub.WriteDocument(write_request("b.md", "x" * 1001)), INVALID, "CONTENT_TOO_LARGE"
+        )
         assert "1001" in failure.message
-        await fails(stub.WriteDocument(write_request(
-            "a.md", "y", mode=storage_pb2.WRITE_MODE_APPEND)), INVALID, "CONTENT_TOO_LARGE")
+        await fails(
+            stub.WriteDocument(write_request("a.md", "y", mode=storage_pb2.WRITE_MODE_APPEND)),
+            INVALID,
+            "CONTENT_TOO_LARGE",
+        )
         assert (await read(stub, "a.md")).document.size_bytes == 1000
 
 
@@ -448,12 +505,17 @@ async def test_default_cap_is_two_mebibytes(stub: Stub) -> None:
 
 async def test_secret_shaped_content_is_refused_without_echo(stub: Stub) -> None:
     secret = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
-    failure = await fails(stub.WriteDocument(write_request("a.md", f"token: {secret}")),
-                          INVALID, "SECRET_IN_CONTENT")
+    failure = await fails(
+        stub.WriteDocument(write_request("a.md", f"token: {secret}")), INVALID, "SECRET_IN_CONTENT"
+    )
     assert "GitHub token" in failure.message and secret not in failure.message
     await stub.WriteDocument(write_request("log.md", "ok\n"))
-    await fails(stub.WriteDocument(write_request(
-        "log.md", f"{secret}\n", mode=storage_pb2.WRITE_MODE_APPEND)), INVALID)
+    await fails(
+        stub.WriteDocument(
+            write_request("log.md", f"{secret}\n", mode=storage_pb2.WRITE_MODE_APPEND)
+        ),
+        INVALID,
+    )
     assert (await read(stub, "log.md")).document.content == "ok\n"
 
 
@@ -503,8 +565,9 @@ async def test_export_then_import_round_trips(stub: Stub) -> None:
     docs = {"MEMORY.md": "m", "daily/2026-01-01.md": "d", "é/ü.md": "unicode"}
     for path, content in docs.items():
         await stub.WriteDocument(write_request(path, content))
-    result = await import_tar(stub, await export_bytes(stub, space()),
-                              storage_pb2.IMPORT_STRATEGY_SKIP, ref=space("copy"))
+    result = await import_tar(
+        stub, await export_bytes(stub, space()), storage_pb2.IMPORT_STRATEGY_SKIP, ref=space("copy")
+    )
     assert result.written == 3 and result.bytes == sum(len(c.encode()) for c in docs.values())
     assert untar(await export_bytes(stub, space("copy"))) == docs
 
@@ -548,8 +611,9 @@ async def test_a_bad_entry_imports_nothing(
     stub_factory: StubFactory, entries: dict[str, bytes], reason: str
 ) -> None:
     async with stub_factory(max_doc_bytes=2000) as stub:
-        failure = await fails(import_tar(stub, make_tar(entries), storage_pb2.IMPORT_STRATEGY_SKIP),
-                              INVALID, reason)
+        failure = await fails(
+            import_tar(stub, make_tar(entries), storage_pb2.IMPORT_STRATEGY_SKIP), INVALID, reason
+        )
         assert "nothing was imported" in failure.message
         listing = await stub.ListDocuments(storage_pb2.ListDocumentsRequest(space=space()))
         assert list(listing.entries) == []
@@ -558,8 +622,10 @@ async def test_a_bad_entry_imports_nothing(
 async def test_import_beyond_quota_imports_nothing(stub_factory: StubFactory) -> None:
     async with stub_factory(quota_private=100) as stub:
         archive = make_tar({"a.md": b"x" * 60, "b.md": b"y" * 60})
-        await fails(import_tar(stub, archive, storage_pb2.IMPORT_STRATEGY_SKIP),
-                    grpc.StatusCode.RESOURCE_EXHAUSTED)
+        await fails(
+            import_tar(stub, archive, storage_pb2.IMPORT_STRATEGY_SKIP),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+        )
         listing = await stub.ListDocuments(storage_pb2.ListDocumentsRequest(space=space()))
         assert list(listing.entries) == []
 
@@ -569,5 +635,8 @@ async def test_import_needs_a_header_and_strategy(stub: Stub) -> None:
         yield storage_pb2.ImportSpaceRequest(space=space())
 
     await fails(stub.ImportSpace(no_strategy()), INVALID)
-    await fails(import_tar(stub, b"not a tarball", storage_pb2.IMPORT_STRATEGY_SKIP), INVALID,
-                "INVALID_ARCHIVE")
+    await fails(
+        import_tar(stub, b"not a tarball", storage_pb2.IMPORT_STRATEGY_SKIP),
+        INVALID,
+        "INVALID_ARCHIVE",
+    )

@@ -27,8 +27,15 @@ async def storage_server(
     from engram.services import storage_on_mongo
 
     settings = test_settings(
-        tmp_path / "engram", mongo_uri=real_backends.url("mongo"),
-        mongo_db=f"engram_test_{uuid.uuid4().hex[:12]}", **overrides,
+        tmp_path / "engram",
+        mongo_uri=real_backends.url("mongo"),
+        mongo_db=f"engram_test_{uuid.uuid4().hex[:12]}",
+        **overrides,
     )
-    async with storage_on_mongo(settings, publish_events=False) as server:
+    from engram.authz.enforcement import FixedPrincipalAuthenticator
+    from engram.domain.principals import LOCAL_ADMIN
+
+    async with storage_on_mongo(
+        settings, publish_events=False, authenticator=FixedPrincipalAuthenticator(LOCAL_ADMIN)
+    ) as server:
         yield server.port

@@ -146,7 +146,9 @@ class ImportResult:
 
 
 def utc_now() -> datetime:
-    return datetime.now(UTC)
+    """Now, to the millisecond: the precision every backend stores (BSON dates)."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
 async def _backoff(attempt: int) -> None:

@@ -1,0 +1,76 @@
+"""MongoAuditLog: audit rows for privileged changes, in MongoDB."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from pymongo import ASCENDING, IndexModel
+
+from engram.backends.mongo import MongoDatabase, mongo_errors
+from engram.storage.ports import AuditRecord
+
+
+class MongoAuditLog:
+    def __init__(self, database: MongoDatabase) -> None:
+        self._events = database["audit_events"]
+
+    async def ensure_indexes(self) -> None:
+        with mongo_errors("creating audit indexes"):
+            await self._events.create_indexes(
+                [IndexModel([("at", ASCENDING), ("_id", ASCENDING)], name="at")]
+            )
+
+    async def record(self, entry: AuditRecord) -> None:
+        await self.append(entry, at=datetime.now(UTC))
+
+    async def append(self, entry: AuditRecord, *, at: datetime) -> str:
+        event_id = uuid.uuid4().hex
+        with mongo_errors("recording an audit event"):
+            await self._events.insert_one(
+                {
+                    "_id": event_id,
+                    "action": entry.action,
+                    "subject": entry.subject,
+                    "tenant": entry.tenant,
+                    "space_id": entry.space_id,
+                    "path": entry.path,
+                    "bytes_delta": entry.bytes_delta,
+                    "at": at,
+                }
+            )
+        return event_id
+
+    async def list_since(
+        self, since: datetime, *, after: tuple[datetime, str] | None, limit: int
+    ) -> list[tuple[str, AuditRecord, datetime]]:
+        """(event_id, record, at) oldest first, at or after `since`, after the cursor."""
+        query: dict[str, Any] = {"at": {"$gte": since}}
+        if after is not None:
+            query = {
+                "$or": [{"at": {"$gt": after[0]}}, {"at": after[0], "_id": {"$gt": after[1]}}],
+                "at": {"$gte": since},
+            }
+        with mongo_errors("listing audit events"):
+            rows = (
+                await self._events.find(query)
+                .sort([("at", 1), ("_id", 1)])
+                .limit(limit)
+                .to_list(length=limit)
+            )
+        return [
+            (
+                row["_id"],
+                AuditRecord(
+                    row["action"],
+                    row["subject"],
+                    row["tenant"],
+                    row["space_id"],
+                    row["path"],
+                    row["bytes_delta"],
+                ),
+                row["at"],
+            )
+            for row in rows
+        ]

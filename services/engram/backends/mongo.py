@@ -1,0 +1,61 @@
+"""MongoDB plumbing: the motor client, error mapping, and facts about what we rely on.
+
+Engram relies only on operations that are atomic per single document on every MongoDB
+wire-protocol server we run against, including FerretDB v1 (whose updates are NOT atomic
+under concurrency): inserts into collections with unique indexes are the only exclusivity
+primitive. See storage/mongo_repository.py and quota/mongo_ledger.py for how conditional
+writes are built on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorDatabase
+from pymongo.errors import (
+    AutoReconnect,
+    ConnectionFailure,
+    ExecutionTimeout,
+    NetworkTimeout,
+    ServerSelectionTimeoutError,
+    WriteConcernError,
+)
+
+from engram.domain.errors import Unavailable
+
+MongoDatabase = AsyncIOMotorDatabase[dict[str, Any]]
+
+
+def connect(uri: str, database: str, *, timeout_ms: int = 5000) -> tuple[Any, MongoDatabase]:
+    """A client bound to the running event loop and its database (call inside async code)."""
+    client: AsyncIOMotorClient[dict[str, Any]] = AsyncIOMotorClient(
+        uri,
+        serverSelectionTimeoutMS=timeout_ms,
+        connectTimeoutMS=timeout_ms,
+        socketTimeoutMS=max(timeout_ms * 3, 15000),
+        retryWrites=False,
+        tz_aware=True,
+        uuidRepresentation="standard",
+    )
+    return client, client[database]
+
+
+_UNAVAILABLE = (
+    AutoReconnect,
+    ConnectionFailure,
+    ExecutionTimeout,
+    NetworkTimeout,
+    ServerSelectionTimeoutError,
+    WriteConcernError,
+)
+
+
+@contextlib.contextmanager
+def mongo_errors(what: str) -> Iterator[None]:
+    """Turns driver connectivity errors into Unavailable, naming the operation."""
+    try:
+        yield
+    except _UNAVAILABLE as error:
+        raise Unavailable(f"MongoDB unavailable while {what}: {type(error).__name__}") from None

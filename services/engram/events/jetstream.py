@@ -1,0 +1,102 @@
+"""JetStreamPublisher: publishes outbox events to the ENGRAM_DOCS stream.
+
+Every message carries `Nats-Msg-Id = event_id`, so a publish retried after a crash or an
+outage is deduplicated by JetStream within the stream's duplicate window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import nats
+from nats.aio.client import Client
+from nats.errors import ConnectionClosedError, NoServersError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import APIError, NoStreamResponseError
+
+from engram.domain.errors import Unavailable
+from engram.events.ports import OutboxMessage
+
+log = logging.getLogger(__name__)
+
+STREAM = "ENGRAM_DOCS"
+SUBJECTS = ["engram.docs.>"]
+# Longer than any realistic gap between a publish and its outbox clear (relay restarts).
+DUPLICATE_WINDOW_SECONDS = 600.0
+
+_NATS_ERRORS = (
+    ConnectionClosedError,
+    NoServersError,
+    NatsTimeoutError,
+    NoStreamResponseError,
+    APIError,
+    OSError,
+    asyncio.TimeoutError,
+)
+
+
+async def connect_nats(url: str, *, name: str) -> Client:
+    """Connects with endless reconnects: an outage must not kill the process."""
+    try:
+        return await nats.connect(
+            url,
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            connect_timeout=5,
+            allow_reconnect=True,
+        )
+    except _NATS_ERRORS as error:
+        raise Unavailable(f"cannot reach NATS at {url}: {type(error).__name__}") from None
+
+
+async def ensure_stream(client: Client) -> None:
+    """Creates (or updates) ENGRAM_DOCS: file storage, subjects engram.docs.>."""
+    config = StreamConfig(
+        name=STREAM,
+        subjects=SUBJECTS,
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        duplicate_window=DUPLICATE_WINDOW_SECONDS,
+        max_age=7 * 24 * 3600.0,
+    )
+    js = client.jetstream()
+    try:
+        await js.add_stream(config)
+    except APIError as error:
+        if getattr(error, "err_code", None) != 10058:  # stream name in use with another config
+            raise
+        await js.update_stream(config)
+
+
+class JetStreamPublisher:
+    def __init__(self, client: Client, *, timeout: float = 5.0) -> None:
+        self._js = client.jetstream(timeout=timeout)
+        self._stream_ready = False
+        self._client = client
+
+    async def publish(self, messages: Sequence[OutboxMessage]) -> None:
+        try:
+            if not self._stream_ready:
+                await ensure_stream(self._client)
+                self._stream_ready = True
+            acks = await asyncio.gather(
+                *(
+                    self._js.publish(
+                        message.subject,
+                        message.payload,
+                        stream=STREAM,
+                        headers={"Nats-Msg-Id": message.event_id},
+                    )
+                    for message in messages
+                )
+            )
+        except _NATS_ERRORS as error:
+            self._stream_ready = False
+            raise Unavailable(f"publishing to JetStream failed: {type(error).__name__}") from None
+        duplicates = sum(1 for ack in acks if ack.duplicate)
+        if duplicates:
+            log.info("jetstream deduplicated re-published events", extra={"count": duplicates})
