@@ -1,0 +1,1 @@
+"""Keyword (BM25) chunk indexes: tantivy embedded, OpenSearch in production."""
