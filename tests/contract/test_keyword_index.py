@@ -21,6 +21,7 @@ from engram.domain.errors import InvalidArgument
 from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
 from engram.indexer.ports import IndexUnavailable, KeywordIndex
+from engram.runtime.settings import Settings
 
 pytestmark = pytest.mark.contract
 
@@ -493,3 +494,11 @@ async def test_opensearch_open_is_idempotent_across_instances(keyword_opensearch
         for a in adapters:
             await a.close()
         await _drop_opensearch(keyword_opensearch_url, alias)
+
+
+def test_adapters_are_built_from_settings(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, opensearch_url="http://127.0.0.1:9")
+    assert TantivyKeywordIndex.from_settings(settings).directory == tmp_path / "keyword"
+    assert OpenSearchKeywordIndex.from_settings(settings).alias == "engram-chunks"
+    with pytest.raises(ValueError, match="ENGRAM_OPENSEARCH_URL"):
+        OpenSearchKeywordIndex.from_settings(Settings(opensearch_url=None))

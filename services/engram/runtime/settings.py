@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engram.domain.content import DEFAULT_MAX_DOC_BYTES
@@ -87,9 +87,36 @@ class Settings(BaseSettings):
     ollama_model: str = "nomic-embed-text"
     ollama_dimension: int | None = Field(default=None, ge=1)
 
+    # --- chunking and the keyword index (ARCHITECTURE §4) ------------------------------------
+    chunk_size: int = Field(default=500, ge=50)
+    chunk_overlap: int = Field(default=50, ge=0)
+    # Alias (and index-name prefix) of the OpenSearch chunk index.
+    opensearch_index: str = "engram-chunks"
+    opensearch_shards: int = Field(default=1, ge=1)
+    opensearch_replicas: int = Field(default=1, ge=0)
+    # Periodic refresh of the chunk index; writes refresh on their own (see below).
+    opensearch_refresh_interval: str = "1s"
+    # "true" refreshes on every write (measured ~15 ms to visible); "wait_for" waits for the
+    # periodic refresh (~200 ms with a 200ms interval).
+    opensearch_write_refresh: Literal["true", "wait_for"] = "true"
+    opensearch_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Embedded keyword index: `<data_dir>/keyword` unless set.
+    tantivy_dir: Path | None = None
+    tantivy_writer_heap_bytes: int = Field(default=50_000_000, ge=15_000_000)
+    tantivy_search_threads: int = Field(default=2, ge=1)
+
     # --- other services (distributed mode) ---------------------------------------------------
     storage_addr: str | None = None
     quota_addr: str | None = None
     authz_addr: str | None = None
     search_addr: str | None = None
     indexer_addr: str | None = None
+
+    @model_validator(mode="after")
+    def _chunk_overlap_below_size(self) -> Settings:
+        if self.chunk_overlap >= self.chunk_size:
+            raise ValueError(
+                f"ENGRAM_CHUNK_OVERLAP ({self.chunk_overlap}) must be smaller than "
+                f"ENGRAM_CHUNK_SIZE ({self.chunk_size})"
+            )
+        return self

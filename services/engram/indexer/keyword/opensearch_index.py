@@ -25,6 +25,7 @@ older version of the same document can neither overwrite nor delete newer chunks
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import AsyncIterator, Sequence
@@ -51,6 +52,7 @@ from engram.indexer.keyword.scoping import (
     path_scopes,
 )
 from engram.indexer.ports import IndexUnavailable
+from engram.runtime.settings import Settings
 
 DEFAULT_ALIAS = "engram-chunks"
 WriteRefresh = Literal["true", "wait_for"]
@@ -68,6 +70,8 @@ _SOURCE_FIELDS = [
 # Bulk request bodies stay under this size: bounded JSON encoding on the event loop per
 # request, and below aiohttp's 1 MiB "large body" threshold.
 _BULK_BYTES = 512 * 1024
+# Larger replaces are JSON-encoded on a worker thread, not on the event loop.
+_ENCODE_INLINE_CHUNKS = 64
 # Page size when listing a path's chunks (a 2 MiB document has about 4,700).
 _PAGE = 2000
 
@@ -157,6 +161,22 @@ class OpenSearchKeywordIndex:
         self._timeout = timeout_seconds
         self._client: Any = None
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> OpenSearchKeywordIndex:
+        """The index named by the `ENGRAM_OPENSEARCH_*` settings; `ENGRAM_OPENSEARCH_URL` is
+        required (production never falls back to the embedded index)."""
+        if not settings.opensearch_url:
+            raise ValueError("ENGRAM_OPENSEARCH_URL is required for the OpenSearch keyword index")
+        return cls(
+            settings.opensearch_url,
+            alias=settings.opensearch_index,
+            shards=settings.opensearch_shards,
+            replicas=settings.opensearch_replicas,
+            refresh_interval=settings.opensearch_refresh_interval,
+            write_refresh=settings.opensearch_write_refresh,
+            timeout_seconds=settings.opensearch_timeout_seconds,
+        )
+
     @property
     def alias(self) -> str:
         return self._alias
@@ -226,18 +246,10 @@ class OpenSearchKeywordIndex:
                 )
         client = self._open_client()
         routing = routing_key(space_id)
-        lines: list[str] = []
-        for chunk in chunks:
-            action = {
-                "index": {
-                    "_index": self._alias,
-                    "_id": chunk.chunk_id,
-                    "routing": routing,
-                    "version": chunk.doc_version,
-                    "version_type": "external_gte",
-                }
-            }
-            lines.append(_ndjson(action, _source(chunk)))
+        if len(chunks) > _ENCODE_INLINE_CHUNKS:
+            lines = await asyncio.to_thread(_index_lines, self._alias, routing, chunks)
+        else:
+            lines = _index_lines(self._alias, routing, chunks)
         newer = (chunks[0].document_id, chunks[0].doc_version) if chunks else None
         for stale_id, seq_no, primary_term in await self._stale(
             client, space_id, path, [c.chunk_id for c in chunks], newer
@@ -386,6 +398,23 @@ class OpenSearchKeywordIndex:
                 "the OpenSearch keyword index is not open", metadata={"backend": "opensearch"}
             )
         return self._client
+
+
+def _index_lines(alias: str, routing: str, chunks: Sequence[Chunk]) -> list[str]:
+    """Bulk `index` lines for `chunks`, versioned by their document version."""
+    lines = []
+    for chunk in chunks:
+        action = {
+            "index": {
+                "_index": alias,
+                "_id": chunk.chunk_id,
+                "routing": routing,
+                "version": chunk.doc_version,
+                "version_type": "external_gte",
+            }
+        }
+        lines.append(_ndjson(action, _source(chunk)))
+    return lines
 
 
 def _ndjson(action: dict[str, Any], source: dict[str, Any] | None = None) -> str:

@@ -46,6 +46,7 @@ from engram.indexer.keyword.scoping import (
     path_scopes,
 )
 from engram.indexer.ports import IndexUnavailable
+from engram.runtime.settings import Settings
 
 T = TypeVar("T")
 
@@ -89,6 +90,19 @@ class TantivyKeywordIndex:
         self._pending: list[tuple[_Write, asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._closing = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TantivyKeywordIndex:
+        """The index at `ENGRAM_TANTIVY_DIR`, default `<ENGRAM_DATA_DIR>/keyword`."""
+        return cls(
+            settings.tantivy_dir or settings.data_dir / "keyword",
+            writer_heap_bytes=settings.tantivy_writer_heap_bytes,
+            search_threads=settings.tantivy_search_threads,
+        )
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
 
     # --- lifecycle ---------------------------------------------------------------------------
 
