@@ -241,9 +241,13 @@ class QdrantVectorIndex:
             name = await self._alias_collection(fresh=False)
             if name is None:
                 return []
-            model = await self._model_of(name)
+            cached = next(
+                (m for m in self._models.values() if self.collection_name(m.model_id) == name), None
+            )
+            model = cached or await self._model_of(name)
             if model is None:
                 return []
+            self._models[model.model_id] = model
         else:
             model = await self._require(model_id)
             name = self.collection_name(model_id)
