@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -12,19 +12,10 @@ import grpc
 import pytest
 
 from engram.allinone import EmbeddedEngram, embedded_engram
-from engram.runtime.settings import Settings
 from tests.support.backends import RealBackends
+from tests.support.settings import server_settings
 
 REQUIRE_REAL_BACKENDS = os.environ.get("ENGRAM_REQUIRE_REAL_BACKENDS") == "1"
-
-
-def test_settings(data_dir: Path, **overrides: Any) -> Settings:
-    """Settings for an in-test server: ephemeral port, no metrics port, quiet logs."""
-    values: dict[str, Any] = {
-        "data_dir": data_dir, "grpc_port": 0, "metrics_port": 0, "access_log": False,
-    }
-    values.update(overrides)
-    return Settings(**values)
 
 
 EngramFactory = Callable[..., AbstractAsyncContextManager[EmbeddedEngram]]
@@ -36,7 +27,7 @@ def engram_factory(tmp_path: Path) -> EngramFactory:
 
     def start(**overrides: Any) -> AbstractAsyncContextManager[EmbeddedEngram]:
         data_dir = overrides.pop("data_dir", tmp_path / "engram")
-        return embedded_engram(test_settings(data_dir, **overrides))
+        return embedded_engram(server_settings(data_dir, **overrides))
 
     return start
 
@@ -54,9 +45,9 @@ async def channel(engram: EmbeddedEngram) -> AsyncIterator[grpc.aio.Channel]:
 
 
 @pytest.fixture(scope="session")
-def real_backends() -> RealBackends:
+def real_backends() -> Iterator[RealBackends]:
     """NATS, FerretDB and OpenSearch from deploy/local (or the ENGRAM_TEST_* URLs), started
     lazily, one each per test session."""
     backends = RealBackends(require=REQUIRE_REAL_BACKENDS)
-    yield backends  # type: ignore[misc]
+    yield backends
     backends.stop_all()

@@ -15,7 +15,7 @@ from engram.authz.enforcement import PolicyAuthorizer
 from engram.authz.mongo_audit import MongoAuditLog
 from engram.backends.mongo import connect
 from engram.domain.errors import EngramError
-from engram.events.jetstream import JetStreamPublisher, connect_nats
+from engram.events.jetstream import JetStreamPublisher
 from engram.events.mongo_outbox import MongoOutbox
 from engram.events.relay import OutboxRelay
 from engram.quota.mongo_ledger import MongoUsageLedger
@@ -73,9 +73,9 @@ async def storage_on_mongo(
         relay: OutboxRelay | None = None
         if publish_events:
             assert settings.nats_url is not None
-            nats_client = await connect_nats(settings.nats_url, name="engram-storage")
-            stack.push_async_callback(nats_client.drain)
-            relay = OutboxRelay(MongoOutbox(database, repository), JetStreamPublisher(nats_client))
+            publisher = JetStreamPublisher(settings.nats_url, name="engram-storage")
+            stack.push_async_callback(publisher.close)
+            relay = OutboxRelay(MongoOutbox(repository), publisher)
         storage = StorageService(
             repository,
             quota,

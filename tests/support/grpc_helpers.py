@@ -12,15 +12,18 @@ from grpc_status import rpc_status
 from engram.v1 import space_pb2, storage_pb2
 
 
-def space(name: str = "notes", visibility: int = space_pb2.VISIBILITY_PRIVATE,
-          **qualifiers: str) -> space_pb2.SpaceRef:
+def space(
+    name: str = "notes", visibility: int = space_pb2.VISIBILITY_PRIVATE, **qualifiers: str
+) -> space_pb2.SpaceRef:
     return space_pb2.SpaceRef(visibility=visibility, name=name, **qualifiers)  # type: ignore[arg-type]
 
 
-def write_request(path: str, content: str, *, ref: space_pb2.SpaceRef | None = None,
-                  **fields: Any) -> storage_pb2.WriteDocumentRequest:
-    return storage_pb2.WriteDocumentRequest(space=ref or space(), path=path, content=content,
-                                            **fields)
+def write_request(
+    path: str, content: str, *, ref: space_pb2.SpaceRef | None = None, **fields: Any
+) -> storage_pb2.WriteDocumentRequest:
+    return storage_pb2.WriteDocumentRequest(
+        space=ref or space(), path=path, content=content, **fields
+    )
 
 
 class CallFailure:
@@ -35,9 +38,12 @@ class CallFailure:
         status = rpc_status.from_call(error)
         if status is not None:
             for detail in status.details:
-                for kind in (error_details_pb2.ErrorInfo, error_details_pb2.BadRequest,
-                             error_details_pb2.QuotaFailure,
-                             error_details_pb2.PreconditionFailure):
+                for kind in (
+                    error_details_pb2.ErrorInfo,
+                    error_details_pb2.BadRequest,
+                    error_details_pb2.QuotaFailure,
+                    error_details_pb2.PreconditionFailure,
+                ):
                     message = kind()
                     if detail.Unpack(message):
                         self.details.append(message)

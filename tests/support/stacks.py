@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from engram.allinone import embedded_engram
-from tests.conftest import test_settings
+from tests.support.settings import server_settings
 from tests.support.backends import RealBackends
 
 BACKENDS = ("sqlite", "mongo")
@@ -21,12 +21,12 @@ async def storage_server(
 ) -> AsyncIterator[int]:
     """Serves StorageService on `backend`; yields the port."""
     if backend == "sqlite":
-        async with embedded_engram(test_settings(tmp_path / "engram", **overrides)) as engram:
+        async with embedded_engram(server_settings(tmp_path / "engram", **overrides)) as engram:
             yield engram.port
         return
     from engram.services import storage_on_mongo
 
-    settings = test_settings(
+    settings = server_settings(
         tmp_path / "engram",
         mongo_uri=real_backends.url("mongo"),
         mongo_db=f"engram_test_{uuid.uuid4().hex[:12]}",

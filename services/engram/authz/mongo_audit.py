@@ -8,7 +8,7 @@ from typing import Any
 
 from pymongo import ASCENDING, IndexModel
 
-from engram.backends.mongo import MongoDatabase, mongo_errors
+from engram.backends.mongo import MongoDatabase, ensure_indexes, mongo_errors
 from engram.storage.ports import AuditRecord
 
 
@@ -17,10 +17,9 @@ class MongoAuditLog:
         self._events = database["audit_events"]
 
     async def ensure_indexes(self) -> None:
-        with mongo_errors("creating audit indexes"):
-            await self._events.create_indexes(
-                [IndexModel([("at", ASCENDING), ("_id", ASCENDING)], name="at")]
-            )
+        await ensure_indexes(
+            self._events, [IndexModel([("at", ASCENDING), ("_id", ASCENDING)], name="at")]
+        )
 
     async def record(self, entry: AuditRecord) -> None:
         await self.append(entry, at=datetime.now(UTC))

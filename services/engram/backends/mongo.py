@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorDatabase
+from pymongo import IndexModel
 from pymongo.errors import (
     AutoReconnect,
     ConnectionFailure,
@@ -59,3 +60,16 @@ def mongo_errors(what: str) -> Iterator[None]:
         yield
     except _UNAVAILABLE as error:
         raise Unavailable(f"MongoDB unavailable while {what}: {type(error).__name__}") from None
+
+
+async def ensure_indexes(collection: Any, models: list[IndexModel]) -> None:
+    """Creates the indexes a collection lacks, one at a time (idempotent).
+
+    Asking FerretDB v1 to create indexes that already exist in a multi-index call crashes
+    its connection, so existing ones are listed first and skipped.
+    """
+    with mongo_errors(f"creating indexes on {collection.name}"):
+        existing = {index["name"] async for index in collection.list_indexes()}
+        for model in models:
+            if model.document["name"] not in existing:
+                await collection.create_indexes([model])

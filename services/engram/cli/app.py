@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from engram.cli import storage_commands
 from engram.cli.client import console, fail
+from engram.domain.errors import EngramError
 from engram.runtime.logs import configure_logging
 from engram.runtime.settings import Settings
 
@@ -94,6 +95,8 @@ def serve(
     configure_logging(settings.log_level, settings.log_format)
     try:
         asyncio.run(run_service(service, settings))
+    except EngramError as error:
+        fail(error.message, code=1)
     except OSError as error:
         fail(str(error), code=1)
 

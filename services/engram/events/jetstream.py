@@ -7,6 +7,7 @@ outage is deduplicated by JetStream within the stream's duplicate window.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -14,6 +15,7 @@ import nats
 from nats.aio.client import Client
 from nats.errors import ConnectionClosedError, NoServersError
 from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import APIError, NoStreamResponseError
 
@@ -73,19 +75,36 @@ async def ensure_stream(client: Client) -> None:
 
 
 class JetStreamPublisher:
-    def __init__(self, client: Client, *, timeout: float = 5.0) -> None:
-        self._js = client.jetstream(timeout=timeout)
+    """Connects on first use, so storage starts (and keeps recording events in its outbox)
+    while NATS is down; the relay retries until it is back."""
+
+    def __init__(self, url: str, *, name: str, timeout: float = 5.0) -> None:
+        self._url = url
+        self._name = name
+        self._timeout = timeout
+        self._client: Client | None = None
         self._stream_ready = False
-        self._client = client
+
+    async def _jetstream(self) -> JetStreamContext:
+        if self._client is None:
+            self._client = await connect_nats(self._url, name=self._name)
+        if not self._stream_ready:
+            await ensure_stream(self._client)
+            self._stream_ready = True
+        return self._client.jetstream(timeout=self._timeout)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(*_NATS_ERRORS):
+                await self._client.drain()
+            self._client = None
 
     async def publish(self, messages: Sequence[OutboxMessage]) -> None:
         try:
-            if not self._stream_ready:
-                await ensure_stream(self._client)
-                self._stream_ready = True
+            js = await self._jetstream()
             acks = await asyncio.gather(
                 *(
-                    self._js.publish(
+                    js.publish(
                         message.subject,
                         message.payload,
                         stream=STREAM,

@@ -51,7 +51,11 @@ class OutboxRelay:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="outbox-relay")
 
-    async def stop(self) -> None:
+    async def stop(self, *, drain_seconds: float = 5.0) -> None:
+        """Publishes what is pending (bounded by `drain_seconds`), then stops. What could
+        not be published stays in the outbox for the next start."""
+        if self._task is not None and drain_seconds > 0:
+            await self.drained(drain_seconds)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

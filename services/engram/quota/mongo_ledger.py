@@ -1,97 +1,107 @@
 """MongoUsageLedger: usage counters as per-counter entry chains on MongoDB.
 
-A counter's value is its newest entry in `usage_entries`; a charge inserts entry `seq + 1`
-carrying the new value, and the unique index (counter, seq) lets exactly one writer take
-each step - conditional increments built on the one write every MongoDB-protocol server
-here makes atomic (FerretDB v1's `$inc` is not atomic under concurrency). Every step is
-checked against the limit, so a counter can never pass it, however many writers race.
+A counter's value is its newest entry; a charge inserts entry `seq + 1` under the _id
+`<counter>\\n<seq>` carrying the new value, and only one writer can take an _id - the
+conditional increment is built on the one write every MongoDB-protocol server here makes
+atomic (FerretDB v1's `$inc` is not atomic under concurrency). Each step is checked
+against the limit, so a counter never passes it, however many writers race.
 
-A charge touching two counters inserts the space step, then the aggregate step; if the
-aggregate refuses or loses a race, the space step is reversed by a compensating step. A
-crash between the two leaves the space over-counted until `Reconcile` (never under its
-limit). Within one process, charges on the same counters queue on local locks.
+`usage_counters` holds a head per counter (latest seq and value, and its owner); readers
+probe `seq + 1` by _id to catch up with a lagging head: only _id lookups on the hot path.
+
+A charge touching two counters takes the space step, then the aggregate step; if the
+aggregate refuses, the space step is reversed by a compensating step. A crash between
+the two leaves the space over-counted until `Reconcile` (never over its limit). Within
+one process, charges on the same counters queue on local locks.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo import ASCENDING, IndexModel
 from pymongo.errors import DuplicateKeyError
 
-from engram.backends.mongo import MongoDatabase, mongo_errors
+from engram.backends.mongo import MongoDatabase, ensure_indexes, mongo_errors
 from engram.domain.errors import WriteContention
 from engram.domain.quotas import Counter, apply_delta, check_growth
 from engram.quota.ports import ChargeOutcome
 from engram.runtime.keyed_locks import KeyedLocks
 
 MAX_ATTEMPTS = 200
-# Entries older than the newest this many steps are history nobody reads: pruned.
+# Entries this many steps behind the newest are history nobody reads: removed.
 KEEP_STEPS = 16
 KEY_RETENTION = timedelta(days=1)
+
+
+def entry_id(counter: str, seq: int) -> str:
+    return f"{counter}\n{seq:012d}"
 
 
 class MongoUsageLedger:
     def __init__(self, database: MongoDatabase) -> None:
         self._entries = database["usage_entries"]
+        self._heads = database["usage_counters"]
         self._keys = database["usage_keys"]
         self._overrides = database["quota_overrides"]
         self._locks = KeyedLocks()
         self._applies = 0
 
     async def ensure_indexes(self) -> None:
-        with mongo_errors("creating quota indexes"):
-            await self._entries.create_indexes(
-                [
-                    IndexModel(
-                        [("counter", ASCENDING), ("seq", ASCENDING)],
-                        unique=True,
-                        name="counter_seq",
-                    ),
-                    IndexModel([("owner", ASCENDING), ("counter", ASCENDING)], name="owner"),
-                ]
-            )
-            await self._keys.create_indexes([IndexModel([("at", ASCENDING)], name="at")])
+        await ensure_indexes(self._heads, [IndexModel([("owner", ASCENDING)], name="owner")])
+        await ensure_indexes(self._keys, [IndexModel([("at", ASCENDING)], name="at")])
 
-    async def _latest(self, counter: str) -> dict[str, Any] | None:
+    async def _current(self, counter: str) -> tuple[int, int]:
+        """(seq, value) of the counter's newest entry."""
         with mongo_errors("reading a usage counter"):
-            entry: dict[str, Any] | None = await self._entries.find_one(
-                {"counter": counter}, sort=[("seq", DESCENDING)]
-            )
-        return entry
+            head = await self._heads.find_one({"_id": counter})
+            seq, used = (int(head["seq"]), int(head["used"])) if head else (0, 0)
+            while True:
+                entry = await self._entries.find_one({"_id": entry_id(counter, seq + 1)})
+                if entry is None:
+                    return seq, used
+                seq, used = seq + 1, int(entry["used"])
+
+    async def _take_step(
+        self, owner: str, counter: str, seq: int, value: int, delta: int, **extra: Any
+    ) -> bool:
+        """Inserts entry `seq` with `value`; False when another writer took that step."""
+        with mongo_errors("charging a usage counter"):
+            try:
+                await self._entries.insert_one(
+                    {
+                        "_id": entry_id(counter, seq),
+                        "used": value,
+                        "delta": delta,
+                        "at": datetime.now(UTC),
+                        **extra,
+                    }
+                )
+            except DuplicateKeyError:
+                return False
+            try:
+                await self._heads.replace_one(
+                    {"_id": counter, "seq": {"$lt": seq}},
+                    {"seq": seq, "used": value, "owner": owner},
+                    upsert=True,
+                )
+            except DuplicateKeyError:
+                pass  # a newer head is in place
+            if seq > KEEP_STEPS:
+                await self._entries.delete_one({"_id": entry_id(counter, seq - KEEP_STEPS)})
+        return True
 
     async def _step(self, owner: str, counter: Counter, delta: int, *, check: bool) -> int:
         """Moves one counter by `delta` (checked against its limit when growing)."""
         for _ in range(MAX_ATTEMPTS):
-            latest = await self._latest(counter.key)
-            used = int(latest["used"]) if latest else 0
+            seq, used = await self._current(counter.key)
             if check:
                 check_growth(counter, used, delta)
             value = apply_delta(used, delta)
-            seq = (int(latest["seq"]) if latest else 0) + 1
-            try:
-                with mongo_errors("charging a usage counter"):
-                    await self._entries.insert_one(
-                        {
-                            "counter": counter.key,
-                            "seq": seq,
-                            "owner": owner,
-                            "used": value,
-                            "delta": delta,
-                            "at": datetime.now(UTC),
-                        }
-                    )
-            except DuplicateKeyError:
-                continue  # another process took this step; read again
-            if seq % KEEP_STEPS == 0:
-                with mongo_errors("pruning a usage counter"):
-                    await self._entries.delete_many(
-                        {"counter": counter.key, "seq": {"$lte": seq - KEEP_STEPS}}
-                    )
-            return value
+            if await self._take_step(owner, counter.key, seq + 1, value, delta):
+                return value
         raise WriteContention(
             f"usage counter {counter.key} kept changing under {MAX_ATTEMPTS} tries; retry"
         )
@@ -132,39 +142,26 @@ class MongoUsageLedger:
                 await self._keys.delete_many({"at": {"$lt": datetime.now(UTC) - KEY_RETENTION}})
 
     async def read(self, keys: Sequence[str]) -> dict[str, int]:
-        values: dict[str, int] = {}
-        for key in keys:
-            latest = await self._latest(key)
-            values[key] = int(latest["used"]) if latest else 0
-        return values
+        return {key: (await self._current(key))[1] for key in keys}
 
     async def counters_of(self, owner: str) -> dict[str, int]:
         with mongo_errors("listing usage counters"):
-            names = await self._entries.distinct("counter", {"owner": owner})
-        return await self.read([str(name) for name in names])
+            heads = await self._heads.find({"owner": owner}, projection={"_id": 1}).to_list(
+                length=None
+            )
+        return await self.read([str(head["_id"]) for head in heads])
 
     async def overwrite(self, owner: str, values: Mapping[str, int]) -> None:
         async with self._locks.hold_all(values):
             for key, value in values.items():
                 for _ in range(MAX_ATTEMPTS):
-                    latest = await self._latest(key)
-                    seq = (int(latest["seq"]) if latest else 0) + 1
-                    try:
-                        with mongo_errors("correcting a usage counter"):
-                            await self._entries.insert_one(
-                                {
-                                    "counter": key,
-                                    "seq": seq,
-                                    "owner": owner,
-                                    "used": value,
-                                    "delta": value - (int(latest["used"]) if latest else 0),
-                                    "at": datetime.now(UTC),
-                                    "reconciled": True,
-                                }
-                            )
-                    except DuplicateKeyError:
-                        continue
-                    break
+                    seq, used = await self._current(key)
+                    if await self._take_step(
+                        owner, key, seq + 1, value, value - used, reconciled=True
+                    ):
+                        break
+                else:
+                    raise WriteContention(f"usage counter {key} kept changing; retry reconcile")
 
     async def get_override(self, owner: str) -> int | None:
         with mongo_errors("reading a quota override"):
@@ -174,5 +171,7 @@ class MongoUsageLedger:
     async def set_override(self, owner: str, quota_bytes: int) -> None:
         with mongo_errors("setting a quota override"):
             await self._overrides.replace_one(
-                {"_id": owner}, {"quota_bytes": quota_bytes, "at": time.time()}, upsert=True
+                {"_id": owner},
+                {"quota_bytes": quota_bytes, "at": datetime.now(UTC)},
+                upsert=True,
             )

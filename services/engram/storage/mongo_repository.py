@@ -1,26 +1,31 @@
 """MongoDocumentRepository: documents as per-path revision chains on MongoDB.
 
-Each change to (space_id, path) inserts revision `rev + 1` into `revisions`, whose unique
-index (space_id, path, rev) lets exactly one writer win: the insert is the commit. It is
-a single-document write, so the document change and its pending event (the outbox) are
-recorded atomically, on MongoDB and on FerretDB alike (FerretDB's updates are not atomic
-under concurrency; unique inserts are). The current document is the newest revision.
+Each change to (space_id, path) inserts revision `rev + 1` into `revisions` under the _id
+`<space_id>\\n<path>\\n<rev>`: exactly one writer can take an _id, so the insert is the
+commit - on MongoDB and on FerretDB alike (FerretDB v1's updates are not atomic under
+concurrency; inserts of a primary key are). Just before it, the change's event is
+recorded in `outbox` under its event id, so the relay finds pending events without
+scanning revisions; a pointer whose revision never landed is dropped by the relay.
 
-`documents` holds one head per path (live document or tombstone) for listing, export and
-usage. Heads are written after the revision, guarded by `rev`, and rolled forward by the
-outbox relay, so a crash between the two never leaves a head behind for long.
+`documents` holds one small head per path (live document or tombstone, no content) with
+the latest revision number, for listing, export and usage. Heads are written after the
+revision, guarded by `rev`; readers probe `rev + 1` by _id and roll a lagging head forward.
+Reads, writes, deletes and version history use only _id lookups and inserts - FerretDB v1
+serves nothing else without scanning a collection; listing, export and usage query
+secondary indexes, which real MongoDB uses (FerretDB scans them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo import ASCENDING, IndexModel
 from pymongo.errors import DuplicateKeyError
 
-from engram.backends.mongo import MongoDatabase, mongo_errors
+from engram.backends.mongo import MongoDatabase, ensure_indexes, mongo_errors
 from engram.domain.documents import (
     DocumentDeletion,
     DocumentEvent,
@@ -32,38 +37,47 @@ from engram.domain.documents import (
     StoredDocument,
 )
 from engram.domain.quotas import aggregate_owner
-from engram.domain.spaces import SpaceRef, parse_space_id
+from engram.domain.spaces import parse_space_id
 from engram.storage.ports import ConcurrentModification
 
 UPSERT = "upsert"
 DELETE = "delete"
+# An outbox pointer whose revision has not appeared after this long belongs to a write
+# that lost its race or crashed before committing.
+ABANDONED_POINTER = timedelta(seconds=60)
 
-REVISION_INDEXES = [
-    IndexModel(
-        [("space_id", ASCENDING), ("path", ASCENDING), ("rev", ASCENDING)],
-        unique=True,
-        name="path_rev",
-    ),
-    IndexModel([("pending", ASCENDING)], name="pending"),
-    IndexModel(
-        [
-            ("space_id", ASCENDING),
-            ("path", ASCENDING),
-            ("document_id", ASCENDING),
-            ("version", ASCENDING),
-        ],
-        name="document_version",
-    ),
-]
 HEAD_INDEXES = [
-    IndexModel([("space_id", ASCENDING), ("path", ASCENDING)], unique=True, name="space_path"),
-    IndexModel([("tenant", ASCENDING), ("space_id", ASCENDING)], name="tenant_space"),
+    IndexModel(
+        [("space_id", ASCENDING), ("deleted", ASCENDING), ("path", ASCENDING)],
+        name="space_live_path",
+    ),
+    IndexModel(
+        [("tenant", ASCENDING), ("deleted", ASCENDING), ("space_id", ASCENDING)],
+        name="tenant_live_space",
+    ),
 ]
+OUTBOX_INDEXES = [IndexModel([("at", ASCENDING)], name="at")]
 
 
 def head_id(space_id: str, path: str) -> str:
     # Neither a space id nor a path may contain a newline.
     return f"{space_id}\n{path}"
+
+
+def revision_id(space_id: str, path: str, rev: int) -> str:
+    return f"{space_id}\n{path}\n{rev:012d}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Chain:
+    """Where a path's revision chain ends: its newest revision number and revision."""
+
+    rev: int
+    latest: dict[str, Any] | None
+
+    @property
+    def alive(self) -> bool:
+        return self.latest is not None and self.latest["op"] == UPSERT
 
 
 def _stored(revision: dict[str, Any]) -> StoredDocument:
@@ -79,6 +93,20 @@ def _stored(revision: dict[str, Any]) -> StoredDocument:
         created_at=revision["created_at"],
         updated_at=revision["at"],
         updated_by=revision["by"],
+    )
+
+
+def _version(revision: dict[str, Any], *, with_content: bool, deleted: bool) -> DocumentVersion:
+    return DocumentVersion(
+        document_id=revision["document_id"],
+        version=revision["version"],
+        sha256=revision["sha256"],
+        size_bytes=revision["size_bytes"],
+        updated_at=revision["at"],
+        updated_by=revision["by"],
+        content=revision["content"] if with_content else "",
+        deleted=deleted,
+        seq=revision["rev"],
     )
 
 
@@ -101,28 +129,85 @@ class MongoDocumentRepository:
     def __init__(self, database: MongoDatabase, *, retention: int) -> None:
         self._revisions = database["revisions"]
         self._heads = database["documents"]
+        self._outbox = database["outbox"]
         self._retention = retention
 
     async def ensure_indexes(self) -> None:
         """Creates every index (idempotent; run at startup)."""
-        with mongo_errors("creating document indexes"):
-            await self._revisions.create_indexes(REVISION_INDEXES)
-            await self._heads.create_indexes(HEAD_INDEXES)
+        await ensure_indexes(self._heads, HEAD_INDEXES)
+        await ensure_indexes(self._outbox, OUTBOX_INDEXES)
 
-    # --- reads -------------------------------------------------------------------------------
+    # --- the chain ---------------------------------------------------------------------------
 
-    async def _latest(self, space_id: str, path: str) -> dict[str, Any] | None:
-        with mongo_errors("reading a document"):
+    async def _revision(self, space_id: str, path: str, rev: int) -> dict[str, Any] | None:
+        with mongo_errors("reading a revision"):
             revision: dict[str, Any] | None = await self._revisions.find_one(
-                {"space_id": space_id, "path": path}, sort=[("rev", DESCENDING)]
+                {"_id": revision_id(space_id, path, rev)}
             )
         return revision
 
+    async def _chain(self, space_id: str, path: str) -> _Chain:
+        """The newest revision: from the head, then probing `rev + 1` until a miss."""
+        with mongo_errors("reading a document"):
+            head = await self._heads.find_one(
+                {"_id": head_id(space_id, path)}, projection={"rev": 1}
+            )
+        rev = int(head["rev"]) if head else 0
+        latest = await self._revision(space_id, path, rev) if rev else None
+        advanced = False
+        while True:
+            following = await self._revision(space_id, path, rev + 1)
+            if following is None:
+                break
+            latest, rev, advanced = following, rev + 1, True
+        if advanced and latest is not None:
+            await self._apply_head(latest)
+        return _Chain(rev, latest)
+
+    async def refresh(self, space_id: str, path: str) -> None:
+        """Rolls the path's head forward to its newest revision (the relay calls this)."""
+        await self._chain(space_id, path)
+
+    async def _apply_head(self, revision: dict[str, Any]) -> None:
+        """Writes the head for `revision` unless a newer head is in place. Heads stay small
+        (no content): FerretDB v1 decodes every document of a collection on each update."""
+        deleted = revision["op"] == DELETE
+        head: dict[str, Any] = {
+            "space_id": revision["space_id"],
+            "path": revision["path"],
+            "rev": revision["rev"],
+            "tenant": aggregate_owner(parse_space_id(revision["space_id"])),
+            "deleted": deleted,
+            "version": revision["version"],
+            "updated_at": revision["at"],
+            "size_bytes": 0 if deleted else revision["size_bytes"],
+        }
+        key = head_id(revision["space_id"], revision["path"])
+        with mongo_errors("updating a document head"):
+            try:
+                await self._heads.replace_one(
+                    {"_id": key, "rev": {"$lt": revision["rev"]}}, head, upsert=True
+                )
+            except DuplicateKeyError:
+                pass  # a newer head is already in place
+
+    async def _prune(self, space_id: str, path: str, rev: int) -> None:
+        """Removes the revision that just left the retention window (the current revision and
+        `retention` earlier ones), unless its event is unpublished: it carries the payload."""
+        stale = rev - self._retention - 1
+        if stale < 1:
+            return
+        revision = await self._revision(space_id, path, stale)
+        with mongo_errors("pruning versions"):
+            if revision is None or await self._outbox.find_one({"_id": revision["event_id"]}):
+                return
+            await self._revisions.delete_one({"_id": revision["_id"]})
+
+    # --- reads -------------------------------------------------------------------------------
+
     async def get(self, space_id: str, path: str) -> StoredDocument | None:
-        latest = await self._latest(space_id, path)
-        if latest is None or latest["op"] != UPSERT:
-            return None
-        return _stored(latest)
+        chain = await self._chain(space_id, path)
+        return _stored(chain.latest) if chain.alive and chain.latest else None
 
     async def get_many(self, space_id: str, paths: Sequence[str]) -> dict[str, StoredDocument]:
         found: dict[str, StoredDocument] = {}
@@ -132,76 +217,52 @@ class MongoDocumentRepository:
                 found[path] = document
         return found
 
+    async def _kept(
+        self, space_id: str, path: str
+    ) -> tuple[dict[str, Any] | None, list[tuple[dict[str, Any], bool]]]:
+        """(newest revision, kept versions newest first with their `deleted` flag), walking
+        the chain backwards by _id through the retention window."""
+        chain = await self._chain(space_id, path)
+        if chain.latest is None:
+            return None, []
+        kept: list[tuple[dict[str, Any], bool]] = []
+        newer_op = chain.latest["op"]
+        rev = chain.rev - 1
+        floor = chain.rev - self._retention
+        if chain.latest["op"] == DELETE:
+            floor -= 1  # a deleted document's last version is a kept version
+        while rev >= max(1, floor):
+            revision = await self._revision(space_id, path, rev)
+            if revision is None:
+                break  # pruned: nothing older is kept
+            if revision["op"] == UPSERT:
+                kept.append((revision, newer_op == DELETE))
+            newer_op = revision["op"]
+            rev -= 1
+        return chain.latest, kept
+
     async def get_version(self, space_id: str, path: str, version: int) -> DocumentVersion | None:
-        latest = await self._latest(space_id, path)
+        latest, kept = await self._kept(space_id, path)
         if latest is None:
             return None
-        floor = await self._retention_floor(latest)
-        with mongo_errors("reading a kept version"):
-            revision = await self._revisions.find_one(
-                {
-                    "space_id": space_id,
-                    "path": path,
-                    "document_id": latest["document_id"],
-                    "version": version,
-                    "op": UPSERT,
-                    "rev": {"$gte": floor},
-                },
-                sort=[("rev", DESCENDING)],
-            )
-        if revision is None:
-            return None
-        deleted = latest["op"] == DELETE and latest["version"] == version
-        return _version(revision, with_content=True, deleted=deleted)
+        for revision, deleted in kept:
+            if (
+                revision["version"] == version
+                and revision["document_id"] == (latest["document_id"])
+            ):
+                return _version(revision, with_content=True, deleted=deleted)
+        return None
 
     async def list_versions(
         self, space_id: str, path: str, *, before_seq: int | None, limit: int
     ) -> list[DocumentVersion]:
-        latest = await self._latest(space_id, path)
-        if latest is None:
-            return []
-        query: dict[str, Any] = {
-            "space_id": space_id,
-            "path": path,
-            "rev": {"$gte": await self._retention_floor(latest)},
-        }
-        if before_seq is not None:
-            # Include the last revision already returned: its op decides the next flag.
-            query["rev"]["$lte"] = before_seq
-        with mongo_errors("listing versions"):
-            cursor = self._revisions.find(query, projection={"content": 0}).sort("rev", DESCENDING)
-            revisions = await cursor.to_list(length=limit * 2 + 2)
-        versions: list[DocumentVersion] = []
-        newer_op: str | None = None
-        for index, revision in enumerate(revisions):
-            is_boundary = before_seq is not None and revision["rev"] == before_seq
-            is_current = before_seq is None and index == 0 and revision["op"] == UPSERT
-            if revision["op"] == UPSERT and not is_boundary and not is_current:
-                versions.append(_version(revision, with_content=False, deleted=newer_op == DELETE))
-                if len(versions) == limit:
-                    break
-            newer_op = revision["op"]
-        return versions
-
-    async def _retention_floor(self, latest: dict[str, Any]) -> int:
-        """The oldest revision still kept: retention applies when reading, even before
-        pruning catches up (pending revisions are pruned only once published)."""
-        # The current version is not a kept version; a deleted one is.
-        skip = self._retention if latest["op"] == UPSERT else self._retention - 1
-        if skip < 0:
-            return int(latest["rev"]) + 1
-        with mongo_errors("reading version retention"):
-            oldest = (
-                await self._revisions.find(
-                    {"space_id": latest["space_id"], "path": latest["path"], "op": UPSERT},
-                    projection={"rev": 1},
-                )
-                .sort("rev", DESCENDING)
-                .skip(skip)
-                .limit(1)
-                .to_list(length=1)
-            )
-        return int(oldest[0]["rev"]) if oldest else 0
+        _, kept = await self._kept(space_id, path)
+        versions = [
+            _version(revision, with_content=False, deleted=deleted)
+            for revision, deleted in kept
+            if before_seq is None or revision["rev"] < before_seq
+        ]
+        return versions[:limit]
 
     async def list_paths(
         self, space_id: str, *, directory: str, start: str, inclusive: bool, limit: int
@@ -231,27 +292,20 @@ class MongoDocumentRepository:
     ) -> list[StoredDocument]:
         with mongo_errors("exporting documents"):
             cursor = (
-                self._heads.find({"space_id": space_id, "deleted": False, "path": {"$gt": after}})
+                self._heads.find(
+                    {"space_id": space_id, "deleted": False, "path": {"$gt": after}},
+                    projection={"path": 1},
+                )
                 .sort("path", ASCENDING)
                 .limit(limit)
             )
-            heads = await cursor.to_list(length=limit)
-        return [
-            StoredDocument(
-                space=parse_space_id(h["space_id"]),
-                path=h["path"],
-                content=h["content"],
-                sha256=h["sha256"],
-                size_bytes=h["size_bytes"],
-                word_count=h["word_count"],
-                version=h["version"],
-                document_id=h["document_id"],
-                created_at=h["created_at"],
-                updated_at=h["updated_at"],
-                updated_by=h["updated_by"],
-            )
-            for h in heads
-        ]
+            paths = [head["path"] for head in await cursor.to_list(length=limit)]
+        documents: list[StoredDocument] = []
+        for path in paths:
+            document = await self.get(space_id, path)
+            if document is not None:
+                documents.append(document)
+        return documents
 
     async def space_usage(self, space_id: str) -> SpaceUsage:
         match = {"space_id": space_id, "deleted": False}
@@ -276,34 +330,34 @@ class MongoDocumentRepository:
     # --- changes -----------------------------------------------------------------------------
 
     async def save(self, change: DocumentWrite) -> StoredDocument:
-        latest = await self._latest(change.space.id, change.path)
-        alive = latest is not None and latest["op"] == UPSERT
-        if change.expected_version == 0 and alive:
+        chain = await self._chain(change.space.id, change.path)
+        latest = chain.latest
+        if change.expected_version == 0 and chain.alive:
             raise ConcurrentModification(f"{change.path!r} was created concurrently")
         if change.expected_version != 0 and (
-            not alive or latest is None or latest["version"] != change.expected_version
+            not chain.alive or latest is None or latest["version"] != change.expected_version
         ):
             raise ConcurrentModification(f"{change.path!r} changed concurrently")
-        created_at = latest["created_at"] if alive and latest is not None else change.at
-        revision = {
-            "space_id": change.space.id,
-            "path": change.path,
-            "rev": (latest["rev"] if latest else 0) + 1,
-            "op": UPSERT,
-            "tenant": aggregate_owner(change.space),
-            "document_id": change.document_id,
-            "version": change.new_version,
-            "content": change.content,
-            "sha256": change.sha256,
-            "size_bytes": change.size_bytes,
-            "word_count": change.word_count,
-            "created_at": created_at,
-            "at": change.at,
-            "by": change.by,
-            "event_id": change.event_id,
-            "pending": True,
-        }
-        await self._commit(revision)
+        created_at = latest["created_at"] if chain.alive and latest is not None else change.at
+        await self._commit(
+            {
+                "_id": revision_id(change.space.id, change.path, chain.rev + 1),
+                "space_id": change.space.id,
+                "path": change.path,
+                "rev": chain.rev + 1,
+                "op": UPSERT,
+                "document_id": change.document_id,
+                "version": change.new_version,
+                "content": change.content,
+                "sha256": change.sha256,
+                "size_bytes": change.size_bytes,
+                "word_count": change.word_count,
+                "created_at": created_at,
+                "at": change.at,
+                "by": change.by,
+                "event_id": change.event_id,
+            }
+        )
         return change.stored(created_at=created_at)
 
     async def save_many(self, changes: Sequence[DocumentWrite]) -> list[StoredDocument]:
@@ -358,101 +412,69 @@ class MongoDocumentRepository:
         )
 
     async def delete(self, deletion: DocumentDeletion) -> None:
-        latest = await self._latest(deletion.space.id, deletion.path)
-        if (
-            latest is None
-            or latest["op"] != UPSERT
-            or latest["version"] != (deletion.expected_version)
-        ):
+        chain = await self._chain(deletion.space.id, deletion.path)
+        latest = chain.latest
+        if not chain.alive or latest is None or latest["version"] != deletion.expected_version:
             raise ConcurrentModification(f"{deletion.path!r} changed concurrently")
-        revision = {
-            "space_id": deletion.space.id,
-            "path": deletion.path,
-            "rev": latest["rev"] + 1,
-            "op": DELETE,
-            "tenant": aggregate_owner(deletion.space),
-            "document_id": deletion.document_id,
-            "version": deletion.expected_version,
-            "sha256": deletion.sha256,
-            "size_bytes": deletion.size_bytes,
-            "created_at": latest["created_at"],
-            "at": deletion.at,
-            "by": deletion.by,
-            "event_id": deletion.event_id,
-            "pending": True,
-        }
-        await self._commit(revision)
+        await self._commit(
+            {
+                "_id": revision_id(deletion.space.id, deletion.path, chain.rev + 1),
+                "space_id": deletion.space.id,
+                "path": deletion.path,
+                "rev": chain.rev + 1,
+                "op": DELETE,
+                "document_id": deletion.document_id,
+                "version": deletion.expected_version,
+                "sha256": deletion.sha256,
+                "size_bytes": deletion.size_bytes,
+                "created_at": latest["created_at"],
+                "at": deletion.at,
+                "by": deletion.by,
+                "event_id": deletion.event_id,
+            }
+        )
 
     async def _commit(self, revision: dict[str, Any]) -> None:
         with mongo_errors("writing a document"):
+            await self._outbox.insert_one(
+                {"_id": revision["event_id"], "revision": revision["_id"], "at": datetime.now(UTC)}
+            )
             try:
                 await self._revisions.insert_one(revision)
             except DuplicateKeyError:
+                await self._outbox.delete_one({"_id": revision["event_id"]})
                 raise ConcurrentModification(f"{revision['path']!r} changed concurrently") from None
-            await self.apply_head(revision)
-            await self._prune(revision["space_id"], revision["path"])
+        await self._apply_head(revision)
+        await self._prune(revision["space_id"], revision["path"], int(revision["rev"]))
 
-    async def apply_head(self, revision: dict[str, Any]) -> None:
-        """Makes the path's head reflect `revision` unless a newer one is already there."""
-        space: SpaceRef = parse_space_id(revision["space_id"])
-        head: dict[str, Any] = {
-            "space_id": revision["space_id"],
-            "path": revision["path"],
-            "rev": revision["rev"],
-            "tenant": aggregate_owner(space),
-            "deleted": revision["op"] == DELETE,
-            "document_id": revision["document_id"],
-            "version": revision["version"],
-            "updated_at": revision["at"],
-            "updated_by": revision["by"],
-            "created_at": revision["created_at"],
-            "content": revision.get("content", ""),
-            "sha256": revision["sha256"],
-            "size_bytes": 0 if revision["op"] == DELETE else revision["size_bytes"],
-            "word_count": revision.get("word_count", 0),
-        }
-        key = head_id(revision["space_id"], revision["path"])
-        with mongo_errors("updating a document head"):
-            try:
-                await self._heads.replace_one(
-                    {"_id": key, "rev": {"$lt": revision["rev"]}}, head, upsert=True
-                )
-            except DuplicateKeyError:
-                pass  # a newer head is already in place
+    # --- the outbox --------------------------------------------------------------------------
 
-    async def _prune(self, space_id: str, path: str) -> None:
-        """Keeps the current revision and `retention` earlier versions (published ones)."""
-        with mongo_errors("pruning versions"):
-            oldest_kept = (
-                await self._revisions.find(
-                    {"space_id": space_id, "path": path, "op": UPSERT}, projection={"rev": 1}
-                )
-                .sort("rev", DESCENDING)
-                .skip(self._retention + 1)
-                .limit(1)
-                .to_list(length=1)
+    async def pending_revisions(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        """(event_id, revision) for recorded, unpublished events, oldest first; drops
+        pointers whose revision never landed; rolls their heads forward."""
+        with mongo_errors("reading the outbox"):
+            pointers = (
+                await self._outbox.find({}).sort("at", ASCENDING).limit(limit).to_list(length=limit)
             )
-            if oldest_kept:
-                await self._revisions.delete_many(
-                    {
-                        "space_id": space_id,
-                        "path": path,
-                        "pending": False,
-                        "rev": {"$lte": oldest_kept[0]["rev"]},
-                    }
-                )
+        found: list[tuple[str, dict[str, Any]]] = []
+        for pointer in pointers:
+            with mongo_errors("reading the outbox"):
+                revision = await self._revisions.find_one({"_id": pointer["revision"]})
+                if revision is None or revision["event_id"] != pointer["_id"]:
+                    age = datetime.now(UTC) - pointer["at"]
+                    if revision is not None or age > ABANDONED_POINTER:
+                        await self._outbox.delete_one({"_id": pointer["_id"]})
+                    continue
+            found.append((pointer["_id"], revision))
+        for _, revision in found:
+            await self.refresh(revision["space_id"], revision["path"])
+        return found
 
+    async def clear_events(self, event_ids: Sequence[str]) -> None:
+        with mongo_errors("clearing the outbox"):
+            for event_id in event_ids:
+                await self._outbox.delete_one({"_id": event_id})
 
-def _version(revision: dict[str, Any], *, with_content: bool, deleted: bool) -> DocumentVersion:
-    at: datetime = revision["at"]
-    return DocumentVersion(
-        document_id=revision["document_id"],
-        version=revision["version"],
-        sha256=revision["sha256"],
-        size_bytes=revision["size_bytes"],
-        updated_at=at,
-        updated_by=revision["by"],
-        content=revision.get("content", "") if with_content else "",
-        deleted=deleted,
-        seq=revision["rev"],
-    )
+    async def outbox_backlog(self) -> int:
+        with mongo_errors("counting the outbox"):
+            return int(await self._outbox.count_documents({}))

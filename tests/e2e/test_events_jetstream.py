@@ -1,0 +1,233 @@
+"""Document events on real NATS JetStream, through the durable outbox.
+
+Covers: every write/delete publishes one event with Nats-Msg-Id = event_id; a NATS outage
+during a burst loses nothing (exactly N events after restart); SIGKILL of the storage
+process mid-burst loses no acknowledged write and no event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import nats
+import pytest
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from engram.v1 import events_pb2, storage_pb2, storage_pb2_grpc
+from tests.support.settings import server_settings
+from tests.support.backends import RealBackends
+from tests.support.grpc_helpers import space, write_request
+from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
+
+pytestmark = [pytest.mark.e2e, pytest.mark.real_backend]
+
+STREAM = "ENGRAM_DOCS"
+
+
+async def stream_events(
+    nats_url: str, *, expect: int, within: float
+) -> list[tuple[events_pb2.DocumentEvent, str]]:
+    """Every event in the stream (with its Nats-Msg-Id), once at least `expect` are there."""
+    client = await nats.connect(nats_url)
+    try:
+        js = client.jetstream()
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                info = await js.stream_info(STREAM)
+                count = info.state.messages
+            except nats.js.errors.NotFoundError:
+                count = 0
+            if count >= expect or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        if count == 0:
+            return []
+        subscription = await js.pull_subscribe(
+            "engram.docs.>",
+            durable=None,
+            stream=STREAM,
+            config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+        )
+        events: list[tuple[events_pb2.DocumentEvent, str]] = []
+        while len(events) < count:
+            for message in await subscription.fetch(min(500, count - len(events)), timeout=5):
+                events.append(
+                    (
+                        events_pb2.DocumentEvent.FromString(message.data),
+                        (message.headers or {}).get("Nats-Msg-Id", ""),
+                    )
+                )
+                await message.ack()
+        await subscription.unsubscribe()
+        return events
+    finally:
+        await client.close()
+
+
+async def purge_stream(nats_url: str) -> None:
+    client = await nats.connect(nats_url)
+    try:
+        try:
+            await client.jetstream().purge_stream(STREAM)
+        except nats.js.errors.NotFoundError:
+            pass
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+async def nats_url(real_backends: RealBackends) -> AsyncIterator[str]:
+    url = real_backends.url("nats")
+    await purge_stream(url)
+    yield url
+
+
+async def test_each_change_publishes_one_event(
+    tmp_path: Path, real_backends: RealBackends, nats_url: str
+) -> None:
+    from engram.authz.enforcement import FixedPrincipalAuthenticator
+    from engram.domain.principals import LOCAL_ADMIN
+    from engram.services import storage_on_mongo
+
+    settings = server_settings(
+        tmp_path,
+        mongo_uri=real_backends.url("mongo"),
+        nats_url=nats_url,
+        mongo_db=f"events_{uuid.uuid4().hex[:10]}",
+    )
+    async with storage_on_mongo(
+        settings, authenticator=FixedPrincipalAuthenticator(LOCAL_ADMIN)
+    ) as server:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = storage_pb2_grpc.StorageServiceStub(channel)
+            first = await stub.WriteDocument(write_request("MEMORY.md", "one"))
+            await stub.WriteDocument(write_request("MEMORY.md", "two"))
+            await stub.DeleteDocument(
+                storage_pb2.DeleteDocumentRequest(space=space(), path="MEMORY.md")
+            )
+    events = await stream_events(nats_url, expect=3, within=20)
+    assert [(e.op, e.version) for e, _ in events] == [
+        (events_pb2.DOCUMENT_OP_UPSERT, 1),
+        (events_pb2.DOCUMENT_OP_UPSERT, 2),
+        (events_pb2.DOCUMENT_OP_DELETE, 2),
+    ]
+    for event, message_id in events:
+        assert message_id == event.event_id
+        assert event.space_id == "v1:private:local::::notes" and event.path == "MEMORY.md"
+        assert event.document_id == first.document.document_id
+        assert event.space.tenant == "local"
+
+
+async def test_nats_outage_during_500_writes_loses_no_event(
+    tmp_path: Path, real_backends: RealBackends, nats_url: str
+) -> None:
+    from engram.authz.enforcement import FixedPrincipalAuthenticator
+    from engram.domain.principals import LOCAL_ADMIN
+    from engram.services import storage_on_mongo
+
+    running = real_backends.running("nats")
+    settings = server_settings(
+        tmp_path,
+        mongo_uri=real_backends.url("mongo"),
+        nats_url=nats_url,
+        mongo_db=f"outage_{uuid.uuid4().hex[:10]}",
+    )
+    async with storage_on_mongo(
+        settings, authenticator=FixedPrincipalAuthenticator(LOCAL_ADMIN)
+    ) as server:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            stub = storage_pb2_grpc.StorageServiceStub(channel)
+            await asyncio.to_thread(running.stop)
+            semaphore = asyncio.Semaphore(16)
+
+            async def write(i: int) -> None:
+                async with semaphore:
+                    await stub.WriteDocument(write_request(f"burst/{i:03d}.md", f"doc {i}"))
+
+            await asyncio.gather(*(write(i) for i in range(500)))
+            await asyncio.to_thread(real_backends.restart, "nats")
+            events = await stream_events(nats_url, expect=500, within=90)
+    assert len(events) == 500, "exactly one event per write, deduplicated by id"
+    assert len({event.event_id for event, _ in events}) == 500
+    assert {event.path for event, _ in events} == {f"burst/{i:03d}.md" for i in range(500)}
+
+
+async def test_sigkill_mid_burst_loses_no_acknowledged_write_or_event(
+    tmp_path: Path, real_backends: RealBackends, nats_url: str
+) -> None:
+    env = {
+        **os.environ,
+        "ENGRAM_MONGO_URI": real_backends.url("mongo"),
+        "ENGRAM_MONGO_DB": f"kill_{uuid.uuid4().hex[:10]}",
+        "ENGRAM_NATS_URL": nats_url,
+        "ENGRAM_JWT_SECRET": TEST_JWT_SECRET,
+        "ENGRAM_METRICS_PORT": "0",
+        "ENGRAM_ACCESS_LOG": "false",
+    }
+    port = _free_port()
+    command = [sys.executable, "-m", "engram", "serve", "storage", "--port", str(port)]
+    metadata = bearer(mint("ann", "acme", "member"))
+    acked: dict[str, str] = {}
+
+    def start() -> subprocess.Popen[bytes]:
+        with open(tmp_path / "storage.log", "ab") as log:
+            return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
+
+    process = start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            await asyncio.wait_for(channel.channel_ready(), 30)
+            stub = storage_pb2_grpc.StorageServiceStub(channel)
+
+            async def writer(worker: int) -> None:
+                for i in range(10_000):
+                    path = f"kill/{worker}-{i:05d}.md"
+                    try:
+                        response = await stub.WriteDocument(
+                            write_request(path, f"{worker} {i}"), metadata=metadata, timeout=10
+                        )
+                    except grpc.aio.AioRpcError:
+                        return
+                    acked[path] = response.document.sha256
+
+            writers = [asyncio.create_task(writer(w)) for w in range(8)]
+            while len(acked) < 150:
+                await asyncio.sleep(0.01)
+            process.send_signal(signal.SIGKILL)
+            process.wait(10)
+            await asyncio.gather(*writers)
+        assert len(acked) >= 150
+        process = start()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            await asyncio.wait_for(channel.channel_ready(), 30)
+            stub = storage_pb2_grpc.StorageServiceStub(channel)
+            for path, sha256 in acked.items():
+                got = await stub.ReadDocument(
+                    storage_pb2.ReadDocumentRequest(space=space(), path=path), metadata=metadata
+                )
+                assert got.document.sha256 == sha256
+        events = await stream_events(nats_url, expect=len(acked), within=60)
+        published = {event.path: event.sha256 for event, _ in events}
+        missing = [path for path in acked if published.get(path) != acked[path]]
+        assert not missing, f"{len(missing)} acknowledged writes have no event"
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
