@@ -23,9 +23,9 @@ import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from engram.v1 import events_pb2, storage_pb2, storage_pb2_grpc
-from tests.support.settings import server_settings
 from tests.support.backends import RealBackends
 from tests.support.grpc_helpers import space, write_request
+from tests.support.settings import server_settings
 from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_backend]
@@ -178,6 +178,7 @@ async def test_sigkill_mid_burst_loses_no_acknowledged_write_or_event(
     command = [sys.executable, "-m", "engram", "serve", "storage", "--port", str(port)]
     metadata = bearer(mint("ann", "acme", "member"))
     acked: dict[str, str] = {}
+    enough_acked = asyncio.Event()
 
     def start() -> subprocess.Popen[bytes]:
         with open(tmp_path / "storage.log", "ab") as log:
@@ -199,10 +200,11 @@ async def test_sigkill_mid_burst_loses_no_acknowledged_write_or_event(
                     except grpc.aio.AioRpcError:
                         return
                     acked[path] = response.document.sha256
+                    if len(acked) >= 150:
+                        enough_acked.set()
 
             writers = [asyncio.create_task(writer(w)) for w in range(8)]
-            while len(acked) < 150:
-                await asyncio.sleep(0.01)
+            await asyncio.wait_for(enough_acked.wait(), 60)
             process.send_signal(signal.SIGKILL)
             process.wait(10)
             await asyncio.gather(*writers)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from engram.allinone import embedded_engram
-from tests.support.settings import server_settings
 from tests.support.backends import RealBackends
+from tests.support.settings import server_settings
 
 BACKENDS = ("sqlite", "mongo")
 

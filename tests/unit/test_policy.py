@@ -22,14 +22,27 @@ READS = [Action.READ, Action.LIST, Action.USAGE, Action.EXPORT, Action.SEARCH]
 MUTATIONS = [Action.WRITE, Action.DELETE, Action.IMPORT]
 
 
-def who(role: Role = Role.MEMBER, *, tenant: str = "acme", subject: str = "ann",
-        admin: bool = False, service: bool = False) -> Principal:
-    return Principal(subject=subject, tenant=tenant, role=role, platform_admin=admin,
-                     service=service)
+def who(
+    role: Role = Role.MEMBER,
+    *,
+    tenant: str = "acme",
+    subject: str = "ann",
+    admin: bool = False,
+    service: bool = False,
+) -> Principal:
+    return Principal(
+        subject=subject, tenant=tenant, role=role, platform_admin=admin, service=service
+    )
 
 
-def space(visibility: Visibility = Visibility.PRIVATE, *, tenant: str = "", user: str = "",
-          project: str = "", bot: str = "") -> SpaceRef:
+def space(
+    visibility: Visibility = Visibility.PRIVATE,
+    *,
+    tenant: str = "",
+    user: str = "",
+    project: str = "",
+    bot: str = "",
+) -> SpaceRef:
     return SpaceRef(visibility, tenant, "notes", project, bot, user)
 
 

@@ -20,10 +20,17 @@ pytestmark = pytest.mark.unit
 
 MIB = 1024 * 1024
 DEFAULTS = QuotaDefaults(
-    subcaps={Visibility.PRIVATE: 64 * MIB, Visibility.BOT: 256 * MIB,
-             Visibility.PROJECT: 256 * MIB, Visibility.CROSS_PROJECT: 512 * MIB,
-             Visibility.USER: 128 * MIB, Visibility.ORG: 1024 * MIB, Visibility.GLOBAL: 0},
-    tenant_total=1024 * MIB, instance_total=1024 * MIB,
+    subcaps={
+        Visibility.PRIVATE: 64 * MIB,
+        Visibility.BOT: 256 * MIB,
+        Visibility.PROJECT: 256 * MIB,
+        Visibility.CROSS_PROJECT: 512 * MIB,
+        Visibility.USER: 128 * MIB,
+        Visibility.ORG: 1024 * MIB,
+        Visibility.GLOBAL: 0,
+    },
+    tenant_total=1024 * MIB,
+    instance_total=1024 * MIB,
 )
 
 

@@ -44,8 +44,12 @@ def test_visibility_spelling_in_id(visibility: Visibility, spelling: str) -> Non
 
 @pytest.mark.parametrize(
     ("visibility", "missing"),
-    [(Visibility.BOT, "project"), (Visibility.BOT, "bot"), (Visibility.PROJECT, "project"),
-     (Visibility.USER, "user")],
+    [
+        (Visibility.BOT, "project"),
+        (Visibility.BOT, "bot"),
+        (Visibility.PROJECT, "project"),
+        (Visibility.USER, "user"),
+    ],
 )
 def test_required_qualifier_missing_is_refused(visibility: Visibility, missing: str) -> None:
     qualifiers = {q: "x" for q in REQUIRED_QUALIFIERS[visibility] if q != missing}
@@ -54,10 +58,17 @@ def test_required_qualifier_missing_is_refused(visibility: Visibility, missing: 
 
 
 FORBIDDEN = [
-    (Visibility.PRIVATE, "project"), (Visibility.PRIVATE, "bot"), (Visibility.PRIVATE, "user"),
-    (Visibility.PROJECT, "bot"), (Visibility.PROJECT, "user"), (Visibility.BOT, "user"),
-    (Visibility.CROSS_PROJECT, "project"), (Visibility.USER, "project"), (Visibility.ORG, "bot"),
-    (Visibility.GLOBAL, "user"), (Visibility.GLOBAL, "project"),
+    (Visibility.PRIVATE, "project"),
+    (Visibility.PRIVATE, "bot"),
+    (Visibility.PRIVATE, "user"),
+    (Visibility.PROJECT, "bot"),
+    (Visibility.PROJECT, "user"),
+    (Visibility.BOT, "user"),
+    (Visibility.CROSS_PROJECT, "project"),
+    (Visibility.USER, "project"),
+    (Visibility.ORG, "bot"),
+    (Visibility.GLOBAL, "user"),
+    (Visibility.GLOBAL, "project"),
 ]
 
 
@@ -72,8 +83,23 @@ def test_forbidden_qualifier_is_refused(visibility: Visibility, extra: str) -> N
 
 @pytest.mark.parametrize(
     "bad",
-    ["", "..", ".", "a/b", "a\\b", "a:b", "a\x00b", "a\nb", "a\tb", "x" * 129, " lead",
-     "trail ", "a..b", "zero\u200bwidth", "e\u0301"],
+    [
+        "",
+        "..",
+        ".",
+        "a/b",
+        "a\\b",
+        "a:b",
+        "a\x00b",
+        "a\nb",
+        "a\tb",
+        "x" * 129,
+        " lead",
+        "trail ",
+        "a..b",
+        "zero\u200bwidth",
+        "e\u0301",
+    ],
 )
 def test_bad_name_characters_are_refused(bad: str) -> None:
     with pytest.raises(InvalidSpaceRef):
@@ -111,7 +137,8 @@ def test_parse_space_id_round_trips_and_refuses_garbage() -> None:
 
 field_text = st.text(
     alphabet=st.characters(blacklist_categories=("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")),
-    min_size=1, max_size=12,
+    min_size=1,
+    max_size=12,
 )
 
 
