@@ -78,7 +78,7 @@ class SpaceFlags:
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engram.authz.enforcement import TtlCache
 from engram.domain.errors import InvalidArgument, PermissionDenied
 from engram.domain.principals import Principal, Role
 from engram.domain.quotas import (
@@ -44,10 +45,22 @@ class ReconcileReport:
 
 
 class QuotaService:
-    def __init__(self, ledger: UsageLedger, defaults: QuotaDefaults, stored: StoredUsage) -> None:
+    def __init__(
+        self,
+        ledger: UsageLedger,
+        defaults: QuotaDefaults,
+        stored: StoredUsage,
+        *,
+        override_cache_seconds: float = 2.0,
+    ) -> None:
         self._ledger = ledger
         self._defaults = defaults
         self._stored = stored
+        # Every write needs its tenant's limit and overrides change rarely: an override set
+        # in another process applies here within `override_cache_seconds`.
+        self._overrides: TtlCache[str, tuple[int | None]] = TtlCache(
+            ttl=override_cache_seconds, size=10_000
+        )
 
     # --- QuotaGate (called by storage with an already-authorized space) ----------------------
 
@@ -81,7 +94,7 @@ class QuotaService:
 
     async def tenant_usage(self, principal: Principal, tenant: str) -> TenantUsage:
         owner = self._visible_tenant(principal, tenant)
-        override = await self._ledger.get_override(owner)
+        override = await self._override(owner)
         default = (
             self._defaults.instance_total if owner == INSTANCE else (self._defaults.tenant_total)
         )
@@ -105,6 +118,7 @@ class QuotaService:
             )
         validate_quota_bytes(quota_bytes)
         await self._ledger.set_override(tenant, quota_bytes)
+        self._overrides.put(tenant, (quota_bytes,))
         return quota_bytes
 
     async def reconcile(self, principal: Principal, tenant: str) -> ReconcileReport:
@@ -130,8 +144,15 @@ class QuotaService:
 
     # --- helpers -----------------------------------------------------------------------------
 
+    async def _override(self, owner: str) -> int | None:
+        cached = self._overrides.get(owner)
+        if cached is None:
+            cached = (await self._ledger.get_override(owner),)
+            self._overrides.put(owner, cached)
+        return cached[0]
+
     async def _counters(self, space: SpaceRef) -> tuple[Counter, Counter]:
-        override = await self._ledger.get_override(aggregate_owner(space))
+        override = await self._override(aggregate_owner(space))
         return counters_for(space, self._defaults, override)
 
     @staticmethod

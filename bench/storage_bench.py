@@ -1,0 +1,168 @@
+"""Storage benchmark: write/read latency at concurrency 1 and throughput at concurrency 16.
+
+    python bench/storage_bench.py                      # starts `engram dev` (embedded) itself
+    python bench/storage_bench.py --target real        # starts NATS+FerretDB and `engram serve storage`
+    python bench/storage_bench.py --addr HOST:PORT [--token T]   # an already running server
+
+Every loop is bounded by a count and a time cap. Figures go to bench/RESULTS.md by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import grpc
+
+from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="bench")
+BODY = "# Daily note\n\n" + "The agent remembered something useful about the user. " * 8
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+@contextlib.asynccontextmanager
+async def started_server(target: str, workdir: Path) -> AsyncIterator[tuple[str, str]]:
+    """Starts the server under test; yields (addr, token)."""
+    port = free_port()
+    env = {**os.environ, "ENGRAM_METRICS_PORT": "0", "ENGRAM_ACCESS_LOG": "false",
+           "ENGRAM_LOG_LEVEL": "WARNING"}
+    token = ""
+    backends = None
+    if target == "embedded":
+        command = [sys.executable, "-m", "engram", "dev", "--port", str(port),
+                   "--data-dir", str(workdir / "engram")]
+    else:
+        spec = importlib.util.spec_from_file_location("backends", ROOT / "deploy/local/backends.py")
+        assert spec and spec.loader
+        launcher = importlib.util.module_from_spec(spec)
+        sys.modules["backends"] = launcher
+        spec.loader.exec_module(launcher)
+        launcher.provision(["nats", "mongo"])
+        backends = [launcher.start_nats(workdir / "nats"), launcher.start_mongo(workdir / "mongo")]
+        import jwt
+
+        secret = "bench-secret-0123456789abcdef0123456789abcdef"
+        token = jwt.encode({"sub": "bench", "tenant": "bench", "role": "member",
+                            "exp": int(time.time()) + 3600}, secret, algorithm="HS256")
+        env.update(ENGRAM_NATS_URL=backends[0].url, ENGRAM_MONGO_URI=backends[1].url,
+                   ENGRAM_JWT_SECRET=secret)
+        command = [sys.executable, "-m", "engram", "serve", "storage", "--port", str(port)]
+    with open(workdir / "server.log", "ab") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=log)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            await asyncio.wait_for(channel.channel_ready(), 60)
+        yield f"127.0.0.1:{port}", token
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        for backend in backends or []:
+            backend.stop()
+
+
+async def timed_ops(
+    operation: Callable[[int], Awaitable[object]], *, count: int, concurrency: int,
+    time_cap: float,
+) -> tuple[list[float], float, int]:
+    """Runs up to `count` operations at `concurrency` for at most `time_cap` seconds;
+    returns (latencies in ms, elapsed seconds, operations done)."""
+    latencies: list[float] = []
+    next_index = 0
+    deadline = time.perf_counter() + time_cap
+
+    async def worker() -> None:
+        nonlocal next_index
+        while next_index < count and time.perf_counter() < deadline:
+            index = next_index
+            next_index += 1
+            started = time.perf_counter()
+            await operation(index)
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return latencies, time.perf_counter() - started, len(latencies)
+
+
+async def run(addr: str, token: str, *, count: int, time_cap: float) -> list[tuple[str, ...]]:
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    rows: list[tuple[str, ...]] = []
+    async with grpc.aio.insecure_channel(addr) as channel:
+        stub = storage_pb2_grpc.StorageServiceStub(channel)
+        run_id = f"{time.time_ns():x}"
+
+        def writer(prefix: str) -> Callable[[int], Awaitable[object]]:
+            async def write(i: int) -> object:
+                return await stub.WriteDocument(storage_pb2.WriteDocumentRequest(
+                    space=SPACE, path=f"{run_id}/{prefix}/{i % 500:04d}.md",
+                    content=f"{BODY}\nrevision {i}\n"), metadata=metadata)
+            return write
+
+        async def read(i: int) -> object:
+            return await stub.ReadDocument(storage_pb2.ReadDocumentRequest(
+                space=SPACE, path=f"{run_id}/c1/{i % 500:04d}.md"), metadata=metadata)
+
+        for _ in range(50):  # warm up connections, caches, JIT-free paths
+            await writer("warm")(_)
+        for label, operation in (("write", writer("c1")), ("read", read)):
+            for concurrency in (1, 16):
+                latencies, elapsed, done = await timed_ops(
+                    operation, count=count, concurrency=concurrency, time_cap=time_cap)
+                rows.append((label, str(concurrency), str(done),
+                             f"{statistics.median(latencies):.2f}",
+                             f"{percentile(latencies, 99):.2f}", f"{done / elapsed:,.0f}"))
+    return rows
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--target", choices=("embedded", "real"), default="embedded")
+    parser.add_argument("--addr", help="benchmark an already running server instead")
+    parser.add_argument("--token", default=os.environ.get("ENGRAM_TOKEN", ""))
+    parser.add_argument("--count", type=int, default=2000, help="operations per phase")
+    parser.add_argument("--time-cap", type=float, default=30.0, help="seconds per phase")
+    args = parser.parse_args()
+    if args.addr:
+        rows = await run(args.addr, args.token, count=args.count, time_cap=args.time_cap)
+        target = args.addr
+    else:
+        with tempfile.TemporaryDirectory(prefix="engram-bench-") as workdir:
+            async with started_server(args.target, Path(workdir)) as (addr, token):
+                rows = await run(addr, token, count=args.count, time_cap=args.time_cap)
+        target = args.target
+    print(f"storage bench against {target} ({os.cpu_count()} cores)")
+    header = ("op", "concurrency", "ops", "p50 ms", "p99 ms", "ops/s")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    for row in (header, *rows):
+        print("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

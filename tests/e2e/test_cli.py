@@ -1,0 +1,101 @@
+"""The `engram` CLI against a running all-in-one server: every storage command."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from engram.allinone import EmbeddedEngram
+from engram.cli.app import app
+
+pytestmark = pytest.mark.e2e
+
+
+class Cli:
+    def __init__(self, port: int) -> None:
+        self.addr = f"127.0.0.1:{port}"
+        self.runner = CliRunner()
+
+    async def __call__(self, *args: str, stdin: str | None = None, ok: bool = True) -> str:
+        result = await asyncio.to_thread(
+            self.runner.invoke, app, [*args, "--addr", self.addr], input=stdin,
+        )
+        text = result.output + (result.stderr if result.stderr_bytes else "")
+        assert "Traceback" not in text
+        if ok:
+            assert result.exit_code == 0, text
+        else:
+            assert result.exit_code != 0, text
+        return text
+
+
+@pytest.fixture
+def cli(engram: EmbeddedEngram) -> Cli:
+    return Cli(engram.port)
+
+
+async def test_write_read_ls_rm(cli: Cli, tmp_path: Path) -> None:
+    source = tmp_path / "memory.md"
+    source.write_text("# Memory\n\nlikes tea\n")
+    assert "created MEMORY.md v1" in await cli("write", "MEMORY.md", "--file", str(source))
+    await cli("write", "daily/2026-01-01.md", stdin="[09:00:00] up\n")
+    assert "v2" in await cli("write", "daily/2026-01-01.md", "--append",
+                             stdin="[10:00:00] coffee\n")
+    assert await cli("read", "MEMORY.md") == "# Memory\n\nlikes tea\n"
+    assert "[10:00:00] coffee" in await cli("read", "daily/2026-01-01.md")
+    tree = await cli("ls")
+    assert "MEMORY.md" in tree and "daily/" in tree and "2026-01-01.md" in tree
+    assert "2 document(s)" in tree
+    assert "deleted MEMORY.md" in await cli("rm", "MEMORY.md")
+    assert "NOT_FOUND" in await cli("read", "MEMORY.md", ok=False)
+
+
+async def test_other_spaces_by_flags(cli: Cli) -> None:
+    await cli("write", "notes.md", "--visibility", "bot", "--project", "p1", "--bot", "b1",
+              "--name", "runs", stdin="bot memory")
+    assert await cli("read", "notes.md", "-v", "bot", "--project", "p1", "--bot", "b1",
+                     "-n", "runs") == "bot memory\n"
+    refused = await cli("write", "x.md", "-v", "bot", "--project", "p1", stdin="x", ok=False)
+    assert "space.bot is required" in refused
+
+
+async def test_errors_print_the_server_message(cli: Cli) -> None:
+    refused = await cli("write", "./MEMORY.md", stdin="x", ok=False)
+    assert 'use "MEMORY.md"' in refused and "INVALID_ARGUMENT" in refused
+    secret = await cli("write", "k.md", stdin="AKIAQ3EGUK5EXAMPLE7Z", ok=False)
+    assert "AWS access key id" in secret and "AKIAQ3EGUK5EXAMPLE7Z" not in secret
+
+
+async def test_unreachable_server_is_explained() -> None:
+    cli = Cli(1)
+    text = await cli("read", "MEMORY.md", ok=False)
+    assert "UNAVAILABLE" in text and "is the server running" in text
+
+
+async def test_du_history_export_import(cli: Cli, tmp_path: Path) -> None:
+    await cli("write", "a.md", stdin="one")
+    await cli("write", "a.md", stdin="two")
+    usage = await cli("du")
+    assert "space" in usage and "tenant" in usage and "64.0 MiB" in usage
+    history = await cli("history", "a.md")
+    assert "current" in history and "1" in history and "2" in history
+    assert await cli("read", "a.md", "--version", "1") == "one\n"
+    archive = tmp_path / "space.tar.gz"
+    assert "exported" in await cli("export", "--out", str(archive))
+    with tarfile.open(archive) as tar:
+        assert tar.getnames() == ["a.md"]
+    imported = await cli("import", "--in", str(archive), "--strategy", "rename", "-n", "copy")
+    assert "1 written" in imported
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("a.md")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"new"))
+    (tmp_path / "clash.tar.gz").write_bytes(buffer.getvalue())
+    renamed = await cli("import", "--in", str(tmp_path / "clash.tar.gz"), "--strategy", "rename")
+    assert "a.md -> a-2.md" in renamed
