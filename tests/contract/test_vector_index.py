@@ -8,6 +8,8 @@ had here), which scans in Python, so the data stays small.
 from __future__ import annotations
 
 import asyncio
+import shutil
+import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -17,10 +19,15 @@ from qdrant_client import AsyncQdrantClient
 
 from engram.domain.chunks import Chunk, ModelInfo, chunk_id
 from engram.domain.errors import InvalidArgument
-from engram.indexer.ports import IndexModelMismatch, VectorIndex, Vectors
+from engram.indexer.ports import IndexModelMismatch, IndexUnavailable, VectorIndex, Vectors
 from engram.indexer.vector import numpy_index
 from engram.indexer.vector.numpy_index import NumpyVectorIndex
-from engram.indexer.vector.qdrant_index import QdrantVectorIndex
+from engram.indexer.vector.qdrant_index import (
+    QdrantVectorIndex,
+    path_prefix_key,
+    path_prefix_keys,
+    point_id,
+)
 
 pytestmark = [
     pytest.mark.contract,
@@ -363,13 +370,54 @@ async def test_numpy_ignores_a_half_created_collection(tmp_path: Path) -> None:
     await index.open()
     await index.ensure_collection(MODEL)
     await index.close()
-    # A crash between mkdir and the database file, and a stray alias temp file.
+    # A crash between mkdir and the database file, a drop that crashed after renaming the
+    # collection away, and a stray alias temp file.
     (root / "collections" / "half-made").mkdir()
+    shutil.copytree(
+        next((root / "collections").glob("test-model-*")), root / "collections" / ".dropped-1"
+    )
     (root / ".alias.json.deadbeef.tmp").write_text("{")
     reopened = NumpyVectorIndex(root)
     await reopened.open()
     try:
         assert await reopened.collections() == [MODEL]
         assert await reopened.active_model() is None
+        assert sorted(p.name for p in (root / "collections").iterdir()) == [
+            next((root / "collections").glob("test-model-*")).name
+        ]
     finally:
         await reopened.close()
+
+
+# --- QdrantVectorIndex specifics ------------------------------------------------------------
+
+
+async def test_qdrant_unreachable_server_is_index_unavailable() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    index = QdrantVectorIndex.connect(
+        f"http://127.0.0.1:{port}", timeout=2, check_compatibility=False
+    )
+    with pytest.raises(IndexUnavailable, match="qdrant open failed"):
+        await index.open()
+    with pytest.raises(IndexUnavailable):
+        await index.ensure_collection(MODEL)
+    with pytest.raises(IndexUnavailable):
+        await index.search(["s1"], unit_vectors(1, 1)[0], limit=3)
+    with pytest.raises(IndexUnavailable):
+        await index.delete_chunks("s1", "a.md")
+    await index.close()
+
+
+def test_qdrant_names_and_keys_are_stable() -> None:
+    index = QdrantVectorIndex(AsyncQdrantClient(location=":memory:"))
+    assert index.collection_name("minilm-l6-v2-int8") == "engram-chunks-minilm-l6-v2-int8"
+    # Sanitised ids carry a digest, so "a:b" and "a-b" never share a collection.
+    assert index.collection_name("openai:text-embedding-3-small").startswith(
+        "engram-chunks-openai-text-embedding-3-small-"
+    )
+    assert index.collection_name("a:b") != index.collection_name("a-b")
+    assert point_id("doc:1") == point_id("doc:1") != point_id("doc:2")
+    assert path_prefix_keys("a/b.md")[1] == path_prefix_key("a/")
+    assert len(path_prefix_keys("a/b.md")) == len("a/b.md")

@@ -244,6 +244,10 @@ class NumpyVectorIndex:
             lambda: sorted(p for p in (self._root / COLLECTIONS_DIR).iterdir() if p.is_dir())
         )
         for directory in directories:
+            if directory.name.startswith("."):
+                # A drop that crashed after its rename: finish it.
+                await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
+                continue
             collection = await self._load_collection(directory)
             if collection is not None:
                 self._collections[collection.info.model_id] = collection

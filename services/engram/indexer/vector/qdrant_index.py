@@ -79,10 +79,24 @@ class QdrantVectorIndex:
 
     @classmethod
     def connect(
-        cls, url: str, *, api_key: str | None = None, timeout: int = 10
+        cls,
+        url: str,
+        *,
+        api_key: str | None = None,
+        timeout: int = 10,
+        check_compatibility: bool = True,
     ) -> QdrantVectorIndex:
-        """An index on a Qdrant server (the client connects lazily)."""
-        return cls(AsyncQdrantClient(url=url, api_key=api_key, timeout=timeout))
+        """An index on a Qdrant server. The client connects lazily; with
+        `check_compatibility` it also compares client and server versions in a background
+        thread, warning on a mismatch or an unreachable server."""
+        return cls(
+            AsyncQdrantClient(
+                url=url,
+                api_key=api_key,
+                timeout=timeout,
+                check_compatibility=check_compatibility,
+            )
+        )
 
     def collection_name(self, model_id: str) -> str:
         sanitised = re.sub(r"[^A-Za-z0-9_.-]", "-", model_id)
