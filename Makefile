@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
-BIN := $(VENV)/bin
+BIN := $(abspath $(VENV))/bin
 STAMP := $(VENV)/.installed
 CACHE ?= $(HOME)/.cache/engram
 BUF_VERSION := 1.75.0
