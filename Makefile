@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 STAMP := $(VENV)/.installed
+# protoc plugins (protoc-gen-mypy) and tools run from the virtualenv.
+export PATH := $(BIN):$(PATH)
 CACHE ?= $(HOME)/.cache/engram
 BUF_VERSION := 1.75.0
 BUF := $(CACHE)/buf-$(BUF_VERSION)/node_modules/.bin/buf
