@@ -334,6 +334,15 @@ async def test_concurrent_writes_leave_each_path_exactly_its_last_chunks(
         assert len(await index.chunks_of("s1", f"p{n % 5}.md")) == 1 + n % 4
 
 
+async def test_a_large_document_round_trips(index: VectorIndex) -> None:
+    # More chunks than one Qdrant upsert batch or scroll page holds.
+    chunks, vectors = await put(index, "s1", "big.md", 600, seed=70)
+    assert await index.chunks_of("s1", "big.md") == chunks
+    assert (await index.search(["s1"], vectors[599], limit=1))[0].chunk == chunks[599]
+    smaller, _ = await put(index, "s1", "big.md", 10, seed=71)
+    assert await index.chunks_of("s1", "big.md") == smaller
+
+
 # --- NumpyVectorIndex specifics -------------------------------------------------------------
 
 

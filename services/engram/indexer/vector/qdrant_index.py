@@ -39,6 +39,7 @@ from engram.indexer.ports import IndexModelMismatch, IndexUnavailable, Vectors
 POINT_NAMESPACE = uuid.UUID("6f1d2a4e-5c1b-4f55-9e0a-3c7f5c2e9a11")
 ALIAS_TTL_SECONDS = 2.0
 _SCROLL_PAGE = 256
+_UPSERT_BATCH = 256
 
 
 def point_id(chunk_id: str) -> str:
@@ -226,8 +227,11 @@ class QdrantVectorIndex:
         if lock is None:
             lock = self._path_locks[(space_id, path)] = asyncio.Lock()
         async with lock, self._errors("replace chunks"):
-            if points:
-                await self._client.upsert(name, points=points, wait=True)
+            # A 2 MiB document is ~4,500 chunks: keep each request well under Qdrant's
+            # request size limit.
+            for start in range(0, len(points), _UPSERT_BATCH):
+                batch = points[start : start + _UPSERT_BATCH]
+                await self._client.upsert(name, points=batch, wait=True)
             # By id, not by chunk_index: a path re-created as a new document has new chunk ids
             # at the same indexes, and its predecessor's points must go too.
             await self._client.delete(
