@@ -1,8 +1,8 @@
 """Storage benchmark: write/read latency at concurrency 1 and throughput at concurrency 16.
 
-    python bench/storage_bench.py                      # starts `engram dev` (embedded) itself
-    python bench/storage_bench.py --target real        # starts NATS+FerretDB and `engram serve storage`
-    python bench/storage_bench.py --addr HOST:PORT [--token T]   # an already running server
+    python bench/storage_bench.py                   # starts `engram dev` (embedded backends)
+    python bench/storage_bench.py --target real     # NATS + FerretDB + `engram serve storage`
+    python bench/storage_bench.py --addr HOST:PORT [--token T]   # a server already running
 
 Every loop is bounded by a count and a time cap. Figures go to bench/RESULTS.md by hand.
 """
@@ -44,17 +44,34 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
+def spawn(command: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(command, env=env, stdout=log, stderr=log)
+
+
 @contextlib.asynccontextmanager
 async def started_server(target: str, workdir: Path) -> AsyncIterator[tuple[str, str]]:
     """Starts the server under test; yields (addr, token)."""
     port = free_port()
-    env = {**os.environ, "ENGRAM_METRICS_PORT": "0", "ENGRAM_ACCESS_LOG": "false",
-           "ENGRAM_LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "ENGRAM_METRICS_PORT": "0",
+        "ENGRAM_ACCESS_LOG": "false",
+        "ENGRAM_LOG_LEVEL": "WARNING",
+    }
     token = ""
     backends = None
     if target == "embedded":
-        command = [sys.executable, "-m", "engram", "dev", "--port", str(port),
-                   "--data-dir", str(workdir / "engram")]
+        command = [
+            sys.executable,
+            "-m",
+            "engram",
+            "dev",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(workdir / "engram"),
+        ]
     else:
         spec = importlib.util.spec_from_file_location("backends", ROOT / "deploy/local/backends.py")
         assert spec and spec.loader
@@ -66,13 +83,18 @@ async def started_server(target: str, workdir: Path) -> AsyncIterator[tuple[str,
         import jwt
 
         secret = "bench-secret-0123456789abcdef0123456789abcdef"
-        token = jwt.encode({"sub": "bench", "tenant": "bench", "role": "member",
-                            "exp": int(time.time()) + 3600}, secret, algorithm="HS256")
-        env.update(ENGRAM_NATS_URL=backends[0].url, ENGRAM_MONGO_URI=backends[1].url,
-                   ENGRAM_JWT_SECRET=secret)
+        token = jwt.encode(
+            {"sub": "bench", "tenant": "bench", "role": "member", "exp": int(time.time()) + 3600},
+            secret,
+            algorithm="HS256",
+        )
+        env.update(
+            ENGRAM_NATS_URL=backends[0].url,
+            ENGRAM_MONGO_URI=backends[1].url,
+            ENGRAM_JWT_SECRET=secret,
+        )
         command = [sys.executable, "-m", "engram", "serve", "storage", "--port", str(port)]
-    with open(workdir / "server.log", "ab") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=log)
+    process = await asyncio.to_thread(spawn, command, env, workdir / "server.log")
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             await asyncio.wait_for(channel.channel_ready(), 60)
@@ -88,7 +110,10 @@ async def started_server(target: str, workdir: Path) -> AsyncIterator[tuple[str,
 
 
 async def timed_ops(
-    operation: Callable[[int], Awaitable[object]], *, count: int, concurrency: int,
+    operation: Callable[[int], Awaitable[object]],
+    *,
+    count: int,
+    concurrency: int,
     time_cap: float,
 ) -> tuple[list[float], float, int]:
     """Runs up to `count` operations at `concurrency` for at most `time_cap` seconds;
@@ -120,24 +145,40 @@ async def run(addr: str, token: str, *, count: int, time_cap: float) -> list[tup
 
         def writer(prefix: str) -> Callable[[int], Awaitable[object]]:
             async def write(i: int) -> object:
-                return await stub.WriteDocument(storage_pb2.WriteDocumentRequest(
-                    space=SPACE, path=f"{run_id}/{prefix}/{i % 500:04d}.md",
-                    content=f"{BODY}\nrevision {i}\n"), metadata=metadata)
+                return await stub.WriteDocument(
+                    storage_pb2.WriteDocumentRequest(
+                        space=SPACE,
+                        path=f"{run_id}/{prefix}/{i % 500:04d}.md",
+                        content=f"{BODY}\nrevision {i}\n",
+                    ),
+                    metadata=metadata,
+                )
+
             return write
 
         async def read(i: int) -> object:
-            return await stub.ReadDocument(storage_pb2.ReadDocumentRequest(
-                space=SPACE, path=f"{run_id}/c1/{i % 500:04d}.md"), metadata=metadata)
+            return await stub.ReadDocument(
+                storage_pb2.ReadDocumentRequest(space=SPACE, path=f"{run_id}/c1/{i % 500:04d}.md"),
+                metadata=metadata,
+            )
 
         for _ in range(50):  # warm up connections, caches, JIT-free paths
             await writer("warm")(_)
         for label, operation in (("write", writer("c1")), ("read", read)):
             for concurrency in (1, 16):
                 latencies, elapsed, done = await timed_ops(
-                    operation, count=count, concurrency=concurrency, time_cap=time_cap)
-                rows.append((label, str(concurrency), str(done),
-                             f"{statistics.median(latencies):.2f}",
-                             f"{percentile(latencies, 99):.2f}", f"{done / elapsed:,.0f}"))
+                    operation, count=count, concurrency=concurrency, time_cap=time_cap
+                )
+                rows.append(
+                    (
+                        label,
+                        str(concurrency),
+                        str(done),
+                        f"{statistics.median(latencies):.2f}",
+                        f"{percentile(latencies, 99):.2f}",
+                        f"{done / elapsed:,.0f}",
+                    )
+                )
     return rows
 
 

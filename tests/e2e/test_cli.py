@@ -23,7 +23,10 @@ class Cli:
 
     async def __call__(self, *args: str, stdin: str | None = None, ok: bool = True) -> str:
         result = await asyncio.to_thread(
-            self.runner.invoke, app, [*args, "--addr", self.addr], input=stdin,
+            self.runner.invoke,
+            app,
+            [*args, "--addr", self.addr],
+            input=stdin,
         )
         text = result.output + (result.stderr if result.stderr_bytes else "")
         assert "Traceback" not in text
@@ -44,8 +47,9 @@ async def test_write_read_ls_rm(cli: Cli, tmp_path: Path) -> None:
     source.write_text("# Memory\n\nlikes tea\n")
     assert "created MEMORY.md v1" in await cli("write", "MEMORY.md", "--file", str(source))
     await cli("write", "daily/2026-01-01.md", stdin="[09:00:00] up\n")
-    assert "v2" in await cli("write", "daily/2026-01-01.md", "--append",
-                             stdin="[10:00:00] coffee\n")
+    assert "v2" in await cli(
+        "write", "daily/2026-01-01.md", "--append", stdin="[10:00:00] coffee\n"
+    )
     assert await cli("read", "MEMORY.md") == "# Memory\n\nlikes tea\n"
     assert "[10:00:00] coffee" in await cli("read", "daily/2026-01-01.md")
     tree = await cli("ls")
@@ -56,10 +60,23 @@ async def test_write_read_ls_rm(cli: Cli, tmp_path: Path) -> None:
 
 
 async def test_other_spaces_by_flags(cli: Cli) -> None:
-    await cli("write", "notes.md", "--visibility", "bot", "--project", "p1", "--bot", "b1",
-              "--name", "runs", stdin="bot memory")
-    assert await cli("read", "notes.md", "-v", "bot", "--project", "p1", "--bot", "b1",
-                     "-n", "runs") == "bot memory\n"
+    await cli(
+        "write",
+        "notes.md",
+        "--visibility",
+        "bot",
+        "--project",
+        "p1",
+        "--bot",
+        "b1",
+        "--name",
+        "runs",
+        stdin="bot memory",
+    )
+    assert (
+        await cli("read", "notes.md", "-v", "bot", "--project", "p1", "--bot", "b1", "-n", "runs")
+        == "bot memory\n"
+    )
     refused = await cli("write", "x.md", "-v", "bot", "--project", "p1", stdin="x", ok=False)
     assert "space.bot is required" in refused
 

@@ -61,13 +61,16 @@ async def test_metrics_endpoint_counts_calls(engram_factory: EngramFactory) -> N
             stub = storage_pb2_grpc.StorageServiceStub(channel)
             await stub.WriteDocument(write_request("a.md", "x"))
             with pytest.raises(grpc.aio.AioRpcError):
-                await stub.ReadDocument(storage_pb2.ReadDocumentRequest(space=space(),
-                                                                        path="missing.md"))
+                await stub.ReadDocument(
+                    storage_pb2.ReadDocumentRequest(space=space(), path="missing.md")
+                )
         body = await asyncio.to_thread(
             lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
         )
-    assert 'engram_grpc_server_handled_total{code="OK",method="/engram.v1.StorageService/' \
-           'WriteDocument"}' in body
+    assert (
+        'engram_grpc_server_handled_total{code="OK",method="/engram.v1.StorageService/'
+        'WriteDocument"}' in body
+    )
     assert 'code="NOT_FOUND",method="/engram.v1.StorageService/ReadDocument"' in body
 
 
@@ -92,8 +95,11 @@ async def test_state_survives_a_restart(engram_factory: EngramFactory, tmp_path:
     async with engram_factory(data_dir=data_dir) as engram:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
             stub = storage_pb2_grpc.StorageServiceStub(channel)
-            doc = (await stub.ReadDocument(
-                storage_pb2.ReadDocumentRequest(space=space(), path="MEMORY.md"))).document
+            doc = (
+                await stub.ReadDocument(
+                    storage_pb2.ReadDocumentRequest(space=space(), path="MEMORY.md")
+                )
+            ).document
             usage = await stub.GetUsage(storage_pb2.GetUsageRequest(space=space()))
     assert doc.content == "remember me, v2" and doc.version == 2
     assert usage.used_bytes == len("remember me, v2") and usage.document_count == 1
@@ -103,9 +109,21 @@ def test_engram_dev_demo_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "ENGRAM_METRICS_PORT": "0"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "engram", "dev", "--demo", "--port", str(port),
-         "--data-dir", str(tmp_path / "state")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "engram",
+            "dev",
+            "--demo",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "state"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert process.stdout is not None
@@ -121,7 +139,8 @@ def test_engram_dev_demo_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             health = health_pb2_grpc.HealthStub(channel)
             assert health.Check(health_pb2.HealthCheckRequest()).status == (
-                health_pb2.HealthCheckResponse.SERVING)
+                health_pb2.HealthCheckResponse.SERVING
+            )
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
         _, stderr = process.communicate(timeout=5)
