@@ -22,12 +22,7 @@ from engram.domain.errors import InvalidArgument
 from engram.indexer.ports import IndexModelMismatch, IndexUnavailable, VectorIndex, Vectors
 from engram.indexer.vector import numpy_index
 from engram.indexer.vector.numpy_index import NumpyVectorIndex
-from engram.indexer.vector.qdrant_index import (
-    QdrantVectorIndex,
-    path_prefix_key,
-    path_prefix_keys,
-    point_id,
-)
+from engram.indexer.vector.qdrant_index import QdrantVectorIndex, point_id
 
 pytestmark = [
     pytest.mark.contract,
@@ -199,22 +194,34 @@ async def test_multi_space_search_merges_by_score(index: VectorIndex) -> None:
     assert scores == pytest.approx(best, abs=1e-5)
 
 
-async def test_path_prefix_filters_before_ranking(index: VectorIndex) -> None:
+async def test_path_prefix_selects_a_directory_or_a_document_before_ranking(
+    index: VectorIndex,
+) -> None:
+    # The keyword indexes' rule (engram.indexer.keyword.scoping): whole path segments only.
     _, top = await put(index, "s1", "MEMORY.md", 2, seed=30)
     await put(index, "s1", "daily/2026-11-01.md", 2, seed=31)
     await put(index, "s1", "daily/2026-12-01.md", 2, seed=32)
+    await put(index, "s1", "dailyX.md", 2, seed=35)
     await put(index, "s1", "projects/x/notes.md", 2, seed=33)
     await put(index, "other", "daily/2026-11-02.md", 2, seed=34)
-    # Even a query that matches MEMORY.md best only returns chunks under the prefix.
+    daily = {"daily/2026-11-01.md", "daily/2026-12-01.md"}
+    everything = daily | {"MEMORY.md", "dailyX.md", "projects/x/notes.md"}
     for prefix, paths in [
-        ("daily/", {"daily/2026-11-01.md", "daily/2026-12-01.md"}),
-        ("daily/2026-11", {"daily/2026-11-01.md"}),
-        ("projects/", {"projects/x/notes.md"}),
-        ("proj", {"projects/x/notes.md"}),
+        ("daily", daily),
+        ("daily/", daily),
+        ("/daily/", daily),
+        ("projects", {"projects/x/notes.md"}),
+        ("projects/x/", {"projects/x/notes.md"}),
+        ("daily/2026-11-01.md", {"daily/2026-11-01.md"}),
         ("MEMORY.md", {"MEMORY.md"}),
+        ("/", everything),
+        ("daily/2026-11", set()),
+        ("proj", set()),
+        ("MEMORY", set()),
         ("nothing/", set()),
     ]:
-        hits = await index.search(["s1"], top[0], limit=1 if paths else 5, path_prefix=prefix)
+        # Even a query that matches MEMORY.md best only returns chunks in the scope.
+        hits = await index.search(["s1"], top[0], limit=1, path_prefix=prefix)
         assert {h.chunk.path for h in hits} <= paths, prefix
         assert len(hits) == (1 if paths else 0), prefix
         wide = await index.search(["s1"], top[0], limit=20, path_prefix=prefix)
@@ -428,5 +435,3 @@ def test_qdrant_names_and_keys_are_stable() -> None:
     )
     assert index.collection_name("a:b") != index.collection_name("a-b")
     assert point_id("doc:1") == point_id("doc:1") != point_id("doc:2")
-    assert path_prefix_keys("a/b.md")[1] == path_prefix_key("a/")
-    assert len(path_prefix_keys("a/b.md")) == len("a/b.md")

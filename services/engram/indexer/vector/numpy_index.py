@@ -45,6 +45,7 @@ import numpy.typing as npt
 from engram.backends.sqlite import SqliteDatabase
 from engram.domain.chunks import Chunk, ModelInfo, ScoredChunk
 from engram.domain.errors import InvalidArgument, Unavailable
+from engram.indexer.keyword.scoping import normalize_path_prefix
 from engram.indexer.ports import IndexModelMismatch, IndexUnavailable, Vectors
 
 ALIAS_FILE = "alias.json"
@@ -177,16 +178,18 @@ class _Space:
         self.size = needed
         self._paths = None
 
-    def search(self, query: Vectors, limit: int, path_prefix: str) -> list[tuple[float, int]]:
-        """(score, row) of the best `limit` rows under `path_prefix`, best first."""
+    def search(self, query: Vectors, limit: int, scope: str) -> list[tuple[float, int]]:
+        """(score, row) of the best `limit` rows in `scope` (a normalised path prefix: a
+        directory or a document path; "" = all), best first."""
         if self.size == 0:
             return []
         matrix = self.vectors[: self.size]
         rows: npt.NDArray[np.intp] | None = None
-        if path_prefix:
+        if scope:
             if self._paths is None:
                 self._paths = np.array(self.columns["path"], dtype=np.str_)
-            rows = np.flatnonzero(np.strings.startswith(self._paths, path_prefix))
+            inside = (self._paths == scope) | np.strings.startswith(self._paths, scope + "/")
+            rows = np.flatnonzero(inside)
             if rows.size == 0:
                 return []
             matrix = matrix[rows]
@@ -422,16 +425,17 @@ class NumpyVectorIndex:
         if limit <= 0:
             return []
         query = _normalised_rows(query)
+        scope = normalize_path_prefix(path_prefix)
         wanted = sorted(set(space_ids))
         spaces = [s for s in (collection.spaces.get(i) for i in wanted) if s is not None]
         if sum(space.size for space in spaces) <= INLINE_SEARCH_ROWS:
-            return _search_spaces(spaces, query, limit, path_prefix)
+            return _search_spaces(spaces, query, limit, scope)
         async with AsyncExitStack() as stack:
             for space_id in wanted:
                 await stack.enter_async_context(self._space_lock(space_id))
             # Read again under the locks: a write may have created a space meanwhile.
             spaces = [s for s in (collection.spaces.get(i) for i in wanted) if s is not None]
-            return await asyncio.to_thread(_search_spaces, spaces, query, limit, path_prefix)
+            return await asyncio.to_thread(_search_spaces, spaces, query, limit, scope)
 
     async def chunks_of(
         self, space_id: str, path: str, *, model_id: str | None = None
@@ -546,11 +550,11 @@ def _check_chunks(space_id: str, path: str, chunks: Sequence[Chunk], vector_rows
 
 
 def _search_spaces(
-    spaces: Sequence[_Space], query: Vectors, limit: int, path_prefix: str
+    spaces: Sequence[_Space], query: Vectors, limit: int, scope: str
 ) -> list[ScoredChunk]:
     hits: list[tuple[float, int, _Space]] = []
     for space in spaces:
-        hits.extend((score, row, space) for score, row in space.search(query, limit, path_prefix))
+        hits.extend((score, row, space) for score, row in space.search(query, limit, scope))
     if len(spaces) > 1:
         hits = heapq.nlargest(limit, hits, key=lambda hit: hit[0])
     return [ScoredChunk(chunk=space.chunk(row), score=score) for score, row, space in hits]

@@ -6,11 +6,12 @@ and is swapped in one `update_collection_aliases` call. Points carry the chunk's
 payload with a tenant-optimised keyword index on `space_id`, so every search is filtered to
 its spaces inside Qdrant.
 
-`path_prefix` is exact string-prefix matching, which Qdrant has no condition for: each
-point carries `path_prefix_keys`, a 64-bit hash of every prefix of its path (a 30-character
-path carries 30 integers), and a search matches the hash of its prefix with an integer
-index. Local mode (`AsyncQdrantClient(path=...)`) runs the same code for the contract tests;
-it ignores payload indexes and scans in Python, so it only suits small data.
+`path_prefix` selects a directory or one document, as in the keyword indexes
+(`engram.indexer.keyword.scoping`): each point carries `path_dirs`, every ancestor
+directory of its path and the path itself, and a search matches the normalised prefix
+against it with a keyword index (Qdrant has no prefix condition). Local mode
+(`AsyncQdrantClient(path=...)`) runs the same code for the contract tests; it ignores
+payload indexes and scans in Python, so it only suits small data.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from qdrant_client.http.exceptions import ApiException
 
 from engram.domain.chunks import Chunk, ModelInfo, ScoredChunk
 from engram.domain.errors import InvalidArgument
+from engram.indexer.keyword.scoping import PATH_SCOPES_FIELD, normalize_path_prefix, path_scopes
 from engram.indexer.ports import IndexModelMismatch, IndexUnavailable, Vectors
 
 # Point ids are UUID5s of the chunk id in this namespace (stable across processes).
@@ -44,16 +46,6 @@ _UPSERT_BATCH = 256
 
 def point_id(chunk_id: str) -> str:
     return str(uuid.uuid5(POINT_NAMESPACE, chunk_id))
-
-
-def path_prefix_key(prefix: str) -> int:
-    """The signed 64-bit key of one path prefix (Qdrant integers are i64)."""
-    digest = hashlib.blake2b(prefix.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-def path_prefix_keys(path: str) -> list[int]:
-    return [path_prefix_key(path[:end]) for end in range(1, len(path) + 1)]
 
 
 class QdrantVectorIndex:
@@ -210,12 +202,12 @@ class QdrantVectorIndex:
             )
         _check_chunks(space_id, path, chunks, matrix.shape[0])
         name = self.collection_name(model_id)
-        keys = path_prefix_keys(path)
+        scopes = path_scopes(path)
         points = [
             qm.PointStruct(
                 id=point_id(chunk.chunk_id),
                 vector=matrix[i].tolist(),
-                payload=_payload(chunk, keys),
+                payload=_payload(chunk, scopes),
             )
             for i, chunk in enumerate(chunks)
         ]
@@ -281,11 +273,10 @@ class QdrantVectorIndex:
         conditions: list[qm.Condition] = [
             qm.FieldCondition(key="space_id", match=qm.MatchAny(any=sorted(set(space_ids))))
         ]
-        if path_prefix:
+        scope = normalize_path_prefix(path_prefix)
+        if scope:
             conditions.append(
-                qm.FieldCondition(
-                    key="path_prefix_keys", match=qm.MatchValue(value=path_prefix_key(path_prefix))
-                )
+                qm.FieldCondition(key=PATH_SCOPES_FIELD, match=qm.MatchValue(value=scope))
             )
         async with self._errors("search"):
             response = await self._client.query_points(
@@ -396,10 +387,8 @@ class QdrantVectorIndex:
             )
             await self._client.create_payload_index(
                 name,
-                "path_prefix_keys",
-                field_schema=qm.IntegerIndexParams(
-                    type=qm.IntegerIndexType.INTEGER, lookup=True, range=False
-                ),
+                PATH_SCOPES_FIELD,
+                field_schema=qm.PayloadSchemaType.KEYWORD,
             )
             await self._client.create_payload_index(
                 name, "document_id", field_schema=qm.PayloadSchemaType.KEYWORD
@@ -413,12 +402,12 @@ def _path_conditions(space_id: str, path: str) -> list[qm.Condition]:
     ]
 
 
-def _payload(chunk: Chunk, keys: list[int]) -> dict[str, Any]:
+def _payload(chunk: Chunk, scopes: list[str]) -> dict[str, Any]:
     return {
         "space_id": chunk.space_id,
         "tenant": chunk.tenant,
         "path": chunk.path,
-        "path_prefix_keys": keys,
+        PATH_SCOPES_FIELD: scopes,
         "document_id": chunk.document_id,
         "chunk_id": chunk.chunk_id,
         "chunk_index": chunk.chunk_index,
