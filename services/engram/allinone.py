@@ -1,15 +1,16 @@
 """`engram dev`: every implemented service in one process on embedded backends.
 
-State lives under one directory (SQLite file, indexes); it survives restarts.
+State lives under one directory (SQLite file, indexes) and survives restarts. Each part
+is composed by its own package: storage, quota and authz here (`EmbeddedCore`), then the
+indexer (`engram.indexer.embedded`) and search (`engram.search.embedded`) on top of it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engram.authz.enforcement import FixedPrincipalAuthenticator, PolicyAuthorizer
 from engram.authz.sqlite_audit import SCHEMA as AUDIT_SCHEMA
@@ -19,12 +20,13 @@ from engram.domain.principals import LOCAL_ADMIN
 from engram.events.inprocess import InProcessPublisher
 from engram.events.relay import OutboxRelay
 from engram.events.sqlite_outbox import SqliteOutbox
+from engram.indexer.embedding_cache import SCHEMA as EMBEDDING_CACHE_SCHEMA
 from engram.quota.service import QuotaService
 from engram.quota.sqlite_ledger import SCHEMA as LEDGER_SCHEMA
 from engram.quota.sqlite_ledger import SqliteUsageLedger
 from engram.runtime.composition import document_limits, quota_defaults
 from engram.runtime.interceptors import Authenticator
-from engram.runtime.server import GrpcServer, ServiceRegistration, stop_on_signals
+from engram.runtime.server import GrpcServer, ServiceRegistration
 from engram.runtime.settings import Settings
 from engram.storage.service import StorageService
 from engram.storage.servicer import StorageServicer
@@ -38,19 +40,80 @@ DATABASE_FILE = "engram.db"
 
 
 @dataclass
+class EmbeddedCore:
+    """What every embedded part builds on: the database, storage, quota, authz, events."""
+
+    settings: Settings
+    database: SqliteDatabase
+    repository: SqliteDocumentRepository
+    storage: StorageService
+    quota: QuotaService
+    authorizer: PolicyAuthorizer
+    audit: SqliteAuditLog
+    publisher: InProcessPublisher
+    relay: OutboxRelay
+    registrations: list[ServiceRegistration] = field(default_factory=list)
+
+
+@dataclass
 class EmbeddedEngram:
     """The running all-in-one server and the pieces tests may inspect."""
 
     server: GrpcServer
-    database: SqliteDatabase
-    storage: StorageService
-    quota: QuotaService
-    relay: OutboxRelay
-    publisher: InProcessPublisher
+    core: EmbeddedCore
+    # Set by the parts composed on top of the core (indexer, search), for tests.
+    parts: dict[str, object] = field(default_factory=dict)
 
     @property
     def port(self) -> int:
         return self.server.port
+
+    @property
+    def storage(self) -> StorageService:
+        return self.core.storage
+
+    @property
+    def quota(self) -> QuotaService:
+        return self.core.quota
+
+    @property
+    def relay(self) -> OutboxRelay:
+        return self.core.relay
+
+    @property
+    def database(self) -> SqliteDatabase:
+        return self.core.database
+
+
+def service_name(descriptor_module: object, service: str) -> str:
+    return str(descriptor_module.DESCRIPTOR.services_by_name[service].full_name)  # type: ignore[attr-defined]
+
+
+async def build_core(settings: Settings, stack: contextlib.AsyncExitStack) -> EmbeddedCore:
+    """Storage, quota, authz and the event relay on one SQLite file."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    database = SqliteDatabase(settings.data_dir / DATABASE_FILE)
+    await database.open([DOCUMENT_SCHEMA, LEDGER_SCHEMA, AUDIT_SCHEMA, EMBEDDING_CACHE_SCHEMA])
+    stack.push_async_callback(database.close)
+    repository = SqliteDocumentRepository(database, retention=settings.version_retention)
+    quota = QuotaService(SqliteUsageLedger(database), quota_defaults(settings), repository)
+    authorizer = PolicyAuthorizer()
+    audit = SqliteAuditLog(database)
+    publisher = InProcessPublisher()
+    relay = OutboxRelay(SqliteOutbox(database), publisher)
+    storage = StorageService(repository, quota, authorizer, audit, relay, document_limits(settings))
+    core = EmbeddedCore(
+        settings, database, repository, storage, quota, authorizer, audit, publisher, relay
+    )
+    core.registrations.append(
+        ServiceRegistration(
+            service_name(storage_pb2, "StorageService"),
+            lambda server: storage_pb2_grpc.add_StorageServiceServicer_to_server(
+                StorageServicer(storage), server
+            ),
+        )
+    )
+    return core
 
 
 @contextlib.asynccontextmanager
@@ -58,51 +121,22 @@ async def embedded_engram(
     settings: Settings, *, authenticator: Authenticator | None = None
 ) -> AsyncIterator[EmbeddedEngram]:
     """Starts the all-in-one server; stops it and closes every backend on exit."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    database = SqliteDatabase(settings.data_dir / DATABASE_FILE)
-    await database.open([DOCUMENT_SCHEMA, LEDGER_SCHEMA, AUDIT_SCHEMA])
     async with contextlib.AsyncExitStack() as stack:
-        stack.push_async_callback(database.close)
-        repository = SqliteDocumentRepository(database, retention=settings.version_retention)
-        quota = QuotaService(SqliteUsageLedger(database), quota_defaults(settings), repository)
-        publisher = InProcessPublisher()
-        relay = OutboxRelay(SqliteOutbox(database), publisher)
-        storage = StorageService(
-            repository,
-            quota,
-            PolicyAuthorizer(),
-            SqliteAuditLog(database),
-            relay,
-            document_limits(settings),
-        )
-        registrations = [
-            ServiceRegistration(
-                storage_pb2.DESCRIPTOR.services_by_name["StorageService"].full_name,
-                lambda server: storage_pb2_grpc.add_StorageServiceServicer_to_server(
-                    StorageServicer(storage), server
-                ),
-            ),
-        ]
+        core = await build_core(settings, stack)
+        parts: dict[str, object] = {}
+        # Parts composed on top of the core add their registrations and lifecycles here;
+        # they subscribe to the relay's publisher before the relay starts.
+        from engram.indexer.embedded import build_embedded_indexing
+
+        indexing = await build_embedded_indexing(core, stack)
+        parts["indexing"] = indexing
         server = GrpcServer(
-            settings, registrations, authenticator or FixedPrincipalAuthenticator(LOCAL_ADMIN)
+            settings,
+            core.registrations,
+            authenticator or FixedPrincipalAuthenticator(LOCAL_ADMIN),
         )
-        relay.start()
-        stack.push_async_callback(relay.stop)
+        core.relay.start()
+        stack.push_async_callback(core.relay.stop)
         await server.start()
         stack.push_async_callback(server.stop)
-        yield EmbeddedEngram(server, database, storage, quota, relay, publisher)
-
-
-async def run_dev(settings: Settings) -> None:
-    """Serves until SIGTERM or SIGINT."""
-    stop = asyncio.Event()
-    async with embedded_engram(settings) as engram:
-        stop_on_signals(stop.set)
-        log.info(
-            "engram dev ready",
-            extra={
-                "addr": f"{settings.grpc_host}:{engram.port}",
-                "data_dir": str(settings.data_dir.resolve()),
-            },
-        )
-        await stop.wait()
+        yield EmbeddedEngram(server, core, parts)
