@@ -38,7 +38,7 @@ import tantivy
 
 from engram.domain.chunks import Chunk, ScoredChunk
 from engram.domain.errors import InvalidArgument
-from engram.indexer.keyword.scoping import (
+from engram.domain.scoping import (
     IDENTIFIER_PATTERN,
     PATH_SCOPES_FIELD,
     bound_query,

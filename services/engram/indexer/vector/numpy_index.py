@@ -45,7 +45,7 @@ import numpy.typing as npt
 from engram.backends.sqlite import SqliteDatabase
 from engram.domain.chunks import Chunk, ModelInfo, ScoredChunk
 from engram.domain.errors import InvalidArgument, Unavailable
-from engram.indexer.keyword.scoping import normalize_path_prefix
+from engram.domain.scoping import normalize_path_prefix
 from engram.indexer.ports import IndexModelMismatch, IndexUnavailable, Vectors
 
 ALIAS_FILE = "alias.json"

@@ -7,7 +7,7 @@ payload with a tenant-optimised keyword index on `space_id`, so every search is 
 its spaces inside Qdrant.
 
 `path_prefix` selects a directory or one document, as in the keyword indexes
-(`engram.indexer.keyword.scoping`): each point carries `path_dirs`, every ancestor
+(`engram.domain.scoping`): each point carries `path_dirs`, every ancestor
 directory of its path and the path itself, and a search matches the normalised prefix
 against it with a keyword index (Qdrant has no prefix condition). Local mode
 (`AsyncQdrantClient(path=...)`) runs the same code for the contract tests; it ignores
@@ -34,7 +34,7 @@ from qdrant_client.http.exceptions import ApiException
 
 from engram.domain.chunks import Chunk, ModelInfo, ScoredChunk
 from engram.domain.errors import InvalidArgument
-from engram.indexer.keyword.scoping import PATH_SCOPES_FIELD, normalize_path_prefix, path_scopes
+from engram.domain.scoping import PATH_SCOPES_FIELD, normalize_path_prefix, path_scopes
 from engram.indexer.ports import IndexModelMismatch, IndexUnavailable, Vectors
 
 # Point ids are UUID5s of the chunk id in this namespace (stable across processes).

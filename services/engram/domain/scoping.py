@@ -1,8 +1,9 @@
-"""Pure rules both keyword adapters share: path-prefix scopes and query bounding.
+"""Pure rules every index adapter shares: path-prefix scopes and query bounding.
 
-Path prefixes are directory prefixes. A chunk of `notes/2026/a.md` carries the scopes
-`notes`, `notes/2026` and `notes/2026/a.md` (every ancestor directory, and the path itself),
-and a search with `path_prefix` matches the chunks that carry the normalised prefix as a
+Path prefixes are directory prefixes, in search and in all four index adapters (tantivy,
+OpenSearch, the embedded vector index, Qdrant). A chunk of `notes/2026/a.md` carries the
+scopes `notes`, `notes/2026` and `notes/2026/a.md` (every ancestor directory, and the path
+itself), and a search with `path_prefix` matches the chunks that carry the normalised prefix as a
 scope. So `"notes"`, `"notes/"` and `"/notes/"` match `notes/a.md` and `notes/x/b.md` but
 not `notesX.md`, `notes.md` or `notes2/a.md`; `"notes/2026/a.md"` matches that one
 document; a partial segment (`"notes/20"`) matches nothing; an empty prefix (or `"/"`)
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-# Field holding `path_scopes(path)` in both adapters. It also holds the path itself, so a
+# Field holding `path_scopes(path)` in every adapter. It also holds the path itself, so a
 # file path used as a prefix selects that document.
 PATH_SCOPES_FIELD = "path_dirs"
 
