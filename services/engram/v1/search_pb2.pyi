@@ -56,23 +56,28 @@ class SearchRequest(_message.Message):
     MIN_SCORE_FIELD_NUMBER: _builtins.int
     PATH_PREFIX_FIELD_NUMBER: _builtins.int
     query: _builtins.str
-    """Non-blank query text."""
+    """Non-blank query text, at most 4096 characters."""
     limit: _builtins.int
     """1 to 100; 0 = 5."""
     mode: Global___SearchMode.ValueType
     bm25_weight: _builtins.float
-    """Weight of the BM25 list in RRF; 0 = 1.0."""
+    """Weight of the BM25 list in RRF; 0 = 1.0; negative or not finite = INVALID_ARGUMENT."""
     vector_weight: _builtins.float
-    """Weight of the vector list in RRF; 0 = 1.0."""
+    """Weight of the vector list in RRF; 0 = 1.0; negative or not finite = INVALID_ARGUMENT."""
     rrf_k: _builtins.float
-    """RRF k; 0 = 60."""
+    """RRF k in `weight / (k + rank)`; 0 = 60; negative or not finite = INVALID_ARGUMENT."""
     min_score: _builtins.float
     """Results whose normalised score is below this are dropped (0..1)."""
     path_prefix: _builtins.str
-    """Only chunks of documents whose path starts with this."""
+    """Only chunks of documents under this directory, or of this one document: whole path
+    segments, so "notes" (or "notes/") matches notes/a.md and notes/x/b.md but not
+    notesX.md; "notes/a.md" matches that document; empty = every path.
+    """
     @_builtins.property
     def spaces(self) -> _containers.RepeatedCompositeFieldContainer[_space_pb2.SpaceRef]:
-        """1 to 16 spaces; one the caller may not read refuses the whole request."""
+        """1 to 16 distinct spaces (a repeated space counts once); one the caller may not read
+        refuses the whole request.
+        """
 
     def __init__(
         self,
@@ -154,7 +159,9 @@ class SearchResult(_message.Message):
     content: _builtins.str
     chunk_index: _builtins.int
     score: _builtins.float
-    """Fused RRF score normalised to [0, 1] (1 = ranked first in every list)."""
+    """Fused RRF score normalised to [0, 1]: 1 = ranked first in every list the mode uses (in
+    a degraded answer, every list that answered).
+    """
     bm25_score: _builtins.float
     """Raw BM25 score (0 when absent from the BM25 list)."""
     vector_score: _builtins.float
