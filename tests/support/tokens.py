@@ -7,7 +7,7 @@ from typing import Any
 
 import jwt
 
-TEST_JWT_SECRET = "engram-test-secret-0123456789abcdef0123456789"
+TEST_JWT_SECRET = "engram-test-secret-" + "0123456789abcdef" * 4
 
 
 def mint(

@@ -8,6 +8,7 @@ from typing import Any
 
 from pymongo import ASCENDING, IndexModel
 
+from engram.authz.ports import AuditEntry
 from engram.backends.mongo import MongoDatabase, ensure_indexes, mongo_errors
 from engram.storage.ports import AuditRecord
 
@@ -41,15 +42,16 @@ class MongoAuditLog:
             )
         return event_id
 
-    async def list_since(
-        self, since: datetime, *, after: tuple[datetime, str] | None, limit: int
-    ) -> list[tuple[str, AuditRecord, datetime]]:
-        """(event_id, record, at) oldest first, at or after `since`, after the cursor."""
+    async def list_since(self, since: datetime, *, after: str, limit: int) -> list[AuditEntry]:
         query: dict[str, Any] = {"at": {"$gte": since}}
-        if after is not None:
+        if after:
+            stamp, _, event_id = after.partition("|")
+            at = datetime.fromisoformat(stamp)
             query = {
-                "$or": [{"at": {"$gt": after[0]}}, {"at": after[0], "_id": {"$gt": after[1]}}],
-                "at": {"$gte": since},
+                "$and": [
+                    {"at": {"$gte": since}},
+                    {"$or": [{"at": {"$gt": at}}, {"at": at, "_id": {"$gt": event_id}}]},
+                ]
             }
         with mongo_errors("listing audit events"):
             rows = (
@@ -59,9 +61,9 @@ class MongoAuditLog:
                 .to_list(length=limit)
             )
         return [
-            (
-                row["_id"],
-                AuditRecord(
+            AuditEntry(
+                event_id=row["_id"],
+                record=AuditRecord(
                     row["action"],
                     row["subject"],
                     row["tenant"],
@@ -69,7 +71,8 @@ class MongoAuditLog:
                     row["path"],
                     row["bytes_delta"],
                 ),
-                row["at"],
+                at=row["at"],
+                cursor=f"{row['at'].isoformat()}|{row['_id']}",
             )
             for row in rows
         ]

@@ -6,6 +6,7 @@ import sqlite3
 import uuid
 from datetime import UTC, datetime
 
+from engram.authz.ports import AuditEntry
 from engram.backends.sqlite import SqliteDatabase, from_micros, to_micros
 from engram.storage.ports import AuditRecord
 
@@ -54,23 +55,21 @@ class SqliteAuditLog:
         await self._db.write(work)
         return event_id
 
-    async def list_since(
-        self, since: datetime, *, after_seq: int, limit: int
-    ) -> list[tuple[int, str, AuditRecord, datetime]]:
-        """(seq, event_id, record, at) oldest first, at or after `since`, seq > `after_seq`."""
+    async def list_since(self, since: datetime, *, after: str, limit: int) -> list[AuditEntry]:
+        after_seq = int(after) if after.isdigit() else 0
 
-        def work(connection: sqlite3.Connection) -> list[tuple[int, str, AuditRecord, datetime]]:
+        def work(connection: sqlite3.Connection) -> list[AuditEntry]:
             rows = connection.execute(
                 "SELECT seq, event_id, action, subject, tenant, space_id, path, bytes_delta, "
                 "at_us FROM audit_events WHERE at_us >= ? AND seq > ? ORDER BY seq LIMIT ?",
                 (to_micros(since), after_seq, limit),
             ).fetchall()
             return [
-                (
-                    int(seq),
-                    str(eid),
-                    AuditRecord(str(a), str(s), str(t), str(sp), str(p), int(d)),
-                    from_micros(int(at)),
+                AuditEntry(
+                    event_id=str(eid),
+                    record=AuditRecord(str(a), str(s), str(t), str(sp), str(p), int(d)),
+                    at=from_micros(int(at)),
+                    cursor=str(seq),
                 )
                 for seq, eid, a, s, t, sp, p, d, at in rows
             ]

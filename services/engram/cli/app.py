@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from engram.cli import storage_commands
+from engram.cli import admin_commands, storage_commands
 from engram.cli.client import console, fail
 from engram.domain.errors import EngramError
 from engram.runtime.logs import configure_logging
@@ -23,6 +23,7 @@ app = typer.Typer(
     help="Memory and knowledge spaces for AI agents.",
 )
 storage_commands.register(app)
+admin_commands.register(app)
 
 
 def _settings(**overrides: object) -> Settings:
@@ -47,6 +48,10 @@ def dev(
         int | None, typer.Option("--metrics-port", help="Prometheus port (0 = off).")
     ] = None,
     demo: Annotated[bool, typer.Option("--demo", help="Run a short demo once serving.")] = False,
+    auth: Annotated[
+        bool,
+        typer.Option("--auth", help="Require tokens; prints an admin token for tenant `local`."),
+    ] = False,
 ) -> None:
     """Run every service in one process on embedded backends."""
     from engram.allinone import embedded_engram
@@ -59,7 +64,7 @@ def dev(
 
     async def main() -> None:
         stop = asyncio.Event()
-        async with embedded_engram(settings) as engram:
+        async with embedded_engram(settings, require_auth=auth) as engram:
             stop_on_signals(stop.set)
             address = f"{settings.grpc_host}:{engram.port}"
             console.print(
@@ -68,10 +73,20 @@ def dev(
                 f"{'off' if not engram.server.metrics_port else engram.server.metrics_port})",
                 highlight=False,
             )
+            token = ""
+            if auth:
+                from engram.authz.dev_identity import dev_token
+
+                token = dev_token(engram.core.jwt_secret)
+                console.print(
+                    "auth on: callers need a token. Admin token for tenant local (ENGRAM_TOKEN):",
+                    highlight=False,
+                )
+                console.print(token, soft_wrap=True, highlight=False)
             if demo:
                 from engram.cli.demo import run_demo
 
-                await run_demo(address, console)
+                await run_demo(address, console, token=token)
                 console.print("[dim]demo done; still serving - Ctrl-C to stop[/]")
             await stop.wait()
 
@@ -83,7 +98,7 @@ def dev(
 
 @app.command()
 def serve(
-    service: Annotated[str, typer.Argument(help="storage")],
+    service: Annotated[str, typer.Argument(help="storage, quota, authz, indexer or search")],
     port: Annotated[int | None, typer.Option("--port", help="gRPC port.")] = None,
 ) -> None:
     """Run one service on the production backends configured by ENGRAM_* settings."""

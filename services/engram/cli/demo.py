@@ -19,14 +19,16 @@ MEMORY = """# MEMORY
 """
 
 
-async def run_demo(address: str, console: Console) -> None:
+async def run_demo(address: str, console: Console, *, token: str = "") -> None:
     """Writes MEMORY.md and a daily log, then lists and reads them back."""
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
     today = datetime.now(UTC).date().isoformat()
     daily = f"daily/{today}.md"
     async with grpc.aio.insecure_channel(address) as channel:
         stub = storage_pb2_grpc.StorageServiceStub(channel)
         written = await stub.WriteDocument(
-            storage_pb2.WriteDocumentRequest(space=DEMO_SPACE, path="MEMORY.md", content=MEMORY)
+            storage_pb2.WriteDocumentRequest(space=DEMO_SPACE, path="MEMORY.md", content=MEMORY),
+            metadata=metadata,
         )
         console.print(
             f"[green]wrote[/] MEMORY.md v{written.document.version} "
@@ -40,15 +42,16 @@ async def run_demo(address: str, console: Console) -> None:
                     path=daily,
                     content=f"[{stamp}] {entry}\n",
                     mode=storage_pb2.WRITE_MODE_APPEND,
-                )
+                ),
+                metadata=metadata,
             )
         console.print(f"[green]appended[/] 2 entries to {daily} (v{appended.document.version})")
         listing = await stub.ListDocuments(
-            storage_pb2.ListDocumentsRequest(space=DEMO_SPACE, recursive=True)
+            storage_pb2.ListDocumentsRequest(space=DEMO_SPACE, recursive=True), metadata=metadata
         )
         console.print("[bold]documents:[/] " + ", ".join(e.path for e in listing.entries))
         for path in ("MEMORY.md", daily):
             read = await stub.ReadDocument(
-                storage_pb2.ReadDocumentRequest(space=DEMO_SPACE, path=path)
+                storage_pb2.ReadDocumentRequest(space=DEMO_SPACE, path=path), metadata=metadata
             )
             console.print(Panel(read.document.content.rstrip(), title=path, expand=False))

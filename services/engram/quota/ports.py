@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from engram.domain.documents import SpaceUsage
 from engram.domain.quotas import Counter
 
 
@@ -46,3 +47,5 @@ class StoredUsage(Protocol):
     """What the documents actually hold: the truth Reconcile corrects counters to."""
 
     async def usage_by_space(self, aggregate_owner: str) -> dict[str, int]: ...
+
+    async def space_usage(self, space_id: str) -> SpaceUsage: ...

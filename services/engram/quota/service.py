@@ -77,6 +77,9 @@ class QuotaService:
             aggregate_quota_bytes=aggregate.limit or 0,
         )
 
+    async def document_count(self, space: SpaceRef) -> int:
+        return (await self._stored.space_usage(space.id)).document_count
+
     # --- QuotaService RPCs -------------------------------------------------------------------
 
     async def apply_charge(

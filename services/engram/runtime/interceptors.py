@@ -25,6 +25,8 @@ log = logging.getLogger("engram.access")
 
 # Health and reflection answer without credentials (probes and grpcurl).
 UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+# Methods whose request carries the credential to check; they run without a principal.
+CREDENTIAL_IN_REQUEST = frozenset({"/engram.v1.AuthzService/Authenticate"})
 
 
 class Authenticator(Protocol):
@@ -70,6 +72,9 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         )
         request_id_var.set(request_id)
         context.set_trailing_metadata((("x-request-id", request_id),))
+        if state.method in CREDENTIAL_IN_REQUEST:
+            principal_var.set(None)
+            return
         principal_var.set(await self._authenticator.authenticate(metadata))
 
     async def fail(

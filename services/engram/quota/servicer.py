@@ -1,0 +1,91 @@
+"""QuotaService servicer: protobuf in, domain call, protobuf out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from engram.authz.enforcement import PolicyAuthorizer
+from engram.domain.errors import PermissionDenied
+from engram.domain.principals import Action
+from engram.quota.service import QuotaService
+from engram.runtime.context import current_principal
+from engram.storage.ports import Authorizer
+from engram.v1 import quota_pb2, quota_pb2_grpc
+from engram.wire import requested_space
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
+    def __init__(self, service: QuotaService, authorizer: Authorizer | None = None) -> None:
+        self._service = service
+        self._authorizer = authorizer or PolicyAuthorizer()
+
+    async def Charge(
+        self, request: quota_pb2.ChargeRequest, context: Context
+    ) -> quota_pb2.ChargeResponse:
+        principal = current_principal()
+        if not (principal.service or principal.platform_admin):
+            raise PermissionDenied(
+                "Charge is called by the storage service (service principals) only",
+                rule="service_principal_required",
+            )
+        # The caller (storage) already authorized the change; here the space is only
+        # validated and stamped.
+        granted = await self._authorizer.authorize(
+            principal, Action.USAGE, requested_space(request.space)
+        )
+        outcome = await self._service.apply_charge(
+            granted.space, request.delta_bytes, request.idempotency_key
+        )
+        keys = list(outcome.values)
+        return quota_pb2.ChargeResponse(
+            applied=outcome.applied,
+            space_used_bytes=outcome.values.get(keys[0], 0),
+            tenant_used_bytes=outcome.values.get(keys[-1], 0),
+        )
+
+    async def GetUsage(
+        self, request: quota_pb2.QuotaServiceGetUsageRequest, context: Context
+    ) -> quota_pb2.QuotaServiceGetUsageResponse:
+        principal = current_principal()
+        response = quota_pb2.QuotaServiceGetUsageResponse()
+        if request.HasField("space"):
+            granted = await self._authorizer.authorize(
+                principal, Action.USAGE, requested_space(request.space)
+            )
+            report = await self._service.usage(granted.space)
+            documents = await self._service.document_count(granted.space)
+            response.space_used_bytes = report.space_used_bytes
+            response.space_quota_bytes = report.space_quota_bytes
+            response.space_document_count = documents
+        tenant = await self._service.tenant_usage(principal, request.tenant)
+        response.tenant = tenant.tenant
+        response.tenant_used_bytes = tenant.used_bytes
+        response.tenant_quota_bytes = tenant.quota_bytes
+        response.tenant_quota_overridden = tenant.overridden
+        return response
+
+    async def SetTenantQuota(
+        self, request: quota_pb2.SetTenantQuotaRequest, context: Context
+    ) -> quota_pb2.SetTenantQuotaResponse:
+        quota = await self._service.set_tenant_quota(
+            current_principal(), request.tenant, request.quota_bytes
+        )
+        return quota_pb2.SetTenantQuotaResponse(tenant=request.tenant, quota_bytes=quota)
+
+    async def Reconcile(
+        self, request: quota_pb2.ReconcileRequest, context: Context
+    ) -> quota_pb2.ReconcileResponse:
+        report = await self._service.reconcile(current_principal(), request.tenant)
+        return quota_pb2.ReconcileResponse(
+            drifts=[
+                quota_pb2.UsageDrift(
+                    counter=d.counter, recorded_bytes=d.recorded_bytes, actual_bytes=d.actual_bytes
+                )
+                for d in report.drifts
+            ],
+            spaces_checked=report.spaces_checked,
+        )

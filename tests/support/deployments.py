@@ -1,0 +1,87 @@
+"""Storage, Quota and Authz with real authentication (JWTs signed with the test secret and
+personal access tokens), on the embedded backend or on MongoDB, for the suites of issue 4."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from engram.allinone import embedded_engram
+from engram.v1 import authz_pb2_grpc, quota_pb2_grpc, storage_pb2_grpc
+from tests.support.backends import RealBackends
+from tests.support.settings import server_settings
+from tests.support.tokens import TEST_JWT_SECRET
+
+BACKENDS = ("sqlite", "mongo")
+
+
+@dataclass
+class Deployment:
+    backend: str
+    ports: dict[str, int]
+    _channels: list[grpc.aio.Channel] = field(default_factory=list)
+    # Set on the embedded backend, for tests that look inside.
+    engram: Any = None
+
+    def _channel(self, service: str) -> grpc.aio.Channel:
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.ports[service]}")
+        self._channels.append(channel)
+        return channel
+
+    def storage(self) -> storage_pb2_grpc.StorageServiceStub:
+        return storage_pb2_grpc.StorageServiceStub(self._channel("storage"))
+
+    def quota(self) -> quota_pb2_grpc.QuotaServiceStub:
+        return quota_pb2_grpc.QuotaServiceStub(self._channel("quota"))
+
+    def authz(self) -> authz_pb2_grpc.AuthzServiceStub:
+        return authz_pb2_grpc.AuthzServiceStub(self._channel("authz"))
+
+    async def close(self) -> None:
+        for channel in self._channels:
+            await channel.close()
+
+
+@contextlib.asynccontextmanager
+async def secure_deployment(
+    backend: str, tmp_path: Path, real_backends: RealBackends, **overrides: Any
+) -> AsyncIterator[Deployment]:
+    values = {"jwt_secret": TEST_JWT_SECRET, **overrides}
+    if backend == "sqlite":
+        settings = server_settings(tmp_path / "engram", **values)
+        async with embedded_engram(settings, require_auth=True) as engram:
+            port = engram.port
+            deployment = Deployment(
+                backend, {"storage": port, "quota": port, "authz": port}, engram=engram
+            )
+            try:
+                yield deployment
+            finally:
+                await deployment.close()
+        return
+    from engram.services import authz_on_mongo, quota_on_mongo, storage_on_mongo
+
+    settings = server_settings(
+        tmp_path / "engram",
+        mongo_uri=real_backends.url("mongo"),
+        mongo_db=f"engram_{uuid.uuid4().hex[:12]}",
+        **values,
+    )
+    async with (
+        storage_on_mongo(settings, publish_events=False) as storage,
+        quota_on_mongo(settings) as quota,
+        authz_on_mongo(settings) as authz,
+    ):
+        deployment = Deployment(
+            backend, {"storage": storage.port, "quota": quota.port, "authz": authz.port}
+        )
+        try:
+            yield deployment
+        finally:
+            await deployment.close()
