@@ -116,3 +116,40 @@ async def test_du_history_export_import(cli: Cli, tmp_path: Path) -> None:
     (tmp_path / "clash.tar.gz").write_bytes(buffer.getvalue())
     renamed = await cli("import", "--in", str(tmp_path / "clash.tar.gz"), "--strategy", "rename")
     assert "a.md -> a-2.md" in renamed
+
+
+async def test_token_quota_and_audit_commands(tmp_path: Path) -> None:
+    from engram.allinone import embedded_engram
+    from engram.authz.dev_identity import dev_token
+    from tests.support.settings import server_settings
+
+    async with embedded_engram(server_settings(tmp_path / "auth"), require_auth=True) as engram:
+        cli = Cli(engram.port)
+        admin = dev_token(engram.core.jwt_secret)
+        refused = await cli("ls", ok=False)
+        assert "UNAUTHENTICATED" in refused
+        created = await cli(
+            "token", "create", "--role", "viewer", "--user", "carl", "--token", admin
+        )
+        token = created.strip().splitlines()[-1]
+        token_id = created.split("token id ")[1].split(",")[0].strip()
+        assert token.startswith(f"egm_{token_id}_")
+        await cli("write", "MEMORY.md", "--token", admin, stdin="hello")
+        assert await cli("read", "MEMORY.md", "--token", token) == "hello\n"
+        assert "MEMBER_ROLE_REQUIRED" in await cli(
+            "write", "x.md", "--token", token, stdin="x", ok=False
+        )
+        assert "revoked" in await cli("token", "revoke", token_id, "--token", admin)
+        assert "UNAUTHENTICATED" in await cli("read", "MEMORY.md", "--token", token, ok=False)
+        assert "set to 2.0 GiB" in await cli("quota", "set", "local", "2GiB", "--token", admin)
+        shown = await cli("quota", "show", "--token", admin)
+        assert "2.0 GiB" in shown and "override" in shown
+        assert "no drift" in await cli("quota", "reconcile", "--token", admin)
+        await cli(
+            "write", "rules.md", "-v", "global", "-n", "handbook", "--token", admin, stdin="be kind"
+        )
+        audit = await cli("audit", "--token", admin)
+        assert "memory.global" in audit and "_write" in audit and "rules.md" in audit
+        assert "cannot read" in await cli(
+            "quota", "set", "local", "lots", "--token", admin, ok=False
+        )

@@ -152,3 +152,48 @@ def test_engram_dev_demo_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
+
+
+def test_engram_dev_auth_prints_a_working_admin_token(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "ENGRAM_METRICS_PORT": "0"}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "engram",
+            "dev",
+            "--auth",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "state"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        lines = [process.stdout.readline() for _ in range(3)]
+        assert "auth on" in lines[1]
+        token = lines[2].strip()
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = storage_pb2_grpc.StorageServiceStub(channel)
+            with pytest.raises(grpc.RpcError) as caught:
+                stub.GetUsage(storage_pb2.GetUsageRequest(space=space()))
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+            usage = stub.GetUsage(
+                storage_pb2.GetUsageRequest(space=space()),
+                metadata=(("authorization", f"Bearer {token}"),),
+            )
+            assert usage.tenant_quota_bytes == 1024**3
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout is not None:
+            process.stdout.close()

@@ -181,7 +181,9 @@ def audit(
     token: TokenOption = "",
 ) -> None:
     """Show the audit log of global-space changes (platform admins)."""
-    table = Table("at", "action", "subject", "space", "path", "bytes")
+    table = Table()
+    for column in ("at", "action", "subject", "space", "path", "bytes"):
+        table.add_column(column, overflow="fold")
     shown = 0
     page = ""
     with channel(addr) as opened:

@@ -18,8 +18,8 @@ from engram.v1 import space_pb2
 
 T = TypeVar("T")
 
-err_console = Console(stderr=True)
-console = Console()
+err_console = Console(stderr=True, soft_wrap=True)
+console = Console(soft_wrap=True)
 
 DEFAULT_ADDR = "127.0.0.1:50051"
 

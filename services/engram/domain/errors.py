@@ -22,6 +22,11 @@ class EngramError(Exception):
         self.message = message
         self.metadata: dict[str, str] = dict(metadata or {})
 
+    @property
+    def info_reason(self) -> str:
+        """The `google.rpc.ErrorInfo.reason` this error travels with."""
+        return self.reason
+
 
 # --- INVALID_ARGUMENT -------------------------------------------------------------------------
 
@@ -116,6 +121,10 @@ class PermissionDenied(EngramError):
     def __init__(self, message: str, *, rule: str) -> None:
         super().__init__(message, metadata={"rule": rule})
         self.rule = rule
+
+    @property
+    def info_reason(self) -> str:
+        return self.rule.upper()
 
 
 class Unauthenticated(EngramError):

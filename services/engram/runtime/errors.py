@@ -54,7 +54,7 @@ def to_rpc_status(error: EngramError) -> status_pb2.Status:
     details = [
         _pack(
             error_details_pb2.ErrorInfo(
-                reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata
+                reason=error.info_reason, domain=ERROR_DOMAIN, metadata=error.metadata
             )
         )
     ]
