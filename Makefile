@@ -33,8 +33,11 @@ $(BUF):
 protos: $(STAMP) ## Regenerate the Python code for protos/engram/v1
 	PYTHON=$(BIN)/python protos/generate.sh services
 
-protos-check: $(STAMP) $(BUF) ## Fail if the committed generated code is stale; buf lint
+protos-check: $(STAMP) $(BUF) ## Fail if the committed generated code is stale; buf lint and breaking
 	cd protos && $(BUF) lint
+	@# Wire/JSON compatibility with the previous commit (additions only; renames are breaking).
+	if git rev-parse -q --verify HEAD~1 >/dev/null; then \
+	  cd protos && $(BUF) breaking --against "../.git#ref=HEAD~1,subdir=protos"; fi
 	rm -rf $(CACHE)/protos-check && mkdir -p $(CACHE)/protos-check
 	PYTHON=$(BIN)/python protos/generate.sh $(CACHE)/protos-check
 	diff -r -x __pycache__ $(CACHE)/protos-check/engram/v1 services/engram/v1 \
