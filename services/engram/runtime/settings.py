@@ -105,6 +105,15 @@ class Settings(BaseSettings):
     tantivy_writer_heap_bytes: int = Field(default=50_000_000, ge=15_000_000)
     tantivy_search_threads: int = Field(default=2, ge=1)
 
+    # --- search (ARCHITECTURE §4) ------------------------------------------------------------
+    # Candidates each index returns for fusion (at least the request's limit is fetched).
+    search_candidate_depth: int = Field(default=50, ge=1, le=1000)
+    # Deadline of each backend leg (query embedding + vector search; BM25 search); one that
+    # fails or overruns degrades the answer to the other.
+    search_backend_timeout_seconds: float = Field(default=1.0, gt=0)
+    # Query embeddings kept in memory, per process (0 = no cache).
+    search_query_cache_size: int = Field(default=1024, ge=0)
+
     # --- other services (distributed mode) ---------------------------------------------------
     storage_addr: str | None = None
     quota_addr: str | None = None
