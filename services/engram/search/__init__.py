@@ -1,0 +1,1 @@
+"""SearchService: hybrid BM25 + vector search over the spaces a caller may read."""

@@ -1,0 +1,41 @@
+"""The search part of `engram dev`: SearchService on the embedded indexes."""
+
+from __future__ import annotations
+
+from engram.allinone import EmbeddedCore, service_name
+from engram.indexer.embedded import EmbeddedIndexing
+from engram.runtime.server import ServiceRegistration
+from engram.search.ports import QueryEmbedders
+from engram.search.query_cache import QueryEmbeddingCache
+from engram.search.service import ConfiguredEmbedder, SearchOptions, SearchService
+from engram.search.servicer import SearchServicer
+from engram.v1 import search_pb2, search_pb2_grpc
+
+
+def query_embedders(indexing: EmbeddedIndexing) -> QueryEmbedders:
+    """The embedders queries may use: the configured one, for its own model. (During a
+    model switch the index's active model is the old one, which this cannot embed for,
+    and semantic search degrades until the switch completes.)"""
+    return ConfiguredEmbedder(indexing.embedder)
+
+
+def build_embedded_search(core: EmbeddedCore, indexing: EmbeddedIndexing) -> SearchService:
+    """Registers SearchService on the core's server; returns the service (for tests)."""
+    settings = core.settings
+    service = SearchService(
+        indexing.keyword,
+        indexing.vector,
+        query_embedders(indexing),
+        core.authorizer,
+        options=SearchOptions.from_settings(settings),
+        query_cache=QueryEmbeddingCache(settings.search_query_cache_size),
+    )
+    core.registrations.append(
+        ServiceRegistration(
+            service_name(search_pb2, "SearchService"),
+            lambda server: search_pb2_grpc.add_SearchServiceServicer_to_server(
+                SearchServicer(service), server
+            ),
+        )
+    )
+    return service

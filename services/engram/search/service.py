@@ -1,0 +1,368 @@
+"""The search use case (ARCHITECTURE §3-§4): authorize, query both indexes in parallel, fuse.
+
+1. Every requested space is authorized (stamping tenant and user from the identity); one
+   refusal refuses the whole request, naming the first refused space.
+2. The request is validated.
+3. The keyword leg (BM25) and the semantic leg (embed the query with the active vector
+   model's embedder, then vector search) run concurrently, each filtered to the authorized
+   space ids inside its backend and each under its own deadline.
+4. The lists are fused by weighted RRF (`engram.domain.fusion`). A leg that failed or
+   overran is left out and the answer is marked degraded; if no leg answered the request
+   fails with UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from prometheus_client import Counter, Histogram
+
+from engram.domain.chunks import Chunk, ModelInfo, ScoredChunk
+from engram.domain.errors import EngramError, InvalidArgument, InvalidSpaceRef, PermissionDenied
+from engram.domain.fusion import DEFAULT_RRF_K, DEFAULT_WEIGHT, FusionParams, RankedHit, fuse
+from engram.domain.principals import Action, Principal
+from engram.domain.spaces import SpaceRef
+from engram.indexer.ports import (
+    Embedder,
+    IndexModelMismatch,
+    IndexUnavailable,
+    KeywordIndex,
+    VectorIndex,
+)
+from engram.runtime.settings import Settings
+from engram.search.errors import SearchUnavailable
+from engram.search.ports import Authorizer, QueryEmbedders
+from engram.search.query_cache import QueryEmbeddingCache
+
+log = logging.getLogger(__name__)
+
+MAX_SPACES = 16
+DEFAULT_LIMIT = 5
+MAX_LIMIT = 100
+MAX_QUERY_CHARS = 4096
+MAX_PATH_PREFIX_BYTES = 1024
+# How long the active vector model is trusted before asking the index again; a search
+# names the model explicitly, so during a switch it keeps using one model end to end.
+ACTIVE_MODEL_SECONDS = 2.0
+
+KEYWORD = "keyword"
+VECTOR = "vector"
+
+DEGRADED = Counter(
+    "engram_search_degraded_total",
+    "Searches answered without one index, by the index left out and why.",
+    ("backend", "cause"),
+)
+BACKEND_SECONDS = Histogram(
+    "engram_search_backend_seconds",
+    "Time of each search leg (vector: query embedding + vector search), by backend.",
+    ("backend",),
+    buckets=(0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.5, 1, 2.5),
+)
+FOREIGN_HITS = Counter(
+    "engram_search_foreign_hits_total",
+    "Hits an index returned from a space the request did not authorize (dropped; a bug).",
+    ("backend",),
+)
+
+
+class SearchMode(StrEnum):
+    HYBRID = "hybrid"
+    LEXICAL = "lexical"
+    SEMANTIC = "semantic"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchOptions:
+    """Server-side knobs (`ENGRAM_SEARCH_*`)."""
+
+    candidate_depth: int = 50
+    backend_timeout_seconds: float = 1.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SearchOptions:
+        return cls(
+            candidate_depth=settings.search_candidate_depth,
+            backend_timeout_seconds=settings.search_backend_timeout_seconds,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    """A search as requested, before authorization and validation."""
+
+    spaces: Sequence[SpaceRef]
+    text: str
+    limit: int = 0
+    mode: SearchMode = SearchMode.HYBRID
+    bm25_weight: float = DEFAULT_WEIGHT
+    vector_weight: float = DEFAULT_WEIGHT
+    rrf_k: float = DEFAULT_RRF_K
+    min_score: float = 0.0
+    path_prefix: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    chunk: Chunk
+    score: float
+    bm25_score: float
+    vector_score: float
+    bm25_rank: int
+    vector_rank: int
+    is_hybrid_match: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SearchOutcome:
+    query: str
+    hits: list[SearchHit]
+    degraded: bool = False
+    degraded_reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Leg:
+    """One backend's answer: its hits, or None and why it has none."""
+
+    backend: str
+    hits: list[ScoredChunk] | None
+    reason: str = ""
+
+
+class ConfiguredEmbedder:
+    """`QueryEmbedders` for a process with one embedder: it answers for its own model only."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self._embedder = embedder
+
+    def for_model(self, model: ModelInfo) -> Embedder | None:
+        return self._embedder if self._embedder.model.model_id == model.model_id else None
+
+
+class SearchService:
+    def __init__(
+        self,
+        keyword: KeywordIndex,
+        vector: VectorIndex,
+        embedders: QueryEmbedders,
+        authorizer: Authorizer,
+        *,
+        options: SearchOptions | None = None,
+        query_cache: QueryEmbeddingCache | None = None,
+    ) -> None:
+        self._keyword = keyword
+        self._vector = vector
+        self._embedders = embedders
+        self._authorizer = authorizer
+        self._options = options or SearchOptions()
+        self._query_cache = query_cache or QueryEmbeddingCache(1024)
+        self._active: tuple[ModelInfo, float] | None = None
+
+    async def search(self, principal: Principal, query: SearchQuery) -> SearchOutcome:
+        space_ids = await self._authorize(principal, query.spaces)
+        limit, params = _validate(query)
+        depth = max(self._options.candidate_depth, limit)
+        legs: list[Awaitable[_Leg]] = []
+        if query.mode is not SearchMode.SEMANTIC:
+            legs.append(
+                self._leg(
+                    KEYWORD,
+                    self._keyword.search(
+                        space_ids, query.text, limit=depth, path_prefix=query.path_prefix
+                    ),
+                )
+            )
+        if query.mode is not SearchMode.LEXICAL:
+            legs.append(
+                self._leg(VECTOR, self._semantic(space_ids, query.text, depth, query.path_prefix))
+            )
+        answered = {leg.backend: leg for leg in await asyncio.gather(*legs)}
+        reasons = [leg.reason for leg in answered.values() if leg.hits is None]
+        if len(reasons) == len(answered):
+            raise SearchUnavailable(
+                "search is unavailable: " + "; ".join(reasons),
+                metadata={"backends": ",".join(answered)},
+            )
+        allowed = set(space_ids)
+        keyword_hits = _inside(answered.get(KEYWORD), allowed)
+        vector_hits = _inside(answered.get(VECTOR), allowed)
+        fused = fuse(
+            _ranked(keyword_hits),
+            _ranked(vector_hits),
+            params,
+            limit=limit,
+            min_score=query.min_score,
+        )
+        chunks = _chunks_by_id(keyword_hits, vector_hits)
+        hits = [
+            SearchHit(
+                chunk=chunks[hit.chunk_id],
+                score=hit.score,
+                bm25_score=hit.bm25_score,
+                vector_score=hit.vector_score,
+                bm25_rank=hit.bm25_rank,
+                vector_rank=hit.vector_rank,
+                is_hybrid_match=hit.is_hybrid_match,
+            )
+            for hit in fused
+        ]
+        return SearchOutcome(
+            query=query.text, hits=hits, degraded=bool(reasons), degraded_reasons=reasons
+        )
+
+    # --- steps -------------------------------------------------------------------------------
+
+    async def _authorize(self, principal: Principal, requested: Sequence[SpaceRef]) -> list[str]:
+        """The stamped space ids, in request order without repeats; refuses the request at
+        the first space the principal may not search."""
+        spaces = list(dict.fromkeys(requested))
+        if not spaces:
+            raise InvalidArgument("name at least one space to search", field="spaces")
+        if len(spaces) > MAX_SPACES:
+            raise InvalidArgument(
+                f"at most {MAX_SPACES} spaces per search, got {len(spaces)}", field="spaces"
+            )
+        decisions = await asyncio.gather(
+            *(self._authorizer.authorize(principal, Action.SEARCH, space) for space in spaces),
+            return_exceptions=True,
+        )
+        space_ids: dict[str, None] = {}
+        for index, (space, decision) in enumerate(zip(spaces, decisions, strict=True)):
+            if isinstance(decision, PermissionDenied):
+                refused = PermissionDenied(
+                    f"you may not search {space.describe()} (spaces[{index}]): {decision.message}",
+                    rule=decision.rule,
+                )
+                refused.metadata["space_index"] = str(index)
+                raise refused from None
+            if isinstance(decision, InvalidSpaceRef):
+                raise InvalidSpaceRef(
+                    f"spaces[{index}]: {decision.message}",
+                    field=decision.field.replace("space", f"spaces[{index}]", 1),
+                ) from None
+            if isinstance(decision, BaseException):
+                raise decision
+            space_ids[decision.space.id] = None
+        return list(space_ids)
+
+    async def _leg(self, backend: str, work: Awaitable[list[ScoredChunk]]) -> _Leg:
+        """Runs one backend call under its deadline; a failure becomes a reason, not an error."""
+        timeout = self._options.backend_timeout_seconds
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(timeout):
+                hits = await work
+        except TimeoutError:
+            DEGRADED.labels(backend, "timeout").inc()
+            log.warning("search leg timed out", extra={"backend": backend, "timeout": timeout})
+            return _Leg(backend, None, f"{backend} index: no answer within {timeout:g}s")
+        except EngramError as error:
+            DEGRADED.labels(backend, "error").inc()
+            log.warning(
+                "search leg failed",
+                extra={"backend": backend, "reason": error.reason, "error": error.message},
+            )
+            return _Leg(backend, None, f"{backend} index: {error.message}")
+        finally:
+            BACKEND_SECONDS.labels(backend).observe(time.perf_counter() - started)
+        return _Leg(backend, hits)
+
+    async def _semantic(
+        self, space_ids: list[str], text: str, depth: int, path_prefix: str
+    ) -> list[ScoredChunk]:
+        model = await self._active_model()
+        if model is None:
+            # Nothing has been embedded yet: an empty list, not a failure.
+            return []
+        embedder = self._embedders.for_model(model)
+        if embedder is None:
+            raise IndexUnavailable(
+                f"this process has no embedder for the active vector model {model.model_id!r}"
+            )
+        vector = await self._query_cache.embed(embedder, model.model_id, text)
+        try:
+            return await self._vector.search(
+                space_ids, vector, limit=depth, path_prefix=path_prefix, model_id=model.model_id
+            )
+        except IndexModelMismatch:
+            # The model was switched (and the old collection dropped) since we looked.
+            self._active = None
+            raise
+
+    async def _active_model(self) -> ModelInfo | None:
+        now = time.monotonic()
+        if self._active is not None and now - self._active[1] < ACTIVE_MODEL_SECONDS:
+            return self._active[0]
+        model = await self._vector.active_model()
+        self._active = None if model is None else (model, now)
+        return model
+
+
+def _validate(query: SearchQuery) -> tuple[int, FusionParams]:
+    """The effective limit and fusion parameters; InvalidArgument naming the field."""
+    text = query.text
+    if not text.strip():
+        raise InvalidArgument("query must not be empty or whitespace", field="query")
+    if len(text) > MAX_QUERY_CHARS:
+        raise InvalidArgument(
+            f"query is {len(text)} characters; at most {MAX_QUERY_CHARS} are allowed",
+            field="query",
+        )
+    limit = query.limit or DEFAULT_LIMIT
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidArgument(
+            f"limit must be between 1 and {MAX_LIMIT} (0 = {DEFAULT_LIMIT}), got {query.limit}",
+            field="limit",
+        )
+    if not math.isfinite(query.min_score) or not 0.0 <= query.min_score <= 1.0:
+        raise InvalidArgument(
+            f"min_score must be between 0 and 1, got {query.min_score!r}", field="min_score"
+        )
+    if len(query.path_prefix.encode("utf-8")) > MAX_PATH_PREFIX_BYTES:
+        raise InvalidArgument(
+            f"path_prefix is over {MAX_PATH_PREFIX_BYTES} bytes", field="path_prefix"
+        )
+    if not isinstance(query.mode, SearchMode):
+        raise InvalidArgument("mode must be hybrid, lexical or semantic", field="mode")
+    params = FusionParams(
+        bm25_weight=query.bm25_weight, vector_weight=query.vector_weight, k=query.rrf_k
+    )
+    return limit, params
+
+
+def _inside(leg: _Leg | None, allowed: set[str]) -> list[ScoredChunk] | None:
+    """The leg's hits (None when it did not answer). The index filtered them to `allowed`
+    already; this only guards against an adapter bug ever leaking another space's chunk."""
+    if leg is None or leg.hits is None:
+        return None
+    hits = leg.hits
+    if all(hit.chunk.space_id in allowed for hit in hits):
+        return hits
+    FOREIGN_HITS.labels(leg.backend).inc()
+    log.error("an index returned chunks of unrequested spaces", extra={"backend": leg.backend})
+    return [hit for hit in hits if hit.chunk.space_id in allowed]
+
+
+def _ranked(hits: list[ScoredChunk] | None) -> list[RankedHit] | None:
+    if hits is None:
+        return None
+    return [RankedHit(hit.chunk.chunk_id, hit.score) for hit in hits]
+
+
+def _chunks_by_id(*lists: list[ScoredChunk] | None) -> dict[str, Chunk]:
+    """Each chunk once; when the indexes hold different versions (an update being indexed),
+    the newer one."""
+    chunks: dict[str, Chunk] = {}
+    for hits in lists:
+        for hit in hits or ():
+            known = chunks.get(hit.chunk.chunk_id)
+            if known is None or hit.chunk.doc_version > known.doc_version:
+                chunks[hit.chunk.chunk_id] = hit.chunk
+    return chunks
