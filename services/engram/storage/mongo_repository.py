@@ -17,7 +17,7 @@ secondary indexes, which real MongoDB uses (FerretDB scans them).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -306,6 +306,32 @@ class MongoDocumentRepository:
             if document is not None:
                 documents.append(document)
         return documents
+
+    async def iter_paths(
+        self, space_id: str | None = None, *, page_size: int = 1000
+    ) -> AsyncIterator[tuple[str, str]]:
+        """(space_id, path) of every live document of one space (or of all), in that order
+        (head ids sort so), read a page at a time (the indexer's backfill)."""
+        query: dict[str, Any] = {"deleted": False}
+        if space_id is not None:
+            query["space_id"] = space_id
+        after: str | None = None
+        while True:
+            page = dict(query)
+            if after is not None:
+                page["_id"] = {"$gt": after}
+            with mongo_errors("listing documents"):
+                heads = (
+                    await self._heads.find(page, projection={"space_id": 1, "path": 1})
+                    .sort("_id", ASCENDING)
+                    .limit(page_size)
+                    .to_list(length=page_size)
+                )
+            for head in heads:
+                yield str(head["space_id"]), str(head["path"])
+            if len(heads) < page_size:
+                return
+            after = str(heads[-1]["_id"])
 
     async def space_usage(self, space_id: str) -> SpaceUsage:
         match = {"space_id": space_id, "deleted": False}

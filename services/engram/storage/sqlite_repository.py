@@ -9,7 +9,7 @@ Every change is one transaction on the writer thread that (1) checks the stored 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from engram.backends.sqlite import SqliteDatabase, from_micros, to_micros
@@ -306,6 +306,44 @@ class SqliteDocumentRepository:
             return [_document(row) for row in rows]
 
         return await self._db.read(work)
+
+    async def iter_paths(
+        self, space_id: str | None = None, *, page_size: int = 1000
+    ) -> AsyncIterator[tuple[str, str]]:
+        """(space_id, path) of every document of one space (or of all), in that order, read
+        a page at a time (the indexer's backfill)."""
+        after = ("", "")
+        while True:
+
+            def work(connection: sqlite3.Connection, after: tuple[str, str] = after) -> list[Any]:
+                if space_id is None:
+                    return connection.execute(
+                        "SELECT space_id, path FROM documents WHERE (space_id, path) > (?, ?) "
+                        "ORDER BY space_id, path LIMIT ?",
+                        (*after, page_size),
+                    ).fetchall()
+                return connection.execute(
+                    "SELECT space_id, path FROM documents WHERE space_id = ? AND path > ? "
+                    "ORDER BY path LIMIT ?",
+                    (space_id, after[1], page_size),
+                ).fetchall()
+
+            rows = await self._db.read(work)
+            for found_space, path in rows:
+                yield str(found_space), str(path)
+            if len(rows) < page_size:
+                return
+            after = (str(rows[-1][0]), str(rows[-1][1]))
+
+    async def record_events(self, events: Sequence[DocumentEvent]) -> None:
+        """Appends events to the outbox without changing a document: the indexer's reindex
+        requests, which then travel the same durable path as changes."""
+
+        def work(connection: sqlite3.Connection) -> None:
+            for event in events:
+                _enqueue(connection, event)
+
+        await self._db.write(work)
 
     async def get_version(self, space_id: str, path: str, version: int) -> DocumentVersion | None:
         def work(connection: sqlite3.Connection) -> DocumentVersion | None:
