@@ -19,6 +19,13 @@ Concurrency: every mutation of a space's arrays happens on the event loop withou
 in between, after its SQLite transaction committed, under that space's lock. Small searches
 run inline (a few hundred microseconds); large ones run in a worker thread while holding
 the locks of the spaces they read, so no write can move rows under them.
+
+Several processes may write one directory (indexer replicas on one host): each replace is
+one SQLite transaction that deletes the path's rows and inserts the new ones, and each
+delete is a SQL delete by (space, path) in every collection, so the files always hold the
+last committed replace of each path. A process's in-memory matrices show only its own
+writes; a reader sees the others' after reopening. Start such processes one after another
+when the directory is new (open removes a collection directory still lacking its file).
 """
 
 from __future__ import annotations
@@ -394,11 +401,12 @@ class NumpyVectorIndex:
 
         async with self._space_lock(space_id):
             for collection in list(self._collections.values()):
-                space = collection.spaces.get(space_id)
-                if space is None or path not in space.rows_by_path:
-                    continue
+                # Always on disk, even when this process holds no rows for the path: another
+                # process sharing the directory may have written them.
                 await self._guard(collection.database.write(delete))
-                space.remove(path)
+                space = collection.spaces.get(space_id)
+                if space is not None:
+                    space.remove(path)
 
     async def search(
         self,
