@@ -66,6 +66,12 @@ class Settings(BaseSettings):
     opensearch_url: str | None = None
     qdrant_url: str | None = None
     qdrant_api_key: SecretStr | None = None
+    # Qdrant local mode (a directory; one process only, brute-force scans: tests and tiny
+    # single-host setups). ENGRAM_QDRANT_URL wins when both are set.
+    qdrant_path: Path | None = None
+    # The embedded vector index (NumpyVectorIndex) for a single-host `engram serve indexer`:
+    # several indexer processes may share it (SQLite); readers see others' writes on reopen.
+    vector_dir: Path | None = None
 
     # --- embeddings (ARCHITECTURE §4) --------------------------------------------------------
     # "local" runs all-MiniLM-L6-v2 int8 in-process; the others call an HTTP provider.
@@ -113,6 +119,24 @@ class Settings(BaseSettings):
     search_backend_timeout_seconds: float = Field(default=1.0, gt=0)
     # Query embeddings kept in memory, per process (0 = no cache).
     search_query_cache_size: int = Field(default=1024, ge=0)
+
+    # --- indexer worker (ARCHITECTURE §4) ------------------------------------------------------
+    # The durable JetStream pull consumer every indexer replica shares.
+    indexer_durable: str = "indexer"
+    # Unacknowledged for this long (a crashed or stuck worker), an event is redelivered;
+    # a live worker extends it while indexing a large document.
+    indexer_ack_wait_seconds: float = Field(default=30.0, gt=0)
+    # Attempts per event before it goes to the dead-letter subject (engram.deadletter.docs).
+    indexer_max_deliver: int = Field(default=8, ge=1)
+    # Retry delay after a failed attempt: base * 2^(attempt-1), capped, with jitter.
+    indexer_retry_base_seconds: float = Field(default=0.5, gt=0)
+    indexer_retry_max_seconds: float = Field(default=30.0, gt=0)
+    # Events pulled per fetch, and documents indexed at once, per process.
+    indexer_fetch_batch: int = Field(default=64, ge=1, le=1024)
+    indexer_concurrency: int = Field(default=8, ge=1, le=256)
+    # After a model switch, the old collection is dropped this long after the alias moved,
+    # so searches that read the old alias just before can still finish.
+    indexer_model_drop_grace_seconds: float = Field(default=30.0, ge=0)
 
     # --- other services (distributed mode) ---------------------------------------------------
     storage_addr: str | None = None

@@ -85,6 +85,8 @@ class GetIndexStatusResponse(_message.Message):
     DIMENSION_FIELD_NUMBER: _builtins.int
     PENDING_MODEL_FIELD_NUMBER: _builtins.int
     BACKLOG_FIELD_NUMBER: _builtins.int
+    SWITCH_DOCUMENTS_INDEXED_FIELD_NUMBER: _builtins.int
+    COLLECTIONS_FIELD_NUMBER: _builtins.int
     active_model: _builtins.str
     """The embedding model search uses now."""
     dimension: _builtins.int
@@ -92,6 +94,16 @@ class GetIndexStatusResponse(_message.Message):
     """A model being filled behind the alias, if a switch is under way."""
     backlog: _builtins.int
     """Events waiting to be indexed."""
+    switch_documents_indexed: _builtins.int
+    """Documents copied into the pending model's collection so far, by the replica
+    that answers (0 when no switch is under way there).
+    """
+    @_builtins.property
+    def collections(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Every model that has a collection: the active one, a pending one, and an old
+        one until it is dropped.
+        """
+
     def __init__(
         self,
         *,
@@ -99,10 +111,12 @@ class GetIndexStatusResponse(_message.Message):
         dimension: _builtins.int = ...,
         pending_model: _builtins.str = ...,
         backlog: _builtins.int = ...,
+        switch_documents_indexed: _builtins.int = ...,
+        collections: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_model", b"active_model", "backlog", b"backlog", "dimension", b"dimension", "pending_model", b"pending_model"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_model", b"active_model", "backlog", b"backlog", "collections", b"collections", "dimension", b"dimension", "pending_model", b"pending_model", "switch_documents_indexed", b"switch_documents_indexed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
