@@ -1,0 +1,289 @@
+"""IndexWorker: turns "this document changed" into both indexes holding its current chunks.
+
+An event only names a document; the worker reads the document as it is *now* (a deleted one
+removes its chunks), chunks it, embeds what the embedding cache lacks, and replaces the
+path's chunks in the keyword index and in every vector collection being written (the active
+model's, and a pending model's during a switch). Then it reads the document again: if
+storage moved on meanwhile, it indexes again. So duplicate, stale and out-of-order events are
+harmless, and after quiescence the indexes equal the store:
+
+* A pass that wrote a state and then re-read that same state is not the last word only if
+  storage changes later - and every later change has its own event, processed after it.
+* A slow worker that writes a stale state after a faster one wrote the current state re-reads
+  after its write, sees the newer state, and writes again; the keyword adapters also refuse
+  an older `doc_version` of the same document outright.
+* Each replace makes the path hold exactly the new chunks, so chunks beyond a shrunken
+  document's count, or of an earlier document at the same path, go with it.
+
+Within a process, work on one (space, path) is serialised; across replicas the re-read
+carries correctness. Callers acknowledge an event only after `index` returned for its
+document, having started after the event arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+from google.protobuf.message import DecodeError
+from prometheus_client import Counter, Histogram
+
+from engram.domain.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, build_chunks
+from engram.domain.chunks import Chunk
+from engram.domain.documents import DocumentEvent, StoredDocument
+from engram.domain.errors import EngramError, InvalidArgument, Unavailable
+from engram.domain.spaces import SpaceRef
+from engram.indexer.models import IndexModels, ModelTarget
+from engram.indexer.ports import IndexModelMismatch, KeywordIndex, VectorIndex, Vectors
+from engram.indexer.sources import DocumentSource
+from engram.runtime.keyed_locks import KeyedLocks
+from engram.wire import decode_event
+
+log = logging.getLogger(__name__)
+
+# Documents at least this long are chunked on a worker thread, not on the event loop.
+_CHUNK_OFF_LOOP_CHARS = 64 * 1024
+
+DOCUMENTS = Counter(
+    "engram_indexer_documents_total",
+    "Documents brought up to date in the indexes, by outcome (indexed, deleted, failed).",
+    ("outcome",),
+)
+CHUNKS = Counter("engram_indexer_chunks_indexed_total", "Chunks written to the indexes.")
+REPASSES = Counter(
+    "engram_indexer_repasses_total",
+    "Extra indexing passes because the document changed while it was being indexed.",
+)
+DOCUMENT_SECONDS = Histogram(
+    "engram_indexer_document_seconds",
+    "Time to bring one document up to date in both indexes (every pass).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+LAG_SECONDS = Histogram(
+    "engram_indexer_lag_seconds",
+    "From a document change (its event time) to both indexes holding it.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+DEAD_LETTERS = Counter(
+    "engram_indexer_dead_letters_total",
+    "Events given up on after the maximum number of attempts (or undecodable).",
+)
+
+DocumentKey = tuple[str, str]
+
+
+class Outcome(StrEnum):
+    INDEXED = "indexed"
+    DELETED = "deleted"
+    # A backfill found no switch left to fill (another replica finished it).
+    SKIPPED = "skipped"
+
+
+class IndexSuperseded(Unavailable):
+    """The document kept changing for every pass; a later attempt will catch up."""
+
+    reason = "INDEX_SUPERSEDED"
+
+
+class UndecodableEvent(InvalidArgument):
+    reason = "UNDECODABLE_EVENT"
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    """What one pass read and wrote: the state to compare against a re-read."""
+
+    document: StoredDocument | None
+    chunks: int
+
+
+def read_event(payload: bytes) -> DocumentEvent:
+    """The DocumentEvent of a message payload; UndecodableEvent if it is not one."""
+    try:
+        return decode_event(payload)
+    except (DecodeError, EngramError, KeyError, ValueError) as error:
+        raise UndecodableEvent(f"not a DocumentEvent: {type(error).__name__}") from None
+
+
+def coalesce(events: Iterable[DocumentEvent]) -> dict[DocumentKey, list[DocumentEvent]]:
+    """Events grouped by the document they name, in first-seen order: one indexing run
+    answers all of a document's events."""
+    groups: dict[DocumentKey, list[DocumentEvent]] = {}
+    for event in events:
+        groups.setdefault((event.space_id, event.path), []).append(event)
+    return groups
+
+
+def observe_lag(events: Sequence[DocumentEvent]) -> None:
+    now = time.time()
+    for event in events:
+        LAG_SECONDS.observe(max(0.0, now - event.at.timestamp()))
+
+
+def _same_state(before: StoredDocument | None, after: StoredDocument | None) -> bool:
+    if before is None or after is None:
+        return before is after
+    return (before.document_id, before.version, before.sha256) == (
+        after.document_id,
+        after.version,
+        after.sha256,
+    )
+
+
+class IndexWorker:
+    """Brings documents up to date in the keyword index and the vector collections."""
+
+    def __init__(
+        self,
+        source: DocumentSource,
+        keyword: KeywordIndex,
+        vector: VectorIndex,
+        models: IndexModels,
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+        concurrency: int = 8,
+        max_passes: int = 6,
+    ) -> None:
+        self._source = source
+        self._keyword = keyword
+        self._vector = vector
+        self._models = models
+        self._chunk_size = chunk_size
+        self._chunk_overlap = chunk_overlap
+        self._concurrency = concurrency
+        self._max_passes = max_passes
+        self._locks = KeyedLocks()
+
+    @property
+    def models(self) -> IndexModels:
+        return self._models
+
+    @property
+    def source(self) -> DocumentSource:
+        return self._source
+
+    async def index(self, space: SpaceRef, path: str, *, backfill: bool = False) -> Outcome:
+        """Makes both indexes hold the current chunks of (space, path), or none if it is
+        deleted. With `backfill`, writes only the pending model's collection (a model switch
+        filling it); the keyword index and the active collection are left to events.
+
+        Raises IndexSuperseded if storage changed during every pass, and the indexes' or
+        the source's errors (IndexUnavailable, Unavailable) for the caller to retry.
+        """
+        started = time.perf_counter()
+        async with self._locks.hold((space.id, path)):
+            try:
+                outcome = await self._converge(space, path, backfill=backfill)
+            except BaseException:
+                DOCUMENTS.labels("failed").inc()
+                raise
+        DOCUMENT_SECONDS.observe(time.perf_counter() - started)
+        DOCUMENTS.labels(outcome.value).inc()
+        return outcome
+
+    async def index_many(
+        self, keys: Iterable[tuple[SpaceRef, str]]
+    ) -> dict[DocumentKey, Exception | None]:
+        """Indexes several documents, `concurrency` at a time; the error of each one that
+        failed (None for success), so one bad document never holds up the others."""
+        semaphore = asyncio.Semaphore(self._concurrency)
+        results: dict[DocumentKey, Exception | None] = {}
+
+        async def one(space: SpaceRef, path: str) -> None:
+            async with semaphore:
+                try:
+                    await self.index(space, path)
+                except Exception as error:  # noqa: BLE001 - reported per document; the caller retries it
+                    if not isinstance(error, EngramError):
+                        log.error(
+                            "indexing failed unexpectedly",
+                            exc_info=error,
+                            extra={"space_id": space.id, "path": path},
+                        )
+                    results[(space.id, path)] = error
+                else:
+                    results[(space.id, path)] = None
+
+        await asyncio.gather(*(one(space, path) for space, path in keys))
+        return results
+
+    # --- one document ------------------------------------------------------------------------
+
+    async def _converge(self, space: SpaceRef, path: str, *, backfill: bool) -> Outcome:
+        for attempt in range(self._max_passes):
+            if attempt:
+                REPASSES.inc()
+            if backfill:
+                pending = self._models.pending_target()
+                if pending is None:
+                    return Outcome.SKIPPED
+                targets = [pending]
+            else:
+                targets = await self._models.targets()
+            document = await self._source.current(space, path)
+            try:
+                written = await self._write(space.id, path, document, targets, backfill)
+            except IndexModelMismatch:
+                # A collection went away under us (another replica finished a switch and
+                # dropped the old one): with fresh targets this is worth another pass.
+                if not await self._models.refresh(force=True):
+                    raise
+                continue
+            again = await self._source.current(space, path)
+            if _same_state(written.document, again):
+                CHUNKS.inc(written.chunks)
+                return Outcome.DELETED if document is None else Outcome.INDEXED
+        raise IndexSuperseded(
+            f"{path!r} changed during each of {self._max_passes} indexing passes; retrying later",
+            metadata={"space_id": space.id, "path": path},
+        )
+
+    async def _write(
+        self,
+        space_id: str,
+        path: str,
+        document: StoredDocument | None,
+        targets: Sequence[ModelTarget],
+        backfill: bool,
+    ) -> _Written:
+        if document is None:
+            await self._keyword.delete_chunks(space_id, path)
+            await self._vector.delete_chunks(space_id, path)
+            return _Written(None, 0)
+        chunks = await self._chunks(document)
+        texts = [chunk.content for chunk in chunks]
+        vectors = await asyncio.gather(*(_embed(target, texts) for target in targets))
+        if not backfill:
+            await self._keyword.replace_chunks(space_id, path, chunks)
+        for target, matrix in zip(targets, vectors, strict=True):
+            await self._vector.replace_chunks(target.model.model_id, space_id, path, chunks, matrix)
+        return _Written(document, len(chunks))
+
+    async def _chunks(self, document: StoredDocument) -> list[Chunk]:
+        def build() -> list[Chunk]:
+            return build_chunks(
+                space_id=document.space_id,
+                tenant=document.space.tenant,
+                path=document.path,
+                document_id=document.document_id,
+                version=document.version,
+                content=document.content,
+                size=self._chunk_size,
+                overlap=self._chunk_overlap,
+            )
+
+        if len(document.content) >= _CHUNK_OFF_LOOP_CHARS:
+            return await asyncio.to_thread(build)
+        return build()
+
+
+async def _embed(target: ModelTarget, texts: Sequence[str]) -> Vectors:
+    if not texts:
+        return np.empty((0, target.model.dimension), dtype=np.float32)
+    return await target.embedder.embed_documents(texts)
