@@ -225,8 +225,16 @@ async def authz_on_mongo(
             yield server
 
 
+def _indexer(settings: Settings) -> contextlib.AbstractAsyncContextManager[GrpcServer]:
+    # Imported on use: the indexer brings the index and embedding clients with it.
+    from engram.indexer.production import indexer_on_backends
+
+    return indexer_on_backends(settings)
+
+
 SERVICES: dict[str, Callable[[Settings], contextlib.AbstractAsyncContextManager[GrpcServer]]] = {
     "storage": storage_on_mongo,
+    "indexer": _indexer,
     "quota": quota_on_mongo,
     "authz": authz_on_mongo,
 }

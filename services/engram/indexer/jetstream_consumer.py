@@ -1,0 +1,395 @@
+"""JetStreamIndexConsumer: the production indexer loop on the durable pull consumer `indexer`.
+
+Every replica binds the same durable consumer on ENGRAM_DOCS (`engram.docs.>`, explicit
+ack), so events are spread over replicas and survive restarts. Per process:
+
+* Events are grouped by document. A document gets one indexing run at a time; events for it
+  that arrive during a run wait for the next run (that run may have read storage before
+  their change) and are then answered together.
+* An event is acked only after a run that started after it arrived returned, i.e. after
+  both indexes hold the document's state at or after the event's change.
+* A failed run naks its events with exponential backoff; an event whose attempt
+  `indexer_max_deliver` failed (or that arrives past that many deliveries, after crashes)
+  is published to `engram.deadletter.docs` (stream ENGRAM_DEADLETTER, outside
+  `engram.docs.>`), counted in `engram_indexer_dead_letters_total`, and terminated.
+* While a document is being indexed its events are kept alive (`in_progress`) every third of
+  the ack wait, so a large document is not redelivered to another replica meanwhile; a
+  crashed replica's events come back after the ack wait.
+* Reindex requests are events on `engram.docs.reindex`, so they travel the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import APIError
+
+from engram.domain.documents import DocumentEvent
+from engram.domain.errors import Unavailable
+from engram.domain.spaces import SpaceRef
+from engram.events.jetstream import STREAM, SUBJECTS, JetStreamPublisher, ensure_stream
+from engram.events.ports import OutboxMessage
+from engram.indexer.service import reindex_events
+from engram.indexer.worker import (
+    DEAD_LETTERS,
+    DocumentKey,
+    IndexWorker,
+    UndecodableEvent,
+    observe_lag,
+    read_event,
+)
+from engram.runtime.settings import Settings
+from engram.wire import encode_event
+
+log = logging.getLogger(__name__)
+
+REINDEX_SUBJECT = "engram.docs.reindex"
+DEAD_LETTER_STREAM = "ENGRAM_DEADLETTER"
+DEAD_LETTER_SUBJECT = "engram.deadletter.docs"
+# How long one fetch waits for an event before the loop looks around again.
+FETCH_WAIT_SECONDS = 1.0
+# The server's own redelivery cap sits a little above ours: a delivery past our limit is
+# dead-lettered on arrival, and a failed dead-letter publish gets a few more chances.
+SERVER_DELIVERY_SLACK = 3
+
+_NATS_ERRORS = (nats.errors.Error, OSError)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerOptions:
+    durable: str = "indexer"
+    ack_wait_seconds: float = 30.0
+    max_deliver: int = 8
+    retry_base_seconds: float = 0.5
+    retry_max_seconds: float = 30.0
+    fetch_batch: int = 64
+    concurrency: int = 8
+    drain_seconds: float = 10.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ConsumerOptions:
+        return cls(
+            durable=settings.indexer_durable,
+            ack_wait_seconds=settings.indexer_ack_wait_seconds,
+            max_deliver=settings.indexer_max_deliver,
+            retry_base_seconds=settings.indexer_retry_base_seconds,
+            retry_max_seconds=settings.indexer_retry_max_seconds,
+            fetch_batch=settings.indexer_fetch_batch,
+            concurrency=settings.indexer_concurrency,
+            drain_seconds=settings.shutdown_grace_seconds,
+        )
+
+
+def retry_delay(attempt: int, *, base: float, cap: float) -> float:
+    """Delay before attempt `attempt + 1`: base * 2^(attempt-1), capped, jittered into its
+    upper half so replicas that failed together do not retry together."""
+    ceiling = min(cap, base * 2 ** max(0, attempt - 1))
+    return random.uniform(ceiling / 2, ceiling)
+
+
+async def ensure_streams(client: Client) -> None:
+    """ENGRAM_DOCS (as storage creates it) and the dead-letter stream."""
+    await ensure_stream(client)
+    config = StreamConfig(
+        name=DEAD_LETTER_STREAM,
+        subjects=["engram.deadletter.>"],
+        storage=StorageType.FILE,
+        retention=RetentionPolicy.LIMITS,
+        duplicate_window=600.0,
+        max_age=30 * 24 * 3600.0,
+    )
+    js = client.jetstream()
+    try:
+        await js.add_stream(config)
+    except APIError as error:
+        if getattr(error, "err_code", None) != 10058:  # exists with another config
+            raise
+        await js.update_stream(config)
+
+
+def consumer_config(options: ConsumerOptions) -> ConsumerConfig:
+    return ConsumerConfig(
+        name=options.durable,
+        durable_name=options.durable,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=options.ack_wait_seconds,
+        max_deliver=options.max_deliver + SERVER_DELIVERY_SLACK,
+        filter_subject=SUBJECTS[0],
+        max_ack_pending=max(1000, 4 * options.fetch_batch),
+    )
+
+
+@dataclass(eq=False, slots=True)
+class _Held:
+    """A delivered, unsettled message and the event it carries."""
+
+    msg: Msg
+    # None for a payload that is not a DocumentEvent (dead-lettered on arrival).
+    event: DocumentEvent | None
+
+
+class JetStreamIndexConsumer:
+    """Pulls document events and runs the worker on them (see the module docstring)."""
+
+    def __init__(self, client: Client, worker: IndexWorker, options: ConsumerOptions) -> None:
+        self._client = client
+        self._worker = worker
+        self._options = options
+        self._js: JetStreamContext = client.jetstream()
+        self._subscription: JetStreamContext.PullSubscription | None = None
+        self._running: dict[DocumentKey, asyncio.Task[None]] = {}
+        self._followers: dict[DocumentKey, list[_Held]] = {}
+        self._holding: set[_Held] = set()
+        self._slot_freed = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._keepalive_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Creates the streams and the durable consumer (or updates its settings), binds it
+        and starts pulling."""
+        try:
+            await ensure_streams(self._client)
+            await self._js.add_consumer(STREAM, config=consumer_config(self._options))
+            self._subscription = await self._js.pull_subscribe_bind(
+                durable=self._options.durable, stream=STREAM
+            )
+        except _NATS_ERRORS as error:
+            raise Unavailable(
+                f"cannot set up the JetStream consumer: {type(error).__name__}: {error}"
+            ) from None
+        self._loop_task = asyncio.create_task(self._pull(), name="indexer-pull")
+        self._keepalive_task = asyncio.create_task(self._keep_alive(), name="indexer-keepalive")
+
+    async def stop(self) -> None:
+        """Stops pulling, lets running documents finish for up to the drain time, and naks
+        whatever is left so another replica takes it at once."""
+        self._stopping.set()
+        if self._loop_task is not None:
+            await self._loop_task
+            self._loop_task = None
+        running = list(self._running.values())
+        if running:
+            await asyncio.wait(running, timeout=self._options.drain_seconds)
+        for task in list(self._running.values()):
+            task.cancel()
+        for task in list(self._running.values()):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for held in list(self._holding):
+            await self._settle(held, "nak")
+        self._followers.clear()
+        if self._keepalive_task is not None:
+            self._keepalive_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keepalive_task
+            self._keepalive_task = None
+        if self._subscription is not None:
+            with contextlib.suppress(*_NATS_ERRORS):
+                await self._subscription.unsubscribe()
+            self._subscription = None
+
+    async def backlog(self) -> int:
+        """Events not yet delivered plus delivered ones not yet acknowledged."""
+        try:
+            info = await self._js.consumer_info(STREAM, self._options.durable)
+        except _NATS_ERRORS as error:
+            raise Unavailable(f"cannot read the consumer state: {type(error).__name__}") from None
+        return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+
+    # --- the pull loop -----------------------------------------------------------------------
+
+    async def _pull(self) -> None:
+        assert self._subscription is not None
+        failures = 0
+        while not self._stopping.is_set():
+            free = self._options.concurrency - len(self._running)
+            if free <= 0:
+                self._slot_freed.clear()
+                await _first(self._slot_freed.wait(), self._stopping.wait())
+                continue
+            try:
+                messages = await self._subscription.fetch(
+                    min(free, self._options.fetch_batch), timeout=FETCH_WAIT_SECONDS
+                )
+            except TimeoutError:
+                continue
+            except _NATS_ERRORS as error:
+                failures += 1
+                delay = min(5.0, 0.1 * 2 ** min(failures, 6))
+                log.warning(
+                    "fetching events failed; retrying",
+                    extra={"error": f"{type(error).__name__}: {error}", "retry_in_s": delay},
+                )
+                await _first(asyncio.sleep(delay), self._stopping.wait())
+                continue
+            failures = 0
+            for message in messages:
+                await self._accept(message)
+
+    async def _accept(self, message: Msg) -> None:
+        try:
+            event = read_event(message.data)
+        except UndecodableEvent as error:
+            undecodable = _Held(message, None)
+            self._holding.add(undecodable)
+            await self._dead_letter(undecodable, error.message)
+            return
+        held = _Held(message, event)
+        self._holding.add(held)
+        if message.metadata.num_delivered > self._options.max_deliver:
+            await self._dead_letter(
+                held,
+                f"delivered {message.metadata.num_delivered} times: earlier attempts crashed "
+                "or timed out",
+            )
+            return
+        key = (event.space_id, event.path)
+        if key in self._running:
+            self._followers.setdefault(key, []).append(held)
+            return
+        self._running[key] = asyncio.create_task(self._run(key, event.space, [held]))
+
+    async def _run(self, key: DocumentKey, space: SpaceRef, held: list[_Held]) -> None:
+        try:
+            while held:
+                try:
+                    await self._worker.index(space, key[1])
+                except Exception as error:  # noqa: BLE001 - the events are retried or dead-lettered
+                    await self._failed(held, error)
+                else:
+                    observe_lag([h.event for h in held if h.event is not None])
+                    for item in held:
+                        await self._settle(item, "ack")
+                held = self._followers.pop(key, [])
+        finally:
+            self._running.pop(key, None)
+            self._slot_freed.set()
+
+    async def _failed(self, held: Sequence[_Held], error: Exception) -> None:
+        reason = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
+        event = held[0].event
+        log.warning(
+            "indexing failed",
+            extra={
+                "space_id": event.space_id if event else "",
+                "path": event.path if event else "",
+                "error": reason,
+            },
+        )
+        for item in held:
+            attempt = item.msg.metadata.num_delivered
+            if attempt >= self._options.max_deliver:
+                await self._dead_letter(item, reason)
+            else:
+                delay = retry_delay(
+                    attempt,
+                    base=self._options.retry_base_seconds,
+                    cap=self._options.retry_max_seconds,
+                )
+                await self._settle(item, "nak", delay=delay)
+
+    # --- settling ----------------------------------------------------------------------------
+
+    async def _settle(self, held: _Held, how: str, *, delay: float | None = None) -> None:
+        self._holding.discard(held)
+        try:
+            if how == "ack":
+                await held.msg.ack()
+            elif how == "term":
+                await held.msg.term()
+            else:
+                await held.msg.nak(delay=delay)
+        except nats.errors.MsgAlreadyAckdError:
+            pass
+        except _NATS_ERRORS as error:
+            # The server redelivers it after the ack wait.
+            log.warning("settling an event failed", extra={"how": how, "error": repr(error)})
+
+    async def _dead_letter(self, held: _Held, reason: str) -> None:
+        """Copies the event to the dead-letter stream and terminates it; if the copy fails,
+        naks it to try again later."""
+        message = held.msg
+        metadata = message.metadata
+        headers = {
+            # Deduplicates a retried dead-lettering of the same stream message.
+            "Nats-Msg-Id": f"{STREAM}-{metadata.sequence.stream}",
+            "Engram-Error": reason[:1000],
+            "Engram-Subject": message.subject,
+            "Engram-Deliveries": str(metadata.num_delivered),
+            "Engram-Stream-Sequence": str(metadata.sequence.stream),
+        }
+        try:
+            await self._js.publish(
+                DEAD_LETTER_SUBJECT, message.data, stream=DEAD_LETTER_STREAM, headers=headers
+            )
+        except _NATS_ERRORS as error:
+            log.error("dead-lettering an event failed", extra={"error": repr(error)})
+            await self._settle(held, "nak", delay=self._options.retry_max_seconds)
+            return
+        await self._settle(held, "term")
+        DEAD_LETTERS.inc()
+        log.error(
+            "event dead-lettered",
+            extra={
+                "stream_sequence": metadata.sequence.stream,
+                "deliveries": metadata.num_delivered,
+                "error": reason,
+            },
+        )
+
+    async def _keep_alive(self) -> None:
+        interval = max(0.5, self._options.ack_wait_seconds / 3)
+        while True:
+            await asyncio.sleep(interval)
+            for held in list(self._holding):
+                with contextlib.suppress(*_NATS_ERRORS):
+                    await held.msg.in_progress()
+
+
+class JetStreamReindexQueue:
+    """Queues reindex requests as events on `engram.docs.reindex`."""
+
+    def __init__(self, publisher: JetStreamPublisher) -> None:
+        self._publisher = publisher
+
+    async def enqueue(self, documents: Sequence[tuple[SpaceRef, str]]) -> None:
+        messages = [
+            OutboxMessage(
+                key=event.event_id,
+                event_id=event.event_id,
+                subject=REINDEX_SUBJECT,
+                payload=encode_event(event),
+            )
+            for event in reindex_events(documents)
+        ]
+        await self._publisher.publish(messages)
+
+
+async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
+    """Waits until the first of the coroutines is done; cancels the others."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
