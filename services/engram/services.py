@@ -232,11 +232,19 @@ def _indexer(settings: Settings) -> contextlib.AbstractAsyncContextManager[GrpcS
     return indexer_on_backends(settings)
 
 
+def _search(settings: Settings) -> contextlib.AbstractAsyncContextManager[GrpcServer]:
+    # Imported on use: search brings the index and embedding clients with it.
+    from engram.search.production import search_on_backends
+
+    return search_on_backends(settings)
+
+
 SERVICES: dict[str, Callable[[Settings], contextlib.AbstractAsyncContextManager[GrpcServer]]] = {
     "storage": storage_on_mongo,
     "indexer": _indexer,
     "quota": quota_on_mongo,
     "authz": authz_on_mongo,
+    "search": _search,
 }
 
 

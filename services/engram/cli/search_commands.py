@@ -1,0 +1,163 @@
+"""`engram search`: hybrid search over one or more spaces, printed as a table."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from engram.cli.client import (
+    VISIBILITIES,
+    AddrOption,
+    TenantOption,
+    TokenOption,
+    call,
+    channel,
+    console,
+    fail,
+    metadata,
+)
+from engram.v1 import search_pb2, search_pb2_grpc, space_pb2
+
+MODES = {
+    "hybrid": search_pb2.SEARCH_MODE_HYBRID,
+    "lexical": search_pb2.SEARCH_MODE_LEXICAL,
+    "semantic": search_pb2.SEARCH_MODE_SEMANTIC,
+}
+# The qualifiers a space spec carries before its name, per visibility.
+SPEC_QUALIFIERS = {
+    "bot": ("project", "bot"),
+    "project": ("project",),
+    "user": ("user",),
+}
+SPACE_HELP = (
+    "A space to search (repeatable, up to 16): VISIBILITY:NAME, with the qualifiers first "
+    "for project:PROJECT/NAME and bot:PROJECT/BOT/NAME; user:NAME is your own user space. "
+    "A space id (v1:...) works too."
+)
+SNIPPET_CHARS = 60
+
+
+def parse_space(spec: str, *, tenant: str = "") -> space_pb2.SpaceRef:
+    """`private:notes`, `project:p1/notes`, `bot:p1/b1/runs`, `user:me`, or a `v1:` id."""
+    if spec.startswith("v1:"):
+        parts = spec.split(":")
+        if len(parts) != 7 or parts[1] not in VISIBILITIES:
+            fail(f"--space {spec!r} is not a space id (v1:VISIBILITY:TENANT:PROJECT:BOT:USER:NAME)")
+        _, visibility, id_tenant, project, bot, user, name = parts
+        return space_pb2.SpaceRef(
+            visibility=VISIBILITIES[visibility],
+            tenant=id_tenant,
+            project=project,
+            bot=bot,
+            user=user,
+            name=name,
+        )
+    visibility, sep, rest = spec.partition(":")
+    if not sep or visibility not in VISIBILITIES:
+        fail(f"--space {spec!r}: start with one of {', '.join(VISIBILITIES)} and a colon")
+    segments = rest.split("/")
+    qualifiers = SPEC_QUALIFIERS.get(visibility, ())
+    # A user space may leave its user out: the server stamps the caller's.
+    optional = visibility == "user" and len(segments) == 1
+    if not optional and len(segments) != len(qualifiers) + 1:
+        shape = "/".join(q.upper() for q in (*qualifiers, "name"))
+        fail(f"--space {spec!r}: {visibility} spaces are written {visibility}:{shape}")
+    fields = dict(zip(qualifiers, segments[:-1], strict=False))
+    return space_pb2.SpaceRef(
+        visibility=VISIBILITIES[visibility], tenant=tenant, name=segments[-1], **fields
+    )
+
+
+def space_label(space_id: str) -> str:
+    """A space id written the way --space takes it (without the tenant, which is yours)."""
+    parts = space_id.split(":")
+    if len(parts) != 7:
+        return space_id
+    _, visibility, _, project, bot, user, name = parts
+    return f"{visibility}:" + "/".join(p for p in (project, bot, user, name) if p)
+
+
+def _snippet(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= SNIPPET_CHARS else flat[: SNIPPET_CHARS - 1] + "…"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def search(
+        query: Annotated[str, typer.Argument(help="What to look for.")],
+        space: Annotated[
+            list[str] | None, typer.Option("--space", "-s", help=SPACE_HELP, show_default=False)
+        ] = None,
+        mode: Annotated[str, typer.Option("--mode", "-m", help="|".join(MODES))] = "hybrid",
+        limit: Annotated[int, typer.Option("--limit", "-l", help="Results, 1 to 100.")] = 5,
+        path_prefix: Annotated[
+            str, typer.Option("--path", help="Only under this directory (or this document).")
+        ] = "",
+        min_score: Annotated[
+            float, typer.Option("--min-score", help="Drop results scoring below this (0..1).")
+        ] = 0.0,
+        bm25_weight: Annotated[
+            float, typer.Option("--bm25-weight", help="RRF weight of BM25 (0 = 1.0).")
+        ] = 0.0,
+        vector_weight: Annotated[
+            float, typer.Option("--vector-weight", help="RRF weight of vectors (0 = 1.0).")
+        ] = 0.0,
+        rrf_k: Annotated[float, typer.Option("--rrf-k", help="RRF k (0 = 60).")] = 0.0,
+        full: Annotated[
+            bool, typer.Option("--full", help="Print each result's whole chunk after the table.")
+        ] = False,
+        tenant: TenantOption = "",
+        addr: AddrOption = "127.0.0.1:50051",
+        token: TokenOption = "",
+    ) -> None:
+        """Search spaces (default private:default) by keywords and meaning together."""
+        if mode not in MODES:
+            fail(f"--mode must be one of {', '.join(MODES)}")
+        request = search_pb2.SearchRequest(
+            spaces=[parse_space(spec, tenant=tenant) for spec in space or ["private:default"]],
+            query=query,
+            limit=limit,
+            mode=MODES[mode],
+            path_prefix=path_prefix,
+            min_score=min_score,
+            bm25_weight=bm25_weight,
+            vector_weight=vector_weight,
+            rrf_k=rrf_k,
+        )
+        with channel(addr) as opened:
+            stub = search_pb2_grpc.SearchServiceStub(opened)
+            response = call(lambda: stub.Search(request, metadata=metadata(token)))
+        several_spaces = len({result.space_id for result in response.results}) > 1
+        # Paths and numbers stay whole; the snippet wraps to make room for them.
+        table = Table()
+        table.add_column("#", justify="right", no_wrap=True)
+        table.add_column("path", no_wrap=True)
+        for column in ("chunk", "score", "bm25", "vector"):
+            table.add_column(column, justify="right", no_wrap=True)
+        table.add_column("text")
+        for number, result in enumerate(response.results, start=1):
+            where = Text(result.path)
+            if several_spaces:
+                where.append(f"\n{space_label(result.space_id)}", style="dim")
+            table.add_row(
+                str(number),
+                where,
+                str(result.chunk_index),
+                f"{result.score:.3f}",
+                f"#{result.bm25_rank}" if result.bm25_rank else "-",
+                f"#{result.vector_rank}" if result.vector_rank else "-",
+                _snippet(result.content),
+            )
+        if response.results:
+            console.print(table)
+        for reason in response.degraded_reasons:
+            console.print(f"[yellow]degraded:[/] {reason}", highlight=False)
+        console.print(f"[dim]{response.result_count} result(s) for {response.query!r}[/]")
+        if full:
+            for number, result in enumerate(response.results, start=1):
+                console.rule(f"#{number} {result.path} (chunk {result.chunk_index})")
+                console.print(result.content, highlight=False, markup=False)
