@@ -4,13 +4,16 @@ gRPC (Reindex, GetIndexStatus) with its authorization rules."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import grpc
 import pytest
+from typer.testing import CliRunner
 
 from engram.allinone import EmbeddedEngram, embedded_engram
 from engram.authz.tokens import JwtVerifier, TokenAuthenticator
+from engram.cli.app import app
 from engram.domain.chunking import build_chunks
 from engram.domain.chunks import Chunk
 from engram.domain.spaces import parse_space_id
@@ -280,3 +283,31 @@ async def test_reindex_authorization(tmp_path: Path) -> None:
             )
             assert status.active_model == "minilm-l6-v2-int8"
             assert await engram.relay.drained(30)
+
+
+async def test_cli_reindex_and_index_status(
+    engram: EmbeddedEngram, channel: grpc.aio.Channel
+) -> None:
+    stub = storage_pb2_grpc.StorageServiceStub(channel)
+    await stub.WriteDocument(write_request("a.md", "alpha"))
+    await stub.WriteDocument(write_request("b.md", "beta", ref=space("other")))
+    runner = CliRunner()
+    addr = f"127.0.0.1:{engram.port}"
+
+    async def cli(*args: str, ok: bool = True) -> str:
+        result = await asyncio.to_thread(runner.invoke, app, [*args, "--addr", addr])
+        text = result.output + (result.stderr if result.stderr_bytes else "")
+        assert "Traceback" not in text
+        assert (result.exit_code == 0) is ok, text
+        return text
+
+    assert "queued 1 documents" in await cli("reindex", "--space", "notes")
+    assert "queued 2 documents" in await cli(
+        "reindex", "--space", "notes", "-s", "v1:private:local::::other"
+    )
+    assert "queued 2 documents" in await cli("reindex", "--all")
+    assert "--all" in await cli("reindex", ok=False)
+    assert "--all" in await cli("reindex", "--all", "--space", "notes", ok=False)
+    assert await engram.relay.drained(30)
+    status = await cli("index-status")
+    assert "minilm-l6-v2-int8 (384 dims)" in status and "backlog        0" in status

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from engram.cli import admin_commands, search_commands, storage_commands
+from engram.cli import admin_commands, indexer_commands, search_commands, storage_commands
 from engram.cli.client import console, fail
 from engram.domain.errors import EngramError
 from engram.runtime.logs import configure_logging
@@ -24,6 +24,7 @@ app = typer.Typer(
 )
 storage_commands.register(app)
 admin_commands.register(app)
+indexer_commands.register(app)
 search_commands.register(app)
 
 
