@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from qdrant_client import AsyncQdrantClient
 
 from engram.authz.enforcement import PolicyAuthorizer
 from engram.domain.chunking import build_chunks
+from engram.domain.chunks import ModelInfo
 from engram.domain.errors import InvalidArgument, InvalidSpaceRef, PermissionDenied
 from engram.domain.policy import TENANT_MISMATCH
 from engram.domain.principals import Principal, Role
@@ -29,13 +30,13 @@ from engram.domain.spaces import SpaceRef, Visibility
 from engram.indexer.embedders.local import LocalOnnxEmbedder
 from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
-from engram.indexer.ports import KeywordIndex, VectorIndex
+from engram.indexer.ports import KeywordIndex, VectorIndex, Vectors
 from engram.indexer.vector.numpy_index import NumpyVectorIndex
 from engram.indexer.vector.qdrant_index import QdrantVectorIndex
 from engram.search.errors import SearchUnavailable
 from engram.search.query_cache import QueryEmbeddingCache
 from engram.search.service import (
-    ConfiguredEmbedder,
+    ModelEmbedders,
     SearchMode,
     SearchOptions,
     SearchOutcome,
@@ -133,7 +134,7 @@ class Stack:
         return SearchService(
             self.keyword,
             self.vector,
-            ConfiguredEmbedder(self.embedder),
+            ModelEmbedders(self.embedder),
             PolicyAuthorizer(),
             options=SearchOptions(candidate_depth=depth, backend_timeout_seconds=timeout),
             query_cache=QueryEmbeddingCache(64),
@@ -488,3 +489,59 @@ async def test_a_backend_over_its_deadline_is_left_out(stack: Stack) -> None:
     with pytest.raises(SearchUnavailable) as caught:
         await search(service, "ERR_4021 never cached")
     assert "no answer within" in caught.value.message
+
+
+# --- the active vector model decides the query embedder ---------------------------------------
+
+
+class Renamed:
+    """The local model under another model id: a stand-in for a second model."""
+
+    def __init__(self, embedder: LocalOnnxEmbedder, model_id: str) -> None:
+        self._embedder = embedder
+        self.model = ModelInfo(model_id, embedder.model.dimension)
+        self.queries = 0
+
+    async def embed_documents(self, texts: Sequence[str]) -> Vectors:
+        return await self._embedder.embed_documents(texts)
+
+    async def embed_query(self, text: str) -> Vectors:
+        self.queries += 1
+        return await self._embedder.embed_query(text)
+
+
+async def test_queries_are_embedded_by_the_active_models_embedder(embedded_stack: Stack) -> None:
+    # A switch to the configured model is under way: the alias still names the old one,
+    # whose collection alone holds the pet note.
+    old = Renamed(embedded_stack.embedder, "old-model")
+    vector = embedded_stack.vector
+    await vector.ensure_collection(old.model)
+    chunks = await vector.chunks_of(ACME_NOTES.id, PET_NOTE)
+    await vector.replace_chunks(
+        old.model.model_id,
+        ACME_NOTES.id,
+        PET_NOTE,
+        chunks,
+        await old.embed_documents([c.content for c in chunks]),
+    )
+    await vector.activate(old.model.model_id)
+
+    def build(model: ModelInfo) -> Renamed | None:
+        return old if model == old.model else None
+
+    embedders = ModelEmbedders(embedded_stack.embedder, factory=build)
+    service = SearchService(embedded_stack.keyword, vector, embedders, PolicyAuthorizer())
+    semantic = await search(service, PARAPHRASE, mode=SearchMode.SEMANTIC, limit=10)
+    assert paths(semantic) == [PET_NOTE] and old.queries == 1
+    assert embedders.built() == [old]
+    # Without an embedder for the active model, semantic search degrades, naming it.
+    stranded = SearchService(
+        embedded_stack.keyword, vector, ModelEmbedders(embedded_stack.embedder), PolicyAuthorizer()
+    )
+    hybrid = await search(stranded, PARAPHRASE, limit=3)
+    assert hybrid.degraded and "'old-model'" in hybrid.degraded_reasons[0]
+    # The switch completes: the configured model's collection answers again.
+    await vector.activate(embedded_stack.embedder.model.model_id)
+    fresh = SearchService(embedded_stack.keyword, vector, embedders, PolicyAuthorizer())
+    done = await search(fresh, "ERR_4021 coffee machine", mode=SearchMode.SEMANTIC, limit=20)
+    assert len(done.hits) > 1 and old.queries == 1

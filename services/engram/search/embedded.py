@@ -7,16 +7,16 @@ from engram.indexer.embedded import EmbeddedIndexing
 from engram.runtime.server import ServiceRegistration
 from engram.search.ports import QueryEmbedders
 from engram.search.query_cache import QueryEmbeddingCache
-from engram.search.service import ConfiguredEmbedder, SearchOptions, SearchService
+from engram.search.service import SearchOptions, SearchService
 from engram.search.servicer import SearchServicer
 from engram.v1 import search_pb2, search_pb2_grpc
 
 
 def query_embedders(indexing: EmbeddedIndexing) -> QueryEmbedders:
-    """The embedders queries may use: the configured one, for its own model. (During a
-    model switch the index's active model is the old one, which this cannot embed for,
-    and semantic search degrades until the switch completes.)"""
-    return ConfiguredEmbedder(indexing.embedder)
+    """The indexer's embedders by model: the configured one and, during a model switch, the
+    still active old model's, so a query is embedded by the model whose collection the
+    alias names."""
+    return indexing.models
 
 
 def build_embedded_search(core: EmbeddedCore, indexing: EmbeddedIndexing) -> SearchService:

@@ -12,18 +12,19 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 
 from engram.authz.enforcement import PolicyAuthorizer
 from engram.indexer.embedders import build_embedder
-from engram.indexer.embedders.http import HttpEmbedder
 from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
+from engram.indexer.models import close_embedder, embedder_for_model, known_model
 from engram.indexer.ports import Embedder, IndexUnavailable, KeywordIndex, VectorIndex
 from engram.indexer.vector.qdrant_index import QdrantVectorIndex
 from engram.runtime.interceptors import Authenticator
 from engram.runtime.server import GrpcServer, ServiceRegistration
 from engram.runtime.settings import Settings
 from engram.search.query_cache import QueryEmbeddingCache
-from engram.search.service import ConfiguredEmbedder, SearchOptions, SearchService
+from engram.search.service import ModelEmbedders, SearchOptions, SearchService
 from engram.search.servicer import SearchServicer
 from engram.v1 import search_pb2, search_pb2_grpc
 
@@ -73,12 +74,14 @@ async def search_on_backends(
             )
         await _open_or_keep_trying(vector, "vector", stack)
         embedder = build_embedder(settings)
-        stack.push_async_callback(_close_embedder, embedder)
+        stack.push_async_callback(close_embedder, embedder)
         await _learn_dimension(embedder)
+        embedders = ModelEmbedders(embedder, factory=partial(embedder_for_model, settings))
+        stack.push_async_callback(_close_built, embedders)
         service = SearchService(
             keyword,
             vector,
-            ConfiguredEmbedder(embedder),
+            embedders,
             PolicyAuthorizer(),
             options=SearchOptions.from_settings(settings),
             query_cache=QueryEmbeddingCache(settings.search_query_cache_size),
@@ -142,19 +145,12 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 async def _learn_dimension(embedder: Embedder) -> None:
     """An HTTP embedder without a configured dimension learns it from one probe; until it
     knows it, semantic search degrades with a message naming the setting to fix."""
-    if not isinstance(embedder, HttpEmbedder):
-        return
     try:
-        await embedder.probe()
+        await known_model(embedder)
     except IndexUnavailable as error:
         log.warning("embedder probe failed", extra={"error": error.message})
 
 
-async def _close_embedder(embedder: Embedder) -> None:
-    aclose = getattr(embedder, "aclose", None)
-    if aclose is not None:
-        await aclose()
-        return
-    close = getattr(embedder, "close", None)
-    if close is not None:
-        await asyncio.to_thread(close)
+async def _close_built(embedders: ModelEmbedders) -> None:
+    for embedder in embedders.built():
+        await close_embedder(embedder)
