@@ -1,0 +1,240 @@
+"""Switching the embedding model: `engram dev` restarted with another embedder fills the new
+model's collection behind the alias while searches keep answering, then moves the alias and
+drops the old collection.
+
+The second embedder is an OpenAI-compatible HTTP API. No hosted provider is reachable from
+tests, so `MockOpenAIEmbeddingsServer` stands in for that third-party service only; it
+serves real vectors (the local model's, cut to 256 dimensions and re-normalised), so
+semantic search over the new collection still finds the right documents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+from aiohttp import web
+
+from engram.allinone import embedded_engram
+from engram.domain.chunking import build_chunks
+from engram.indexer.embedded import EmbeddedIndexing
+from engram.indexer.embedders.local import LocalOnnxEmbedder
+from engram.v1 import (
+    indexer_pb2,
+    indexer_pb2_grpc,
+    search_pb2,
+    search_pb2_grpc,
+    storage_pb2_grpc,
+)
+from tests.support.grpc_helpers import space, write_request
+from tests.support.settings import server_settings
+
+pytestmark = pytest.mark.e2e
+
+OLD_MODEL = "minilm-l6-v2-int8"
+NEW_MODEL = "openai:mock-embed-256"
+TOPICS = ["billing retries", "deploy rollback", "oncall rota", "tea preferences", "gpu quota"]
+
+
+class MockOpenAIEmbeddingsServer:
+    """A mock of a hosted OpenAI-compatible embeddings API (`POST /v1/embeddings`), serving
+    the local model's vectors truncated to `dimension` and re-normalised. Requests wait
+    while `gate` is clear, so a test can hold a switch in progress."""
+
+    def __init__(self, local: LocalOnnxEmbedder, *, dimension: int = 256) -> None:
+        self._local = local
+        self._dimension = dimension
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.texts = 0
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self.url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        await self.gate.wait()
+        vectors = (await self._local.embed_documents(texts))[:, : self._dimension]
+        vectors = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        self.texts += len(texts)
+        data = [
+            {"object": "embedding", "index": i, "embedding": vector.tolist()}
+            for i, vector in enumerate(vectors)
+        ]
+        return web.json_response({"object": "list", "model": body["model"], "data": data})
+
+
+def document(topic: str, i: int) -> str:
+    return (
+        f"# Note {i} on {topic}\n\nThe team discussed {topic} at length on day {i}. "
+        f"Decisions about {topic} were recorded, with owners and dates, and the follow-up "
+        f"review of {topic} is scheduled for next week.\n"
+    )
+
+
+async def expected(indexing: EmbeddedIndexing, engram: Any, space_id: str, path: str) -> Any:
+    current = await engram.core.repository.get(space_id, path)
+    return build_chunks(
+        space_id=space_id,
+        tenant="local",
+        path=path,
+        document_id=current.document_id,
+        version=current.version,
+        content=current.content,
+    )
+
+
+@pytest.mark.timeout(120)
+async def test_switching_the_model_keeps_search_answering(tmp_path: Path) -> None:
+    data_dir = tmp_path / "engram"
+    paths = [(f"v1:private:local::::s{i % 3}", f"notes/{i:02d}.md") for i in range(30)]
+
+    # 1. Indexed with the local model.
+    async with embedded_engram(server_settings(data_dir)) as engram:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
+            storage = storage_pb2_grpc.StorageServiceStub(channel)
+            for i, (space_id, path) in enumerate(paths):
+                ref = space(space_id.rsplit(":", 1)[1])
+                await storage.WriteDocument(
+                    write_request(path, document(TOPICS[i % len(TOPICS)], i), ref=ref)
+                )
+        assert await engram.relay.drained(60)
+
+    local = LocalOnnxEmbedder()
+    mock = MockOpenAIEmbeddingsServer(local)
+    await mock.start()
+    mock.gate.clear()  # hold the switch in progress until searches are running
+    settings = server_settings(
+        data_dir,
+        embedder_provider="openai",
+        openai_base_url=mock.url,
+        openai_model="mock-embed-256",
+        openai_dimension=256,
+        indexer_model_drop_grace_seconds=0.5,
+    )
+    try:
+        # 2. Restarted on the hosted model: a switch starts behind the alias.
+        async with embedded_engram(settings) as engram:
+            indexing = engram.parts["indexing"]
+            assert isinstance(indexing, EmbeddedIndexing)
+            assert indexing.switch is not None
+            space_ids = sorted({space_id for space_id, _ in paths})
+            used: list[str] = []
+            failures: list[str] = []
+            grpc_answers: list[int] = []
+            done = asyncio.Event()
+
+            async def search_forever() -> None:
+                """What search does: embed the query with the active model's embedder, search
+                that model's collection by name."""
+                while not done.is_set():
+                    try:
+                        active = await indexing.vector.active_model()
+                        assert active is not None
+                        embedder = indexing.models.for_model(active)
+                        assert embedder is not None, f"no query embedder for {active}"
+                        query = await embedder.embed_query("who owns the deploy rollback")
+                        hits = await indexing.vector.search(
+                            space_ids, query, limit=5, model_id=active.model_id
+                        )
+                        assert hits, "a search found nothing"
+                        assert "deploy rollback" in hits[0].chunk.content
+                        used.append(active.model_id)
+                    except Exception as error:  # noqa: BLE001 - every failure is reported
+                        failures.append(repr(error))
+                    await asyncio.sleep(0.01)
+
+            async def search_grpc_forever(channel: grpc.aio.Channel) -> None:
+                stub = search_pb2_grpc.SearchServiceStub(channel)
+                while not done.is_set():
+                    try:
+                        response = await stub.Search(
+                            search_pb2.SearchRequest(
+                                spaces=[space("s0"), space("s1"), space("s2")],
+                                query="deploy rollback owners",
+                                limit=5,
+                            )
+                        )
+                        grpc_answers.append(len(response.results))
+                    except grpc.aio.AioRpcError as error:
+                        failures.append(f"SearchService: {error.code().name} {error.details()}")
+                    await asyncio.sleep(0.02)
+
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
+                indexer = indexer_pb2_grpc.IndexerServiceStub(channel)
+                storage = storage_pb2_grpc.StorageServiceStub(channel)
+                searchers = [
+                    asyncio.create_task(search_forever()),
+                    asyncio.create_task(search_grpc_forever(channel)),
+                ]
+                status = await indexer.GetIndexStatus(indexer_pb2.GetIndexStatusRequest())
+                assert status.active_model == OLD_MODEL
+                assert status.pending_model == NEW_MODEL
+                assert set(status.collections) == {OLD_MODEL, NEW_MODEL}
+                await asyncio.sleep(0.5)  # searches run against the old model meanwhile
+                # Changes during the switch go to both collections.
+                await storage.WriteDocument(
+                    write_request("notes/late.md", document("gpu quota", 99), ref=space("s1"))
+                )
+                mock.gate.set()
+                await asyncio.wait_for(indexing.switch.completed.wait(), 60)
+                deadline = time.monotonic() + 30
+                while [m.model_id for m in await indexing.vector.collections()] != [NEW_MODEL]:
+                    assert time.monotonic() < deadline, "the old collection was not dropped"
+                    await asyncio.sleep(0.05)
+                assert await engram.relay.drained(30)
+                used_before = len(used)
+                for _ in range(500):  # a few more searches on the new model
+                    if len(used) >= used_before + 5:
+                        break
+                    await asyncio.sleep(0.02)
+                done.set()
+                await asyncio.gather(*searchers)
+
+                assert not failures, failures[:5]
+                assert used[0] == OLD_MODEL and used[-1] == NEW_MODEL
+                switched_at = used.index(NEW_MODEL)
+                assert set(used[switched_at:]) == {NEW_MODEL}, "back to the old model"
+                assert grpc_answers and all(count > 0 for count in grpc_answers)
+                status = await indexer.GetIndexStatus(indexer_pb2.GetIndexStatusRequest())
+                assert (status.active_model, status.dimension) == (NEW_MODEL, 256)
+                assert status.pending_model == "" and list(status.collections) == [NEW_MODEL]
+                for space_id, path in [*paths, ("v1:private:local::::s1", "notes/late.md")]:
+                    chunks = await indexing.vector.chunks_of(space_id, path, model_id=NEW_MODEL)
+                    assert chunks == await expected(indexing, engram, space_id, path)
+                # Query embeddings now come from the hosted model.
+                before = mock.texts
+                await search_pb2_grpc.SearchServiceStub(channel).Search(
+                    search_pb2.SearchRequest(spaces=[space("s0")], query="tea preferences")
+                )
+                assert mock.texts == before + 1
+
+        # 3. A restart on the same model finds the switch done.
+        async with embedded_engram(settings) as engram:
+            indexing = engram.parts["indexing"]
+            assert isinstance(indexing, EmbeddedIndexing)
+            assert indexing.switch is None and indexing.models.pending is None
+            assert [m.model_id for m in await indexing.vector.collections()] == [NEW_MODEL]
+    finally:
+        await mock.stop()
+        local.close()
