@@ -189,7 +189,7 @@ async def embedded_engram(
         parts["indexing"] = indexing
         from engram.search.embedded import build_embedded_search
 
-        parts["search"] = build_embedded_search(core, indexing)
+        parts["search"] = build_embedded_search(core, indexing, stack)
         server = GrpcServer(
             settings,
             core.registrations,

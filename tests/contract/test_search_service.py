@@ -30,13 +30,13 @@ from engram.domain.spaces import SpaceRef, Visibility
 from engram.indexer.embedders.local import LocalOnnxEmbedder
 from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
-from engram.indexer.ports import KeywordIndex, VectorIndex, Vectors
+from engram.indexer.ports import Embedder, KeywordIndex, VectorIndex, Vectors
 from engram.indexer.vector.numpy_index import NumpyVectorIndex
 from engram.indexer.vector.qdrant_index import QdrantVectorIndex
+from engram.search.embedders import ModelEmbedders
 from engram.search.errors import SearchUnavailable
 from engram.search.query_cache import QueryEmbeddingCache
 from engram.search.service import (
-    ModelEmbedders,
     SearchMode,
     SearchOptions,
     SearchOutcome,
@@ -134,7 +134,7 @@ class Stack:
         return SearchService(
             self.keyword,
             self.vector,
-            ModelEmbedders(self.embedder),
+            ModelEmbedders.serving(self.embedder),
             PolicyAuthorizer(),
             options=SearchOptions(candidate_depth=depth, backend_timeout_seconds=timeout),
             query_cache=QueryEmbeddingCache(64),
@@ -526,22 +526,36 @@ async def test_queries_are_embedded_by_the_active_models_embedder(embedded_stack
     )
     await vector.activate(old.model.model_id)
 
-    def build(model: ModelInfo) -> Renamed | None:
-        return old if model == old.model else None
+    configured = embedded_stack.embedder
 
-    embedders = ModelEmbedders(embedded_stack.embedder, factory=build)
+    def build(model: ModelInfo) -> Embedder | None:
+        return {old.model: old, configured.model: configured}.get(model)
+
+    embedders = ModelEmbedders(build, owns_embedders=False)
     service = SearchService(embedded_stack.keyword, vector, embedders, PolicyAuthorizer())
     semantic = await search(service, PARAPHRASE, mode=SearchMode.SEMANTIC, limit=10)
     assert paths(semantic) == [PET_NOTE] and old.queries == 1
-    assert embedders.built() == [old]
     # Without an embedder for the active model, semantic search degrades, naming it.
     stranded = SearchService(
-        embedded_stack.keyword, vector, ModelEmbedders(embedded_stack.embedder), PolicyAuthorizer()
+        embedded_stack.keyword, vector, ModelEmbedders.serving(configured), PolicyAuthorizer()
     )
     hybrid = await search(stranded, PARAPHRASE, limit=3)
     assert hybrid.degraded and "'old-model'" in hybrid.degraded_reasons[0]
     # The switch completes: the configured model's collection answers again.
-    await vector.activate(embedded_stack.embedder.model.model_id)
+    await vector.activate(configured.model.model_id)
     fresh = SearchService(embedded_stack.keyword, vector, embedders, PolicyAuthorizer())
     done = await search(fresh, "ERR_4021 coffee machine", mode=SearchMode.SEMANTIC, limit=20)
     assert len(done.hits) > 1 and old.queries == 1
+
+
+async def test_search_builds_its_own_query_embedder_per_model() -> None:
+    from engram.indexer.embedders.local import MODEL_ID, LocalOnnxEmbedder
+    from engram.runtime.settings import Settings
+
+    embedders = ModelEmbedders.from_settings(Settings(search_embed_threads=1))
+    local = embedders.for_model(ModelInfo(MODEL_ID, 384))
+    assert isinstance(local, LocalOnnxEmbedder)
+    assert embedders.for_model(ModelInfo(MODEL_ID, 384)) is local, "built once, then kept"
+    assert embedders.for_model(ModelInfo(MODEL_ID, 768)) is None, "another dimension"
+    assert embedders.for_model(ModelInfo("unheard-of", 8)) is None
+    await embedders.aclose()

@@ -119,6 +119,9 @@ class Settings(BaseSettings):
     search_backend_timeout_seconds: float = Field(default=1.0, gt=0)
     # Query embeddings kept in memory, per process (0 = no cache).
     search_query_cache_size: int = Field(default=1024, ge=0)
+    # onnxruntime threads of search's own local query embedder (queries are short: one
+    # thread is as fast at the median and leaves a core to the BM25 leg).
+    search_embed_threads: int = Field(default=1, ge=1)
 
     # --- indexer worker (ARCHITECTURE §4) ------------------------------------------------------
     # The durable JetStream pull consumer every indexer replica shares.

@@ -1,8 +1,9 @@
-"""`engram serve search`: SearchService on OpenSearch, Qdrant and the configured embedder.
+"""`engram serve search`: SearchService on OpenSearch and Qdrant.
 
 Needs ENGRAM_OPENSEARCH_URL, ENGRAM_QDRANT_URL and ENGRAM_MONGO_URI (personal access tokens
 live there; JWTs are checked with ENGRAM_JWT_SECRET or ENGRAM_JWKS_PATH); a missing one is
-a startup error naming it. An index that does not answer at startup does not stop the
+a startup error naming it. Queries are embedded by the active vector model, rebuilt from its
+id with the embedding provider settings (`engram.search.embedders`). An index that does not answer at startup does not stop the
 service: searches degrade to the other index while it is opened again in the background.
 """
 
@@ -12,19 +13,17 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from functools import partial
 
 from engram.authz.enforcement import PolicyAuthorizer
-from engram.indexer.embedders import build_embedder
 from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
-from engram.indexer.models import close_embedder, embedder_for_model, known_model
-from engram.indexer.ports import Embedder, IndexUnavailable, KeywordIndex, VectorIndex
+from engram.indexer.ports import IndexUnavailable, KeywordIndex, VectorIndex
 from engram.indexer.vector.qdrant_index import QdrantVectorIndex
 from engram.runtime.interceptors import Authenticator
 from engram.runtime.server import GrpcServer, ServiceRegistration
 from engram.runtime.settings import Settings
+from engram.search.embedders import ModelEmbedders
 from engram.search.query_cache import QueryEmbeddingCache
-from engram.search.service import ModelEmbedders, SearchOptions, SearchService
+from engram.search.service import SearchOptions, SearchService
 from engram.search.servicer import SearchServicer
 from engram.v1 import search_pb2, search_pb2_grpc
 
@@ -73,11 +72,8 @@ async def search_on_backends(
                 api_key=api_key.get_secret_value() if api_key is not None else None,
             )
         await _open_or_keep_trying(vector, "vector", stack)
-        embedder = build_embedder(settings)
-        stack.push_async_callback(close_embedder, embedder)
-        await _learn_dimension(embedder)
-        embedders = ModelEmbedders(embedder, factory=partial(embedder_for_model, settings))
-        stack.push_async_callback(_close_built, embedders)
+        embedders = ModelEmbedders.from_settings(settings)
+        stack.push_async_callback(embedders.aclose)
         service = SearchService(
             keyword,
             vector,
@@ -140,17 +136,3 @@ async def _cancel(task: asyncio.Task[None]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-
-
-async def _learn_dimension(embedder: Embedder) -> None:
-    """An HTTP embedder without a configured dimension learns it from one probe; until it
-    knows it, semantic search degrades with a message naming the setting to fix."""
-    try:
-        await known_model(embedder)
-    except IndexUnavailable as error:
-        log.warning("embedder probe failed", extra={"error": error.message})
-
-
-async def _close_built(embedders: ModelEmbedders) -> None:
-    for embedder in embedders.built():
-        await close_embedder(embedder)

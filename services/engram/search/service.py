@@ -17,7 +17,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -29,7 +29,6 @@ from engram.domain.fusion import DEFAULT_RRF_K, DEFAULT_WEIGHT, FusionParams, Ra
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
 from engram.indexer.ports import (
-    Embedder,
     IndexModelMismatch,
     IndexUnavailable,
     KeywordIndex,
@@ -134,37 +133,6 @@ class _Leg:
     backend: str
     hits: list[ScoredChunk] | None
     reason: str = ""
-
-
-class ModelEmbedders:
-    """`QueryEmbedders` of a process configured with one embedder: that one answers for its
-    own model; another model (the active one while a switch to the configured model runs)
-    gets an embedder built by `factory` from its model id, kept for later requests."""
-
-    def __init__(
-        self,
-        configured: Embedder,
-        *,
-        factory: Callable[[ModelInfo], Embedder | None] | None = None,
-    ) -> None:
-        self._configured = configured
-        self._factory = factory
-        self._built: dict[str, Embedder | None] = {}
-
-    def for_model(self, model: ModelInfo) -> Embedder | None:
-        if self._configured.model.model_id == model.model_id:
-            embedder: Embedder | None = self._configured
-        else:
-            if model.model_id not in self._built:
-                self._built[model.model_id] = self._factory(model) if self._factory else None
-            embedder = self._built[model.model_id]
-        if embedder is None or embedder.model.dimension != model.dimension:
-            return None
-        return embedder
-
-    def built(self) -> list[Embedder]:
-        """The embedders built here (their owner closes them)."""
-        return [embedder for embedder in self._built.values() if embedder is not None]
 
 
 class SearchService:
