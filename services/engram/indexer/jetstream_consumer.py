@@ -40,7 +40,7 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import APIError
+from nats.js.errors import APIError, NotFoundError
 
 from engram.domain.documents import DocumentEvent
 from engram.domain.errors import Unavailable
@@ -166,10 +166,11 @@ class JetStreamIndexConsumer:
 
     async def start(self) -> None:
         """Creates the streams and the durable consumer (or updates its settings), binds it
-        and starts pulling."""
+        and starts pulling. After `stop`, starts again (events waited in the stream)."""
+        self._stopping.clear()
         try:
             await ensure_streams(self._client)
-            await self._js.add_consumer(STREAM, config=consumer_config(self._options))
+            await self._ensure_consumer()
             self._subscription = await self._js.pull_subscribe_bind(
                 durable=self._options.durable, stream=STREAM
             )
@@ -179,6 +180,23 @@ class JetStreamIndexConsumer:
             ) from None
         self._loop_task = asyncio.create_task(self._pull(), name="indexer-pull")
         self._keepalive_task = asyncio.create_task(self._keep_alive(), name="indexer-keepalive")
+
+    async def _ensure_consumer(self) -> None:
+        """Creates the durable consumer, or updates the settings a consumer may change; one
+        that exists with settings it may not change (say, a deliver policy an operator
+        chose) is used as it is."""
+        config = consumer_config(self._options)
+        try:
+            await self._js.add_consumer(STREAM, config=config)
+        except APIError as error:
+            try:
+                await self._js.consumer_info(STREAM, self._options.durable)
+            except NotFoundError:
+                raise error from None
+            log.warning(
+                "the indexer consumer exists with other settings; using it as it is",
+                extra={"durable": self._options.durable, "error": str(error)},
+            )
 
     async def stop(self) -> None:
         """Stops pulling, lets running documents finish for up to the drain time, and naks

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import grpc
 
@@ -81,9 +82,31 @@ def vector_index_from_settings(settings: Settings) -> VectorIndex:
     )
 
 
+@dataclass
+class ProductionIndexer:
+    """The running parts of `engram serve indexer` (benchmarks and tests look inside)."""
+
+    server: GrpcServer
+    keyword: OpenSearchKeywordIndex
+    vector: VectorIndex
+    embedder: CachedEmbedder
+    models: IndexModels
+    worker: IndexWorker
+    consumer: JetStreamIndexConsumer
+    service: IndexerService
+    switch: ModelSwitch | None
+
+
 @contextlib.asynccontextmanager
 async def indexer_on_backends(settings: Settings) -> AsyncIterator[GrpcServer]:
     """The indexer: consumer, worker, model switch and IndexerService, until exit."""
+    async with open_indexer(settings) as indexer:
+        yield indexer.server
+
+
+@contextlib.asynccontextmanager
+async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
+    """Builds and starts every part from the settings; stops and closes them on exit."""
     from engram.services import require
 
     require(settings, "nats_url", "mongo_uri", "opensearch_url", "storage_addr", "service_token")
@@ -198,4 +221,6 @@ async def indexer_on_backends(settings: Settings) -> AsyncIterator[GrpcServer]:
                 "pending": getattr(models.pending, "model_id", None),
             },
         )
-        yield server
+        yield ProductionIndexer(
+            server, keyword, vector, embedder, models, worker, consumer, service, switch
+        )
