@@ -378,10 +378,13 @@ async def test_results_never_leave_the_requested_spaces(stack: Stack) -> None:
 async def test_a_space_of_another_tenant_refuses_the_whole_request(stack: Stack) -> None:
     service = stack.service()
     with pytest.raises(PermissionDenied) as caught:
-        await search(service, "ERR_4021", spaces=(NOTES, ARCHIVE, GLOBEX_NOTES))
+        await search(
+            service, "ERR_4021", spaces=(NOTES, ARCHIVE, NOTES, GLOBEX_NOTES, GLOBEX_NOTES)
+        )
     assert caught.value.rule == TENANT_MISMATCH
-    assert "spaces[2]" in caught.value.message and "'globex'" in caught.value.message
-    assert caught.value.metadata == {"rule": TENANT_MISMATCH, "space_index": "2"}
+    # Named by its position in the request, repeats included.
+    assert "spaces[3]" in caught.value.message and "'globex'" in caught.value.message
+    assert caught.value.metadata == {"rule": TENANT_MISMATCH, "space_index": "3"}
 
 
 async def test_user_spaces_are_stamped_with_the_caller(stack: Stack) -> None:

@@ -3,8 +3,9 @@
 Needs ENGRAM_OPENSEARCH_URL, ENGRAM_QDRANT_URL and ENGRAM_MONGO_URI (personal access tokens
 live there; JWTs are checked with ENGRAM_JWT_SECRET or ENGRAM_JWKS_PATH); a missing one is
 a startup error naming it. Queries are embedded by the active vector model, rebuilt from its
-id with the embedding provider settings (`engram.search.embedders`). An index that does not answer at startup does not stop the
-service: searches degrade to the other index while it is opened again in the background.
+id with the embedding provider settings (`engram.search.embedders`). An index that does not
+answer at startup does not stop the service: searches degrade to the other index while it is
+opened again in the background.
 """
 
 from __future__ import annotations

@@ -211,7 +211,11 @@ class SearchService:
     async def _authorize(self, principal: Principal, requested: Sequence[SpaceRef]) -> list[str]:
         """The stamped space ids, in request order without repeats; refuses the request at
         the first space the principal may not search."""
-        spaces = list(dict.fromkeys(requested))
+        # Each distinct space with the position it first has in the request.
+        positions: dict[SpaceRef, int] = {}
+        for position, space in enumerate(requested):
+            positions.setdefault(space, position)
+        spaces = list(positions)
         if not spaces:
             raise InvalidArgument("name at least one space to search", field="spaces")
         if len(spaces) > MAX_SPACES:
@@ -223,7 +227,8 @@ class SearchService:
             return_exceptions=True,
         )
         space_ids: dict[str, None] = {}
-        for index, (space, decision) in enumerate(zip(spaces, decisions, strict=True)):
+        for space, decision in zip(spaces, decisions, strict=True):
+            index = positions[space]
             if isinstance(decision, PermissionDenied):
                 refused = PermissionDenied(
                     f"you may not search {space.describe()} (spaces[{index}]): {decision.message}",
