@@ -159,6 +159,12 @@ class SearchService:
         limit, params = _validate(query)
         depth = max(self._options.candidate_depth, limit)
         legs: list[Awaitable[_Leg]] = []
+        # The semantic leg starts first: embedding the query is the long pole, and once
+        # the model runs (without the GIL) the BM25 leg overlaps it almost for free.
+        if query.mode is not SearchMode.LEXICAL:
+            legs.append(
+                self._leg(VECTOR, self._semantic(space_ids, query.text, depth, query.path_prefix))
+            )
         if query.mode is not SearchMode.SEMANTIC:
             legs.append(
                 self._leg(
@@ -167,10 +173,6 @@ class SearchService:
                         space_ids, query.text, limit=depth, path_prefix=query.path_prefix
                     ),
                 )
-            )
-        if query.mode is not SearchMode.LEXICAL:
-            legs.append(
-                self._leg(VECTOR, self._semantic(space_ids, query.text, depth, query.path_prefix))
             )
         answered = {leg.backend: leg for leg in await asyncio.gather(*legs)}
         reasons = [leg.reason for leg in answered.values() if leg.hits is None]
