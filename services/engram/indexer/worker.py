@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 # Documents at least this long are chunked on a worker thread, not on the event loop.
 _CHUNK_OFF_LOOP_CHARS = 64 * 1024
+# Texts per embedding call (see `_embed`).
+EMBED_SLICE = 64
 
 DOCUMENTS = Counter(
     "engram_indexer_documents_total",
@@ -284,6 +286,15 @@ class IndexWorker:
 
 
 async def _embed(target: ModelTarget, texts: Sequence[str]) -> Vectors:
+    """The vectors of `texts`, asked for a slice at a time: a 2 MiB document is thousands of
+    chunks, and one call per slice keeps each model job short, so a shutdown or a cancelled
+    run stops within a slice instead of after the whole document."""
     if not texts:
         return np.empty((0, target.model.dimension), dtype=np.float32)
-    return await target.embedder.embed_documents(texts)
+    if len(texts) <= EMBED_SLICE:
+        return await target.embedder.embed_documents(texts)
+    parts = [
+        await target.embedder.embed_documents(texts[start : start + EMBED_SLICE])
+        for start in range(0, len(texts), EMBED_SLICE)
+    ]
+    return np.concatenate(parts, axis=0)
