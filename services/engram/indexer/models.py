@@ -297,7 +297,7 @@ class ModelSwitch:
             )
             await asyncio.sleep(self._retry_seconds)
             failed = await self._fill(_iterate(failed))
-        old = await self._models.activate_pending()
+        old = await self._retrying("moving the alias", self._models.activate_pending)
         log.info(
             "model switch: the alias names the new model",
             extra={"model": pending.model_id, "documents": self.indexed},
@@ -305,8 +305,29 @@ class ModelSwitch:
         self.completed.set()
         if old is not None and old.model_id != pending.model_id:
             await asyncio.sleep(self._drop_grace)
-            await self._vector.drop_collection(old.model_id)
+            try:
+                await self._vector.drop_collection(old.model_id)
+            except EngramError as error:
+                # Only space is lost: the collection gets no writes and no searches.
+                log.warning(
+                    "model switch: dropping the old collection failed",
+                    extra={"model": old.model_id, "error": error.message},
+                )
+                return
             log.info("model switch: dropped the old collection", extra={"model": old.model_id})
+
+    async def _retrying(
+        self, what: str, step: Callable[[], Awaitable[ModelInfo | None]]
+    ) -> ModelInfo | None:
+        while True:
+            try:
+                return await step()
+            except EngramError as error:
+                log.warning(
+                    f"model switch: {what} failed; retrying",
+                    extra={"error": error.message, "retry_in_s": self._retry_seconds},
+                )
+                await asyncio.sleep(self._retry_seconds)
 
     async def _fill(
         self, documents: AsyncIterator[tuple[SpaceRef, str]]
