@@ -10,16 +10,20 @@ IndexerService. A missing setting is a startup error that names it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
+import numpy as np
+from bson.binary import Binary
+from pymongo.errors import BulkWriteError
 
 from engram.authz.enforcement import PolicyAuthorizer
 from engram.authz.tokens import authenticator_from_settings
-from engram.backends.mongo import connect
+from engram.backends.mongo import connect, mongo_errors
 from engram.domain.chunks import ModelInfo
 from engram.domain.errors import EngramError
 from engram.domain.spaces import SpaceRef
@@ -39,7 +43,7 @@ from engram.indexer.models import (
     embedder_for_model,
     known_model,
 )
-from engram.indexer.ports import Embedder, VectorIndex
+from engram.indexer.ports import Embedder, VectorIndex, Vectors
 from engram.indexer.service import IndexerService
 from engram.indexer.servicer import IndexerServicer
 from engram.indexer.sources import RepositoryDocumentSource, StorageClientDocumentSource
@@ -54,6 +58,47 @@ log = logging.getLogger(__name__)
 
 class IndexerSettingsError(EngramError):
     reason = "MISSING_SETTING"
+
+
+class MongoIdEmbeddingCache(MongoEmbeddingCache):
+    """MongoEmbeddingCache reading by `_id` equality and writing by insert only: the two
+    operations FerretDB v1 serves without decoding the whole collection. Its `$in` and its
+    upserts scan (measured per 4-vector call: 88 ms / 32 ms with 1,000 cached vectors,
+    265 ms / 98 ms with 3,000), which made every indexed document slower than the last. A
+    text's vector under one model never changes, so an insert that finds the key taken
+    found the same value."""
+
+    async def get_many(self, model_id: str, text_hashes: Sequence[str]) -> dict[str, Vectors]:
+        hashes = list(dict.fromkeys(text_hashes))
+        prefix = f"{model_id}:"
+        with mongo_errors("reading the embedding cache"):
+            found = await asyncio.gather(
+                *(self._collection.find_one({"_id": prefix + sha}, {"vector": 1}) for sha in hashes)
+            )
+        return {
+            sha: np.frombuffer(bytes(document["vector"]), dtype="<f4").astype(np.float32)
+            for sha, document in zip(hashes, found, strict=True)
+            if document is not None
+        }
+
+    async def put_many(self, model_id: str, vectors: Mapping[str, Vectors]) -> None:
+        if not vectors:
+            return
+        documents = [
+            {
+                "_id": f"{model_id}:{sha}",
+                "model_id": model_id,
+                "vector": Binary(np.asarray(vector, dtype="<f4").tobytes()),
+            }
+            for sha, vector in vectors.items()
+        ]
+        with mongo_errors("writing the embedding cache"):
+            try:
+                await self._collection.insert_many(documents, ordered=False)
+            except BulkWriteError as error:
+                taken = all(e.get("code") == 11000 for e in error.details.get("writeErrors", []))
+                if not taken:
+                    raise
 
 
 def vector_index_from_settings(settings: Settings) -> VectorIndex:
@@ -116,7 +161,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
     client, database = connect(settings.mongo_uri.get_secret_value(), settings.mongo_db)
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(client.close)
-        cache = MongoEmbeddingCache(database)
+        cache = MongoIdEmbeddingCache(database)
         await cache.ensure_indexes()
         keyword = OpenSearchKeywordIndex.from_settings(settings)
         await keyword.open()
