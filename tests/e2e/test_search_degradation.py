@@ -48,7 +48,7 @@ DOCS = {
     "pets/rex.md": "My dog loves to chase tennis balls in the park every morning.",
     "cooking/risotto.md": "To make risotto, stir arborio rice with warm stock slowly.",
 }
-DEADLINE = 0.5
+DEADLINE = 1.0  # the default; generous to the vector leg on a loaded machine
 # Bounds on the waits below (OpenSearch restarts in 10-40 s on this machine).
 RECOVERY_SECONDS = 60.0
 
