@@ -182,7 +182,7 @@ class IndexWorker:
         async with self._locks.hold((space.id, path)):
             try:
                 outcome = await self._converge(space, path, backfill=backfill)
-            except BaseException:
+            except Exception:
                 DOCUMENTS.labels("failed").inc()
                 raise
         DOCUMENT_SECONDS.observe(time.perf_counter() - started)
