@@ -45,6 +45,8 @@ DELETE = "delete"
 # An outbox pointer whose revision has not appeared after this long belongs to a write
 # that lost its race or crashed before committing.
 ABANDONED_POINTER = timedelta(seconds=60)
+# How long a writer may take between its revision insert and its head update.
+HEAD_GRACE = timedelta(seconds=5)
 
 HEAD_INDEXES = [
     IndexModel(
@@ -477,12 +479,15 @@ class MongoDocumentRepository:
 
     async def pending_revisions(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
         """(event_id, revision) for recorded, unpublished events, oldest first; drops
-        pointers whose revision never landed; rolls their heads forward."""
+        pointers whose revision never landed. The writer updates the head right after its
+        revision; a pointer older than HEAD_GRACE means it may have crashed in between, so
+        that path's head is rolled forward here."""
         with mongo_errors("reading the outbox"):
             pointers = (
                 await self._outbox.find({}).sort("at", ASCENDING).limit(limit).to_list(length=limit)
             )
         found: list[tuple[str, dict[str, Any]]] = []
+        stale: list[dict[str, Any]] = []
         for pointer in pointers:
             with mongo_errors("reading the outbox"):
                 revision = await self._revisions.find_one({"_id": pointer["revision"]})
@@ -492,7 +497,9 @@ class MongoDocumentRepository:
                         await self._outbox.delete_one({"_id": pointer["_id"]})
                     continue
             found.append((pointer["_id"], revision))
-        for _, revision in found:
+            if datetime.now(UTC) - pointer["at"] > HEAD_GRACE:
+                stale.append(revision)
+        for revision in stale:
             await self.refresh(revision["space_id"], revision["path"])
         return found
 
