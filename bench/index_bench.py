@@ -1,0 +1,468 @@
+"""Indexer benchmark (issue 5): chunks/s embedded and indexed, and freshness - the time from
+a write being acknowledged to its chunks being visible in both indexes.
+
+    python bench/index_bench.py                         # embedded, then real backends
+    python bench/index_bench.py --target embedded       # `engram dev`'s parts in-process
+    python bench/index_bench.py --target real --vector numpy
+
+embedded: the all-in-one server (SQLite outbox -> relay -> worker -> tantivy + the embedded
+vector index, local model), written to through its StorageService.
+real: `engram serve storage` as its own process on FerretDB, publishing to NATS JetStream;
+the indexer (`open_indexer`, as `engram serve indexer` builds it) in this process reading
+documents back through StorageService, writing OpenSearch and the vector index (Qdrant
+local mode, or the embedded index at a directory with `--vector numpy`). NATS, FerretDB
+and OpenSearch are started fresh from deploy/local and stopped after (`--reuse-backends`
+takes ENGRAM_TEST_* instead).
+
+Besides wall-clock rates it prints the CPU time every process of the pipeline used per
+chunk (this process, the storage process, and the backends it started), which says what the
+pipeline would do with the machine to itself when other jobs share the cores.
+
+Throughput: `--docs` documents of 4 chunks (~430 distinct characters each, so every chunk
+is embedded) written by 8 writers as fast as the store takes them, after one warm-up
+document; measured from the first write to the last chunk indexed. Freshness:
+`--samples` writes of documents of 1-4 chunks, one at a time (`--pause` between them), each
+followed by polling both indexes (every 5 ms) until they hold that version. Every loop is
+bounded by a count and a deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import jwt
+from prometheus_client import REGISTRY
+
+from engram.domain.chunking import chunk_text
+from engram.indexer.ports import KeywordIndex, VectorIndex
+from engram.runtime.settings import Settings
+from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="bench")
+SPACE_ID_LOCAL = "v1:private:local::::bench"
+SPACE_ID_REAL = "v1:private:bench::::bench"
+SECRET = "index-bench-secret-0123456789abcdef0123456789"
+WRITERS = 8
+POLL_SECONDS = 0.005
+
+WORDS = (
+    "the of and to in a is that for it as was with be by on not this are or from at which "
+    "agent memory service deploy server error request build release test data index search "
+    "query document space note daily log team project user model vector chunk token review "
+    "meeting plan design issue fix update config cluster node shard replica backup restore "
+    "schedule report metric alert incident budget latency owner rollback billing retry"
+).split()
+
+
+class Corpus:
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def paragraph(self) -> str:
+        words: list[str] = []
+        while sum(len(w) + 1 for w in words) < 420:
+            words.append(self.rng.choice(WORDS))
+        return " ".join(words) + ".\n\n"
+
+    def document(self, chunks: int) -> str:
+        text = "".join(self.paragraph() for _ in range(chunks))
+        assert len(chunk_text(text)) == chunks
+        return text
+
+
+def cpu_seconds(pids: Iterable[int] = (), groups: Iterable[int] = ()) -> float:
+    """User + system CPU seconds of this process, of `pids`, and of every process in the
+    process groups `groups` (a backend and its children)."""
+    own = os.times()
+    total = own.user + own.system
+    wanted, wanted_groups = set(pids), set(groups)
+    ticks = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry) in wanted or int(fields[2]) in wanted_groups:
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def summary(values: list[float]) -> str:
+    ms = [v * 1000 for v in values]
+    return (
+        f"p50 {percentile(ms, 50):.0f} ms, p99 {percentile(ms, 99):.0f} ms, "
+        f"max {max(ms):.0f} ms, mean {statistics.fmean(ms):.0f} ms (n={len(ms)})"
+    )
+
+
+def counter(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels or None) or 0.0
+
+
+@dataclass
+class Target:
+    """What the measurements need from a running system."""
+
+    name: str
+    storage: storage_pb2_grpc.StorageServiceAsyncStub
+    metadata: tuple[tuple[str, str], ...]
+    keyword: KeywordIndex
+    vector: VectorIndex
+    space_id: str
+    idle: Callable[[], Awaitable[bool]]
+    embedded_texts: Callable[[], int]
+    # CPU seconds used so far by every process of the pipeline under test.
+    cpu: Callable[[], float]
+    # Stop and resume consuming events, to measure the indexer alone on a backlog.
+    pause: Callable[[], Awaitable[None]] | None = None
+    resume: Callable[[], Awaitable[None]] | None = None
+
+
+async def visible(target: Target, path: str, version: int, chunks: int) -> bool:
+    held = await target.keyword.chunks_of(target.space_id, path)
+    if len(held) != chunks or any(c.doc_version != version for c in held):
+        return False
+    vectors = await target.vector.chunks_of(target.space_id, path)
+    return len(vectors) == chunks and all(c.doc_version == version for c in vectors)
+
+
+async def wait_visible(target: Target, path: str, version: int, chunks: int) -> float:
+    deadline = time.monotonic() + 60
+    while not await visible(target, path, version, chunks):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} v{version} not visible after 60 s")
+        await asyncio.sleep(POLL_SECONDS)
+    return time.perf_counter()
+
+
+async def write(target: Target, path: str, content: str) -> int:
+    response = await target.storage.WriteDocument(
+        storage_pb2.WriteDocumentRequest(space=SPACE, path=path, content=content),
+        metadata=target.metadata,
+        timeout=30,
+    )
+    return int(response.document.version)
+
+
+async def throughput(target: Target, corpus: Corpus, docs: int) -> None:
+    chunks_before = counter("engram_indexer_chunks_indexed_total")
+    embedded_before = target.embedded_texts()
+    contents = [corpus.document(4) for _ in range(docs)]
+    queue = list(enumerate(contents))
+    if target.pause is not None:
+        await target.pause()
+    started = time.perf_counter()
+
+    async def writer() -> None:
+        while queue:
+            number, content = queue.pop()
+            await write(target, f"load/{number:05d}.md", content)
+
+    await asyncio.gather(*(writer() for _ in range(WRITERS)))
+    written = time.perf_counter() - started
+    cpu_before = target.cpu()
+    if target.resume is not None:
+        # A backlog of `docs` events waits in the stream: from here on only the indexer runs.
+        started = time.perf_counter()
+        await target.resume()
+    deadline = time.monotonic() + 1200
+    while counter("engram_indexer_chunks_indexed_total") - chunks_before < docs * 4 or not (
+        await target.idle()
+    ):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the load was not indexed within 20 minutes")
+        await asyncio.sleep(0.05)
+    elapsed = time.perf_counter() - started
+    cpu = target.cpu() - cpu_before
+    indexed = counter("engram_indexer_chunks_indexed_total") - chunks_before
+    embedded = target.embedded_texts() - embedded_before
+    print(
+        f"[{target.name}] throughput: {docs} docs x 4 chunks written in {written:.1f} s "
+        f"({docs / written:.0f} docs/s); indexed in {elapsed:.1f} s: "
+        f"{embedded / elapsed:.1f} chunks/s embedded, {indexed / elapsed:.1f} chunks/s indexed "
+        f"(embedded {embedded:.0f}, indexed {indexed:.0f})",
+        flush=True,
+    )
+    per_chunk = cpu / indexed
+    cores = os.cpu_count() or 1
+    print(
+        f"[{target.name}]   CPU of the pipeline's processes: {cpu:.1f} s = "
+        f"{per_chunk * 1000:.0f} ms per chunk, {cpu / elapsed:.2f} cores busy on average; "
+        f"with all {cores} cores: at most {cores / per_chunk:.0f} chunks/s",
+        flush=True,
+    )
+
+
+async def freshness(target: Target, corpus: Corpus, samples: int, pause: float) -> None:
+    lags: dict[int, list[float]] = {n: [] for n in range(1, 5)}
+    for number in range(samples):
+        chunks = 1 + number % 4
+        path = f"fresh/{number % 25:02d}.md"
+        content = corpus.document(chunks)
+        version = await write(target, path, content)
+        acked = time.perf_counter()
+        lags[chunks].append(await wait_visible(target, path, version, chunks) - acked)
+        await asyncio.sleep(pause)
+    every = [lag for values in lags.values() for lag in values]
+    print(f"[{target.name}] freshness, write acked -> visible in both: {summary(every)}")
+    for chunks, values in lags.items():
+        print(f"[{target.name}]   {chunks}-chunk documents: {summary(values)}", flush=True)
+
+
+async def run(target: Target, args: argparse.Namespace) -> None:
+    corpus = Corpus(args.seed)
+    # Loads the model and opens every connection before anything is timed.
+    await wait_visible(target, "warmup.md", await write(target, "warmup.md", corpus.document(2)), 2)
+    await freshness(target, corpus, args.samples, args.pause)
+    await throughput(target, corpus, args.docs)
+
+
+# --- embedded ------------------------------------------------------------------------------
+
+
+async def embedded(args: argparse.Namespace, workdir: Path) -> None:
+    from engram.allinone import embedded_engram
+    from engram.events.sqlite_outbox import SqliteOutbox
+    from engram.indexer.embedded import EmbeddedIndexing
+
+    settings = Settings(
+        data_dir=workdir / "engram",
+        grpc_port=0,
+        metrics_port=0,
+        access_log=False,
+        log_level="WARNING",
+    )
+    async with embedded_engram(settings) as engram:
+        indexing = engram.parts["indexing"]
+        assert isinstance(indexing, EmbeddedIndexing)
+        outbox = SqliteOutbox(engram.database)
+
+        async def idle() -> bool:
+            return await outbox.backlog() == 0
+
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
+            await run(
+                Target(
+                    "embedded",
+                    storage_pb2_grpc.StorageServiceStub(channel),
+                    (),
+                    indexing.keyword,
+                    indexing.vector,
+                    SPACE_ID_LOCAL,
+                    idle,
+                    lambda: indexing.embedder.embedded_texts,
+                    cpu_seconds,
+                ),
+                args,
+            )
+
+
+# --- real backends -------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def token(**claims: Any) -> str:
+    body = {"exp": int(time.time() + 24 * 3600), **claims}
+    return jwt.encode(body, SECRET, algorithm="HS256")
+
+
+@contextlib.asynccontextmanager
+async def real_backends(
+    workdir: Path, *, reuse: bool
+) -> AsyncIterator[tuple[dict[str, str], list[int]]]:
+    """(URLs, process groups of the backends started here). Fresh backends from deploy/local
+    unless `reuse`, which takes ENGRAM_TEST_* (their CPU is then not counted)."""
+    if reuse:
+        names = {"nats": "NATS_URL", "mongo": "MONGO_URI", "opensearch": "OPENSEARCH_URL"}
+        yield {name: os.environ[f"ENGRAM_TEST_{var}"] for name, var in names.items()}, []
+        return
+    spec = importlib.util.spec_from_file_location(
+        "engram_local_backends", ROOT / "deploy" / "local" / "backends.py"
+    )
+    assert spec is not None and spec.loader is not None
+    launcher = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = launcher
+    spec.loader.exec_module(launcher)
+    launcher.provision(["nats", "mongo", "opensearch"])
+    started = []
+    try:
+        for name in ("nats", "mongo", "opensearch"):
+            started.append(getattr(launcher, f"start_{name}")(workdir / name))
+        yield {b.name: b.url for b in started}, [b.pid for b in started]
+    finally:
+        for running in started:
+            running.stop()
+
+
+async def real(args: argparse.Namespace, workdir: Path) -> None:
+    from engram.indexer.production import open_indexer
+
+    run_id = uuid.uuid4().hex[:8]
+    async with real_backends(workdir, reuse=args.reuse_backends) as (urls, groups):
+        storage_port = free_port()
+        common = {
+            "ENGRAM_MONGO_URI": urls["mongo"],
+            "ENGRAM_MONGO_DB": f"index_bench_{run_id}",
+            "ENGRAM_NATS_URL": urls["nats"],
+            "ENGRAM_JWT_SECRET": SECRET,
+            "ENGRAM_METRICS_PORT": "0",
+            "ENGRAM_ACCESS_LOG": "false",
+            "ENGRAM_LOG_LEVEL": "WARNING",
+        }
+        command = [sys.executable, "-m", "engram", "serve", "storage", "--port", str(storage_port)]
+
+        def spawn() -> subprocess.Popen[bytes]:
+            with open(workdir / "storage.log", "ab") as log:
+                return subprocess.Popen(command, env={**os.environ, **common}, stderr=log)
+
+        storage_process = await asyncio.to_thread(spawn)
+        vector: dict[str, Any] = (
+            {"vector_dir": workdir / "vectors"}
+            if args.vector == "numpy"
+            else {"qdrant_path": workdir / "qdrant"}
+        )
+        settings = Settings(
+            mongo_uri=urls["mongo"],
+            mongo_db=common["ENGRAM_MONGO_DB"],
+            nats_url=urls["nats"],
+            jwt_secret=SECRET,
+            opensearch_url=urls["opensearch"],
+            opensearch_index=f"bench{run_id}-chunks",
+            opensearch_replicas=0,
+            storage_addr=f"127.0.0.1:{storage_port}",
+            service_token=token(sub="indexer", service=True),
+            indexer_durable=f"bench-{run_id}",
+            grpc_port=0,
+            metrics_port=0,
+            access_log=False,
+            log_level="WARNING",
+            **vector,
+        )
+        try:
+            await _new_events_only(urls["nats"], settings)
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{storage_port}") as channel:
+                await asyncio.wait_for(channel.channel_ready(), 30)
+                async with open_indexer(settings) as indexer:
+
+                    async def idle() -> bool:
+                        return await indexer.consumer.backlog() == 0
+
+                    await run(
+                        Target(
+                            f"real/{args.vector}",
+                            storage_pb2_grpc.StorageServiceStub(channel),
+                            (
+                                (
+                                    "authorization",
+                                    f"Bearer {token(sub='bench', tenant='bench', role='member')}",
+                                ),
+                            ),
+                            indexer.keyword,
+                            indexer.vector,
+                            SPACE_ID_REAL,
+                            idle,
+                            lambda: indexer.embedder.embedded_texts,
+                            lambda: cpu_seconds([storage_process.pid], groups),
+                            indexer.consumer.stop,
+                            indexer.consumer.start,
+                        ),
+                        args,
+                    )
+                    await _cleanup(urls, settings)
+        finally:
+            storage_process.terminate()
+            await asyncio.to_thread(storage_process.wait, 20)
+
+
+async def _new_events_only(nats_url: str, settings: Settings) -> None:
+    """Creates the run's consumer from the stream's end: shared NATS servers hold other
+    runs' events, which this run must not spend its time on."""
+    import nats
+    from nats.js.api import DeliverPolicy
+
+    from engram.indexer.jetstream_consumer import ConsumerOptions, consumer_config, ensure_streams
+
+    connection = await nats.connect(nats_url)
+    try:
+        await ensure_streams(connection)
+        config = consumer_config(ConsumerOptions.from_settings(settings))
+        config.deliver_policy = DeliverPolicy.NEW
+        await connection.jetstream().add_consumer("ENGRAM_DOCS", config=config)
+    finally:
+        await connection.close()
+
+
+async def _cleanup(urls: dict[str, str], settings: Settings) -> None:
+    """Drops what the run created in the shared backends."""
+    import nats
+    from opensearchpy import AsyncOpenSearch
+
+    client = AsyncOpenSearch(hosts=[urls["opensearch"]])
+    try:
+        await client.indices.delete(index=f"{settings.opensearch_index}-*")
+    finally:
+        await client.close()
+    connection = await nats.connect(urls["nats"])
+    try:
+        await connection.jetstream().delete_consumer("ENGRAM_DOCS", settings.indexer_durable)
+    finally:
+        await connection.close()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--target", choices=["embedded", "real", "all"], default="all")
+    parser.add_argument("--vector", choices=["qdrant-local", "numpy"], default="qdrant-local")
+    parser.add_argument("--docs", type=int, default=150, help="throughput documents (x4 chunks)")
+    parser.add_argument("--samples", type=int, default=200, help="freshness writes")
+    parser.add_argument("--pause", type=float, default=0.1, help="seconds between them")
+    parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument(
+        "--reuse-backends",
+        action="store_true",
+        help="use ENGRAM_TEST_* backends instead of fresh ones (their CPU is not counted)",
+    )
+    args = parser.parse_args()
+    print(f"cores: {os.cpu_count()}, load average: {os.getloadavg()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="index-bench-") as workdir:
+        if args.target in ("embedded", "all"):
+            await embedded(args, Path(workdir) / "embedded")
+        if args.target in ("real", "all"):
+            (Path(workdir) / "real").mkdir()
+            await real(args, Path(workdir) / "real")
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
