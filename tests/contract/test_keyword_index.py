@@ -5,6 +5,7 @@ deploy/local/backends.py)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -322,6 +323,22 @@ async def test_english_stemming(index: KeywordIndex) -> None:
     cats = await put(index, s, "b.md", ["Two cats were sleeping."])
     assert await hit_ids(index, [s], "running") == [runs[0].chunk_id]
     assert await hit_ids(index, [s], "cat sleeps") == [cats[0].chunk_id]
+
+
+async def test_a_chunk_is_found_by_its_headings_and_returns_its_own_text(
+    index: KeywordIndex,
+) -> None:
+    s = space("a")
+    (chunk,) = make_chunks(s, "plan.md", ["We moved the renewal date to March."])
+    chunk = dataclasses.replace(chunk, heading="# Vendors\n## Invoicing")
+    other = make_chunks(s, "other.md", ["The renewal of the lease is in May."])
+    await index.replace_chunks(s, "plan.md", [chunk])
+    await index.replace_chunks(s, "other.md", other)
+    hits = await index.search([s], "invoicing renewal", limit=5)
+    assert [h.chunk.chunk_id for h in hits] == [chunk.chunk_id, other[0].chunk_id]
+    assert hits[0].chunk.content == "We moved the renewal date to March."
+    # Stop words in a question do not drag in every chunk that holds them.
+    assert await hit_ids(index, [s], "what is the invoicing?") == [chunk.chunk_id]
 
 
 async def test_exact_identifiers_are_found_and_ranked_first(index: KeywordIndex) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import unicodedata
 
 from engram.domain.chunks import Chunk, chunk_id
+from engram.domain.headings import heading_trails
 
 DEFAULT_CHUNK_SIZE = 500
 DEFAULT_CHUNK_OVERLAP = 50
@@ -86,7 +87,10 @@ def build_chunks(
     size: int = DEFAULT_CHUNK_SIZE,
     overlap: int = DEFAULT_CHUNK_OVERLAP,
 ) -> list[Chunk]:
-    """The `Chunk` records of one document version, indexed from 0 in text order."""
+    """The `Chunk` records of one document version, indexed from 0 in text order, each with
+    the heading trail it sits under."""
+    spans = chunk_spans(content, size=size, overlap=overlap)
+    trails = heading_trails(content, [start for start, _ in spans])
     return [
         Chunk(
             chunk_id=chunk_id(document_id, i),
@@ -96,9 +100,10 @@ def build_chunks(
             path=path,
             chunk_index=i,
             doc_version=version,
-            content=piece,
+            content=content[start:end],
+            heading=trail,
         )
-        for i, piece in enumerate(chunk_text(content, size=size, overlap=overlap))
+        for i, ((start, end), trail) in enumerate(zip(spans, trails, strict=True))
     ]
 
 

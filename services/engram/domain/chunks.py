@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def chunk_id(document_id: str, chunk_index: int) -> str:
@@ -22,6 +22,14 @@ class Chunk:
     chunk_index: int
     doc_version: int
     content: str
+    # The Markdown headings the chunk sits under (see `headings`): indexed with the chunk,
+    # not returned by search, and derived from the document, so not part of its identity.
+    heading: str = field(default="", compare=False)
+
+    @property
+    def indexed_text(self) -> str:
+        """What the indexes match and embed: the heading trail, then the chunk's text."""
+        return f"{self.heading}\n\n{self.content}" if self.heading else self.content
 
 
 @dataclass(frozen=True, slots=True)

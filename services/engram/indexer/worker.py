@@ -259,7 +259,7 @@ class IndexWorker:
             await self._vector.delete_chunks(space_id, path)
             return _Written(None, 0)
         chunks = await self._chunks(document)
-        texts = [chunk.content for chunk in chunks]
+        texts = [chunk.indexed_text for chunk in chunks]
         vectors = await asyncio.gather(*(_embed(target, texts) for target in targets))
         if not backfill:
             await self._keyword.replace_chunks(space_id, path, chunks)

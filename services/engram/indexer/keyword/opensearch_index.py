@@ -451,11 +451,14 @@ def _source(chunk: Chunk) -> dict[str, Any]:
         PATH_SCOPES_FIELD: path_scopes(chunk.path),
         "chunk_index": chunk.chunk_index,
         "doc_version": chunk.doc_version,
-        "content": chunk.content,
+        # The heading trail is a second value of `content`: BM25 sees the chunk's text and
+        # its headings as one field; `_chunk` reads the first value back as the text.
+        "content": [chunk.content, chunk.heading] if chunk.heading else chunk.content,
     }
 
 
 def _chunk(source: dict[str, Any]) -> Chunk:
+    content = source.get("content") or ""
     return Chunk(
         chunk_id=source["chunk_id"],
         document_id=source["document_id"],
@@ -464,7 +467,8 @@ def _chunk(source: dict[str, Any]) -> Chunk:
         path=source["path"],
         chunk_index=int(source["chunk_index"]),
         doc_version=int(source["doc_version"]),
-        content=source.get("content") or "",
+        content=content[0] if isinstance(content, list) else content,
+        heading=content[1] if isinstance(content, list) and len(content) > 1 else "",
     )
 
 

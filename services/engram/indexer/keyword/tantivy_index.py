@@ -393,11 +393,14 @@ def _schema() -> Any:
 
 
 def _content_analyzer() -> Any:
-    """The query-side twin of tantivy's built-in `en_stem`."""
+    """The query-side twin of tantivy's built-in `en_stem`, which also drops English stop
+    words from the query, as OpenSearch's `english` analyzer does: "what did we decide about
+    the billing" matches on "decid" and "bill", not on every chunk holding "the"."""
     return (
         tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
         .filter(tantivy.Filter.remove_long(_MAX_TOKEN_CHARS))
         .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.stopword("english"))
         .filter(tantivy.Filter.stemmer("english"))
         .build()
     )
@@ -422,8 +425,13 @@ def _document(chunk: Chunk) -> Any:
         doc.add_text(PATH_SCOPES_FIELD, scope)
     doc.add_integer("chunk_index", chunk.chunk_index)
     doc.add_integer("doc_version", chunk.doc_version)
+    # The heading trail is a second value of the searched fields: BM25 sees the chunk's text
+    # and its headings as one field, and the stored first value stays the chunk's own text.
     doc.add_text("content", chunk.content)
     doc.add_text("content_ids", chunk.content)
+    if chunk.heading:
+        doc.add_text("content", chunk.heading)
+        doc.add_text("content_ids", chunk.heading)
     return doc
 
 
@@ -437,7 +445,12 @@ def _chunk(doc: Any) -> Chunk:
         chunk_index=int(doc.get_first("chunk_index")),
         doc_version=int(doc.get_first("doc_version")),
         content=doc.get_first("content") or "",
+        heading=_second(doc.get_all("content")),
     )
+
+
+def _second(values: list[str]) -> str:
+    return values[1] if len(values) > 1 else ""
 
 
 def _path_query(schema: Any, space_id: str, path: str) -> Any:
