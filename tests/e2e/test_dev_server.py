@@ -136,6 +136,7 @@ def test_engram_dev_demo_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert f"serving on 127.0.0.1:{port}" in output
         assert "wrote MEMORY.md v1" in output and "daily/" in output
         assert "The user prefers concise answers" in output, "MEMORY.md was read back"
+        assert "search: 'ERR_4021'" in output and "best: MEMORY.md" in output, output
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             health = health_pb2_grpc.HealthStub(channel)
             assert health.Check(health_pb2.HealthCheckRequest()).status == (

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import UTC, datetime
 
 import grpc
 from rich.console import Console
 from rich.panel import Panel
+from rich.table import Table
 
-from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
+from engram.v1 import (
+    indexer_pb2,
+    indexer_pb2_grpc,
+    search_pb2,
+    search_pb2_grpc,
+    space_pb2,
+    storage_pb2,
+    storage_pb2_grpc,
+)
 
 DEMO_SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="demo")
 
@@ -16,11 +27,23 @@ MEMORY = """# MEMORY
 
 - The user prefers concise answers with code examples.
 - Project codename: engram. Deploys go out on Tuesdays.
+
+## Incidents
+
+- 2026-03-03: the nightly build failed with ERR_4021 until the cache volume was resized.
 """
+
+# (query, mode): a question in other words than the notes use, and a bare identifier.
+DEMO_SEARCHES = (
+    ("when do we ship releases?", search_pb2.SEARCH_MODE_HYBRID),
+    ("ERR_4021", search_pb2.SEARCH_MODE_HYBRID),
+)
+# Indexing in `engram dev` takes tens of milliseconds; the demo waits at most this long.
+INDEX_WAIT_SECONDS = 20.0
 
 
 async def run_demo(address: str, console: Console, *, token: str = "") -> None:
-    """Writes MEMORY.md and a daily log, then lists and reads them back."""
+    """Writes MEMORY.md and a daily log, lists and reads them back, then searches them."""
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     today = datetime.now(UTC).date().isoformat()
     daily = f"daily/{today}.md"
@@ -55,3 +78,41 @@ async def run_demo(address: str, console: Console, *, token: str = "") -> None:
                 storage_pb2.ReadDocumentRequest(space=DEMO_SPACE, path=path), metadata=metadata
             )
             console.print(Panel(read.document.content.rstrip(), title=path, expand=False))
+        await _wait_until_indexed(indexer_pb2_grpc.IndexerServiceStub(channel), metadata)
+        await _search(search_pb2_grpc.SearchServiceStub(channel), console, metadata)
+
+
+async def _wait_until_indexed(
+    stub: indexer_pb2_grpc.IndexerServiceAsyncStub, metadata: tuple[tuple[str, str], ...]
+) -> None:
+    deadline = time.monotonic() + INDEX_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        status = await stub.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), metadata=metadata)
+        if status.backlog == 0:
+            return
+        await asyncio.sleep(0.05)
+
+
+async def _search(
+    stub: search_pb2_grpc.SearchServiceAsyncStub,
+    console: Console,
+    metadata: tuple[tuple[str, str], ...],
+) -> None:
+    for query, mode in DEMO_SEARCHES:
+        request = search_pb2.SearchRequest(spaces=[DEMO_SPACE], query=query, mode=mode, limit=3)
+        response = await stub.Search(request, metadata=metadata)
+        table = Table(title=f"search: {query!r}", title_justify="left")
+        for column in ("path", "chunk", "score", "bm25 rank", "vector rank"):
+            table.add_column(column)
+        for result in response.results:
+            table.add_row(
+                result.path,
+                str(result.chunk_index),
+                f"{result.score:.2f}",
+                str(result.bm25_rank or "-"),
+                str(result.vector_rank or "-"),
+            )
+        console.print(table)
+        if response.results:
+            best = response.results[0]
+            console.print(Panel(best.content.rstrip(), title=f"best: {best.path}", expand=False))
