@@ -53,6 +53,7 @@ def embedder_for_model(settings: Settings, model: ModelInfo) -> Embedder | None:
             max_length=settings.embed_max_length,
             batch_size=settings.embed_batch_size,
             threads=settings.embed_threads,
+            nice=settings.indexing_nice,
         )
     provider, _, name = model.model_id.partition(":")
     if not name:

@@ -33,9 +33,9 @@ class ModelEmbedders:
     @classmethod
     def from_settings(cls, settings: Settings) -> ModelEmbedders:
         """Embedders rebuilt from the model id with the provider settings (URL, key) and
-        ENGRAM_SEARCH_EMBED_THREADS threads for the local model."""
+        ENGRAM_SEARCH_EMBED_THREADS threads for the local model, at normal priority."""
         query_settings = settings.model_copy(
-            update={"embed_threads": settings.search_embed_threads}
+            update={"embed_threads": settings.search_embed_threads, "indexing_nice": 0}
         )
         return cls(partial(embedder_for_model, query_settings))
 

@@ -42,4 +42,5 @@ def build_embedder(settings: Settings) -> Embedder:
         max_length=settings.embed_max_length,
         batch_size=settings.embed_batch_size,
         threads=settings.embed_threads,
+        nice=settings.indexing_nice,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -101,7 +102,7 @@ def _snippet(response: httpx.Response) -> str:
     return text[:200] if text else "(empty body)"
 
 
-class HttpEmbedder:
+class HttpEmbedder(ABC):
     """Batching, dimension discovery and normalisation for an HTTP embedding API.
 
     The dimension is the configured one, or the one the first response shows; `model`
@@ -168,9 +169,9 @@ class HttpEmbedder:
     async def aclose(self) -> None:
         await self._poster.aclose()
 
+    @abstractmethod
     def _rows(self, answer: Any) -> list[Any]:
         """The vectors of one response, in input order."""
-        raise NotImplementedError
 
     async def _embed_batch(self, batch: list[str]) -> Vectors:
         answer = await self._poster.post(self._url, {"model": self._model_name, "input": batch})

@@ -24,6 +24,7 @@ from tokenizers import Tokenizer
 from engram.domain.chunks import ModelInfo
 from engram.indexer.embedders.vectors import l2_normalise
 from engram.indexer.ports import IndexUnavailable, Vectors
+from engram.runtime.priority import lower_thread_priority
 
 MODEL_ID = "minilm-l6-v2-int8"
 DIMENSION = 384
@@ -60,7 +61,10 @@ class LocalOnnxEmbedder:
     """The `Embedder` for the bundled model. Loads lazily on first use, then keeps it.
 
     Inference runs on one dedicated worker thread, so batches never compete with each
-    other and onnxruntime's own `threads` intra-op threads get the cores.
+    other and onnxruntime's own `threads` intra-op threads get the cores. With `nice` > 0
+    that thread, and the intra-op threads it starts, run that much nicer (see
+    `engram.runtime.priority`): the indexer's batches then take the CPU that requests leave,
+    while search's query embedder stays at 0.
     """
 
     def __init__(
@@ -71,6 +75,7 @@ class LocalOnnxEmbedder:
         threads: int = 2,
         model_path: Path | None = None,
         tokenizer_path: Path | None = None,
+        nice: int = 0,
     ) -> None:
         if not 8 <= max_length <= MAX_POSITIONS:
             raise ValueError(f"max_length must be in 8..{MAX_POSITIONS}, got {max_length}")
@@ -81,7 +86,12 @@ class LocalOnnxEmbedder:
         self._threads = threads
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-local")
+        self._executor = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="embed-local",
+            initializer=lower_thread_priority,
+            initargs=(nice,),
+        )
         self._load_lock = threading.Lock()
         self._loaded: _Loaded | None = None
         self._info = ModelInfo(model_id=MODEL_ID, dimension=DIMENSION)
@@ -135,6 +145,10 @@ class LocalOnnxEmbedder:
             options.inter_op_num_threads = 1
             options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+            # Idle intra-op threads sleep instead of spinning: the model shares the cores with
+            # the gRPC server (in `engram dev`, with every service), and a spinning thread
+            # burns a core between batches that a request could use.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             session = onnxruntime.InferenceSession(
                 str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
             )
@@ -151,7 +165,12 @@ class LocalOnnxEmbedder:
 
     def _embed_sync(self, texts: list[str]) -> Vectors:
         loaded = self._load()
-        encodings = loaded.tokenizer.encode_batch(texts)
+        # A single text (a query) is tokenized on this thread, not on the tokenizer's shared
+        # thread pool, which a niced indexer embedder may have started at low priority.
+        tokenizer = loaded.tokenizer
+        encodings = (
+            [tokenizer.encode(texts[0])] if len(texts) == 1 else tokenizer.encode_batch(texts)
+        )
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
         # Length bucketing: neighbours in sorted order have similar lengths, so each batch
         # pads to little more than its own longest text.

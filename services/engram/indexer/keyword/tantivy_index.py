@@ -46,6 +46,7 @@ from engram.domain.scoping import (
     path_scopes,
 )
 from engram.indexer.ports import IndexUnavailable
+from engram.runtime.priority import lower_thread_priority
 from engram.runtime.settings import Settings
 
 T = TypeVar("T")
@@ -77,8 +78,10 @@ class TantivyKeywordIndex:
         *,
         writer_heap_bytes: int = 50_000_000,
         search_threads: int = 2,
+        writer_nice: int = 0,
     ) -> None:
         self._directory = directory
+        self._writer_nice = writer_nice
         self._writer_heap_bytes = writer_heap_bytes
         self._search_threads = search_threads
         self._index: Any = None
@@ -98,6 +101,7 @@ class TantivyKeywordIndex:
             settings.tantivy_dir or settings.data_dir / "keyword",
             writer_heap_bytes=settings.tantivy_writer_heap_bytes,
             search_threads=settings.tantivy_search_threads,
+            writer_nice=settings.indexing_nice,
         )
 
     @property
@@ -111,7 +115,14 @@ class TantivyKeywordIndex:
         if self._index is not None:
             return
         self._closing = False
-        writer_pool = ThreadPoolExecutor(1, thread_name_prefix="tantivy-writer")
+        # The writer thread, and tantivy's indexing and merge threads it starts, are
+        # background work: `writer_nice` lowers their CPU priority.
+        writer_pool = ThreadPoolExecutor(
+            1,
+            thread_name_prefix="tantivy-writer",
+            initializer=lower_thread_priority,
+            initargs=(self._writer_nice,),
+        )
         try:
             await asyncio.get_running_loop().run_in_executor(writer_pool, self._open_sync)
         except BaseException:
