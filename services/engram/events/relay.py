@@ -57,10 +57,10 @@ class OutboxRelay:
         if self._task is not None and drain_seconds > 0:
             await self.drained(drain_seconds)
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+            task, self._task = self._task, None
+            task.cancel()
+            # Waits without absorbing a cancel aimed at the caller itself.
+            await asyncio.wait({task})
 
     async def drained(self, within_seconds: float) -> bool:
         """Waits until the outbox is empty (tests and graceful shutdown)."""
@@ -92,8 +92,11 @@ class OutboxRelay:
             failures = 0
             if published == self._batch_size:
                 continue  # more are waiting
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel
+            # that arrives as the wait ends, and `stop` would then wait on this loop forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._poll_seconds)
+                async with asyncio.timeout(self._poll_seconds):
+                    await self._wake.wait()
 
     async def _publish_batch(self) -> int:
         messages = await self._outbox.pending(self._batch_size)
