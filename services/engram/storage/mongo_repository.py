@@ -480,33 +480,64 @@ class MongoDocumentRepository:
     async def pending_revisions(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
         """(event_id, revision) for recorded, unpublished events, oldest first; drops
         pointers whose revision never landed. The writer updates the head right after its
-        revision; a pointer older than HEAD_GRACE means it may have crashed in between, so
-        that path's head is rolled forward here."""
+        revision; a pointer older than HEAD_GRACE whose head is still behind its revision
+        means the writer may have crashed in between, so that path's head is rolled forward
+        here. A batch costs three queries however long it is (FerretDB's SQLite backend
+        scans a collection per query, so one query per pointer made a relay that had
+        fallen behind fall further behind)."""
         with mongo_errors("reading the outbox"):
             pointers = (
                 await self._outbox.find({}).sort("at", ASCENDING).limit(limit).to_list(length=limit)
             )
+            if not pointers:
+                return []
+            wanted = [pointer["revision"] for pointer in pointers]
+            revisions = {
+                revision["_id"]: revision
+                async for revision in self._revisions.find({"_id": {"$in": wanted}})
+            }
         found: list[tuple[str, dict[str, Any]]] = []
-        stale: list[dict[str, Any]] = []
+        orphans: list[str] = []
+        aged: list[dict[str, Any]] = []
+        now = datetime.now(UTC)
         for pointer in pointers:
-            with mongo_errors("reading the outbox"):
-                revision = await self._revisions.find_one({"_id": pointer["revision"]})
-                if revision is None or revision["event_id"] != pointer["_id"]:
-                    age = datetime.now(UTC) - pointer["at"]
-                    if revision is not None or age > ABANDONED_POINTER:
-                        await self._outbox.delete_one({"_id": pointer["_id"]})
-                    continue
+            revision = revisions.get(pointer["revision"])
+            if revision is None or revision["event_id"] != pointer["_id"]:
+                if revision is not None or now - pointer["at"] > ABANDONED_POINTER:
+                    orphans.append(pointer["_id"])
+                continue
             found.append((pointer["_id"], revision))
-            if datetime.now(UTC) - pointer["at"] > HEAD_GRACE:
-                stale.append(revision)
-        for revision in stale:
-            await self.refresh(revision["space_id"], revision["path"])
+            if now - pointer["at"] > HEAD_GRACE:
+                aged.append(revision)
+        if orphans:
+            await self.clear_events(orphans)
+        for space_id, path in await self._heads_behind(aged):
+            await self.refresh(space_id, path)
         return found
 
+    async def _heads_behind(self, revisions: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+        """The (space_id, path)s among `revisions` whose head is older than the revision."""
+        if not revisions:
+            return []
+        keys = {head_id(r["space_id"], r["path"]): r for r in revisions}
+        with mongo_errors("reading document heads"):
+            heads = {
+                head["_id"]: int(head["rev"])
+                async for head in self._heads.find(
+                    {"_id": {"$in": list(keys)}}, projection={"rev": 1}
+                )
+            }
+        behind: dict[str, tuple[str, str]] = {}
+        for key, revision in keys.items():
+            if heads.get(key, 0) < int(revision["rev"]):
+                behind[key] = (revision["space_id"], revision["path"])
+        return list(behind.values())
+
     async def clear_events(self, event_ids: Sequence[str]) -> None:
+        if not event_ids:
+            return
         with mongo_errors("clearing the outbox"):
-            for event_id in event_ids:
-                await self._outbox.delete_one({"_id": event_id})
+            await self._outbox.delete_many({"_id": {"$in": list(event_ids)}})
 
     async def outbox_backlog(self) -> int:
         with mongo_errors("counting the outbox"):
