@@ -125,6 +125,32 @@ async def write_corpus(
     print(f"wrote {len(documents):,} documents in {time.perf_counter() - started:.1f} s")
 
 
+async def wait_until_published(metrics_url: str) -> float:
+    """Polls the storage process's outbox gauge until it stays 0 for 3 s: every write's event
+    has reached JetStream (IndexerService's backlog only sees events already there)."""
+    import urllib.request
+
+    def backlog() -> float:
+        with urllib.request.urlopen(metrics_url, timeout=10) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("engram_outbox_backlog "):
+                    return float(line.split()[1])
+        raise SystemExit(f"no engram_outbox_backlog at {metrics_url}")
+
+    started = time.perf_counter()
+    empty_since: float | None = None
+    while time.perf_counter() - started < INDEX_TIMEOUT_SECONDS:
+        now = time.perf_counter()
+        if await asyncio.to_thread(backlog) == 0:
+            empty_since = empty_since or now
+            if now - empty_since >= 3.0:
+                return now - started
+        else:
+            empty_since = None
+        await asyncio.sleep(0.5)
+    raise SystemExit(f"storage's outbox did not drain within {INDEX_TIMEOUT_SECONDS:.0f} s")
+
+
 async def wait_until_indexed(channel: grpc.aio.Channel, token: str) -> float:
     """Polls the index backlog until it stays empty for 3 s; returns the seconds waited."""
     stub = indexer_pb2_grpc.IndexerServiceStub(channel)
@@ -323,10 +349,11 @@ async def run_real(args: argparse.Namespace, data: tuple[Any, ...]) -> None:
         logs = args.work_dir
         serve = [sys.executable, "-m", "engram", "serve"]
         async with contextlib.AsyncExitStack() as stack:
+            metrics_port = free_port()
             storage = await stack.enter_async_context(
                 process(
                     [*serve, "storage", "--port", str(storage_port)],
-                    env,
+                    {**env, "ENGRAM_METRICS_PORT": str(metrics_port)},
                     logs / "storage.log",
                     storage_port,
                 )
@@ -341,6 +368,8 @@ async def run_real(args: argparse.Namespace, data: tuple[Any, ...]) -> None:
             )
             async with grpc.aio.insecure_channel(storage) as channel:
                 await write_corpus(channel, documents, user)
+            published = await wait_until_published(f"http://127.0.0.1:{metrics_port}/metrics")
+            print(f"every event published {published:.0f} s after the last write")
             async with grpc.aio.insecure_channel(indexer) as channel:
                 waited = await wait_until_indexed(channel, user)
             print(f"indexed {waited:.0f} s after the last write")
