@@ -33,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,54 +125,57 @@ async def write_corpus(
     print(f"wrote {len(documents):,} documents in {time.perf_counter() - started:.1f} s")
 
 
-async def wait_until_published(metrics_url: str) -> float:
-    """Polls the storage process's outbox gauge until it stays 0 for 3 s: every write's event
-    has reached JetStream (IndexerService's backlog only sees events already there)."""
-    import urllib.request
-
-    def backlog() -> float:
-        with urllib.request.urlopen(metrics_url, timeout=10) as response:
-            for line in response.read().decode().splitlines():
-                if line.startswith("engram_outbox_backlog "):
-                    return float(line.split()[1])
-        raise SystemExit(f"no engram_outbox_backlog at {metrics_url}")
-
-    started = time.perf_counter()
-    empty_since: float | None = None
-    while time.perf_counter() - started < INDEX_TIMEOUT_SECONDS:
-        now = time.perf_counter()
-        if await asyncio.to_thread(backlog) == 0:
-            empty_since = empty_since or now
-            if now - empty_since >= 3.0:
-                return now - started
-        else:
-            empty_since = None
-        await asyncio.sleep(0.5)
-    raise SystemExit(f"storage's outbox did not drain within {INDEX_TIMEOUT_SECONDS:.0f} s")
-
-
-async def wait_until_indexed(channel: grpc.aio.Channel, token: str) -> float:
-    """Polls the index backlog until it stays empty for 3 s; returns the seconds waited."""
-    stub = indexer_pb2_grpc.IndexerServiceStub(channel)
+async def wait_until_empty(backlog: Callable[[], Awaitable[float]], what: str) -> float:
+    """Polls `backlog` until it stays 0 for 3 s (reporting it every 30 s); returns the
+    seconds waited."""
     started = time.perf_counter()
     empty_since: float | None = None
     last_report = 0.0
     while time.perf_counter() - started < INDEX_TIMEOUT_SECONDS:
-        status = await stub.GetIndexStatus(
-            indexer_pb2.GetIndexStatusRequest(), metadata=credentials(token), timeout=30
-        )
+        pending = await backlog()
         now = time.perf_counter()
-        if status.backlog == 0:
+        if pending == 0:
             empty_since = empty_since or now
             if now - empty_since >= 3.0:
                 return now - started
         else:
             empty_since = None
         if now - last_report > 30:
-            print(f"  backlog {status.backlog:,} after {now - started:.0f} s", flush=True)
+            print(f"  {what} {pending:,.0f} after {now - started:.0f} s", flush=True)
             last_report = now
         await asyncio.sleep(0.5)
-    raise SystemExit(f"indexing did not finish within {INDEX_TIMEOUT_SECONDS:.0f} s")
+    raise SystemExit(f"{what} did not reach 0 within {INDEX_TIMEOUT_SECONDS:.0f} s")
+
+
+async def wait_until_published(metrics_url: str) -> float:
+    """Waits until storage's outbox gauge stays 0: every write's event has reached JetStream
+    (IndexerService's backlog only sees events already there)."""
+    import urllib.request
+
+    def read_gauge() -> float:
+        with urllib.request.urlopen(metrics_url, timeout=10) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("engram_outbox_backlog "):
+                    return float(line.split()[1])
+        raise SystemExit(f"no engram_outbox_backlog at {metrics_url}")
+
+    async def backlog() -> float:
+        return await asyncio.to_thread(read_gauge)
+
+    return await wait_until_empty(backlog, "storage outbox")
+
+
+async def wait_until_indexed(channel: grpc.aio.Channel, token: str) -> float:
+    """Waits until the indexer's backlog stays empty."""
+    stub = indexer_pb2_grpc.IndexerServiceStub(channel)
+
+    async def backlog() -> float:
+        status = await stub.GetIndexStatus(
+            indexer_pb2.GetIndexStatusRequest(), metadata=credentials(token), timeout=30
+        )
+        return float(status.backlog)
+
+    return await wait_until_empty(backlog, "index backlog")
 
 
 async def run_queries(
