@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     # Indexing work (the indexer's local model, the tantivy writer) runs this much nicer
     # than the process (Linux, per thread): it takes the CPU that requests leave. 0 = same
     # priority. Search's query embedder always runs at the process's priority.
-    indexing_nice: int = Field(default=10, ge=0, le=19)
+    indexing_nice: int = Field(default=19, ge=0, le=19)
     embed_timeout_seconds: float = Field(default=30.0, gt=0)
     embed_max_retries: int = Field(default=4, ge=0)
     # POST {openai_base_url}/v1/embeddings; any OpenAI-compatible server.
