@@ -127,6 +127,12 @@ def observe_lag(events: Sequence[DocumentEvent]) -> None:
         LAG_SECONDS.observe(max(0.0, now - event.at.timestamp()))
 
 
+def _cancelling() -> bool:
+    """Whether the current task is being cancelled (a shutdown, not a failed document)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 def _same_state(before: StoredDocument | None, after: StoredDocument | None) -> bool:
     if before is None or after is None:
         return before is after
@@ -180,11 +186,12 @@ class IndexWorker:
         """
         started = time.perf_counter()
         async with self._locks.hold((space.id, path)):
+            outcome: Outcome | None = None
             try:
                 outcome = await self._converge(space, path, backfill=backfill)
-            except Exception:
-                DOCUMENTS.labels("failed").inc()
-                raise
+            finally:
+                if outcome is None and not _cancelling():
+                    DOCUMENTS.labels("failed").inc()
         DOCUMENT_SECONDS.observe(time.perf_counter() - started)
         DOCUMENTS.labels(outcome.value).inc()
         return outcome
