@@ -34,7 +34,6 @@ import contextlib
 import importlib.util
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from typing import Any
 
 import grpc
 import jwt
+from benchlib import free_port
 from prometheus_client import REGISTRY
 
 from engram.domain.chunking import chunk_text
@@ -284,12 +284,6 @@ async def embedded(args: argparse.Namespace, workdir: Path) -> None:
 
 
 # --- real backends -------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def token(**claims: Any) -> str:

@@ -28,7 +28,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from typing import Any
 
 import grpc
 import ir_measures
+from benchlib import free_port, spawn
 from ir_measures import R, nDCG
 
 from engram.v1 import (
@@ -241,17 +241,6 @@ def report(scores: dict[str, dict[str, float]], label: str) -> None:
 
 
 # --- the deployments ------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:
-        return subprocess.Popen(command, env=env, stdout=out, stderr=out)
 
 
 async def ready(port: int) -> None:

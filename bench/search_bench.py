@@ -37,7 +37,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from benchlib import closed_loop, free_port, spawn
 
 from engram.authz.enforcement import FixedPrincipalAuthenticator, PolicyAuthorizer
 from engram.domain.chunks import Chunk, chunk_id
@@ -315,24 +315,9 @@ def percentile(samples: Sequence[float], q: float) -> float:
 async def timed(
     operation: Callable[[int], Awaitable[object]], *, count: int, concurrency: int, cap: float
 ) -> tuple[list[float], float]:
-    """Runs up to `count` operations (index i once each) at `concurrency`, for at most `cap`
-    seconds; returns (latencies in ms, operations per second)."""
-    latencies: list[float] = []
-    next_index = 0
-    deadline = time.perf_counter() + cap
-
-    async def worker() -> None:
-        nonlocal next_index
-        while next_index < count and time.perf_counter() < deadline:
-            index = next_index
-            next_index += 1
-            started = time.perf_counter()
-            await operation(index)
-            latencies.append((time.perf_counter() - started) * 1000)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies, len(latencies) / (time.perf_counter() - started)
+    """`closed_loop`, returning (latencies in ms, operations per second)."""
+    latencies, elapsed = await closed_loop(operation, count=count, concurrency=concurrency, cap=cap)
+    return latencies, len(latencies) / elapsed
 
 
 class Queries:
@@ -566,17 +551,6 @@ def run_ghz(addr: str, data: Path, count: int, concurrency: int, cap: float) -> 
     return report
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:
-        return subprocess.Popen(command, env=env, stdout=out, stderr=out)
-
-
 @contextlib.asynccontextmanager
 async def server_process(
     command: list[str], env: dict[str, str], log: Path, port: int
@@ -652,9 +626,10 @@ async def prepare(args: argparse.Namespace) -> tuple[Corpus, Path]:
     return corpus, data_dir
 
 
-async def run_embedded(args: argparse.Namespace, data_dir: Path) -> None:
-    queries = Queries(seed=1)
-    keyword = TantivyKeywordIndex(data_dir / "keyword")
+async def measure_in_process(
+    keyword: KeywordIndex, data_dir: Path, args: argparse.Namespace, queries: Queries
+) -> tuple[list[Row], list[Row]]:
+    """SearchService over `keyword` and the embedded vector index, measured in process."""
     vector = NumpyVectorIndex(data_dir / "vectors")
     embedder = LocalOnnxEmbedder(threads=1)
     await keyword.open()
@@ -668,11 +643,17 @@ async def run_embedded(args: argparse.Namespace, data_dir: Path) -> None:
             query_cache=QueryEmbeddingCache(1024),
         )
         await embedder.embed_query("warm up")
-        rows, components = await measure_service(service, keyword, vector, embedder, args, queries)
+        return await measure_service(service, keyword, vector, embedder, args, queries)
     finally:
         await keyword.close()
         await vector.close()
         embedder.close()
+
+
+async def run_embedded(args: argparse.Namespace, data_dir: Path) -> None:
+    queries = Queries(seed=1)
+    keyword = TantivyKeywordIndex(data_dir / "keyword")
+    rows, components = await measure_in_process(keyword, data_dir, args, queries)
     print_rows("embedded, service layer", rows, components)
     if not GHZ.exists():
         print("ghz not found (run bench/storage_bench.py once to build it): no gRPC figures")
@@ -726,24 +707,7 @@ async def opensearch_loaded(
 async def run_real(args: argparse.Namespace, data_dir: Path, url: str, alias: str) -> None:
     queries = Queries(seed=2)
     keyword = OpenSearchKeywordIndex(url, alias=alias, replicas=0)
-    vector = NumpyVectorIndex(data_dir / "vectors")
-    embedder = LocalOnnxEmbedder(threads=1)
-    await keyword.open()
-    await vector.open()
-    try:
-        service = SearchService(
-            keyword,
-            vector,
-            ModelEmbedders.serving(embedder),
-            PolicyAuthorizer(),
-            query_cache=QueryEmbeddingCache(1024),
-        )
-        await embedder.embed_query("warm up")
-        rows, components = await measure_service(service, keyword, vector, embedder, args, queries)
-    finally:
-        await keyword.close()
-        await vector.close()
-        embedder.close()
+    rows, components = await measure_in_process(keyword, data_dir, args, queries)
     print_rows("OpenSearch + embedded vectors, service layer", rows, components)
     if not GHZ.exists():
         return

@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import grpc
+from benchlib import closed_loop, free_port, spawn
 
 from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
 
@@ -40,20 +40,9 @@ SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="bench"
 BODY = "# Daily note\n\n" + "The agent remembered something useful about the user. " * 8
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
-
-
-def spawn(command: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(command, env=env, stdout=log, stderr=log)
 
 
 @contextlib.asynccontextmanager
@@ -116,33 +105,6 @@ async def started_server(target: str, workdir: Path) -> AsyncIterator[tuple[str,
             backend.stop()
 
 
-async def timed_ops(
-    operation: Callable[[int], Awaitable[object]],
-    *,
-    count: int,
-    concurrency: int,
-    time_cap: float,
-) -> tuple[list[float], float, int]:
-    """Runs up to `count` operations at `concurrency` for at most `time_cap` seconds;
-    returns (latencies in ms, elapsed seconds, operations done)."""
-    latencies: list[float] = []
-    next_index = 0
-    deadline = time.perf_counter() + time_cap
-
-    async def worker() -> None:
-        nonlocal next_index
-        while next_index < count and time.perf_counter() < deadline:
-            index = next_index
-            next_index += 1
-            started = time.perf_counter()
-            await operation(index)
-            latencies.append((time.perf_counter() - started) * 1000)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies, time.perf_counter() - started, len(latencies)
-
-
 async def run(addr: str, token: str, *, count: int, time_cap: float) -> list[tuple[str, ...]]:
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     rows: list[tuple[str, ...]] = []
@@ -173,9 +135,10 @@ async def run(addr: str, token: str, *, count: int, time_cap: float) -> list[tup
             await writer("warm")(_)
         for label, operation in (("write", writer("c1")), ("read", read)):
             for concurrency in (1, 16):
-                latencies, elapsed, done = await timed_ops(
-                    operation, count=count, concurrency=concurrency, time_cap=time_cap
+                latencies, elapsed = await closed_loop(
+                    operation, count=count, concurrency=concurrency, cap=time_cap
                 )
+                done = len(latencies)
                 rows.append(
                     (
                         label,
