@@ -33,11 +33,8 @@ MEMORY = """# MEMORY
 - 2026-03-03: the nightly build failed with ERR_4021 until the cache volume was resized.
 """
 
-# (query, mode): a question in other words than the notes use, and a bare identifier.
-DEMO_SEARCHES = (
-    ("when do we ship releases?", search_pb2.SEARCH_MODE_HYBRID),
-    ("ERR_4021", search_pb2.SEARCH_MODE_HYBRID),
-)
+# Hybrid searches: a question in other words than the notes use, and a bare identifier.
+DEMO_SEARCHES = ("when do we ship releases?", "ERR_4021")
 # Indexing in `engram dev` takes tens of milliseconds; the demo waits at most this long.
 INDEX_WAIT_SECONDS = 20.0
 
@@ -98,8 +95,8 @@ async def _search(
     console: Console,
     metadata: tuple[tuple[str, str], ...],
 ) -> None:
-    for query, mode in DEMO_SEARCHES:
-        request = search_pb2.SearchRequest(spaces=[DEMO_SPACE], query=query, mode=mode, limit=3)
+    for query in DEMO_SEARCHES:
+        request = search_pb2.SearchRequest(spaces=[DEMO_SPACE], query=query, limit=3)
         response = await stub.Search(request, metadata=metadata)
         table = Table(title=f"search: {query!r}", title_justify="left")
         for column in ("path", "chunk", "score", "bm25 rank", "vector rank"):
