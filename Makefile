@@ -54,8 +54,14 @@ lint: $(STAMP) ## ruff
 typecheck: $(STAMP) ## mypy --strict on services/
 	$(BIN)/mypy
 
-test: $(STAMP) protos-check lint typecheck ## Install and run every suite (starts real backends)
+backends-install: ## Download and build NATS, FerretDB and OpenSearch (cached; tests never build)
+	$(PYTHON) deploy/local/backends.py provision --check-npm
+
+test: $(STAMP) backends-install protos-check lint typecheck ## Install, build the backends, run every suite
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-fresh: ## `make test` from a clean clone on an empty HOME (FRESH_ARGS="--busy 2" adds CPU hogs)
+	deploy/local/fresh-check.sh $(FRESH_ARGS)
 
 run: $(STAMP) ## Install, start `engram dev` with a short demo (Ctrl-C stops it)
 	$(BIN)/engram dev --demo
@@ -71,4 +77,4 @@ bench: $(STAMP) ## Run the benchmarks (figures go to bench/RESULTS.md by hand)
 
 all: protos format lint typecheck test ## Everything
 
-.PHONY: help install protos protos-check format lint typecheck test run backends backends-stop bench all
+.PHONY: help install protos protos-check format lint typecheck backends-install test test-fresh run backends backends-stop bench all

@@ -16,6 +16,8 @@ from tests.support.backends import RealBackends
 from tests.support.settings import server_settings
 
 REQUIRE_REAL_BACKENDS = os.environ.get("ENGRAM_REQUIRE_REAL_BACKENDS") == "1"
+# Tests start backends that `make backends-install` built; they never build one themselves.
+os.environ["ENGRAM_BACKENDS_OFFLINE"] = "1"
 
 
 EngramFactory = Callable[..., AbstractAsyncContextManager[EmbeddedEngram]]
@@ -49,5 +51,7 @@ def real_backends() -> Iterator[RealBackends]:
     """NATS, FerretDB and OpenSearch from deploy/local (or the ENGRAM_TEST_* URLs), started
     lazily, one each per test session."""
     backends = RealBackends(require=REQUIRE_REAL_BACKENDS)
-    yield backends
-    backends.stop_all()
+    try:
+        yield backends
+    finally:
+        backends.stop_all()

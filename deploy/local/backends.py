@@ -35,6 +35,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -260,14 +261,14 @@ def nats_binary() -> Path:
     system = shutil.which("nats-server")
     if system:
         return Path(system)
-    raise ProvisionError(f"nats-server not provisioned ({ours} missing); run provision(['nats'])")
+    raise ProvisionError(f"nats-server not provisioned ({ours} missing): run `make backends-install`")
 
 
 def ferretdb_binary() -> Path:
     ours = bin_dir() / "ferretdb"
     if os.access(ours, os.X_OK):
         return ours
-    raise ProvisionError(f"ferretdb not provisioned ({ours} missing); run provision(['mongo'])")
+    raise ProvisionError(f"ferretdb not provisioned ({ours} missing): run `make backends-install`")
 
 
 def _provision_nats() -> None:
@@ -412,16 +413,109 @@ def _check_names(names: Iterable[str]) -> list[str]:
     return out
 
 
-def provision(names: Iterable[str] = BACKEND_NAMES) -> None:
-    """Build/fetch the named backends into the cache; a no-op (no network) when cached."""
+def is_provisioned(name: str) -> bool:
+    """Is ``name`` built and current in the cache (no network, no build, well under a second)?"""
+    _check_names([name])
+    if name == "nats":
+        target = bin_dir() / "nats-server"
+        if os.access(target, os.X_OK):
+            return NATS_VERSION in (_output_of([str(target), "--version"]) or "")
+        return shutil.which("nats-server") is not None
+    if name == "mongo":
+        target = bin_dir() / "ferretdb"
+        return os.access(target, os.X_OK) and (
+            f"version: {FERRETDB_VERSION}" in (_output_of([str(target), "--version"]) or ""))
+    return _opensearch_ready(opensearch_build_key())
+
+
+def require_provisioned(names: Iterable[str]) -> None:
+    """Raise ProvisionError at once, naming the fix, if any of ``names`` is not built.
+
+    Starting a backend never builds one: building is `make backends-install`'s job, which has
+    no timeout to race (tests have a per-test one)."""
+    missing = [n for n in _check_names(names) if not is_provisioned(n)]
+    if missing:
+        raise ProvisionError(
+            f"{', '.join(missing)} not built in {cache_dir()}: run `make backends-install` "
+            "(builds NATS, FerretDB and OpenSearch once; needs Go, Java 17 and Maven)")
+
+
+# What each backend's build needs, and how to get it on Debian (the machine's registry).
+_TOOL_HINTS: dict[str, str] = {
+    "go": "Go >= 1.24 (builds NATS and FerretDB): apt-get install golang-go, or the Go toolchain "
+          "on PATH / in /usr/local/go/bin",
+    "java": "Java 17 (runs OpenSearch 2.19): apt-get install openjdk-17-jdk-headless, or set "
+            "JAVA_HOME",
+    "mvn": "Maven 3 (assembles OpenSearch from Maven Central): apt-get install maven",
+    "npm": "npm (installs buf for `make protos-check`): apt-get install npm",
+}
+
+
+def _java_major(java: str) -> int | None:
+    """The major version `java -version` reports (``"17.0.15"`` -> 17, ``"1.8.0"`` -> 8)."""
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', _output_of([java, "-version"]) or "")
+    if not match:
+        return None
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+def missing_tools(names: Iterable[str], *, npm: bool = False) -> list[str]:
+    """The tools the named backends' builds need that this machine lacks, each with its fix.
+
+    A backend already built needs none of them (except Java, which also runs OpenSearch)."""
     wanted = _check_names(names)
+    problems: list[str] = []
+    if not _find_go():
+        # FerretDB is only built from source; NATS falls back to Debian's package.
+        if "mongo" in wanted and not is_provisioned("mongo"):
+            problems.append(_TOOL_HINTS["go"])
+        elif "nats" in wanted and not is_provisioned("nats") and not shutil.which("apt-get"):
+            problems.append(_TOOL_HINTS["go"])
+    if "opensearch" in wanted:
+        try:
+            java = _java_binary()
+        except ProvisionError:
+            problems.append(_TOOL_HINTS["java"])
+        else:
+            major = _java_major(java)
+            if major is None or major < 17:
+                problems.append(f"{_TOOL_HINTS['java']} (found {java}: version {major})")
+        if not is_provisioned("opensearch") and not shutil.which("mvn"):
+            problems.append(_TOOL_HINTS["mvn"])
+    if npm and not shutil.which("npm"):
+        problems.append(_TOOL_HINTS["npm"])
+    return problems
+
+
+def provision(names: Iterable[str] = BACKEND_NAMES, *, check_npm: bool = False) -> None:
+    """Build/fetch the named backends into the cache; a no-op (no network) when cached.
+
+    With ``ENGRAM_BACKENDS_OFFLINE=1`` (set by the test suites) nothing is ever built: a
+    missing backend raises ProvisionError naming `make backends-install` instead."""
+    wanted = _check_names(names)
+    if os.environ.get("ENGRAM_BACKENDS_OFFLINE") == "1":
+        require_provisioned(wanted)
+        return
+    problems = missing_tools(wanted, npm=check_npm)
+    if problems:
+        raise ProvisionError("missing tools:\n  - " + "\n  - ".join(problems))
     with _provision_lock():
         for name in wanted:
+            if is_provisioned(name):
+                _say(f"{name}: already built in {cache_dir()}")
+                continue
+            _say(f"{name}: building (first run: {_BUILD_TIME_HINTS[name]}) ...")
             t0 = time.monotonic()
             _PROVISIONERS[name]()
-            dt = time.monotonic() - t0
-            if dt > 1.0:
-                _say(f"provisioned {name} in {dt:.1f}s")
+            _say(f"{name}: built in {time.monotonic() - t0:.1f}s")
+
+
+_BUILD_TIME_HINTS: dict[str, str] = {
+    "nats": "about 1 minute on 2 cores",
+    "mongo": "2-4 minutes: the Go modules download, then the build",
+    "opensearch": "1-3 minutes: about 120 MB of jars from Maven Central",
+}
 
 
 # --------------------------------------------------------------------------------------
@@ -511,6 +605,7 @@ class RunningBackend:
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM the process group, wait, then SIGKILL; returns when nothing is left."""
         _stop_group(self.pid, self._proc, timeout)
+        _SESSION.forget(self.pid)
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         parts = [f"--- {self.log_path} ---\n{_tail(self.log_path, lines)}"]
@@ -537,8 +632,104 @@ def _spawn(argv: list[str], *, cwd: Path, log_path: Path,
            env: dict[str, str] | None = None) -> "subprocess.Popen[bytes]":
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
-        return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+    _SESSION.adopt(proc)
+    return proc
+
+
+class _SessionGuard:
+    """Ties every backend this process starts to this process's life, once bound.
+
+    Each backend runs in its own process group (so it survives a Ctrl-C aimed at the
+    terminal's group and can be stopped whole). Once :func:`bind_to_this_process` ran, every
+    group started afterwards is stopped by an ``atexit`` hook, and, should this process die
+    without running it (SIGKILL, ``os._exit``, a crash), by a small reaper process that waits
+    on a pipe from us: when the pipe closes it stops the groups it was told about. A start
+    interrupted half-way (say by a test timeout) is covered too, because the group is
+    registered the moment it is spawned, before the backend answers.
+    """
+
+    def __init__(self) -> None:
+        self.bound = False
+        self.groups: dict[int, "subprocess.Popen[bytes] | None"] = {}
+        self._reaper: "subprocess.Popen[bytes] | None" = None
+
+    def bind(self) -> None:
+        if self.bound:
+            return
+        self.bound = True
+        self._reaper = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "_reap", str(os.getpid())],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True,
+            close_fds=True)
+        import atexit
+
+        atexit.register(self._at_exit)
+
+    def adopt(self, proc: "subprocess.Popen[bytes]") -> None:
+        if not self.bound:
+            return
+        self.groups[proc.pid] = proc
+        self._tell(f"+{proc.pid}")
+
+    def forget(self, pgid: int) -> None:
+        if self.groups.pop(pgid, None) is not None:
+            self._tell(f"-{pgid}")
+
+    def stop_all(self) -> None:
+        """Stop every group still registered (the atexit path; safe to call twice)."""
+        for pgid, proc in list(self.groups.items()):
+            with contextlib.suppress(BackendError, OSError):
+                _stop_group(pgid, proc, 10.0)
+            self.forget(pgid)
+
+    def _at_exit(self) -> None:
+        self.stop_all()
+        reaper, self._reaper = self._reaper, None
+        if reaper is not None and reaper.stdin is not None:
+            with contextlib.suppress(OSError):
+                reaper.stdin.close()  # EOF: the reaper finds nothing left and exits
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                reaper.wait(timeout=15)
+
+    def _tell(self, line: str) -> None:
+        reaper = self._reaper
+        if reaper is None or reaper.stdin is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            reaper.stdin.write(line.encode() + b"\n")
+            reaper.stdin.flush()
+
+
+_SESSION = _SessionGuard()
+
+
+def bind_to_this_process() -> None:
+    """From now on, no backend this process starts outlives it (see :class:`_SessionGuard`).
+
+    For test sessions and benchmarks; the CLI's ``start`` leaves backends detached on purpose."""
+    _SESSION.bind()
+
+
+def _reap(parent: int) -> int:
+    """The reaper: read ``+pgid`` / ``-pgid`` lines until the parent's pipe closes, then stop
+    every group still listed. Ignores SIGINT/SIGTERM aimed at the terminal or the test run."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    groups: set[int] = set()
+    for raw in sys.stdin.buffer:
+        line = raw.strip().decode("ascii", "replace")
+        if line[:1] == "+" and line[1:].isdigit():
+            groups.add(int(line[1:]))
+        elif line[:1] == "-" and line[1:].isdigit():
+            groups.discard(int(line[1:]))
+    for pgid in groups:
+        if _group_members(pgid):
+            _say(f"process {parent} ended without stopping backend group {pgid}; stopping it")
+            with contextlib.suppress(BackendError):
+                _stop_group(pgid, None, 10.0)
+    return 0
 
 
 def _wait_ready(backend: RunningBackend, timeout: float, log_offsets: dict[Path, int]) -> None:
@@ -801,9 +992,10 @@ def start_opensearch(data_dir: Path, port: int | None = None, *, timeout: float 
     layout = opensearch_dir()
     if not (layout / OPENSEARCH_JAR).is_file():
         raise ProvisionError(f"OpenSearch launcher not provisioned ({layout}); "
-                             "run provision(['opensearch'])")
+                             "run `make backends-install`")
     if (layout / ".build-key").read_text().strip() != opensearch_build_key():
-        _say("warning: deploy/local/opensearch changed since the cached build; run provision()")
+        raise ProvisionError("deploy/local/opensearch changed since the cached build: "
+                             "run `make backends-install`")
     java = _java_binary()
     data_dir = Path(data_dir).resolve()
     home = data_dir / "home"
@@ -1016,6 +1208,9 @@ def _cli_status(root: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_reap"] and len(argv) == 2:
+        return _reap(int(argv[1]))
     parser = argparse.ArgumentParser(description="engram local backends (NATS, FerretDB, OpenSearch)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     for cmd in ("start", "stop", "status", "provision"):
@@ -1029,10 +1224,15 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "start":
             p.add_argument("--no-provision", action="store_true",
                            help="do not run provision() first")
+        if cmd == "provision":
+            p.add_argument("--check-npm", action="store_true",
+                           help="also require npm (make installs buf with it)")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "provision":
-            provision(_check_names(args.only.split(",")))
+            t0 = time.monotonic()
+            provision(_check_names(args.only.split(",")), check_npm=args.check_npm)
+            _say(f"backends ready in {cache_dir()} ({time.monotonic() - t0:.1f}s)")
             return 0
         root = args.dir.resolve()
         if args.cmd == "start":

@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
-import os
-import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -23,6 +19,7 @@ from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
 from engram.indexer.ports import IndexUnavailable, KeywordIndex
 from engram.runtime.settings import Settings
+from tests.support.backends import RealBackends, load_launcher
 
 pytestmark = pytest.mark.contract
 
@@ -63,41 +60,10 @@ AWKWARD_QUERIES = [
 # --- OpenSearch, started once per session unless the environment names one ----------------
 
 
-def _load_backends() -> ModuleType:
-    name = "engram_local_backends"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "deploy" / "local" / "backends.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("ENGRAM_REQUIRE_REAL_BACKENDS") == "1":
-        pytest.fail(f"OpenSearch is required (ENGRAM_REQUIRE_REAL_BACKENDS=1): {reason}")
-    pytest.skip(f"no OpenSearch: {reason}")
-
-
 @pytest.fixture(scope="session")
-def keyword_opensearch_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    url = os.environ.get("ENGRAM_TEST_OPENSEARCH_URL")
-    if url:
-        yield url
-        return
-    try:
-        backends = _load_backends()
-        backends.provision(["opensearch"])
-        running = backends.start_opensearch(tmp_path_factory.mktemp("keyword-opensearch"))
-    except Exception as exc:  # noqa: BLE001 - any failure to start is reported, not swallowed
-        _unavailable(f"{type(exc).__name__}: {exc}")
-        raise AssertionError("unreachable") from exc
-    try:
-        yield running.url
-    finally:
-        running.stop()
+def keyword_opensearch_url(real_backends: RealBackends) -> str:
+    """The session's one OpenSearch (shared with every other suite)."""
+    return real_backends.url("opensearch")
 
 
 # --- adapters --------------------------------------------------------------------------------
@@ -472,8 +438,7 @@ async def test_tantivy_refuses_an_index_of_another_schema_version(tmp_path: Path
 
 
 async def test_opensearch_unreachable_is_index_unavailable() -> None:
-    backends = _load_backends()
-    port = backends.free_port()
+    port = load_launcher().free_port()
     adapter = OpenSearchKeywordIndex(f"http://127.0.0.1:{port}", timeout_seconds=2.0)
     with pytest.raises(IndexUnavailable, match="cannot reach"):
         await adapter.open()

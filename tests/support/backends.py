@@ -1,6 +1,12 @@
 """Real backends for tests: started once per session through deploy/local/backends.py,
 or taken from ENGRAM_TEST_NATS_URL / ENGRAM_TEST_MONGO_URI / ENGRAM_TEST_OPENSEARCH_URL.
 
+Tests never build a backend: `make backends-install` does, before the suites, with no
+per-test timeout to race. A backend that is not built fails (or skips) at once with "run
+`make backends-install`". Every backend started here is bound to the test process: stopped at
+the session's end, by an atexit hook, or by the launcher's reaper if pytest dies, so no
+process or port outlives the run.
+
 With ENGRAM_REQUIRE_REAL_BACKENDS=1 (CI) a backend that cannot start fails the test;
 otherwise the test is skipped with the reason.
 """
@@ -9,6 +15,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -25,12 +33,14 @@ ENV_URLS = {
 
 
 def load_launcher() -> ModuleType:
+    """deploy/local/backends.py, loaded once per process (it keeps the session's registry)."""
+    name = "engram_local_backends"
+    if name in sys.modules:
+        return sys.modules[name]
     path = ROOT / "deploy" / "local" / "backends.py"
-    spec = importlib.util.spec_from_file_location("engram_local_backends", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    import sys
-
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
@@ -42,12 +52,15 @@ class RealBackends:
         self._launcher: ModuleType | None = None
         self._running: dict[str, Any] = {}
         self._failures: dict[str, str] = {}
-        self._root = Path(tempfile.mkdtemp(prefix="engram-backends-"))
+        # ENGRAM_TEST_BACKENDS_ROOT lets a test find what a child session started.
+        parent = os.environ.get("ENGRAM_TEST_BACKENDS_ROOT") or None
+        self._root = Path(tempfile.mkdtemp(prefix="engram-backends-", dir=parent))
 
     @property
     def launcher(self) -> ModuleType:
         if self._launcher is None:
             self._launcher = load_launcher()
+            self._launcher.bind_to_this_process()
         return self._launcher
 
     def url(self, name: str) -> str:
@@ -85,11 +98,14 @@ class RealBackends:
     def _start(self, name: str) -> Any:
         data_dir = self._root / name
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.launcher.provision([name])
+        self.launcher.require_provisioned([name])
         starter = getattr(self.launcher, f"start_{name}")
         return starter(data_dir)
 
     def stop_all(self) -> None:
-        for backend in self._running.values():
-            backend.stop()
-        self._running.clear()
+        try:
+            for backend in self._running.values():
+                backend.stop()
+        finally:
+            self._running.clear()
+            shutil.rmtree(self._root, ignore_errors=True)
