@@ -57,7 +57,15 @@ typecheck: $(STAMP) ## mypy --strict on services/
 backends-install: ## Download and build NATS, FerretDB and OpenSearch (cached; tests never build)
 	$(PYTHON) deploy/local/backends.py provision --check-npm
 
-test: $(STAMP) backends-install protos-check lint typecheck ## Install, build the backends, run every suite
+# Setup steps share nothing (pip, Go/Maven, npm), so they overlap; then the static checks run
+# beside the suites (mypy's minute of CPU hides behind the suites' waits on servers).
+test: ## Install, build the backends, then run the checks and every suite
+	$(MAKE) --no-print-directory -j3 $(STAMP) backends-install $(BUF)
+	$(MAKE) --no-print-directory -j2 -Oline suites checks
+
+checks: protos-check lint typecheck ## buf lint/breaking, generated code fresh, ruff, mypy --strict
+
+suites: $(STAMP) ## pytest: unit, contract, e2e and load suites (needs `make backends-install`)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-fresh: ## `make test` from a clean clone on an empty HOME (FRESH_ARGS="--busy 2" adds CPU hogs)
@@ -77,4 +85,4 @@ bench: $(STAMP) ## Run the benchmarks (figures go to bench/RESULTS.md by hand)
 
 all: protos format lint typecheck test ## Everything
 
-.PHONY: help install protos protos-check format lint typecheck backends-install test test-fresh run backends backends-stop bench all
+.PHONY: help install protos protos-check format lint typecheck backends-install checks suites test test-fresh run backends backends-stop bench all

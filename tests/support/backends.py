@@ -69,6 +69,11 @@ class RealBackends:
         if given:
             return given
         if name in self._running:
+            if not self._running[name].alive():
+                # A test that stopped it to simulate an outage was cut short before it could
+                # start it again: bring it back (same port, same data) rather than let every
+                # later test of the session wait on a dead server.
+                self.restart(name)
             return str(self._running[name].url)
         if name not in self._failures:
             try:
@@ -91,6 +96,8 @@ class RealBackends:
     def restart(self, name: str) -> Any:
         """Starts a stopped backend again on the same port and data directory."""
         previous = self._running[name]
+        if previous.alive():
+            previous.stop()
         starter = getattr(self.launcher, f"start_{name}")
         self._running[name] = starter(previous.data_dir, port=previous.port)
         return self._running[name]
