@@ -102,6 +102,13 @@ class InvalidArchive(InvalidArgument):
     reason = "INVALID_ARCHIVE"
 
 
+class UndecodableRequest(InvalidArgument):
+    """The request body is not the message the method takes (corrupt wire format, a
+    string field that is not UTF-8)."""
+
+    reason = "UNDECODABLE_REQUEST"
+
+
 # --- NOT_FOUND --------------------------------------------------------------------------------
 
 
@@ -207,3 +214,18 @@ class Unavailable(EngramError):
     """A backend could not be reached; the call may be retried."""
 
     reason = "BACKEND_UNAVAILABLE"
+
+
+# --- FAILED_PRECONDITION ----------------------------------------------------------------------
+
+
+class Misconfigured(EngramError):
+    """The server's own settings are missing or inconsistent; an operator must fix them."""
+
+    reason = "MISCONFIGURED"
+
+
+class MissingSetting(Misconfigured):
+    """A production process started without a setting it needs."""
+
+    reason = "MISSING_SETTING"
