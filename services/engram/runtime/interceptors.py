@@ -8,6 +8,7 @@ Health and reflection skip authentication, logs and metrics, not the decoding ch
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 import uuid
@@ -131,6 +132,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         if isinstance(error, EngramError):
             state.code = status_code_for(error)
             await context.abort_with_status(to_grpc_status(error))
+        if isinstance(error, NotImplementedError):
+            # A generated servicer base method (e.g. grpc.health.v1.Health/List here).
+            state.code = grpc.StatusCode.UNIMPLEMENTED
+            await context.abort(state.code, f"{state.method} is not implemented by this server")
         state.code = grpc.StatusCode.INTERNAL
         INTERNAL_ERRORS.labels(state.method).inc()
         log.error("unexpected error", exc_info=error, extra={"method": state.method})
@@ -165,40 +170,30 @@ def _wrap(
 ) -> grpc.RpcMethodHandler[Any, Any]:
     # The grpc stubs type these behaviours loosely; each wrapper keeps the handler's shape.
     decode: Callable[[Any], Any] = _decoded_stream if handler.request_streaming else _decoded
-    deserializer = _tolerant(handler.request_deserializer)
-    if handler.unary_unary or handler.stream_unary:
-        inner: Any = handler.unary_unary or handler.stream_unary
+    inner: Any = (
+        handler.unary_unary or handler.stream_unary or handler.unary_stream or handler.stream_stream
+    )
 
-        async def unary_response(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            state = _CallState(method)
-            try:
-                await chain.begin(context, state)
-                return await inner(decode(request), context)
-            except grpc.aio.AbortError:
-                state.code = _code_of(context)
-                raise
-            except Exception as error:  # noqa: BLE001 - the one place unexpected errors are mapped
-                await chain.fail(error, context, state)
-            finally:
-                chain.finish(state, context)
+    async def coroutine(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        state = _CallState(method)
+        try:
+            await chain.begin(context, state)
+            return await inner(decode(request), context)
+        except grpc.aio.AbortError:
+            state.code = _code_of(context)
+            raise
+        except Exception as error:  # noqa: BLE001 - the one place unexpected errors are mapped
+            await chain.fail(error, context, state)
+        finally:
+            chain.finish(state, context)
 
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                unary_response, deserializer, handler.response_serializer
-            )
-        return grpc.stream_unary_rpc_method_handler(
-            unary_response, deserializer, handler.response_serializer
-        )
-
-    inner_stream: Any = handler.unary_stream or handler.stream_stream
-
-    async def stream_response(
+    async def generator(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
         state = _CallState(method)
         try:
             await chain.begin(context, state)
-            async for response in inner_stream(decode(request), context):
+            async for response in inner(decode(request), context):
                 yield response
         except grpc.aio.AbortError:
             state.code = _code_of(context)
@@ -208,13 +203,19 @@ def _wrap(
         finally:
             chain.finish(state, context)
 
-    if handler.unary_stream:
-        return grpc.unary_stream_rpc_method_handler(
-            stream_response, deserializer, handler.response_serializer
-        )
-    return grpc.stream_stream_rpc_method_handler(
-        stream_response, deserializer, handler.response_serializer
+    # A streaming handler is either an async generator or a coroutine that writes through
+    # context.write (grpc.health's Watch); each keeps its shape.
+    behaviour = generator if inspect.isasyncgenfunction(inner) else coroutine
+    make = (
+        grpc.unary_unary_rpc_method_handler
+        if handler.unary_unary
+        else grpc.stream_unary_rpc_method_handler
+        if handler.stream_unary
+        else grpc.unary_stream_rpc_method_handler
+        if handler.unary_stream
+        else grpc.stream_stream_rpc_method_handler
     )
+    return make(behaviour, _tolerant(handler.request_deserializer), handler.response_serializer)
 
 
 def _code_of(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode:
