@@ -8,6 +8,7 @@ Health and reflection skip authentication, logs and metrics, not the decoding ch
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import time
@@ -112,6 +113,23 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
     # --- the per-call steps ------------------------------------------------------------------
 
+    @contextlib.asynccontextmanager
+    async def call(
+        self, method: str, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[None]:
+        """Around one call's handler: begin, map a failure to its status, finish."""
+        state = _CallState(method)
+        try:
+            await self.begin(context, state)
+            yield
+        except grpc.aio.AbortError:
+            state.code = _code_of(context)
+            raise
+        except Exception as error:  # noqa: BLE001 - the one place unexpected errors are mapped
+            await self.fail(error, context, state)
+        finally:
+            self.finish(state, context)
+
     async def begin(self, context: grpc.aio.ServicerContext[Any, Any], state: _CallState) -> None:
         metadata = tuple(context.invocation_metadata() or ())
         request_id = (
@@ -175,33 +193,16 @@ def _wrap(
     )
 
     async def coroutine(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        state = _CallState(method)
-        try:
-            await chain.begin(context, state)
+        async with chain.call(method, context):
             return await inner(decode(request), context)
-        except grpc.aio.AbortError:
-            state.code = _code_of(context)
-            raise
-        except Exception as error:  # noqa: BLE001 - the one place unexpected errors are mapped
-            await chain.fail(error, context, state)
-        finally:
-            chain.finish(state, context)
+        return None  # not reached: a failure aborts the call
 
     async def generator(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
-        state = _CallState(method)
-        try:
-            await chain.begin(context, state)
+        async with chain.call(method, context):
             async for response in inner(decode(request), context):
                 yield response
-        except grpc.aio.AbortError:
-            state.code = _code_of(context)
-            raise
-        except Exception as error:  # noqa: BLE001 - the one place unexpected errors are mapped
-            await chain.fail(error, context, state)
-        finally:
-            chain.finish(state, context)
 
     # A streaming handler is either an async generator or a coroutine that writes through
     # context.write (grpc.health's Watch); each keeps its shape.
