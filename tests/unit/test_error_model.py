@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -90,6 +91,20 @@ def test_reasons_are_unique_upper_snake() -> None:
         assert cls.reason.isupper() and " " not in cls.reason, cls.reason
         assert cls.reason not in seen, f"{cls.__qualname__} reuses {seen.get(cls.reason)}'s"
         seen[cls.reason] = cls.__qualname__
+
+
+def test_readme_documents_every_reason_under_its_code() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in readme.splitlines()
+        if line.startswith("| ") and line.split("|")[1].strip().isupper()
+    }
+    for cls in ALL_ERRORS:
+        if issubclass(cls, PermissionDenied):
+            continue  # its reason on the wire is the rule's name
+        row = rows.get(code_for_class(cls).name, "")
+        assert f"`{cls.reason}`" in row, f"README's error table lacks {cls.reason}"
 
 
 def test_index_unavailable_is_unavailable() -> None:
