@@ -25,7 +25,7 @@ from engram.authz.tokens import (
     verifier_from_settings,
 )
 from engram.backends.mongo import MongoDatabase, connect
-from engram.domain.errors import EngramError
+from engram.domain.errors import MissingSetting
 from engram.events.jetstream import JetStreamPublisher
 from engram.events.mongo_outbox import MongoOutbox
 from engram.events.relay import OutboxRelay
@@ -51,10 +51,6 @@ from engram.v1 import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class MissingSetting(EngramError):
-    reason = "MISSING_SETTING"
 
 
 def require(settings: Settings, *names: str) -> None:

@@ -14,6 +14,7 @@ from nats.js.api import AckPolicy, DeliverPolicy
 
 from engram.domain.chunks import ModelInfo
 from engram.domain.documents import DocumentEvent, EventOp
+from engram.domain.errors import MissingSetting
 from engram.domain.spaces import parse_space_id
 from engram.indexer.embedders.local import LocalOnnxEmbedder
 from engram.indexer.embedders.ollama import OllamaEmbedder
@@ -25,7 +26,7 @@ from engram.indexer.jetstream_consumer import (
     retry_delay,
 )
 from engram.indexer.models import embedder_for_model
-from engram.indexer.production import IndexerSettingsError, vector_index_from_settings
+from engram.indexer.production import vector_index_from_settings
 from engram.indexer.service import REINDEX_EVENT_PREFIX, reindex_events
 from engram.indexer.vector.numpy_index import NumpyVectorIndex
 from engram.indexer.vector.qdrant_index import QdrantVectorIndex
@@ -131,7 +132,7 @@ async def test_the_vector_index_comes_from_settings(tmp_path: Path) -> None:
     )
     assert isinstance(local, QdrantVectorIndex)
     await local.close()
-    with pytest.raises(IndexerSettingsError) as caught:
+    with pytest.raises(MissingSetting) as caught:
         vector_index_from_settings(Settings())
     for name in ("ENGRAM_QDRANT_URL", "ENGRAM_QDRANT_PATH", "ENGRAM_VECTOR_DIR"):
         assert name in caught.value.message

@@ -15,7 +15,13 @@ from engram.authz.tokens import (
     hash_token,
     new_personal_token,
 )
-from engram.domain.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
+from engram.domain.errors import (
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unauthenticated,
+    quoted,
+)
 from engram.domain.pagination import PageSize, decode_page_token, encode_page_token
 from engram.domain.policy import Decision
 from engram.domain.principals import Action, Principal, Role
@@ -104,12 +110,13 @@ class AuthzService:
             raise InvalidArgument(
                 "ttl_seconds must be 0 (90 days) or positive", field="ttl_seconds"
             )
-        ttl = timedelta(seconds=ttl_seconds) if ttl_seconds else DEFAULT_TOKEN_TTL
-        if ttl > MAX_TOKEN_TTL:
+        # Compared as a number first: timedelta overflows long before int64 does.
+        if ttl_seconds > MAX_TOKEN_TTL.total_seconds():
             raise InvalidArgument(
                 f"ttl_seconds may be at most {int(MAX_TOKEN_TTL.total_seconds())}",
                 field="ttl_seconds",
             )
+        ttl = timedelta(seconds=ttl_seconds) if ttl_seconds else DEFAULT_TOKEN_TTL
         if len(description) > MAX_DESCRIPTION:
             raise InvalidArgument(
                 f"description may be at most {MAX_DESCRIPTION} characters", field="description"
@@ -137,7 +144,7 @@ class AuthzService:
             principal.platform_admin or stored.tenant == principal.tenant
         )
         if stored is None or not visible:
-            raise NotFound(f"no token {token_id!r} in your tenant")
+            raise NotFound(f"no token {quoted(token_id)} in your tenant")
         own = stored.user == principal.subject
         if not (own or principal.platform_admin or principal.role >= Role.ADMIN):
             raise PermissionDenied(

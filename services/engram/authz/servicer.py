@@ -89,14 +89,9 @@ class AuthzServicer(authz_pb2_grpc.AuthzServiceServicer):
     async def ListAuditEvents(
         self, request: authz_pb2.ListAuditEventsRequest, context: Context
     ) -> authz_pb2.ListAuditEventsResponse:
-        since = (
-            from_timestamp(request.since)
-            if request.HasField("since")
-            else datetime.fromtimestamp(0, UTC)
-        )
         page = await self._service.list_audit(
             current_principal(),
-            since,
+            _since(request),
             page_size=request.page_size,
             page_token=request.page_token,
         )
@@ -133,3 +128,14 @@ class AuthzServicer(authz_pb2_grpc.AuthzServiceServicer):
             ),
         )
         return authz_pb2.RecordAuditEventResponse(event_id=event_id)
+
+
+def _since(request: authz_pb2.ListAuditEventsRequest) -> datetime:
+    if not request.HasField("since"):
+        return datetime.fromtimestamp(0, UTC)
+    try:
+        return from_timestamp(request.since)
+    except ValueError:
+        raise InvalidArgument(
+            "since must lie in years 1 to 9999, with nanos in 0..999,999,999", field="since"
+        ) from None

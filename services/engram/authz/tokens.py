@@ -24,7 +24,7 @@ import jwt
 from jwt import PyJWK
 
 from engram.authz.enforcement import TtlCache, bearer_token
-from engram.domain.errors import Unauthenticated
+from engram.domain.errors import Unauthenticated, quoted
 from engram.domain.principals import Principal, Role
 from engram.runtime.settings import Settings
 
@@ -120,7 +120,9 @@ class JwtVerifier:
             if key is None:
                 raise Unauthenticated("bearer token signed with an unknown key id")
         else:
-            raise Unauthenticated(f"bearer token algorithm {algorithm!r} is not accepted")
+            raise Unauthenticated(
+                f"bearer token algorithm {quoted(str(algorithm))} is not accepted"
+            )
         try:
             claims = jwt.decode(
                 token,

@@ -11,9 +11,9 @@ from typing import Annotated, NoReturn, TypeVar
 
 import grpc
 import typer
-from grpc_status import rpc_status
 from rich.console import Console
 
+from engram.runtime.errors import received_status
 from engram.v1 import space_pb2
 
 T = TypeVar("T")
@@ -96,20 +96,9 @@ def channel(addr: str) -> Iterator[grpc.Channel]:
 
 def explain(error: grpc.RpcError) -> str:
     """`CODE: message [reason]` from a failed call, without a traceback."""
-    call_error: grpc.Call = error  # type: ignore[assignment]
-    code = call_error.code()
-    message = call_error.details() or ""
-    reason = ""
-    status = rpc_status.from_call(call_error)
-    if status is not None:
-        from google.rpc import error_details_pb2
-
-        for detail in status.details:
-            info = error_details_pb2.ErrorInfo()
-            if detail.Unpack(info):
-                reason = info.reason
-    suffix = f" [{reason}]" if reason else ""
-    return f"{code.name}: {message}{suffix}"
+    received = received_status(error)
+    suffix = f" [{received.reason}]" if received.reason else ""
+    return f"{received.code.name}: {received.message}{suffix}"
 
 
 def call(function: Callable[[], T]) -> T:
@@ -117,7 +106,9 @@ def call(function: Callable[[], T]) -> T:
     try:
         return function()
     except grpc.RpcError as error:
-        if getattr(error, "code", lambda: None)() == grpc.StatusCode.UNAVAILABLE:
+        received = received_status(error)
+        if received.code == grpc.StatusCode.UNAVAILABLE and not received.reason:
+            # No engram ErrorInfo: the server itself did not answer.
             fail(f"{explain(error)} (is the server running? see --addr)", code=1)
         fail(explain(error), code=1)
 

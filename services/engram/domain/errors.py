@@ -1,15 +1,43 @@
 """The one domain error hierarchy.
 
 Every error a caller can cause or observe is a subclass of `EngramError`. The runtime maps
-the six families below to gRPC status codes in a single table (`engram.runtime.errors`);
+the families below to gRPC status codes in a single table (`engram.runtime.errors`);
 each subclass names a machine-readable `reason` that travels in `google.rpc.ErrorInfo`.
 Messages say what to change, and never echo secrets or another tenant's data.
+
+Errors are bounded: a message echoes a caller's value through `quoted` (at most
+`MAX_SHOWN_CHARS` characters), and the base class cuts any message past
+`MAX_MESSAGE_BYTES` and any metadata value past `MAX_SHOWN_CHARS`, so no error can outgrow
+the 8-16 KiB a gRPC client accepts for its trailers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import ClassVar
+
+# How much of a caller's value an error shows (message, metadata, details).
+MAX_SHOWN_CHARS = 200
+# A message longer than this (UTF-8) is cut; gRPC percent-encodes it into a trailer.
+MAX_MESSAGE_BYTES = 1024
+ELLIPSIS = "\u2026"
+
+
+def clip(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`text` cut to `limit` characters, ending in "…" when it was longer."""
+    return text if len(text) <= limit else text[:limit] + ELLIPSIS
+
+
+def quoted(value: str) -> str:
+    """A caller's value for a message: clipped, then quoted like `repr`."""
+    return repr(clip(value))
+
+
+def _bounded_message(message: str) -> str:
+    encoded = message.encode("utf-8", errors="replace")
+    if len(encoded) <= MAX_MESSAGE_BYTES:
+        return message
+    return encoded[:MAX_MESSAGE_BYTES].decode("utf-8", errors="ignore") + ELLIPSIS
 
 
 class EngramError(Exception):
@@ -18,9 +46,12 @@ class EngramError(Exception):
     reason: ClassVar[str] = "ENGRAM_ERROR"
 
     def __init__(self, message: str, *, metadata: Mapping[str, str] | None = None) -> None:
+        message = _bounded_message(message)
         super().__init__(message)
         self.message = message
-        self.metadata: dict[str, str] = dict(metadata or {})
+        self.metadata: dict[str, str] = {
+            key: clip(value) for key, value in (metadata or {}).items()
+        }
 
     @property
     def info_reason(self) -> str:
@@ -69,6 +100,13 @@ class InvalidPageToken(InvalidArgument):
 
 class InvalidArchive(InvalidArgument):
     reason = "INVALID_ARCHIVE"
+
+
+class UndecodableRequest(InvalidArgument):
+    """The request body is not the message the method takes (corrupt wire format, a
+    string field that is not UTF-8)."""
+
+    reason = "UNDECODABLE_REQUEST"
 
 
 # --- NOT_FOUND --------------------------------------------------------------------------------
@@ -176,3 +214,18 @@ class Unavailable(EngramError):
     """A backend could not be reached; the call may be retried."""
 
     reason = "BACKEND_UNAVAILABLE"
+
+
+# --- FAILED_PRECONDITION ----------------------------------------------------------------------
+
+
+class Misconfigured(EngramError):
+    """The server's own settings are missing or inconsistent; an operator must fix them."""
+
+    reason = "MISCONFIGURED"
+
+
+class MissingSetting(Misconfigured):
+    """A production process started without a setting it needs."""
+
+    reason = "MISSING_SETTING"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from engram.domain.errors import InvalidPath
+from engram.domain.errors import InvalidPath, clip, quoted
 from engram.domain.text_rules import describe_char, first_forbidden_char, utf8_len
 
 MAX_PATH_BYTES = 512
@@ -39,9 +39,11 @@ def _refuse_non_canonical(path: str, what: str, field: str) -> None:
     canonical = canonical_form(path)
     if canonical is None:
         if ".." in path.replace("\\", "/").split("/"):
-            raise InvalidPath(f"{what} {path!r} escapes the space root", field=field)
+            raise InvalidPath(f"{what} {quoted(path)} escapes the space root", field=field)
         raise InvalidPath(f"{what} must not be empty", field=field)
-    raise InvalidPath(f'{what} {path!r} is not canonical: use "{canonical}"', field=field)
+    raise InvalidPath(
+        f'{what} {quoted(path)} is not canonical: use "{clip(canonical)}"', field=field
+    )
 
 
 def _check_characters(path: str, what: str, field: str) -> None:
@@ -74,7 +76,8 @@ def _check_shape(path: str, what: str, field: str) -> list[str]:
     for segment in segments:
         if segment != segment.strip():
             raise InvalidPath(
-                f"{what} segment {segment!r} must not start or end with whitespace", field=field
+                f"{what} segment {quoted(segment)} must not start or end with whitespace",
+                field=field,
             )
     return segments
 
@@ -90,7 +93,7 @@ def validate_document_path(path: str, *, field: str = "path") -> str:
         if leaf.lower().endswith(MARKDOWN_SUFFIX) and leaf != MARKDOWN_SUFFIX.upper():
             hint = f': use "{path[: -len(MARKDOWN_SUFFIX)]}{MARKDOWN_SUFFIX}"'
         raise InvalidPath(
-            f"path {path!r} must name a Markdown file ending in {MARKDOWN_SUFFIX}{hint}",
+            f"path {quoted(path)} must name a Markdown file ending in {MARKDOWN_SUFFIX}{hint}",
             field=field,
         )
     return path

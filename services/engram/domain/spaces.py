@@ -6,7 +6,7 @@ import unicodedata
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from engram.domain.errors import InvalidSpaceRef
+from engram.domain.errors import InvalidSpaceRef, quoted
 from engram.domain.text_rules import describe_char, first_forbidden_char, utf8_len
 
 MAX_FIELD_BYTES = 128
@@ -99,12 +99,12 @@ class SpaceRef:
 
     def describe(self) -> str:
         """A short human description for messages and CLI output."""
-        parts = [f"{self.visibility.value} space {self.name!r}"]
+        parts = [f"{self.visibility.value} space {quoted(self.name)}"]
         for label, value in (("project", self.project), ("bot", self.bot), ("user", self.user)):
             if value:
-                parts.append(f"{label} {value!r}")
+                parts.append(f"{label} {quoted(value)}")
         if self.tenant:
-            parts.append(f"tenant {self.tenant!r}")
+            parts.append(f"tenant {quoted(self.tenant)}")
         return ", ".join(parts)
 
 
@@ -174,12 +174,12 @@ def parse_space_id(space_id: str) -> SpaceRef:
     """Inverse of `SpaceRef.id`; raises InvalidSpaceRef on anything that is not a valid ID."""
     parts = space_id.split(":")
     if len(parts) != 7 or parts[0] != ID_PREFIX:
-        raise InvalidSpaceRef(f"{space_id!r} is not a v1 space id", field="space_id")
+        raise InvalidSpaceRef(f"{quoted(space_id)} is not a v1 space id", field="space_id")
     try:
         visibility = Visibility(parts[1])
     except ValueError:
         raise InvalidSpaceRef(
-            f"unknown visibility {parts[1]!r} in space id", field="space_id"
+            f"unknown visibility {quoted(parts[1])} in space id", field="space_id"
         ) from None
     _, _, tenant, project, bot, user, name = parts
     return SpaceRef.create(

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engram.domain.chunks import Chunk, ModelInfo, ScoredChunk
-from engram.domain.errors import EngramError, InvalidArgument
+from engram.domain.errors import InvalidArgument, Unavailable
 
 Vectors = npt.NDArray[np.float32]
 
@@ -25,8 +25,9 @@ class IndexModelMismatch(InvalidArgument):
     reason = "INDEX_MODEL_MISMATCH"
 
 
-class IndexUnavailable(EngramError):
-    """An index backend failed or timed out (search degrades on this)."""
+class IndexUnavailable(Unavailable):
+    """An index backend failed or timed out (search degrades on this; a caller sees
+    UNAVAILABLE and may retry)."""
 
     reason = "INDEX_UNAVAILABLE"
 

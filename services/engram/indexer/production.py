@@ -25,7 +25,7 @@ from engram.authz.enforcement import PolicyAuthorizer
 from engram.authz.tokens import authenticator_from_settings
 from engram.backends.mongo import connect, mongo_errors
 from engram.domain.chunks import ModelInfo
-from engram.domain.errors import EngramError
+from engram.domain.errors import MissingSetting
 from engram.domain.spaces import SpaceRef
 from engram.events.jetstream import JetStreamPublisher, connect_nats
 from engram.indexer.embedders import build_embedder
@@ -54,10 +54,6 @@ from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.v1 import indexer_pb2, indexer_pb2_grpc, storage_pb2_grpc
 
 log = logging.getLogger(__name__)
-
-
-class IndexerSettingsError(EngramError):
-    reason = "MISSING_SETTING"
 
 
 class MongoIdEmbeddingCache(MongoEmbeddingCache):
@@ -121,7 +117,7 @@ def vector_index_from_settings(settings: Settings) -> VectorIndex:
         from engram.indexer.vector.numpy_index import NumpyVectorIndex
 
         return NumpyVectorIndex(settings.vector_dir)
-    raise IndexerSettingsError(
+    raise MissingSetting(
         "missing setting: ENGRAM_QDRANT_URL (or ENGRAM_QDRANT_PATH, or ENGRAM_VECTOR_DIR for "
         "the embedded vector index on one host)"
     )

@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-import grpc
-
 from engram.domain.documents import StoredDocument
-from engram.domain.errors import InvalidArgument, Unavailable
+from engram.domain.errors import InvalidArgument, NotFound
 from engram.domain.spaces import SpaceRef, parse_space_id
+from engram.runtime.errors import remote_errors
 from engram.v1 import document_pb2, storage_pb2, storage_pb2_grpc
 from engram.wire import from_timestamp, space_to_proto
 
@@ -81,13 +80,12 @@ class StorageClientDocumentSource:
     async def current(self, space: SpaceRef, path: str) -> StoredDocument | None:
         request = storage_pb2.ReadDocumentRequest(space=space_to_proto(space), path=path)
         try:
-            response = await self._stub.ReadDocument(
-                request, metadata=self._metadata, timeout=self._timeout
-            )
-        except grpc.aio.AioRpcError as error:
-            if error.code() == grpc.StatusCode.NOT_FOUND:
-                return None
-            raise _unavailable("ReadDocument", error) from None
+            with remote_errors("StorageService.ReadDocument"):
+                response = await self._stub.ReadDocument(
+                    request, metadata=self._metadata, timeout=self._timeout
+                )
+        except NotFound:
+            return None
         return document_from_proto(response.document)
 
     async def documents(self, space_id: str | None = None) -> AsyncIterator[tuple[SpaceRef, str]]:
@@ -105,12 +103,10 @@ class StorageClientDocumentSource:
             request = storage_pb2.ListDocumentsRequest(
                 space=space_to_proto(space), recursive=True, page_size=LIST_PAGE, page_token=token
             )
-            try:
+            with remote_errors("StorageService.ListDocuments"):
                 response = await self._stub.ListDocuments(
                     request, metadata=self._metadata, timeout=self._timeout
                 )
-            except grpc.aio.AioRpcError as error:
-                raise _unavailable("ListDocuments", error) from None
             for entry in response.entries:
                 if not entry.is_dir:
                     yield space, entry.path
@@ -132,11 +128,4 @@ def document_from_proto(message: document_pb2.Document) -> StoredDocument:
         created_at=from_timestamp(message.created_at),
         updated_at=from_timestamp(message.updated_at),
         updated_by=message.updated_by,
-    )
-
-
-def _unavailable(method: str, error: grpc.aio.AioRpcError) -> Unavailable:
-    return Unavailable(
-        f"storage {method} failed: {error.code().name}: {error.details() or ''}".rstrip(),
-        metadata={"backend": "storage", "code": error.code().name},
     )

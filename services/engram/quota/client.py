@@ -8,35 +8,15 @@ from __future__ import annotations
 import asyncio
 
 import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
-from engram.domain.errors import QuotaExceeded, Unavailable
+from engram.domain.errors import Unavailable
 from engram.domain.spaces import SpaceRef
+from engram.runtime.errors import from_rpc_error, remote_errors
 from engram.storage.ports import UsageReport
 from engram.v1 import quota_pb2, quota_pb2_grpc
 from engram.wire import space_to_proto
 
 RETRIES = 3
-
-
-def _quota_error(error: grpc.aio.AioRpcError) -> QuotaExceeded | None:
-    status = rpc_status.from_call(error)
-    if status is None:
-        return None
-    for detail in status.details:
-        info = error_details_pb2.ErrorInfo()
-        if detail.Unpack(info) and info.reason == QuotaExceeded.reason:
-            meta = info.metadata
-            return QuotaExceeded(
-                error.details() or "quota exceeded",
-                limit=meta.get("limit", ""),
-                subject=meta.get("limit", ""),
-                limit_bytes=int(meta.get("limit_bytes", "0")),
-                used_bytes=int(meta.get("used_bytes", "0")),
-                requested_bytes=int(meta.get("requested_bytes", "0")),
-            )
-    return None
 
 
 class GrpcQuotaGate:
@@ -46,6 +26,8 @@ class GrpcQuotaGate:
         self._timeout = timeout
 
     async def charge(self, space: SpaceRef, delta_bytes: int, idempotency_key: str) -> None:
+        """Raises the QuotaService's domain error (QuotaExceeded, PermissionDenied, ...);
+        only Unavailable (the service or the link failed) is retried."""
         request = quota_pb2.ChargeRequest(
             space=space_to_proto(space), delta_bytes=delta_bytes, idempotency_key=idempotency_key
         )
@@ -54,21 +36,13 @@ class GrpcQuotaGate:
                 await self._stub.Charge(request, metadata=self._metadata, timeout=self._timeout)
                 return
             except grpc.aio.AioRpcError as error:
-                exceeded = _quota_error(error)
-                if exceeded is not None:
-                    raise exceeded from None
-                retriable = error.code() in (
-                    grpc.StatusCode.UNAVAILABLE,
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                )
-                if not retriable or attempt == RETRIES - 1:
-                    raise Unavailable(
-                        f"QuotaService failed: {error.code().name}: {error.details()}"
-                    ) from None
+                failure = from_rpc_error(error, "QuotaService.Charge")
+                if not isinstance(failure, Unavailable) or attempt == RETRIES - 1:
+                    raise failure from None
                 await asyncio.sleep(0.1 * 2**attempt)
 
     async def usage(self, space: SpaceRef) -> UsageReport:
-        try:
+        with remote_errors("QuotaService.GetUsage"):
             response = await self._stub.GetUsage(
                 quota_pb2.QuotaServiceGetUsageRequest(
                     tenant=space.tenant or "instance", space=space_to_proto(space)
@@ -76,10 +50,6 @@ class GrpcQuotaGate:
                 metadata=self._metadata,
                 timeout=self._timeout,
             )
-        except grpc.aio.AioRpcError as error:
-            raise Unavailable(
-                f"QuotaService failed: {error.code().name}: {error.details()}"
-            ) from None
         return UsageReport(
             space_used_bytes=response.space_used_bytes,
             space_quota_bytes=response.space_quota_bytes,

@@ -1,6 +1,18 @@
-"""The one table mapping domain errors to gRPC status codes, with rich error details."""
+"""Errors across the wire, both ways: the one table mapping domain errors to gRPC status
+codes, the rich details they travel with, and the way back for every internal client.
+
+A servicer raises a domain error; the server interceptor turns it into a status with
+`to_grpc_status`. A client of another engram service turns a failed call back into the
+same domain error with `from_rpc_error` (or the `remote_errors` block), so a denial stays
+a denial and a quota stays a quota on the far side of any hop.
+"""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from google.protobuf import any_pb2
@@ -12,17 +24,19 @@ from engram.domain.errors import (
     EngramError,
     EtagMismatch,
     InvalidArgument,
+    Misconfigured,
     NotFound,
     PermissionDenied,
     QuotaExceeded,
     RateLimited,
     Unauthenticated,
     Unavailable,
+    clip,
 )
 
 ERROR_DOMAIN = "engram.dev"
 
-# First match wins (most specific family first).
+# Every EngramError is a subclass of exactly one of these families.
 STATUS_BY_ERROR: tuple[tuple[type[EngramError], grpc.StatusCode], ...] = (
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (NotFound, grpc.StatusCode.NOT_FOUND),
@@ -32,14 +46,46 @@ STATUS_BY_ERROR: tuple[tuple[type[EngramError], grpc.StatusCode], ...] = (
     (QuotaExceeded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (RateLimited, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (Misconfigured, grpc.StatusCode.FAILED_PRECONDITION),
+)
+
+# What a received status becomes when its reason names no class this process knows.
+FAMILY_BY_CODE: dict[grpc.StatusCode, type[EngramError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ABORTED: Conflict,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: RateLimited,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.FAILED_PRECONDITION: Misconfigured,
+}
+
+# Codes a peer's gRPC stack (not engram) may answer with that still mean the caller's
+# mistake; any other code without engram's ErrorInfo means the peer or the link failed.
+_TRANSPORT_CODES_KEPT = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
+    }
 )
 
 
-def status_code_for(error: EngramError) -> grpc.StatusCode:
+def code_for_class(cls: type[EngramError]) -> grpc.StatusCode:
+    """The status code of an error class (INTERNAL if it is in no family: a bug)."""
     for family, code in STATUS_BY_ERROR:
-        if isinstance(error, family):
+        if issubclass(cls, family):
             return code
     return grpc.StatusCode.INTERNAL
+
+
+def status_code_for(error: EngramError) -> grpc.StatusCode:
+    return code_for_class(type(error))
+
+
+# --- domain error -> status ------------------------------------------------------------------
 
 
 def _pack(message: object) -> any_pb2.Any:
@@ -64,7 +110,7 @@ def to_rpc_status(error: EngramError) -> status_pb2.Status:
                 error_details_pb2.BadRequest(
                     field_violations=[
                         error_details_pb2.BadRequest.FieldViolation(
-                            field=error.field, description=error.message
+                            field=clip(error.field), description=error.message
                         )
                     ]
                 )
@@ -76,7 +122,8 @@ def to_rpc_status(error: EngramError) -> status_pb2.Status:
                 error_details_pb2.QuotaFailure(
                     violations=[
                         error_details_pb2.QuotaFailure.Violation(
-                            subject=f"{error.limit}:{error.subject}", description=error.message
+                            subject=f"{error.limit}:{clip(error.subject)}",
+                            description=error.message,
                         )
                     ]
                 )
@@ -89,7 +136,7 @@ def to_rpc_status(error: EngramError) -> status_pb2.Status:
                     violations=[
                         error_details_pb2.PreconditionFailure.Violation(
                             type="ETAG",
-                            subject=error.subject,
+                            subject=clip(error.subject),
                             description=f"current sha256 is {error.current_sha256 or '(absent)'}",
                         )
                     ]
@@ -104,3 +151,130 @@ def to_rpc_status(error: EngramError) -> status_pb2.Status:
 def to_grpc_status(error: EngramError) -> grpc.Status:
     status: grpc.Status = rpc_status.to_status(to_rpc_status(error))
     return status
+
+
+# --- status -> domain error ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedStatus:
+    """What a failed call carried: its code, message and engram's details, if any."""
+
+    code: grpc.StatusCode
+    message: str
+    # Empty when the status carries no engram ErrorInfo (the peer's gRPC stack answered).
+    reason: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    # BadRequest's field, QuotaFailure's or PreconditionFailure's subject.
+    violated_field: str = ""
+    subject: str = ""
+
+
+def received_status(error: grpc.RpcError) -> ReceivedStatus:
+    """The code, message and details of a failed call (sync or asyncio)."""
+    call: Any = error
+    code = call.code()
+    if not isinstance(code, grpc.StatusCode):
+        code = grpc.StatusCode.UNKNOWN
+    message = call.details() or ""
+    try:
+        status = rpc_status.from_call(call)
+    except ValueError:  # details that contradict the code or message: ignore them
+        status = None
+    if status is None:
+        return ReceivedStatus(code, message)
+    reason, metadata, field_name, subject = "", {}, "", ""
+    for detail in status.details:
+        info = error_details_pb2.ErrorInfo()
+        bad = error_details_pb2.BadRequest()
+        quota = error_details_pb2.QuotaFailure()
+        precondition = error_details_pb2.PreconditionFailure()
+        if detail.Unpack(info):
+            if info.domain == ERROR_DOMAIN:
+                reason, metadata = info.reason, dict(info.metadata)
+        elif detail.Unpack(bad) and bad.field_violations:
+            field_name = bad.field_violations[0].field
+        elif detail.Unpack(quota) and quota.violations:
+            subject = quota.violations[0].subject
+        elif detail.Unpack(precondition) and precondition.violations:
+            subject = precondition.violations[0].subject
+    return ReceivedStatus(code, message, reason, metadata, field_name, subject)
+
+
+def error_classes() -> list[type[EngramError]]:
+    """Every EngramError subclass defined in this process so far (the base excluded)."""
+    found: list[type[EngramError]] = []
+    pending = list(EngramError.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        if cls not in found:
+            found.append(cls)
+            pending.extend(cls.__subclasses__())
+    return found
+
+
+def _class_for(received: ReceivedStatus) -> type[EngramError]:
+    for cls in error_classes():
+        if cls.reason == received.reason and code_for_class(cls) == received.code:
+            return cls
+    return FAMILY_BY_CODE[received.code]
+
+
+def _number(text: str | None) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0
+
+
+def _rebuild(cls: type[EngramError], received: ReceivedStatus) -> EngramError:
+    message, metadata = received.message, received.metadata
+    if issubclass(cls, PermissionDenied):
+        rule = metadata.get("rule") or (received.reason or "permission_denied").lower()
+        return cls(message, rule=rule)
+    if issubclass(cls, EtagMismatch):
+        return cls(
+            message, current_sha256=metadata.get("current_sha256", ""), subject=received.subject
+        )
+    if issubclass(cls, QuotaExceeded):
+        limit, _, subject = received.subject.partition(":")
+        return cls(
+            message,
+            limit=metadata.get("limit", limit),
+            subject=subject,
+            limit_bytes=_number(metadata.get("limit_bytes")),
+            used_bytes=_number(metadata.get("used_bytes")),
+            requested_bytes=_number(metadata.get("requested_bytes")),
+        )
+    if issubclass(cls, InvalidArgument):
+        return cls(message, field=received.violated_field, metadata=metadata)
+    return cls(message, metadata=metadata)
+
+
+def from_received(received: ReceivedStatus, peer: str) -> EngramError:
+    """The domain error a received status stands for. A status engram did not shape (no
+    ErrorInfo) that is not plainly the caller's mistake - a timeout, a dropped link, a
+    peer's INTERNAL - becomes Unavailable naming `peer`, for the caller to retry."""
+    if received.code in FAMILY_BY_CODE and (
+        received.reason or received.code in _TRANSPORT_CODES_KEPT
+    ):
+        return _rebuild(_class_for(received), received)
+    detail = f": {received.message}" if received.message else ""
+    return Unavailable(
+        f"{peer} failed: {received.code.name}{detail}",
+        metadata={"peer": peer, "code": received.code.name},
+    )
+
+
+def from_rpc_error(error: grpc.RpcError, peer: str) -> EngramError:
+    """The domain error a failed call to `peer` (e.g. "QuotaService.Charge") stands for."""
+    return from_received(received_status(error), peer)
+
+
+@contextlib.contextmanager
+def remote_errors(peer: str) -> Iterator[None]:
+    """Re-raises a failed call inside the block as its domain error."""
+    try:
+        yield
+    except grpc.RpcError as error:
+        raise from_rpc_error(error, peer) from None

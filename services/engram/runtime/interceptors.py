@@ -1,12 +1,15 @@
 """The server interceptor chain: request id, authentication, error mapping, logs, metrics.
 
 One interceptor wraps every handler so that each concern happens exactly once per call, in
-this order: request id -> authentication (principal into a ContextVar) -> the handler ->
-domain error to status -> access log and metrics.
+this order: request id -> authentication (principal into a ContextVar) -> refusing a body
+that did not decode -> the handler -> domain error to status -> access log and metrics.
+Health and reflection skip authentication, logs and metrics, not the decoding check.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import logging
 import time
 import uuid
@@ -14,8 +17,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import grpc
+from google.protobuf.message import DecodeError
 
-from engram.domain.errors import EngramError
+from engram.domain.errors import EngramError, UndecodableRequest
 from engram.domain.principals import Principal
 from engram.runtime.context import principal_var, request_id_var
 from engram.runtime.errors import status_code_for, to_grpc_status
@@ -27,6 +31,8 @@ log = logging.getLogger("engram.access")
 UNAUTHENTICATED_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
 # Methods whose request carries the credential to check; they run without a principal.
 CREDENTIAL_IN_REQUEST = frozenset({"/engram.v1.AuthzService/Authenticate"})
+# A caller's x-request-id is echoed in the trailers; longer ones are cut.
+MAX_REQUEST_ID_CHARS = 128
 
 
 class Authenticator(Protocol):
@@ -36,12 +42,56 @@ class Authenticator(Protocol):
 
 
 class _CallState:
-    __slots__ = ("method", "started", "code")
+    __slots__ = ("method", "started", "code", "anonymous")
 
     def __init__(self, method: str) -> None:
         self.method = method
         self.started = time.perf_counter()
         self.code = grpc.StatusCode.OK
+        # Health and reflection: no credentials, no access log, no metrics.
+        self.anonymous = method.startswith(UNAUTHENTICATED_PREFIXES)
+
+
+class _Undecodable:
+    """Stands in for a request body that did not decode; the call is refused with it."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: UndecodableRequest) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """`deserializer`, returning an _Undecodable instead of raising: grpc would answer a
+    raising deserializer with UNKNOWN, the parser's text and a logged traceback."""
+    if deserializer is None:
+        return None
+    message_type = getattr(getattr(deserializer, "__self__", None), "DESCRIPTOR", None)
+    name = getattr(message_type, "full_name", "the request message")
+
+    def decode(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except (DecodeError, ValueError):
+            return _Undecodable(
+                UndecodableRequest(
+                    f"the request body does not decode as {name}: corrupt protobuf, or a "
+                    "string field that is not UTF-8"
+                )
+            )
+
+    return decode
+
+
+def _decoded(request: Any) -> Any:
+    if isinstance(request, _Undecodable):
+        raise request.error
+    return request
+
+
+async def _decoded_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        yield _decoded(request)
 
 
 class ServerInterceptor(grpc.aio.ServerInterceptor):
@@ -57,22 +107,38 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or method.startswith(UNAUTHENTICATED_PREFIXES):
-            return handler
-        return _wrap(handler, method, self)
+        if handler is None:
+            return None
+        return _wrap(handler, handler_call_details.method, self)
 
     # --- the per-call steps ------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def call(
+        self, method: str, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[None]:
+        """Around one call's handler: begin, map a failure to its status, finish."""
+        state = _CallState(method)
+        try:
+            await self.begin(context, state)
+            yield
+        except grpc.aio.AbortError:
+            state.code = _code_of(context)
+            raise
+        except Exception as error:  # noqa: BLE001 - the one place unexpected errors are mapped
+            await self.fail(error, context, state)
+        finally:
+            self.finish(state, context)
 
     async def begin(self, context: grpc.aio.ServicerContext[Any, Any], state: _CallState) -> None:
         metadata = tuple(context.invocation_metadata() or ())
         request_id = (
             next((str(value) for key, value in metadata if key == "x-request-id" and value), "")
             or uuid.uuid4().hex
-        )
+        )[:MAX_REQUEST_ID_CHARS]
         request_id_var.set(request_id)
         context.set_trailing_metadata((("x-request-id", request_id),))
-        if state.method in CREDENTIAL_IN_REQUEST:
+        if state.anonymous or state.method in CREDENTIAL_IN_REQUEST:
             principal_var.set(None)
             return
         principal_var.set(await self._authenticator.authenticate(metadata))
@@ -84,6 +150,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         if isinstance(error, EngramError):
             state.code = status_code_for(error)
             await context.abort_with_status(to_grpc_status(error))
+        if isinstance(error, NotImplementedError):
+            # A generated servicer base method (e.g. grpc.health.v1.Health/List here).
+            state.code = grpc.StatusCode.UNIMPLEMENTED
+            await context.abort(state.code, f"{state.method} is not implemented by this server")
         state.code = grpc.StatusCode.INTERNAL
         INTERNAL_ERRORS.labels(state.method).inc()
         log.error("unexpected error", exc_info=error, extra={"method": state.method})
@@ -93,6 +163,8 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         )
 
     def finish(self, state: _CallState, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        if state.anonymous:
+            return
         elapsed = time.perf_counter() - state.started
         code = state.code.name
         RPC_SECONDS.labels(state.method, code).observe(elapsed)
@@ -115,55 +187,36 @@ def _wrap(
     handler: grpc.RpcMethodHandler[Any, Any], method: str, chain: ServerInterceptor
 ) -> grpc.RpcMethodHandler[Any, Any]:
     # The grpc stubs type these behaviours loosely; each wrapper keeps the handler's shape.
-    if handler.unary_unary or handler.stream_unary:
-        inner: Any = handler.unary_unary or handler.stream_unary
+    decode: Callable[[Any], Any] = _decoded_stream if handler.request_streaming else _decoded
+    inner: Any = (
+        handler.unary_unary or handler.stream_unary or handler.unary_stream or handler.stream_stream
+    )
 
-        async def unary_response(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            state = _CallState(method)
-            try:
-                await chain.begin(context, state)
-                return await inner(request, context)
-            except grpc.aio.AbortError:
-                state.code = _code_of(context)
-                raise
-            except Exception as error:  # noqa: BLE001 - the one place unexpected errors are mapped
-                await chain.fail(error, context, state)
-            finally:
-                chain.finish(state, context)
+    async def coroutine(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        async with chain.call(method, context):
+            return await inner(decode(request), context)
+        return None  # not reached: a failure aborts the call
 
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                unary_response, handler.request_deserializer, handler.response_serializer
-            )
-        return grpc.stream_unary_rpc_method_handler(
-            unary_response, handler.request_deserializer, handler.response_serializer
-        )
-
-    inner_stream: Any = handler.unary_stream or handler.stream_stream
-
-    async def stream_response(
+    async def generator(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
-        state = _CallState(method)
-        try:
-            await chain.begin(context, state)
-            async for response in inner_stream(request, context):
+        async with chain.call(method, context):
+            async for response in inner(decode(request), context):
                 yield response
-        except grpc.aio.AbortError:
-            state.code = _code_of(context)
-            raise
-        except Exception as error:  # noqa: BLE001 - the one place unexpected errors are mapped
-            await chain.fail(error, context, state)
-        finally:
-            chain.finish(state, context)
 
-    if handler.unary_stream:
-        return grpc.unary_stream_rpc_method_handler(
-            stream_response, handler.request_deserializer, handler.response_serializer
-        )
-    return grpc.stream_stream_rpc_method_handler(
-        stream_response, handler.request_deserializer, handler.response_serializer
+    # A streaming handler is either an async generator or a coroutine that writes through
+    # context.write (grpc.health's Watch); each keeps its shape.
+    behaviour = generator if inspect.isasyncgenfunction(inner) else coroutine
+    make = (
+        grpc.unary_unary_rpc_method_handler
+        if handler.unary_unary
+        else grpc.stream_unary_rpc_method_handler
+        if handler.stream_unary
+        else grpc.unary_stream_rpc_method_handler
+        if handler.unary_stream
+        else grpc.stream_stream_rpc_method_handler
     )
+    return make(behaviour, _tolerant(handler.request_deserializer), handler.response_serializer)
 
 
 def _code_of(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode:

@@ -37,6 +37,7 @@ from engram.domain.errors import (
     InvalidArgument,
     VersionNotFound,
     WriteContention,
+    quoted,
 )
 from engram.domain.pagination import PageSize, decode_page_token, encode_page_token
 from engram.domain.paths import (
@@ -194,12 +195,12 @@ class StorageService:
         current = await self._repository.get(granted.space.id, path)
         if version == 0 or (current is not None and current.version == version):
             if current is None:
-                raise DocumentNotFound(f"no document at {path!r} in this space")
+                raise DocumentNotFound(f"no document at {quoted(path)} in this space")
             return current, None
         kept = await self._repository.get_version(granted.space.id, path, version)
         if kept is None:
             raise VersionNotFound(
-                f"version {version} of {path!r} is not kept (see ListDocumentVersions)"
+                f"version {version} of {quoted(path)} is not kept (see ListDocumentVersions)"
             )
         return _document_at(granted.space, path, kept, current), kept
 
@@ -291,7 +292,7 @@ class StorageService:
         room = limit - len(versions)
         versions.extend(kept[:room])
         if not versions and position is None:
-            raise DocumentNotFound(f"no document or kept versions at {path!r} in this space")
+            raise DocumentNotFound(f"no document or kept versions at {quoted(path)} in this space")
         token = ""
         if len(kept) > room:
             token = encode_page_token(scope, {"before": versions[-1].seq})
@@ -381,7 +382,8 @@ class StorageService:
             await self._record_audit(granted, principal, path, delta)
             return WriteResult(stored[0], created=current is None, bytes_delta=delta)
         raise WriteContention(
-            f"{path!r} changed {MAX_WRITE_ATTEMPTS} times while this write was retried; try again"
+            f"{quoted(path)} changed {MAX_WRITE_ATTEMPTS} times while this write was retried; "
+            "try again"
         )
 
     async def delete(
@@ -402,7 +404,7 @@ class StorageService:
             if current is None:
                 if expected_sha256:
                     _check_etag(path, current, expected_sha256, create_only=False)
-                raise DocumentNotFound(f"no document at {path!r} in this space")
+                raise DocumentNotFound(f"no document at {quoted(path)} in this space")
             _check_etag(path, current, expected_sha256, create_only=False)
             deletion = DocumentDeletion(
                 space=granted.space,
@@ -424,7 +426,7 @@ class StorageService:
             await self._credit(granted.space, current.size_bytes)
             await self._record_audit(granted, principal, path, -current.size_bytes)
             return current.size_bytes
-        raise WriteContention(f"{path!r} kept changing while it was being deleted; try again")
+        raise WriteContention(f"{quoted(path)} kept changing while it was being deleted; try again")
 
     async def import_archive(
         self, principal: Principal, space: SpaceRef, data: bytes, strategy: ImportStrategy
@@ -601,7 +603,7 @@ class StorageService:
                 return candidate
             taken.add(candidate)
         raise InvalidArgument(
-            f"no free name to rename {path!r} to; import it with another strategy",
+            f"no free name to rename {quoted(path)} to; import it with another strategy",
             field="data",
         )
 
@@ -624,7 +626,8 @@ def _check_etag(
 ) -> None:
     if create_only and current is not None:
         raise EtagMismatch(
-            f"{path!r} already exists (sha256 {current.sha256}); create_only refused to replace it",
+            f"{quoted(path)} already exists (sha256 {current.sha256}); "
+            "create_only refused to replace it",
             current_sha256=current.sha256,
             subject=path,
         )
@@ -632,13 +635,13 @@ def _check_etag(
         return
     if current is None:
         raise EtagMismatch(
-            f"{path!r} does not exist, so it cannot have sha256 {expected_sha256}",
+            f"{quoted(path)} does not exist, so it cannot have sha256 {expected_sha256}",
             current_sha256="",
             subject=path,
         )
     if current.sha256 != expected_sha256:
         raise EtagMismatch(
-            f"{path!r} changed: its current sha256 is {current.sha256}, not "
+            f"{quoted(path)} changed: its current sha256 is {current.sha256}, not "
             f"{expected_sha256}; re-read it and retry",
             current_sha256=current.sha256,
             subject=path,

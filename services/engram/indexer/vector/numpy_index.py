@@ -483,6 +483,8 @@ class NumpyVectorIndex:
     async def _guard(work: Awaitable[T]) -> T:
         try:
             return await work
+        except IndexUnavailable:
+            raise
         except Unavailable as error:
             raise IndexUnavailable(f"vector index storage failed: {error.message}") from None
 
