@@ -50,7 +50,8 @@ from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
 from engram.domain.text_rules import utf8_len
 from engram.runtime.keyed_locks import KeyedLocks
-from engram.storage.archive import ArchiveEntry, ArchiveWriter, read_archive
+from engram.storage.archive import ArchiveEntry, ArchiveLimits, ArchiveWriter
+from engram.storage.imports import FEED_BATCH_BYTES, ImportStream, InFlightBudget
 from engram.storage.ports import (
     AuditRecord,
     AuditSink,
@@ -98,6 +99,8 @@ class DocumentLimits:
     max_doc_bytes: int
     max_import_bytes: int
     max_import_entries: int
+    # Bytes all running imports of one principal may hold at once (in this process).
+    max_import_inflight_bytes: int = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +178,7 @@ class StorageService:
         self._audit = audit
         self._notifier = notifier
         self._limits = limits
+        self._import_budget = InFlightBudget(limits.max_import_inflight_bytes)
         self._clock = clock
         self._document_locks = KeyedLocks()
 
@@ -428,24 +432,44 @@ class StorageService:
             return current.size_bytes
         raise WriteContention(f"{quoted(path)} kept changing while it was being deleted; try again")
 
+    async def begin_import(
+        self, principal: Principal, space: SpaceRef, strategy: ImportStrategy
+    ) -> ImportStream[ImportResult]:
+        """Authorizes an import before a byte of it is read; the caller feeds the upload to
+        the returned stream, commits it, and closes it whatever happens."""
+        granted = await self._authorize(principal, Action.IMPORT, space)
+
+        async def commit(entries: list[ArchiveEntry]) -> ImportResult:
+            return await self._import_entries(granted, principal, entries, strategy)
+
+        return ImportStream(principal, self._archive_limits(), self._import_budget, commit)
+
     async def import_archive(
         self, principal: Principal, space: SpaceRef, data: bytes, strategy: ImportStrategy
     ) -> ImportResult:
         """Imports a whole .tar.gz: every entry is validated before anything is written."""
-        granted = await self._authorize(principal, Action.IMPORT, space)
-        if len(data) > self._limits.max_import_bytes:
-            raise InvalidArgument(
-                f"archive is {len(data)} bytes; at most {self._limits.max_import_bytes} may be "
-                "imported at once: split it",
-                field="data",
-            )
-        entries = await asyncio.to_thread(
-            read_archive,
-            data,
+        stream = await self.begin_import(principal, space, strategy)
+        try:
+            for start in range(0, len(data), FEED_BATCH_BYTES):
+                await stream.feed(data[start : start + FEED_BATCH_BYTES])
+            return await stream.commit()
+        finally:
+            stream.close()
+
+    def _archive_limits(self) -> ArchiveLimits:
+        return ArchiveLimits(
             max_entries=self._limits.max_import_entries,
             max_doc_bytes=self._limits.max_doc_bytes,
-            max_total_bytes=self._limits.max_import_bytes,
+            max_bytes=self._limits.max_import_bytes,
         )
+
+    async def _import_entries(
+        self,
+        granted: AuthorizedSpace,
+        principal: Principal,
+        entries: list[ArchiveEntry],
+        strategy: ImportStrategy,
+    ) -> ImportResult:
         for attempt in range(IMPORT_ATTEMPTS):
             current = await self._repository.get_many(
                 granted.space.id, [entry.path for entry in entries]

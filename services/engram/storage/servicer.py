@@ -114,21 +114,8 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
     async def ImportSpace(
         self, request_iterator: AsyncIterator[storage_pb2.ImportSpaceRequest], context: Context
     ) -> storage_pb2.ImportSpaceResponse:
-        principal = current_principal()
-        first: storage_pb2.ImportSpaceRequest | None = None
-        parts: list[bytes] = []
-        received = 0
-        async for message in request_iterator:
-            if first is None:
-                first = message
-            received += len(message.data)
-            if received > self._service.limits.max_import_bytes:
-                raise InvalidArgument(
-                    f"archive is over {self._service.limits.max_import_bytes} bytes; split it",
-                    field="data",
-                )
-            if message.data:
-                parts.append(message.data)
+        # The first message names the space: it is authorized before any more is read.
+        first = await anext(aiter(request_iterator), None)
         if first is None or not first.HasField("space"):
             raise InvalidArgument(
                 "the first ImportSpace message must carry space and strategy", field="space"
@@ -138,7 +125,14 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             raise InvalidArgument(
                 "strategy must be IMPORT_STRATEGY_SKIP, _OVERWRITE or _RENAME", field="strategy"
             )
-        result = await self._service.import_archive(
-            principal, requested_space(first.space), b"".join(parts), strategy
+        stream = await self._service.begin_import(
+            current_principal(), requested_space(first.space), strategy
         )
+        try:
+            await stream.feed(first.data)
+            async for message in request_iterator:
+                await stream.feed(message.data)
+            result = await stream.commit()
+        finally:
+            stream.close()
         return mapping.import_response(result)
