@@ -132,7 +132,13 @@ async def build_core(settings: Settings, stack: contextlib.AsyncExitStack) -> Em
         token_store,
         cache_seconds=settings.auth_cache_seconds,
     )
-    authz = AuthzService(tokens, token_store, audit, authorizer)
+    authz = AuthzService(
+        tokens,
+        token_store,
+        audit,
+        authorizer,
+        allow_act_as=settings.allow_act_as,  # issue 13
+    )
     core = EmbeddedCore(
         settings,
         database,

@@ -208,7 +208,13 @@ async def authz_on_mongo(
         tokens = TokenAuthenticator(
             verifier_from_settings(settings), store, cache_seconds=settings.auth_cache_seconds
         )
-        authz = AuthzService(tokens, store, audit, PolicyAuthorizer())
+        authz = AuthzService(
+            tokens,
+            store,
+            audit,
+            PolicyAuthorizer(),
+            allow_act_as=settings.allow_act_as,  # issue 13
+        )
         registrations = [
             ServiceRegistration(
                 service_name(authz_pb2, "AuthzService"),

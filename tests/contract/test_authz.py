@@ -215,14 +215,22 @@ async def test_personal_access_tokens(deployment: Deployment) -> None:
     await fails(
         authz.CreateToken(authz_pb2.CreateTokenRequest(tenant="globex"), metadata=ADMIN), DENIED
     )
+    # A token for another user acts as them: refused unless ENGRAM_ALLOW_ACT_AS.
+    for metadata in (ADMIN, PLATFORM):
+        refused = await fails(
+            authz.CreateToken(authz_pb2.CreateTokenRequest(user="carl"), metadata=metadata),
+            DENIED,
+            "ACT_AS_DISABLED",
+        )
+        assert "act as them" in refused.message
     created = await authz.CreateToken(
-        authz_pb2.CreateTokenRequest(user="carl", role=authz_pb2.ROLE_VIEWER, description="ci bot"),
+        authz_pb2.CreateTokenRequest(role=authz_pb2.ROLE_VIEWER, description="ci bot"),
         metadata=ADMIN,
     )
     assert created.token.startswith(f"egm_{created.token_id}_")
     who = await authz.Authenticate(authz_pb2.AuthenticateRequest(token=created.token))
     assert (who.principal.subject, who.principal.tenant, who.principal.role) == (
-        "carl",
+        "ada",
         "acme",
         authz_pb2.ROLE_VIEWER,
     )
@@ -250,6 +258,33 @@ async def test_personal_access_tokens(deployment: Deployment) -> None:
             ),
             UNAUTH,
         )
+
+
+async def test_act_as_is_explicit_and_audited(tmp_path: Path, real_backends: RealBackends) -> None:
+    """With ENGRAM_ALLOW_ACT_AS an admin may mint a token for another user of the tenant;
+    each one lands in the audit log naming the admin, the user and the token."""
+    async with secure_deployment("sqlite", tmp_path, real_backends, allow_act_as=True) as running:
+        authz, storage = running.authz(), running.storage()
+        mine = space("diary", space_pb2.VISIBILITY_USER)
+        carl = bearer(mint("carl", "acme", "member"))
+        await storage.WriteDocument(write_request("d.md", "carl's notes", ref=mine), metadata=carl)
+        created = await authz.CreateToken(
+            authz_pb2.CreateTokenRequest(user="carl", role=authz_pb2.ROLE_VIEWER), metadata=ADMIN
+        )
+        read = await storage.ReadDocument(
+            storage_pb2.ReadDocumentRequest(space=mine, path="d.md"),
+            metadata=bearer(created.token),
+        )
+        assert read.document.content == "carl's notes"
+        await fails(
+            authz.CreateToken(authz_pb2.CreateTokenRequest(user="carl"), metadata=MEMBER), DENIED
+        )
+        audit = await authz.ListAuditEvents(
+            authz_pb2.ListAuditEventsRequest(since=Timestamp(seconds=0)), metadata=PLATFORM
+        )
+        acts = [e for e in audit.events if e.action == "token.act_as"]
+        assert [(e.subject, e.tenant) for e in acts] == [("ada", "acme")]
+        assert f"user:carl token:{created.token_id}" in acts[0].path
 
 
 async def test_authorize_reports_decisions(deployment: Deployment) -> None:

@@ -43,6 +43,7 @@ class CallFailure:
                     error_details_pb2.BadRequest,
                     error_details_pb2.QuotaFailure,
                     error_details_pb2.PreconditionFailure,
+                    error_details_pb2.RetryInfo,
                 ):
                     message = kind()
                     if detail.Unpack(message):

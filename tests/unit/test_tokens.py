@@ -13,6 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
+from engram.authz.enforcement import bearer_token
 from engram.authz.tokens import (
     JwtVerifier,
     StoredToken,
@@ -189,3 +190,29 @@ async def test_personal_token_lifecycle() -> None:
     )
     with pytest.raises(Unauthenticated, match="expired"):
         await authenticator.resolve(expired)
+
+
+def test_exp_as_a_numeric_string_is_refused() -> None:
+    """PyJWT accepts "exp": "<digits>"; RFC 7519's NumericDate is a JSON number."""
+    verifier = JwtVerifier(secret=TEST_JWT_SECRET, jwks_path=None)
+    later = int(time.time()) + 3600
+    as_string = jwt.encode(
+        {"sub": "ann", "tenant": "acme", "role": "member", "exp": str(later)},
+        TEST_JWT_SECRET,
+        algorithm="HS256",
+    )
+    with pytest.raises(Unauthenticated, match="'exp' must be a number"):
+        verifier.verify(as_string)
+    assert verifier.verify(mint()).subject == "ann"
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER"])
+def test_bearer_scheme_is_case_insensitive(scheme: str) -> None:
+    """RFC 7235 §2.1: auth schemes are case-insensitive."""
+    assert bearer_token((("authorization", f"{scheme} tok"),)) == "tok"
+
+
+@pytest.mark.parametrize("value", ["Basic tok", "Bearer", "Bearer   ", "tok", "Bearertok"])
+def test_other_authorization_shapes_are_refused(value: str) -> None:
+    with pytest.raises(Unauthenticated):
+        bearer_token((("authorization", value),))

@@ -32,6 +32,8 @@ DEFAULT_TOKEN_TTL = timedelta(days=90)
 MAX_TOKEN_TTL = timedelta(days=366)
 AUDIT_PAGE = PageSize(default=100, maximum=1000)
 MAX_DESCRIPTION = 200
+ACT_AS_DISABLED = "act_as_disabled"
+ACT_AS_AUDIT_ACTION = "token.act_as"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,10 @@ class AuthzService:
         authorizer: PolicyAuthorizer,
         *,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        allow_act_as: bool = False,
     ) -> None:
+        # Whether admins may create tokens for other users (off by default, see create_token).
+        self._allow_act_as = allow_act_as
         self._authenticator = authenticator
         self._tokens = tokens
         self._audit = audit
@@ -100,6 +105,15 @@ class AuthzService:
             raise InvalidArgument(f"tenant {RESERVED_TENANT!r} is reserved", field="tenant")
         subject = user or principal.subject
         validate_field("user", subject, required=True)
+        # A token for another user lets its holder act as that user, including reading the
+        # user's `user` spaces: it is an explicit, audited right that is off by default.
+        acting_as = subject != principal.subject or owner != principal.tenant
+        if acting_as and not self._allow_act_as:
+            raise PermissionDenied(
+                "creating a token for another user would let you act as them; this server "
+                "does not allow it (ENGRAM_ALLOW_ACT_AS): the user creates their own token",
+                rule=ACT_AS_DISABLED,
+            )
         granted = role or Role.MEMBER
         if granted > principal.role and not principal.platform_admin:
             raise PermissionDenied(
@@ -136,6 +150,18 @@ class AuthzService:
                 description=description,
             )
         )
+        if acting_as:
+            await self._audit.append(
+                AuditRecord(
+                    action=ACT_AS_AUDIT_ACTION,
+                    subject=principal.subject,
+                    tenant=owner,
+                    space_id="",
+                    path=f"user:{subject} token:{token_id} role:{granted.name.lower()}",
+                    bytes_delta=0,
+                ),
+                at=now,
+            )
         return CreatedToken(token=token, token_id=token_id, expires_at=now + ttl)
 
     async def revoke_token(self, principal: Principal, token_id: str) -> None:

@@ -31,6 +31,7 @@ from engram.runtime.settings import Settings
 PAT_PREFIX = "egm_"
 ROLE_NAMES = {role.name.lower(): role for role in Role}
 LEEWAY_SECONDS = 30
+NUMERIC_DATE_CLAIMS = ("exp", "nbf", "iat")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +138,14 @@ class JwtVerifier:
             raise Unauthenticated("bearer token has expired") from None
         except jwt.PyJWTError as error:
             raise Unauthenticated(f"bearer token rejected: {error}") from None
+        # PyJWT also accepts a numeric string ("exp": "1767225600"); RFC 7519 says NumericDate
+        # is a JSON number, and a string there is a sign of a hand-made token: refused.
+        for claim in NUMERIC_DATE_CLAIMS:
+            value = claims.get(claim)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            ):
+                raise Unauthenticated(f"bearer token claim {claim!r} must be a number")
         return principal_from_claims(claims)
 
 

@@ -8,7 +8,9 @@ platform_admin and are audited.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from engram.domain.errors import PermissionDenied
 from engram.domain.principals import Action, Principal, Role
@@ -95,3 +97,130 @@ def decide(principal: Principal, action: Action, requested: SpaceRef) -> Decisio
             f"{action.value} needs role member or above; you are {principal.role.name.lower()}",
         )
     return Decision(allowed=True, rule="", message="", space=stamped)
+
+
+# --- the RPC policy table ----------------------------------------------------------------------
+#
+# Who may call each served RPC, by the target it names: a space or tenant of the caller's own
+# tenant, of another tenant, a global space, or the whole instance (tenant "instance",
+# Reindex{all}). Space rules are decided by `decide` above; the others by the services, with
+# the same outcome. The server refuses to start with an RPC that has no row, and the
+# authorization-matrix test checks every row over gRPC for every role.
+
+
+class Target(StrEnum):
+    OWN = "own"
+    OTHER = "other"
+    GLOBAL = "global"
+    INSTANCE = "instance"
+
+
+class Who(StrEnum):
+    # The request carries the credential to check: no principal needed.
+    CREDENTIAL = "credential"
+    ANYONE = "anyone"
+    # Any role in the target's tenant (services act for every tenant).
+    TENANT_MEMBER = "tenant_member"
+    # Role member or above in the target's tenant, or a service.
+    TENANT_WRITER = "tenant_writer"
+    # Role admin in the target's tenant, or a platform admin (never a service).
+    TENANT_ADMIN = "tenant_admin"
+    TENANT_ADMIN_OR_SERVICE = "tenant_admin_or_service"
+    PLATFORM_ADMIN = "platform_admin"
+    PLATFORM_ADMIN_OR_SERVICE = "platform_admin_or_service"
+    SERVICE = "service"
+    NOBODY = "nobody"
+
+
+def admits(who: Who, principal: Principal | None, target: Target) -> bool:
+    """Whether `principal` passes `who` for `target` (the table's meaning, for tests and
+    for the services that decide outside `decide`)."""
+    if who is Who.CREDENTIAL:
+        return True
+    if principal is None or who is Who.NOBODY:
+        return False
+    own = target is Target.OWN
+    if who is Who.ANYONE:
+        return True
+    if who is Who.TENANT_MEMBER:
+        return principal.service or own
+    if who is Who.TENANT_WRITER:
+        return principal.service or (own and principal.role >= Role.MEMBER)
+    if who is Who.TENANT_ADMIN:
+        return not principal.service and (
+            principal.platform_admin or (own and principal.role >= Role.ADMIN)
+        )
+    if who is Who.TENANT_ADMIN_OR_SERVICE:
+        return principal.service or admits(Who.TENANT_ADMIN, principal, target)
+    if who is Who.PLATFORM_ADMIN:
+        return principal.platform_admin
+    if who is Who.PLATFORM_ADMIN_OR_SERVICE:
+        return principal.platform_admin or principal.service
+    return principal.service  # Who.SERVICE
+
+
+_READ = {Target.OWN: Who.TENANT_MEMBER, Target.OTHER: Who.TENANT_MEMBER, Target.GLOBAL: Who.ANYONE}
+_MUTATE = {
+    Target.OWN: Who.TENANT_WRITER,
+    Target.OTHER: Who.TENANT_WRITER,
+    Target.GLOBAL: Who.PLATFORM_ADMIN,
+}
+
+
+def _every(who: Who, targets: tuple[Target, ...] = (Target.OWN,)) -> dict[Target, Who]:
+    return dict.fromkeys(targets, who)
+
+
+RPC_POLICY: dict[str, dict[Target, Who]] = {
+    "/engram.v1.StorageService/ReadDocument": _READ,
+    "/engram.v1.StorageService/ListDocuments": _READ,
+    "/engram.v1.StorageService/ListDocumentVersions": _READ,
+    "/engram.v1.StorageService/GetUsage": _READ,
+    "/engram.v1.StorageService/ExportSpace": _READ,
+    "/engram.v1.StorageService/WriteDocument": _MUTATE,
+    "/engram.v1.StorageService/DeleteDocument": _MUTATE,
+    "/engram.v1.StorageService/ImportSpace": _MUTATE,
+    "/engram.v1.SearchService/Search": _READ,
+    "/engram.v1.IndexerService/Reindex": {
+        **_MUTATE,
+        Target.INSTANCE: Who.PLATFORM_ADMIN_OR_SERVICE,
+    },
+    "/engram.v1.IndexerService/GetIndexStatus": _every(Who.ANYONE),
+    "/engram.v1.QuotaService/Charge": {
+        Target.OWN: Who.PLATFORM_ADMIN_OR_SERVICE,
+        Target.OTHER: Who.SERVICE,
+        Target.GLOBAL: Who.PLATFORM_ADMIN_OR_SERVICE,
+    },
+    "/engram.v1.QuotaService/GetUsage": {
+        Target.OWN: Who.TENANT_MEMBER,
+        Target.OTHER: Who.PLATFORM_ADMIN_OR_SERVICE,
+        Target.INSTANCE: Who.ANYONE,
+    },
+    "/engram.v1.QuotaService/SetTenantQuota": _every(
+        Who.PLATFORM_ADMIN, (Target.OWN, Target.OTHER, Target.INSTANCE)
+    ),
+    "/engram.v1.QuotaService/Reconcile": {
+        Target.OWN: Who.TENANT_ADMIN_OR_SERVICE,
+        Target.OTHER: Who.PLATFORM_ADMIN_OR_SERVICE,
+        Target.INSTANCE: Who.PLATFORM_ADMIN_OR_SERVICE,
+    },
+    "/engram.v1.AuthzService/Authenticate": _every(Who.CREDENTIAL),
+    "/engram.v1.AuthzService/Authorize": _every(Who.ANYONE),
+    # A token for oneself; one for another user or tenant acts as them and needs
+    # ENGRAM_ALLOW_ACT_AS (off by default, so: nobody).
+    "/engram.v1.AuthzService/CreateToken": {
+        Target.OWN: Who.TENANT_ADMIN,
+        Target.OTHER: Who.NOBODY,
+    },
+    "/engram.v1.AuthzService/RevokeToken": {
+        Target.OWN: Who.TENANT_ADMIN,
+        Target.OTHER: Who.PLATFORM_ADMIN,
+    },
+    "/engram.v1.AuthzService/ListAuditEvents": _every(Who.PLATFORM_ADMIN),
+    "/engram.v1.AuthzService/RecordAuditEvent": _every(Who.SERVICE),
+}
+
+
+def unlisted_methods(methods: Iterable[str]) -> list[str]:
+    """The served methods (`/package.Service/Method`) with no row in RPC_POLICY."""
+    return [method for method in methods if method not in RPC_POLICY]

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from engram.authz.enforcement import TtlCache
 from engram.domain.errors import InvalidArgument, PermissionDenied
-from engram.domain.principals import Principal, Role
+from engram.domain.policy import PLATFORM_ADMIN_REQUIRED, RPC_POLICY, Target, admits
+from engram.domain.principals import Principal
 from engram.domain.quotas import (
     INSTANCE,
     Counter,
@@ -19,6 +20,8 @@ from engram.domain.quotas import (
 from engram.domain.spaces import SpaceRef
 from engram.quota.ports import ChargeOutcome, StoredUsage, UsageLedger
 from engram.storage.ports import UsageReport
+
+RECONCILE_RPC = "/engram.v1.QuotaService/Reconcile"
 
 MAX_KEY_LENGTH = 200
 
@@ -127,7 +130,17 @@ class QuotaService:
     async def reconcile(self, principal: Principal, tenant: str) -> ReconcileReport:
         """Recomputes a tenant's counters from its stored documents, correcting drift."""
         owner = self._visible_tenant(principal, tenant)
-        if not (principal.platform_admin or principal.service or principal.role >= Role.ADMIN):
+        target = (
+            Target.INSTANCE
+            if owner == INSTANCE
+            else (Target.OWN if owner == principal.tenant else Target.OTHER)
+        )
+        if not admits(RPC_POLICY[RECONCILE_RPC][target], principal, target):
+            if target is Target.INSTANCE:
+                raise PermissionDenied(
+                    "reconciling the instance (global spaces) needs a platform admin",
+                    rule=PLATFORM_ADMIN_REQUIRED,
+                )
             raise PermissionDenied("reconcile needs a tenant admin", rule="admin_role_required")
         actual_by_space = await self._stored.usage_by_space(owner)
         recorded = await self._ledger.counters_of(owner)

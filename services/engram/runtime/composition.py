@@ -29,4 +29,5 @@ def document_limits(settings: Settings) -> DocumentLimits:
         max_doc_bytes=settings.max_doc_bytes,
         max_import_bytes=settings.max_import_bytes,
         max_import_entries=settings.max_import_entries,
+        max_import_inflight_bytes=settings.max_import_inflight_bytes,  # issue 13
     )

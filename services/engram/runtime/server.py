@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import grpc
+from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from engram.domain.policy import unlisted_methods
 from engram.runtime.interceptors import Authenticator, ServerInterceptor
 from engram.runtime.metrics import start_metrics_endpoint
 from engram.runtime.settings import Settings
@@ -55,6 +57,12 @@ class GrpcServer:
 
     async def start(self) -> int:
         """Binds, registers every service, marks them SERVING; returns the bound port."""
+        unlisted = unlisted_methods(served_methods(r.name for r in self._registrations))
+        if unlisted:
+            raise RuntimeError(
+                f"no authorization rule for {', '.join(unlisted)}: add rows to "
+                "engram.domain.policy.RPC_POLICY"
+            )
         for registration in self._registrations:
             registration.add_to_server(self._server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
@@ -94,6 +102,16 @@ class GrpcServer:
 
     async def wait(self) -> None:
         await self._server.wait_for_termination()
+
+
+def served_methods(services: Iterable[str]) -> list[str]:
+    """`/package.Service/Method` of every method of the named (imported) services."""
+    pool = descriptor_pool.Default()
+    return [
+        f"/{name}/{method.name}"
+        for name in services
+        for method in pool.FindServiceByName(name).methods
+    ]
 
 
 def stop_on_signals(stop: Callable[[], object]) -> None:

@@ -38,6 +38,8 @@ class Settings(BaseSettings):
     version_retention: int = Field(default=50, ge=0)
     max_import_bytes: int = Field(default=256 * MIB, ge=0)
     max_import_entries: int = Field(default=10_000, ge=1)
+    # Bytes all running imports of one principal may hold at once, per process.
+    max_import_inflight_bytes: int = Field(default=512 * MIB, ge=0)
 
     # --- quotas (bytes; ARCHITECTURE §2) -----------------------------------------------------
     quota_private: int = Field(default=64 * MIB, ge=0)
@@ -58,6 +60,8 @@ class Settings(BaseSettings):
     # Token of this process's service principal when it calls other services.
     service_token: SecretStr | None = None
     auth_cache_seconds: float = 30.0
+    # Admins may create personal tokens for other users (acting as them), audited.
+    allow_act_as: bool = False
 
     # --- production backends -----------------------------------------------------------------
     mongo_uri: SecretStr | None = None
