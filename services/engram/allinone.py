@@ -33,6 +33,8 @@ from engram.quota.sqlite_ledger import SCHEMA as LEDGER_SCHEMA
 from engram.quota.sqlite_ledger import SqliteUsageLedger
 from engram.runtime.composition import document_limits, quota_defaults
 from engram.runtime.interceptors import Authenticator
+from engram.runtime.rate_limit import SCHEMA as RATE_LIMIT_SCHEMA
+from engram.runtime.rate_limit import SqliteRateLimitStore
 from engram.runtime.server import GrpcServer, ServiceRegistration
 from engram.runtime.settings import Settings
 from engram.storage.service import StorageService
@@ -111,7 +113,14 @@ async def build_core(settings: Settings, stack: contextlib.AsyncExitStack) -> Em
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     database = SqliteDatabase(settings.data_dir / DATABASE_FILE)
     await database.open(
-        [DOCUMENT_SCHEMA, LEDGER_SCHEMA, AUDIT_SCHEMA, TOKEN_SCHEMA, EMBEDDING_CACHE_SCHEMA]
+        [
+            DOCUMENT_SCHEMA,
+            LEDGER_SCHEMA,
+            AUDIT_SCHEMA,
+            TOKEN_SCHEMA,
+            EMBEDDING_CACHE_SCHEMA,
+            RATE_LIMIT_SCHEMA,  # issue 13
+        ]
     )
     stack.push_async_callback(database.close)
     repository = SqliteDocumentRepository(database, retention=settings.version_retention)
@@ -201,6 +210,7 @@ async def embedded_engram(
             core.registrations,
             authenticator
             or (core.tokens if require_auth else FixedPrincipalAuthenticator(LOCAL_ADMIN)),
+            rate_limit_store=SqliteRateLimitStore(core.database),  # issue 13
         )
         core.relay.start()
         stack.push_async_callback(core.relay.stop)

@@ -35,6 +35,7 @@ from engram.quota.service import QuotaService
 from engram.quota.servicer import QuotaServicer
 from engram.runtime.composition import document_limits, quota_defaults
 from engram.runtime.interceptors import Authenticator
+from engram.runtime.rate_limit import MongoRateLimitStore, RateLimitStore
 from engram.runtime.server import GrpcServer, ServiceRegistration, stop_on_signals
 from engram.runtime.settings import Settings
 from engram.storage.mongo_repository import MongoDocumentRepository
@@ -108,8 +109,9 @@ async def _serving(
     registrations: list[ServiceRegistration],
     authenticator: Authenticator,
     stack: contextlib.AsyncExitStack,
+    rate_limit_store: RateLimitStore | None = None,
 ) -> AsyncIterator[GrpcServer]:
-    server = GrpcServer(settings, registrations, authenticator)
+    server = GrpcServer(settings, registrations, authenticator, rate_limit_store=rate_limit_store)
     await server.start()
     stack.push_async_callback(server.stop)
     yield server
@@ -161,6 +163,7 @@ async def storage_on_mongo(
             registrations,
             await _authenticator(settings, database, authenticator),
             stack,
+            MongoRateLimitStore(database),  # issue 13: import/export rate limits
         ) as server:
             yield server
 

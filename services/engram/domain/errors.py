@@ -204,7 +204,19 @@ class QuotaExceeded(EngramError):
 
 
 class RateLimited(EngramError):
+    """Too much at once; `retry_after_seconds` (if set) travels as google.rpc.RetryInfo."""
+
     reason = "RATE_LIMITED"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        retry_after_seconds: float | None = None,
+    ) -> None:
+        super().__init__(message, metadata=metadata)
+        self.retry_after_seconds = retry_after_seconds
 
 
 # --- UNAVAILABLE ------------------------------------------------------------------------------

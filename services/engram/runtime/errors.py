@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -129,6 +130,10 @@ def to_rpc_status(error: EngramError) -> status_pb2.Status:
                 )
             )
         )
+    elif isinstance(error, RateLimited) and error.retry_after_seconds is not None:
+        delay = duration_pb2.Duration()
+        delay.FromTimedelta(timedelta(seconds=error.retry_after_seconds))
+        details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
     elif isinstance(error, EtagMismatch):
         details.append(
             _pack(

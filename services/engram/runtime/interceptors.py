@@ -24,6 +24,7 @@ from engram.domain.principals import Principal
 from engram.runtime.context import principal_var, request_id_var
 from engram.runtime.errors import status_code_for, to_grpc_status
 from engram.runtime.metrics import INTERNAL_ERRORS, RPC_SECONDS, RPC_TOTAL
+from engram.runtime.rate_limit import RateLimiter
 
 log = logging.getLogger("engram.access")
 
@@ -95,9 +96,16 @@ async def _decoded_stream(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
 
 
 class ServerInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, authenticator: Authenticator, *, access_log: bool = True) -> None:
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        *,
+        access_log: bool = True,
+        limiter: RateLimiter | None = None,
+    ) -> None:
         self._authenticator = authenticator
         self._access_log = access_log
+        self._limiter = limiter
 
     async def intercept_service(
         self,
@@ -115,12 +123,12 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
     @contextlib.asynccontextmanager
     async def call(
-        self, method: str, context: grpc.aio.ServicerContext[Any, Any]
+        self, method: str, context: grpc.aio.ServicerContext[Any, Any], request: Any
     ) -> AsyncIterator[None]:
         """Around one call's handler: begin, map a failure to its status, finish."""
         state = _CallState(method)
         try:
-            await self.begin(context, state)
+            await self.begin(context, state, request)
             yield
         except grpc.aio.AbortError:
             state.code = _code_of(context)
@@ -130,7 +138,11 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         finally:
             self.finish(state, context)
 
-    async def begin(self, context: grpc.aio.ServicerContext[Any, Any], state: _CallState) -> None:
+    async def begin(
+        self, context: grpc.aio.ServicerContext[Any, Any], state: _CallState, request: Any
+    ) -> None:
+        """Request id, the principal, and the rate limit (before the handler reads anything;
+        `request` is the unary request, or the request stream, unread)."""
         metadata = tuple(context.invocation_metadata() or ())
         request_id = (
             next((str(value) for key, value in metadata if key == "x-request-id" and value), "")
@@ -141,7 +153,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         if state.anonymous or state.method in CREDENTIAL_IN_REQUEST:
             principal_var.set(None)
             return
-        principal_var.set(await self._authenticator.authenticate(metadata))
+        principal = await self._authenticator.authenticate(metadata)
+        principal_var.set(principal)
+        if self._limiter is not None:
+            await self._limiter.check(principal, state.method, request)
 
     async def fail(
         self, error: BaseException, context: grpc.aio.ServicerContext[Any, Any], state: _CallState
@@ -193,14 +208,14 @@ def _wrap(
     )
 
     async def coroutine(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        async with chain.call(method, context):
+        async with chain.call(method, context, request):
             return await inner(decode(request), context)
         return None  # not reached: a failure aborts the call
 
     async def generator(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
-        async with chain.call(method, context):
+        async with chain.call(method, context, request):
             async for response in inner(decode(request), context):
                 yield response
 

@@ -16,11 +16,21 @@ from grpc_reflection.v1alpha import reflection
 from engram.domain.policy import unlisted_methods
 from engram.runtime.interceptors import Authenticator, ServerInterceptor
 from engram.runtime.metrics import start_metrics_endpoint
+from engram.runtime.rate_limit import RateLimiter, RateLimits, RateLimitStore
 from engram.runtime.settings import Settings
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+def server_options(settings: Settings) -> list[tuple[str, int]]:
+    """The limits every engram server sets explicitly (not left to gRPC's defaults)."""
+    return [
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+        # HTTP/2 streams (calls) one connection may have open at once.
+        ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
+        ("grpc.so_reuseport", 0),
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,17 +49,31 @@ class GrpcServer:
         settings: Settings,
         registrations: Sequence[ServiceRegistration],
         authenticator: Authenticator,
+        *,
+        rate_limit_store: RateLimitStore | None = None,
     ) -> None:
         self._settings = settings
         self._registrations = registrations
         self._health = health.aio.HealthServicer()
+        limiter = (
+            RateLimiter(
+                rate_limit_store,
+                RateLimits(
+                    per_window=settings.rate_limit_per_minute,
+                    window_seconds=60,
+                    search_min_spaces=settings.rate_limit_search_min_spaces,
+                ),
+            )
+            if rate_limit_store is not None
+            else None
+        )
         self._server = grpc.aio.server(
-            interceptors=[ServerInterceptor(authenticator, access_log=settings.access_log)],
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
+            interceptors=[
+                ServerInterceptor(authenticator, access_log=settings.access_log, limiter=limiter)
             ],
+            options=server_options(settings),
+            # Calls beyond this are refused by gRPC with RESOURCE_EXHAUSTED.
+            maximum_concurrent_rpcs=settings.max_concurrent_rpcs or None,
         )
         self.port = 0
         self.metrics_port = 0

@@ -29,6 +29,16 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "json"
     access_log: bool = True
+    # Server-wide limits (issue 13): message size both ways, HTTP/2 streams per connection,
+    # calls in progress per process (beyond: RESOURCE_EXHAUSTED; 0 = unbounded).
+    max_message_bytes: int = Field(default=16 * MIB, ge=1024)
+    max_concurrent_streams: int = Field(default=100, ge=1)
+    max_concurrent_rpcs: int = Field(default=1000, ge=0)
+    # Expensive calls (import, export, reindex, search over more than
+    # rate_limit_search_min_spaces spaces) per principal per method per minute, counted in
+    # the store so replicas share it; 0 = no limit.
+    rate_limit_per_minute: int = Field(default=60, ge=0)
+    rate_limit_search_min_spaces: int = Field(default=4, ge=0)
 
     # --- embedded mode -----------------------------------------------------------------------
     data_dir: Path = Path(".engram")

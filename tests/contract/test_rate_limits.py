@@ -1,0 +1,91 @@
+"""Per-principal rate limits on expensive RPCs: the store's count is atomic (replicas racing
+on one window admit exactly `limit` calls), and over gRPC the call past the limit is
+RESOURCE_EXHAUSTED with google.rpc.RetryInfo, for that principal and method only."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+
+from engram.backends.mongo import connect
+from engram.backends.sqlite import SqliteDatabase
+from engram.runtime.rate_limit import (
+    SCHEMA,
+    MongoRateLimitStore,
+    RateLimitStore,
+    SqliteRateLimitStore,
+)
+from engram.v1 import search_pb2, search_pb2_grpc, space_pb2, storage_pb2
+from tests.support.backends import RealBackends
+from tests.support.deployments import secure_deployment
+from tests.support.grpc_helpers import fails, space
+from tests.support.tokens import bearer, mint
+
+pytestmark = pytest.mark.contract
+
+
+@pytest.fixture(params=["sqlite", "mongo"])
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, real_backends: RealBackends
+) -> AsyncIterator[RateLimitStore]:
+    if request.param == "sqlite":
+        database = SqliteDatabase(tmp_path / "limits.db")
+        await database.open([SCHEMA])
+        yield SqliteRateLimitStore(database)
+        await database.close()
+        return
+    request.applymarker(pytest.mark.real_backend)
+    client, mongo = connect(real_backends.url("mongo"), f"engram_{uuid.uuid4().hex[:12]}")
+    yield MongoRateLimitStore(mongo)
+    client.close()
+
+
+async def test_racing_hits_admit_exactly_the_limit(store: RateLimitStore) -> None:
+    results = await asyncio.gather(*(store.hit("t/ann/m", 7, 5) for _ in range(20)))
+    assert sum(results) == 5
+    assert await store.hit("t/ann/m", 8, 5), "a new window starts from zero"
+    assert await store.hit("t/bob/m", 7, 5), "another key has its own count"
+
+
+async def test_expensive_calls_past_the_limit_are_resource_exhausted(
+    tmp_path: Path, real_backends: RealBackends
+) -> None:
+    ann, bob = bearer(mint("ann", "acme", "member")), bearer(mint("bob", "acme", "member"))
+    async with secure_deployment(
+        "sqlite", tmp_path, real_backends, rate_limit_per_minute=3
+    ) as running:
+        storage = running.storage()
+
+        async def export(metadata: tuple[tuple[str, str], ...]) -> None:
+            request = storage_pb2.ExportSpaceRequest(space=space())
+            async for _ in storage.ExportSpace(request, metadata=metadata):
+                pass
+
+        for _ in range(3):
+            await export(ann)
+        refused = await fails(export(ann), grpc.StatusCode.RESOURCE_EXHAUSTED, "RATE_LIMITED")
+        assert "ExportSpace is limited to 3 calls per 60 s" in refused.message
+        delay = refused.detail(error_details_pb2.RetryInfo).retry_delay
+        assert 1 <= delay.seconds <= 60
+        await export(bob)  # per principal
+        # Cheap calls and narrow searches are not counted.
+        await storage.GetUsage(storage_pb2.GetUsageRequest(space=space()), metadata=ann)
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.ports['storage']}")
+        async with channel:
+            search = search_pb2_grpc.SearchServiceStub(channel)
+            narrow = search_pb2.SearchRequest(spaces=[space()], query="x")
+            for _ in range(5):
+                await search.Search(narrow, metadata=ann)
+            wide = search_pb2.SearchRequest(
+                spaces=[space(f"s{i}", space_pb2.VISIBILITY_PRIVATE) for i in range(6)],
+                query="x",
+            )
+            for _ in range(3):
+                await search.Search(wide, metadata=ann)
+            await fails(search.Search(wide, metadata=ann), grpc.StatusCode.RESOURCE_EXHAUSTED)
