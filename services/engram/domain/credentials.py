@@ -99,6 +99,8 @@ def _first(kind: str, pattern: re.Pattern[str], text: str) -> int | None:
 def find_credential(text: str, *, first_line: int = 1) -> CredentialFinding | None:
     """Returns the first credential-shaped match in `text` (the earliest; at one position
     the first kind listed), or None."""
+    if not text:
+        return None
     found: tuple[int, int, str] | None = None
     for order, (kind, pattern) in enumerate(_COMPILED):
         start = _first(kind, pattern, text)

@@ -141,12 +141,16 @@ def _text(field: bytes) -> bytes:
     return field.split(b"\x00", 1)[0]
 
 
+_HIGH_BYTES = bytes(range(128, 256))
+
+
 def _checksum_ok(header: bytes) -> bool:
     stored = _octal(header[148:156], "checksum")
     blanked = header[:148] + b" " * 8 + header[156:]
     unsigned = sum(blanked)
-    signed = sum(b - 256 if b > 127 else b for b in blanked)
-    return stored in (unsigned, signed)
+    # Some old tars sum signed bytes: each byte above 127 counts 256 less.
+    high = len(blanked) - len(blanked.translate(None, _HIGH_BYTES))
+    return stored in (unsigned, unsigned - 256 * high)
 
 
 def parse_pax(data: bytes) -> dict[str, str]:

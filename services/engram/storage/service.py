@@ -526,14 +526,16 @@ class StorageService:
         content: str,
         current: StoredDocument | None,
         principal: Principal,
+        facts: ContentFacts | None = None,
     ) -> DocumentWrite:
+        sha256, size_bytes, words = facts or content_facts(content)
         return DocumentWrite(
             space=space,
             path=path,
             content=content,
-            sha256=sha256_hex(content),
-            size_bytes=utf8_len(content),
-            word_count=word_count(content),
+            sha256=sha256,
+            size_bytes=size_bytes,
+            word_count=words,
             expected_version=current.version if current else 0,
             document_id=current.document_id if current else str(uuid.uuid4()),
             at=self._clock(),
@@ -594,22 +596,28 @@ class StorageService:
         outcomes: list[ImportedEntry] = []
         changes: list[DocumentWrite] = []
         taken = set(current) | {entry.path for entry in entries}
-        for entry in entries:
+        # Hashing and counting 100s of MiB is CPU work: off the event loop.
+        facts = await asyncio.to_thread(lambda: [content_facts(e.content) for e in entries])
+        for entry, fact in zip(entries, facts, strict=True):
             existing = current.get(entry.path)
             if existing is None:
-                changes.append(self._change(space, entry.path, entry.content, None, principal))
+                changes.append(
+                    self._change(space, entry.path, entry.content, None, principal, fact)
+                )
                 outcomes.append(ImportedEntry(entry.path, entry.path, ImportOutcome.CREATED))
             elif existing.content == entry.content:
                 outcomes.append(ImportedEntry(entry.path, entry.path, ImportOutcome.UNCHANGED))
             elif strategy is ImportStrategy.SKIP:
                 outcomes.append(ImportedEntry(entry.path, "", ImportOutcome.SKIPPED))
             elif strategy is ImportStrategy.OVERWRITE:
-                changes.append(self._change(space, entry.path, entry.content, existing, principal))
+                changes.append(
+                    self._change(space, entry.path, entry.content, existing, principal, fact)
+                )
                 outcomes.append(ImportedEntry(entry.path, entry.path, ImportOutcome.OVERWRITTEN))
             else:
                 target = await self._free_path(space, entry.path, taken)
                 taken.add(target)
-                changes.append(self._change(space, target, entry.content, None, principal))
+                changes.append(self._change(space, target, entry.content, None, principal, fact))
                 outcomes.append(ImportedEntry(entry.path, target, ImportOutcome.RENAMED))
         return outcomes, changes
 
@@ -630,6 +638,14 @@ class StorageService:
             f"no free name to rename {quoted(path)} to; import it with another strategy",
             field="data",
         )
+
+
+ContentFacts = tuple[str, int, int]
+
+
+def content_facts(content: str) -> ContentFacts:
+    """(sha256, UTF-8 bytes, words) of a document's content."""
+    return sha256_hex(content), utf8_len(content), word_count(content)
 
 
 def _validate_preconditions(expected_sha256: str, create_only: bool) -> None:

@@ -1,0 +1,167 @@
+"""Imports against `engram dev --auth` in a subprocess: the attack archives of issue 13 and a
+valid 100 MiB import. For each: the outcome, the server's CPU time, its peak RSS growth (peak
+reset through /proc/<pid>/clear_refs before the call) and the latency of health checks sent
+every 10 ms while the import runs.
+
+    .venv/bin/python bench/import_bench.py [--valid-mib 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import grpc
+from benchlib import free_port, spawn
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc  # noqa: E402
+from tests.support import hostile_archives  # noqa: E402
+from tests.support.tokens import TEST_JWT_SECRET, bearer, mint  # noqa: E402
+
+MIB = 1024 * 1024
+MEMBER = bearer(mint("ann", "acme", "member"))
+VIEWER_OF_OTHER = bearer(mint("eve", "globex", "viewer"))
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class Server:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS
+
+    def status(self, field: str) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError(field)
+
+    def reset_peak(self) -> None:
+        Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+
+
+async def run_import(
+    channel: grpc.aio.Channel,
+    pieces: Sequence[bytes],
+    metadata: tuple[tuple[str, str], ...],
+    ref: space_pb2.SpaceRef,
+) -> str:
+    stub = storage_pb2_grpc.StorageServiceStub(channel)
+
+    async def messages() -> AsyncIterator[storage_pb2.ImportSpaceRequest]:
+        yield storage_pb2.ImportSpaceRequest(
+            space=ref, strategy=storage_pb2.IMPORT_STRATEGY_OVERWRITE
+        )
+        for piece in pieces:
+            yield storage_pb2.ImportSpaceRequest(data=piece)
+
+    try:
+        result = await stub.ImportSpace(messages(), metadata=metadata, timeout=600)
+    except grpc.aio.AioRpcError as error:
+        return f"{error.code().name}: {(error.details() or '')[:70]}"
+    return f"OK: {result.written} documents, {result.bytes / MIB:.1f} MiB"
+
+
+async def measure(
+    server: Server,
+    channel: grpc.aio.Channel,
+    name: str,
+    pieces: Sequence[bytes],
+    metadata: tuple[tuple[str, str], ...] = MEMBER,
+    ref: space_pb2.SpaceRef | None = None,
+) -> None:
+    health = health_pb2_grpc.HealthStub(channel)
+    await health.Check(health_pb2.HealthCheckRequest())
+    rss = server.status("VmRSS")
+    server.reset_peak()
+    cpu = server.cpu_seconds()
+    started = time.perf_counter()
+    work = asyncio.create_task(
+        run_import(
+            channel,
+            pieces,
+            metadata,
+            ref or space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name=name),
+        )
+    )
+    latencies: list[float] = []
+    while not work.done():
+        sent = time.perf_counter()
+        await health.Check(health_pb2.HealthCheckRequest(), timeout=30)
+        latencies.append((time.perf_counter() - sent) * 1000)
+        await asyncio.sleep(0.01)
+    outcome = await work
+    elapsed = time.perf_counter() - started
+    cpu = server.cpu_seconds() - cpu
+    growth = (server.status("VmHWM") - rss) / MIB
+    sent_mib = sum(len(p) for p in pieces) / MIB
+    print(
+        f"{name:26} {outcome[:64]:64} wall {elapsed:6.2f} s  server cpu {cpu:5.2f} s  "
+        f"peak RSS +{growth:6.1f} MiB  health n={len(latencies)} "
+        f"p50 {statistics.median(latencies):5.1f} ms max {max(latencies):6.1f} ms  "
+        f"(sent {sent_mib:.1f} MiB)",
+        flush=True,
+    )
+
+
+async def main(valid_mib: int) -> None:
+    print("generating archives ...", flush=True)
+    attacks = {name: list(make()) for name, make in hostile_archives.ATTACKS.items()}
+    valid = list(hostile_archives.valid_archive(valid_mib * MIB))
+    with tempfile.TemporaryDirectory() as tmp:
+        port = free_port()
+        env = {
+            **os.environ,
+            "ENGRAM_METRICS_PORT": "0",
+            "ENGRAM_JWT_SECRET": TEST_JWT_SECRET,
+            "ENGRAM_ACCESS_LOG": "false",
+            "ENGRAM_QUOTA_PRIVATE": str(2048 * MIB),
+            "ENGRAM_QUOTA_TENANT_TOTAL": str(4096 * MIB),
+            "ENGRAM_RATE_LIMIT_PER_MINUTE": "0",
+        }
+        process = spawn(
+            [sys.executable, "-m", "engram", "dev", "--auth", "--port", str(port)]
+            + ["--data-dir", f"{tmp}/state"],
+            env,
+            Path(tmp) / "server.log",
+        )
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                await asyncio.wait_for(channel.channel_ready(), 120)
+                await asyncio.sleep(2)
+                server = Server(process.pid)
+                print(f"server RSS at start {server.status('VmRSS') / MIB:.0f} MiB", flush=True)
+                for name, pieces in attacks.items():
+                    await measure(server, channel, name, pieces)
+                denied = [b"\x1f" * MIB] * 128
+                target = space_pb2.SpaceRef(
+                    visibility=space_pb2.VISIBILITY_ORG, tenant="acme", name="plans"
+                )
+                await measure(
+                    server, channel, "128MiB_other_tenant", denied, VIEWER_OF_OTHER, target
+                )
+                await measure(server, channel, f"valid_{valid_mib}MiB", valid)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except Exception:  # noqa: BLE001 - a bench cleans up whatever happened
+                process.kill()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--valid-mib", type=int, default=100)
+    asyncio.run(main(parser.parse_args().valid_mib))
