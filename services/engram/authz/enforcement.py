@@ -13,8 +13,8 @@ from typing import Generic, TypeVar
 
 from prometheus_client import Counter
 
-from engram.domain.errors import Unauthenticated
-from engram.domain.policy import Decision, decide
+from engram.domain.errors import PermissionDenied, Unauthenticated
+from engram.domain.policy import TENANT_MISMATCH, Decision, decide
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
 from engram.storage.ports import AuthorizedSpace
@@ -79,7 +79,23 @@ class PolicyAuthorizer:
         self, principal: Principal, action: Action, space: SpaceRef
     ) -> AuthorizedSpace:
         decision = self.decide(principal, action, space)
-        return AuthorizedSpace(space=decision.require(), audit_action=decision.audit_action)
+        granted = decision.require()
+        check_space_tenant(principal, granted)
+        return AuthorizedSpace(space=granted, audit_action=decision.audit_action)
+
+
+def check_space_tenant(principal: Principal, space: SpaceRef) -> None:
+    """Defence in depth: every query is keyed by the space id, so the id about to be queried
+    must carry the caller's own tenant (global spaces and services aside), whatever the
+    policy decided. A failure here is a bug in stamping or id construction, refused."""
+    if principal.service or space.is_global:
+        return
+    id_tenant = space.id.split(":")[2]
+    if space.tenant != principal.tenant or id_tenant != principal.tenant:
+        DECISIONS.labels("any", TENANT_MISMATCH).inc()
+        raise PermissionDenied(
+            "the space resolved to another tenant's data; refused", rule=TENANT_MISMATCH
+        )
 
 
 class FixedPrincipalAuthenticator:
