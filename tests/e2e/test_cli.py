@@ -128,9 +128,10 @@ async def test_token_quota_and_audit_commands(tmp_path: Path) -> None:
         admin = dev_token(engram.core.jwt_secret)
         refused = await cli("ls", ok=False)
         assert "UNAUTHENTICATED" in refused
-        created = await cli(
-            "token", "create", "--role", "viewer", "--user", "carl", "--token", admin
+        assert "ACT_AS_DISABLED" in await cli(
+            "token", "create", "--role", "viewer", "--user", "carl", "--token", admin, ok=False
         )
+        created = await cli("token", "create", "--role", "viewer", "--token", admin)
         token = created.strip().splitlines()[-1]
         token_id = created.split("token id ")[1].split(",")[0].strip()
         assert token.startswith(f"egm_{token_id}_")
