@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
@@ -24,7 +24,7 @@ from engram.runtime.rate_limit import (
 from engram.v1 import search_pb2, search_pb2_grpc, space_pb2, storage_pb2
 from tests.support.backends import RealBackends
 from tests.support.deployments import secure_deployment
-from tests.support.grpc_helpers import fails, space
+from tests.support.grpc_helpers import CallFailure, fails, import_sync, space
 from tests.support.tokens import bearer, mint
 
 pytestmark = pytest.mark.contract
@@ -89,3 +89,35 @@ async def test_expensive_calls_past_the_limit_are_resource_exhausted(
             for _ in range(3):
                 await search.Search(wide, metadata=ann)
             await fails(search.Search(wide, metadata=ann), grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+async def test_import_bytes_in_flight_are_capped_per_principal(
+    tmp_path: Path, real_backends: RealBackends
+) -> None:
+    """ENGRAM_MAX_IMPORT_INFLIGHT_BYTES bounds what one principal's running imports hold:
+    past it the import is RESOURCE_EXHAUSTED (nothing written) and the budget is returned."""
+    from tests.support import hostile_archives  # noqa: PLC0415
+
+    ann = bearer(mint("ann", "acme", "member"))
+    async with secure_deployment(
+        "sqlite", tmp_path, real_backends, max_import_inflight_bytes=2 * 1024 * 1024
+    ) as running:
+        storage = running.storage()
+        target = space("imports")
+
+        def archive(size: int) -> Iterator[bytes]:
+            return hostile_archives.valid_archive(size, doc_bytes=256 * 1024)
+
+        port = running.ports["storage"]
+        refused = await import_sync(port, target, archive(4 * 1024 * 1024), ann)
+        assert isinstance(refused, CallFailure)
+        assert refused.code == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.message
+        assert refused.reason == "IMPORT_IN_FLIGHT_LIMIT"
+        assert "ENGRAM_MAX_IMPORT_INFLIGHT_BYTES" in refused.message
+        listing = await storage.ListDocuments(
+            storage_pb2.ListDocumentsRequest(space=target, recursive=True), metadata=ann
+        )
+        assert not listing.entries
+        # The refused import gave its bytes back: one that fits goes through.
+        accepted = await import_sync(port, target, archive(1024 * 1024), ann)
+        assert isinstance(accepted, storage_pb2.ImportSpaceResponse) and accepted.written >= 3

@@ -23,7 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
 from tests.support import hostile_archives
-from tests.support.grpc_helpers import CallFailure, space
+from tests.support.grpc_helpers import CallFailure, import_sync, space
 from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
 
 pytestmark = pytest.mark.e2e
@@ -103,30 +103,9 @@ async def import_stream(
     metadata: tuple[tuple[str, str], ...],
     ref: space_pb2.SpaceRef | None = None,
 ) -> CallFailure:
-    """Streams through the sync client in a thread: the aio client may report a server that
-    ends a client stream early as INTERNAL "Internal error from Core" instead of its status
-    (grpc/grpc#36066); the sync client reports the server's status."""
-    target = ref or space("imports")
-    address = f"127.0.0.1:{port}"
-
-    def messages() -> Iterator[storage_pb2.ImportSpaceRequest]:
-        yield storage_pb2.ImportSpaceRequest(
-            space=target, strategy=storage_pb2.IMPORT_STRATEGY_OVERWRITE
-        )
-        for piece in pieces:
-            yield storage_pb2.ImportSpaceRequest(data=piece)
-
-    def call() -> grpc.RpcError:
-        with grpc.insecure_channel(address) as sync_channel:
-            stub = storage_pb2_grpc.StorageServiceStub(sync_channel)
-            try:
-                result = stub.ImportSpace(messages(), metadata=metadata, timeout=60)
-            except grpc.RpcError as error:
-                return error
-        raise AssertionError(f"the import succeeded: {result}")
-
-    error = await asyncio.to_thread(call)
-    return CallFailure(error)  # type: ignore[arg-type]
+    outcome = await import_sync(port, ref or space("imports"), pieces, metadata)
+    assert isinstance(outcome, CallFailure), f"the import succeeded: {outcome}"
+    return outcome
 
 
 async def health_during(channel: grpc.aio.Channel, work: asyncio.Task[CallFailure]) -> int:

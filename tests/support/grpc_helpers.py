@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import asyncio
+from collections.abc import Awaitable, Iterable, Iterator
 from typing import Any
 
 import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from engram.v1 import space_pb2, storage_pb2
+from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
 
 
 def space(
@@ -71,3 +72,33 @@ async def fails(call: Awaitable[Any], code: grpc.StatusCode, reason: str = "") -
     if reason:
         assert failure.reason == reason, failure.reason
     return failure
+
+
+async def import_sync(
+    port: int,
+    ref: space_pb2.SpaceRef,
+    pieces: Iterable[bytes],
+    metadata: tuple[tuple[str, str], ...],
+    strategy: int = storage_pb2.IMPORT_STRATEGY_OVERWRITE,
+) -> storage_pb2.ImportSpaceResponse | CallFailure:
+    """ImportSpace through the sync client in a thread. The asyncio client may report a
+    server that ends a client stream early (a refusal mid-upload) as INTERNAL "Internal error
+    from Core" instead of the server's status (grpc/grpc#36066); the sync client does not."""
+
+    def messages() -> Iterator[storage_pb2.ImportSpaceRequest]:
+        yield storage_pb2.ImportSpaceRequest(space=ref, strategy=strategy)  # type: ignore[arg-type]
+        for piece in pieces:
+            yield storage_pb2.ImportSpaceRequest(data=piece)
+
+    def call() -> storage_pb2.ImportSpaceResponse | CallFailure:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = storage_pb2_grpc.StorageServiceStub(channel)
+            try:
+                response: storage_pb2.ImportSpaceResponse = stub.ImportSpace(
+                    messages(), metadata=metadata, timeout=120
+                )
+            except grpc.RpcError as error:
+                return CallFailure(error)  # type: ignore[arg-type]
+            return response
+
+    return await asyncio.to_thread(call)
