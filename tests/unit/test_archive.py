@@ -217,3 +217,14 @@ def test_fed_bytes_are_accounted_before_they_are_kept() -> None:
         for piece in hostile_archives.valid_archive(4 << 20):
             reader.feed(piece)
     assert max(seen) <= 256 * 1024
+
+
+def test_a_long_entry_name_is_refused_without_being_echoed() -> None:
+    name = "d/" + "n" * 4000 + ".md"
+    for tar_format in (tarfile.PAX_FORMAT, tarfile.GNU_FORMAT):
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz", format=tar_format) as tar:
+            tar.addfile(tarfile.TarInfo(name), io.BytesIO(b""))
+        with pytest.raises(InvalidArchive) as caught:
+            read_archive(buffer.getvalue(), SERVER_LIMITS)
+        assert "4005 bytes" in caught.value.message and "nnnn" not in caught.value.message

@@ -17,7 +17,7 @@ from datetime import datetime
 
 from engram.domain.content import check_size, check_text, decode_utf8
 from engram.domain.errors import InvalidArchive, InvalidArgument
-from engram.domain.paths import validate_document_path
+from engram.domain.paths import MAX_PATH_BYTES, validate_document_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,6 +327,12 @@ class ArchiveReader:
                 "(ENGRAM_MAX_IMPORT_ENTRIES); split it"
             )
         name = self._member_name(header)
+        if len(name.encode("utf-8")) > MAX_PATH_BYTES + 2:  # "./" + the longest path
+            # Refused without echoing it: error messages never carry kilobytes of upload.
+            raise _refuse(
+                f"an archive entry name is {len(name.encode('utf-8'))} bytes; document paths "
+                f"are at most {MAX_PATH_BYTES}"
+            )
         self._pax, self._long_name = {}, None
         if kind == DIRECTORY_TYPE:
             self._skip_data(size)

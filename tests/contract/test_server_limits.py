@@ -1,6 +1,7 @@
-"""Per-principal rate limits on expensive RPCs: the store's count is atomic (replicas racing
-on one window admit exactly `limit` calls), and over gRPC the call past the limit is
-RESOURCE_EXHAUSTED with google.rpc.RetryInfo, for that principal and method only."""
+"""Server limits (issue 13): message sizes; per-principal rate limits on expensive RPCs,
+whose store count is atomic (replicas racing on one window admit exactly `limit` calls) and
+whose refusal is RESOURCE_EXHAUSTED with google.rpc.RetryInfo for that principal and method
+only; the per-principal cap on bytes held by running imports."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from engram.runtime.rate_limit import (
 from engram.v1 import search_pb2, search_pb2_grpc, space_pb2, storage_pb2
 from tests.support.backends import RealBackends
 from tests.support.deployments import secure_deployment
-from tests.support.grpc_helpers import CallFailure, fails, import_sync, space
+from tests.support.grpc_helpers import CallFailure, fails, import_sync, space, write_request
 from tests.support.tokens import bearer, mint
 
 pytestmark = pytest.mark.contract
@@ -121,3 +122,19 @@ async def test_import_bytes_in_flight_are_capped_per_principal(
         # The refused import gave its bytes back: one that fits goes through.
         accepted = await import_sync(port, target, archive(1024 * 1024), ann)
         assert isinstance(accepted, storage_pb2.ImportSpaceResponse) and accepted.written >= 3
+
+
+async def test_messages_over_the_configured_size_are_refused(
+    tmp_path: Path, real_backends: RealBackends
+) -> None:
+    ann = bearer(mint("ann", "acme", "member"))
+    async with secure_deployment(
+        "sqlite", tmp_path, real_backends, max_message_bytes=64 * 1024
+    ) as running:
+        storage = running.storage()
+        await storage.WriteDocument(write_request("small.md", "x" * 1000), metadata=ann)
+        # gRPC itself refuses the message (before engram sees it), so no ErrorInfo here.
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await storage.WriteDocument(write_request("big.md", "x" * 100_000), metadata=ann)
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "65536" in (caught.value.details() or "")
