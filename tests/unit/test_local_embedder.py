@@ -6,13 +6,21 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
+from tokenizers import Tokenizer
 
+import engram
 from engram.domain.chunks import ModelInfo
 from engram.indexer.embedders import build_embedder
-from engram.indexer.embedders.local import DIMENSION, MODEL_ID, LocalOnnxEmbedder
+from engram.indexer.embedders.local import (
+    DIMENSION,
+    MODEL_ID,
+    LocalOnnxEmbedder,
+    default_tokenizer_path,
+)
 from engram.runtime.settings import Settings
 
 
@@ -112,6 +120,20 @@ async def test_inference_runs_off_the_event_loop(embedder: LocalOnnxEmbedder) ->
     assert threading.get_ident() == loop_thread
     # The loop kept turning while 64 texts were embedded.
     assert ticks >= max(2, int(elapsed / 0.005) // 4)
+
+
+def test_the_tokenizer_ships_inside_engram_with_its_licence() -> None:
+    # Package data, not another wheel: `pip install engram` alone can embed.
+    path = default_tokenizer_path()
+    assert path.is_relative_to(Path(engram.__file__).parent)
+    assert (path.parent / "LICENSE").read_text().count("Apache License") >= 1
+    assert "all-MiniLM-L6-v2" in (path.parent / "NOTICE").read_text()
+    # The uncased WordPiece vocabulary of the model: lower-cases, splits unknown words.
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_padding()
+    encoding = tokenizer.encode("Hello, Engram!")
+    assert encoding.tokens == ["[CLS]", "hello", ",", "eng", "##ram", "!", "[SEP]"]
+    assert encoding.ids == [101, 7592, 1010, 25540, 6444, 999, 102]
 
 
 def test_invalid_configuration_is_refused() -> None:

