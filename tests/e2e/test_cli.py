@@ -142,6 +142,8 @@ async def test_token_quota_and_audit_commands(tmp_path: Path) -> None:
         )
         assert "revoked" in await cli("token", "revoke", token_id, "--token", admin)
         assert "UNAUTHENTICATED" in await cli("read", "MEMORY.md", "--token", token, ok=False)
+        # Decimal and binary units both read (pydantic's ByteSize): 2GB = 2e9 bytes.
+        assert "set to 1.9 GiB" in await cli("quota", "set", "local", "2GB", "--token", admin)
         assert "set to 2.0 GiB" in await cli("quota", "set", "local", "2GiB", "--token", admin)
         shown = await cli("quota", "show", "--token", admin)
         assert "2.0 GiB" in shown and "override" in shown

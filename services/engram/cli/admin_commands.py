@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from engram.cli.client import AddrOption, TokenOption, call, channel, console, fail, metadata
+from engram.runtime.sizes import format_size, parse_size
 from engram.v1 import authz_pb2, authz_pb2_grpc, quota_pb2, quota_pb2_grpc
 
 ROLES = {
@@ -18,34 +19,6 @@ ROLES = {
     "member": authz_pb2.ROLE_MEMBER,
     "admin": authz_pb2.ROLE_ADMIN,
 }
-
-
-def _human(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
-
-
-def _bytes(text: str) -> int:
-    units = {
-        "": 1,
-        "b": 1,
-        "k": 1024,
-        "kib": 1024,
-        "m": 1024**2,
-        "mib": 1024**2,
-        "g": 1024**3,
-        "gib": 1024**3,
-    }
-    number = text.strip().lower().rstrip()
-    digits = number.rstrip("abcdefghijklmnopqrstuvwxyz ")
-    unit = number[len(digits) :].strip()
-    if not digits.isdigit() or unit not in units:
-        fail(f"cannot read {text!r} as a size: use bytes or a suffix like 512MiB, 2GiB")
-    return int(digits) * units[unit]
 
 
 token_app = typer.Typer(help="Personal access tokens.", no_args_is_help=True)
@@ -124,8 +97,8 @@ def quota_show(
     table = Table("tenant", "used", "limit", "source")
     table.add_row(
         usage.tenant,
-        _human(usage.tenant_used_bytes),
-        _human(usage.tenant_quota_bytes),
+        format_size(usage.tenant_used_bytes),
+        format_size(usage.tenant_quota_bytes),
         "override" if usage.tenant_quota_overridden else "default",
     )
     console.print(table)
@@ -134,12 +107,17 @@ def quota_show(
 @quota_app.command("set")
 def quota_set(
     tenant: Annotated[str, typer.Argument(help="Tenant id, or 'instance' for global spaces.")],
-    size: Annotated[str, typer.Argument(help="Limit: bytes or 512MiB, 2GiB ... (0 = no growth).")],
+    size: Annotated[
+        str, typer.Argument(help="Limit: bytes, or 500MB, 512MiB, 2GB, 2GiB ... (0 = no growth).")
+    ],
     addr: AddrOption = "127.0.0.1:50051",
     token: TokenOption = "",
 ) -> None:
     """Set a tenant's aggregate limit (platform admins)."""
-    quota_bytes = _bytes(size)
+    try:
+        quota_bytes = parse_size(size)
+    except ValueError as error:
+        fail(str(error))
     with channel(addr) as opened:
         stub = quota_pb2_grpc.QuotaServiceStub(opened)
         call(
@@ -149,7 +127,7 @@ def quota_set(
                 metadata=metadata(token),
             )
         )
-    console.print(f"quota of {tenant} set to {_human(quota_bytes)}", highlight=False)
+    console.print(f"quota of {tenant} set to {format_size(quota_bytes)}", highlight=False)
 
 
 @quota_app.command("reconcile")

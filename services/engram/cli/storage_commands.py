@@ -29,6 +29,7 @@ from engram.cli.client import (
     metadata,
     read_input,
 )
+from engram.runtime.sizes import format_size
 from engram.v1 import storage_pb2, storage_pb2_grpc
 
 IMPORT_CHUNK = 256 * 1024
@@ -45,15 +46,6 @@ def _space(
     return SpaceFlags(
         visibility=visibility, name=name, project=project, bot=bot, user=user, tenant=tenant
     )
-
-
-def _human(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
 
 
 def register(app: typer.Typer) -> None:
@@ -100,7 +92,7 @@ def register(app: typer.Typer) -> None:
             else ("unchanged" if response.bytes_delta == 0 and not append else "updated")
         )
         console.print(
-            f"{verb} [bold]{doc.path}[/] v{doc.version} {_human(doc.size_bytes)} "
+            f"{verb} [bold]{doc.path}[/] v{doc.version} {format_size(doc.size_bytes)} "
             f"({response.bytes_delta:+d} B) sha256 {doc.sha256[:12]}",
             highlight=False,
         )
@@ -131,7 +123,7 @@ def register(app: typer.Typer) -> None:
         doc = response.document
         if meta:
             err_console.print(
-                f"{doc.path} v{doc.version} {_human(doc.size_bytes)} {doc.word_count} words "
+                f"{doc.path} v{doc.version} {format_size(doc.size_bytes)} {doc.word_count} words "
                 f"sha256 {doc.sha256} updated {doc.updated_at.ToDatetime().isoformat()}Z "
                 f"by {doc.updated_by}",
                 highlight=False,
@@ -184,7 +176,7 @@ def register(app: typer.Typer) -> None:
                     if entry.is_dir:
                         nodes.setdefault(entry.path, parent.add(f"[bold blue]{parts[-1]}/[/]"))
                     else:
-                        parent.add(f"{parts[-1]} [dim]{_human(entry.size_bytes)}[/]")
+                        parent.add(f"{parts[-1]} [dim]{format_size(entry.size_bytes)}[/]")
                 token_page = response.next_page_token
                 if not token_page:
                     break
@@ -216,7 +208,7 @@ def register(app: typer.Typer) -> None:
             stub = storage_pb2_grpc.StorageServiceStub(opened)
             response = call(lambda: stub.DeleteDocument(request, metadata=metadata(token)))
         console.print(
-            f"deleted [bold]{path}[/] ({_human(response.deleted_bytes)})", highlight=False
+            f"deleted [bold]{path}[/] ({format_size(response.deleted_bytes)})", highlight=False
         )
 
     @app.command()
@@ -240,12 +232,15 @@ def register(app: typer.Typer) -> None:
         table = Table("scope", "used", "limit", "documents")
         table.add_row(
             "space",
-            _human(usage.used_bytes),
-            _human(usage.quota_bytes) if usage.quota_bytes else "none",
+            format_size(usage.used_bytes),
+            format_size(usage.quota_bytes) if usage.quota_bytes else "none",
             str(usage.document_count),
         )
         table.add_row(
-            "tenant", _human(usage.tenant_used_bytes), _human(usage.tenant_quota_bytes), ""
+            "tenant",
+            format_size(usage.tenant_used_bytes),
+            format_size(usage.tenant_quota_bytes),
+            "",
         )
         console.print(table)
 
@@ -283,7 +278,7 @@ def register(app: typer.Typer) -> None:
                 partial.unlink(missing_ok=True)
                 raise
         partial.replace(out)
-        console.print(f"exported to [bold]{out}[/] ({_human(size)})", highlight=False)
+        console.print(f"exported to [bold]{out}[/] ({format_size(size)})", highlight=False)
 
     @app.command("import")
     def import_space(
@@ -316,7 +311,7 @@ def register(app: typer.Typer) -> None:
             result = call(lambda: stub.ImportSpace(messages(), metadata=metadata(token)))
         console.print(
             f"imported: {result.written} written, {result.renamed} renamed, "
-            f"{result.skipped} skipped, {_human(result.bytes)}",
+            f"{result.skipped} skipped, {format_size(result.bytes)}",
             highlight=False,
         )
         for entry in result.entries:
@@ -353,7 +348,7 @@ def register(app: typer.Typer) -> None:
                     table.add_row(
                         str(item.version),
                         item.sha256[:12],
-                        _human(item.size_bytes),
+                        format_size(item.size_bytes),
                         item.updated_at.ToDatetime().isoformat(timespec="seconds") + "Z",
                         item.updated_by,
                         note,

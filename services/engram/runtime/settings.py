@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import ByteSize, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from engram.domain.content import DEFAULT_MAX_DOC_BYTES
@@ -43,24 +43,26 @@ class Settings(BaseSettings):
     # --- embedded mode -----------------------------------------------------------------------
     data_dir: Path = Path(".engram")
 
+    # Sizes (ByteSize) read as bytes or with a unit: 500MB, 512MiB, 2GB (10^9), 2GiB (2^30).
+
     # --- documents ---------------------------------------------------------------------------
-    max_doc_bytes: int = Field(default=DEFAULT_MAX_DOC_BYTES, ge=0)
+    max_doc_bytes: ByteSize = Field(default=ByteSize(DEFAULT_MAX_DOC_BYTES), ge=0)
     version_retention: int = Field(default=50, ge=0)
-    max_import_bytes: int = Field(default=256 * MIB, ge=0)
+    max_import_bytes: ByteSize = Field(default=ByteSize(256 * MIB), ge=0)
     max_import_entries: int = Field(default=10_000, ge=1)
     # Bytes all running imports of one principal may hold at once, per process.
     max_import_inflight_bytes: int = Field(default=512 * MIB, ge=0)
 
     # --- quotas (bytes; ARCHITECTURE §2) -----------------------------------------------------
-    quota_private: int = Field(default=64 * MIB, ge=0)
-    quota_bot: int = Field(default=256 * MIB, ge=0)
-    quota_project: int = Field(default=256 * MIB, ge=0)
-    quota_cross_project: int = Field(default=512 * MIB, ge=0)
-    quota_user: int = Field(default=128 * MIB, ge=0)
-    quota_org: int = Field(default=1 * GIB, ge=0)
-    quota_global: int = Field(default=0, ge=0)
-    quota_tenant_total: int = Field(default=1 * GIB, ge=0)
-    quota_instance_total: int = Field(default=1 * GIB, ge=0)
+    quota_private: ByteSize = Field(default=ByteSize(64 * MIB), ge=0)
+    quota_bot: ByteSize = Field(default=ByteSize(256 * MIB), ge=0)
+    quota_project: ByteSize = Field(default=ByteSize(256 * MIB), ge=0)
+    quota_cross_project: ByteSize = Field(default=ByteSize(512 * MIB), ge=0)
+    quota_user: ByteSize = Field(default=ByteSize(128 * MIB), ge=0)
+    quota_org: ByteSize = Field(default=ByteSize(1 * GIB), ge=0)
+    quota_global: ByteSize = Field(default=ByteSize(0), ge=0)
+    quota_tenant_total: ByteSize = Field(default=ByteSize(1 * GIB), ge=0)
+    quota_instance_total: ByteSize = Field(default=ByteSize(1 * GIB), ge=0)
 
     # --- identity ----------------------------------------------------------------------------
     jwt_secret: SecretStr | None = None
@@ -126,7 +128,7 @@ class Settings(BaseSettings):
     opensearch_timeout_seconds: float = Field(default=10.0, gt=0)
     # Embedded keyword index: `<data_dir>/keyword` unless set.
     tantivy_dir: Path | None = None
-    tantivy_writer_heap_bytes: int = Field(default=50_000_000, ge=15_000_000)
+    tantivy_writer_heap_bytes: ByteSize = Field(default=ByteSize(50_000_000), ge=15_000_000)
     tantivy_search_threads: int = Field(default=2, ge=1)
 
     # --- search (ARCHITECTURE §4) ------------------------------------------------------------
