@@ -72,7 +72,7 @@ class _NoEvents:
 async def _mongo(settings: Settings, stack: contextlib.AsyncExitStack) -> MongoDatabase:
     assert settings.mongo_uri is not None
     client, database = connect(settings.mongo_uri.get_secret_value(), settings.mongo_db)
-    stack.callback(client.close)
+    stack.push_async_callback(client.close)
     return database
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from motor.motor_asyncio import AsyncIOMotorClient
+from pymongo import AsyncMongoClient
 
 from engram.indexer.embedding_cache import MongoEmbeddingCache
 
@@ -26,13 +26,13 @@ async def cache_db(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
     except pytest.FixtureLookupError:
         pass
     url = request.getfixturevalue("real_backends").url("mongo")
-    client: Any = AsyncIOMotorClient(url, serverSelectionTimeoutMS=10_000)
+    client: Any = AsyncMongoClient(url, serverSelectionTimeoutMS=10_000)
     name = f"engram_cache_{uuid.uuid4().hex[:12]}"
     try:
         yield client[name]
     finally:
         await client.drop_database(name)
-        client.close()
+        await client.close()
 
 
 async def test_round_trip_per_model(cache_db: Any) -> None:

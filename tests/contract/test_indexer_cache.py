@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from motor.motor_asyncio import AsyncIOMotorClient
+from pymongo import AsyncMongoClient
 
 from engram.indexer.embedding_cache import MongoEmbeddingCache
 from engram.indexer.production import MongoIdEmbeddingCache
@@ -22,13 +22,13 @@ pytestmark = [pytest.mark.contract, pytest.mark.real_backend]
 
 @pytest.fixture
 async def database(real_backends: RealBackends) -> AsyncIterator[Any]:
-    client: Any = AsyncIOMotorClient(real_backends.url("mongo"), serverSelectionTimeoutMS=10_000)
+    client: Any = AsyncMongoClient(real_backends.url("mongo"), serverSelectionTimeoutMS=10_000)
     name = f"engram_idcache_{uuid.uuid4().hex[:12]}"
     try:
         yield client[name]
     finally:
         await client.drop_database(name)
-        client.close()
+        await client.close()
 
 
 async def test_round_trip_duplicates_and_the_shared_format(database: Any) -> None:

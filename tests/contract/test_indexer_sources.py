@@ -83,7 +83,7 @@ async def mongo_subject(tmp_path: Path, backends: RealBackends) -> AsyncIterator
         )
         yield Subject(RepositoryDocumentSource(repository), storage)
     finally:
-        client.close()
+        await client.close()
 
 
 @contextlib.asynccontextmanager

@@ -25,7 +25,7 @@ SPACE = SpaceRef.create(Visibility.PRIVATE, tenant="acme", name="notes")
 async def database(real_backends: RealBackends) -> AsyncIterator[MongoDatabase]:
     client, db = connect(real_backends.url("mongo"), f"crash_{uuid.uuid4().hex[:10]}")
     yield db
-    client.close()
+    await client.close()
 
 
 async def test_a_lost_head_update_is_repaired(database: MongoDatabase) -> None:

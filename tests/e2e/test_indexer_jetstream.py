@@ -125,7 +125,7 @@ async def expected_chunks(deployment: Deployment, path: str) -> list[Chunk]:
     try:
         document = await MongoDocumentRepository(database, retention=50).get(SPACE_ID, path)
     finally:
-        client.close()
+        await client.close()
     if document is None:
         return []
     return build_chunks(

@@ -342,7 +342,7 @@ async def test_two_indexer_processes_converge_through_duplicates_reordering_and_
                         for name, path in documents
                     }
                 finally:
-                    client.close()
+                    await client.close()
         await capture_subscription.unsubscribe()
 
         assert sum(1 for d in current.values() if d is None) >= 5, "some deleted"

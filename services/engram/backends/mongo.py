@@ -1,4 +1,4 @@
-"""MongoDB plumbing: the motor client, error mapping, and facts about what we rely on.
+"""MongoDB plumbing: the PyMongo asyncio client, error mapping, and facts about what we rely on.
 
 Engram relies only on operations that are atomic per single document on every MongoDB
 wire-protocol server we run against, including FerretDB v1 (whose updates are NOT atomic
@@ -13,8 +13,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from motor.motor_asyncio import AsyncIOMotorClient, AsyncIOMotorDatabase
-from pymongo import IndexModel
+from pymongo import AsyncMongoClient, IndexModel
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import (
     AutoReconnect,
     ConnectionFailure,
@@ -26,12 +27,17 @@ from pymongo.errors import (
 
 from engram.domain.errors import Unavailable
 
-MongoDatabase = AsyncIOMotorDatabase[dict[str, Any]]
+MongoClient = AsyncMongoClient[dict[str, Any]]
+MongoDatabase = AsyncDatabase[dict[str, Any]]
+MongoCollection = AsyncCollection[dict[str, Any]]
 
 
-def connect(uri: str, database: str, *, timeout_ms: int = 5000) -> tuple[Any, MongoDatabase]:
-    """A client bound to the running event loop and its database (call inside async code)."""
-    client: AsyncIOMotorClient[dict[str, Any]] = AsyncIOMotorClient(
+def connect(
+    uri: str, database: str, *, timeout_ms: int = 5000
+) -> tuple[MongoClient, MongoDatabase]:
+    """A client (PyMongo's asyncio API) and its database. The client connects in the
+    background on first use; close it with `await client.close()`."""
+    client: MongoClient = AsyncMongoClient(
         uri,
         serverSelectionTimeoutMS=timeout_ms,
         connectTimeoutMS=timeout_ms,
@@ -62,14 +68,14 @@ def mongo_errors(what: str) -> Iterator[None]:
         raise Unavailable(f"MongoDB unavailable while {what}: {type(error).__name__}") from None
 
 
-async def ensure_indexes(collection: Any, models: list[IndexModel]) -> None:
+async def ensure_indexes(collection: MongoCollection, models: list[IndexModel]) -> None:
     """Creates the indexes a collection lacks, one at a time (idempotent).
 
     Asking FerretDB v1 to create indexes that already exist in a multi-index call crashes
     its connection, so existing ones are listed first and skipped.
     """
     with mongo_errors(f"creating indexes on {collection.name}"):
-        existing = {index["name"] async for index in collection.list_indexes()}
+        existing = {index["name"] async for index in await collection.list_indexes()}
         for model in models:
             if model.document["name"] not in existing:
                 await collection.create_indexes([model])

@@ -10,12 +10,12 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 from bson.binary import Binary
 from pymongo import ReplaceOne
 
+from engram.backends.mongo import MongoDatabase
 from engram.backends.sqlite import SqliteDatabase
 from engram.domain.chunks import ModelInfo
 from engram.indexer.ports import Embedder, EmbeddingCache, IndexUnavailable, Vectors
@@ -93,8 +93,7 @@ class MongoEmbeddingCache:
 
     COLLECTION = "embedding_cache"
 
-    def __init__(self, db: Any) -> None:
-        # `db` is a motor AsyncIOMotorDatabase (motor ships no type information).
+    def __init__(self, db: MongoDatabase) -> None:
         self._collection = db[self.COLLECTION]
 
     async def ensure_indexes(self) -> None:

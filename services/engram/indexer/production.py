@@ -156,7 +156,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
     assert settings.storage_addr is not None and settings.service_token is not None
     client, database = connect(settings.mongo_uri.get_secret_value(), settings.mongo_db)
     async with contextlib.AsyncExitStack() as stack:
-        stack.callback(client.close)
+        stack.push_async_callback(client.close)
         cache = MongoIdEmbeddingCache(database)
         await cache.ensure_indexes()
         keyword = OpenSearchKeywordIndex.from_settings(settings)

@@ -49,5 +49,5 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("grpc", "pymongo", "motor", "nats", "opensearch", "httpx", "urllib3"):
+    for noisy in ("grpc", "pymongo", "nats", "opensearch", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

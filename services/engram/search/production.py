@@ -61,7 +61,7 @@ async def search_on_backends(
 
             assert settings.mongo_uri is not None
             client, database = connect(settings.mongo_uri.get_secret_value(), settings.mongo_db)
-            stack.callback(client.close)
+            stack.push_async_callback(client.close)
             authenticator = await authenticator_from_settings(settings, database)
         keyword = OpenSearchKeywordIndex.from_settings(settings)
         await _open_or_keep_trying(keyword, "keyword", stack)

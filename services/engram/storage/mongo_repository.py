@@ -340,19 +340,22 @@ class MongoDocumentRepository:
         with mongo_errors("summing usage"):
             count = await self._heads.count_documents(match)
             # One accumulator per $group: FerretDB v1 computes only the first.
-            totals = await self._heads.aggregate(
-                [{"$match": match}, {"$group": {"_id": None, "used": {"$sum": "$size_bytes"}}}]
+            totals = await (
+                await self._heads.aggregate(
+                    [{"$match": match}, {"$group": {"_id": None, "used": {"$sum": "$size_bytes"}}}]
+                )
             ).to_list(length=1)
         return SpaceUsage(used_bytes=int(totals[0]["used"]) if totals else 0, document_count=count)
 
     async def usage_by_space(self, aggregate_owner: str) -> dict[str, int]:
         with mongo_errors("summing usage by space"):
-            rows = await self._heads.aggregate(
+            cursor = await self._heads.aggregate(
                 [
                     {"$match": {"tenant": aggregate_owner, "deleted": False}},
                     {"$group": {"_id": "$space_id", "used": {"$sum": "$size_bytes"}}},
                 ]
-            ).to_list(length=None)
+            )
+            rows = await cursor.to_list(length=None)
         return {str(row["_id"]): int(row["used"]) for row in rows}
 
     # --- changes -----------------------------------------------------------------------------
