@@ -40,6 +40,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: Any
+    at: float = field(default_factory=time.monotonic)
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -232,6 +233,20 @@ async def test_openai_retries_rate_limits_and_server_errors(
     await embedder.aclose()
     assert len(openai_server.requests) == 3
     assert np.allclose(vectors, expected(["a", "b"]), atol=1e-6)
+
+
+async def test_a_retry_waits_as_long_as_retry_after_asks(
+    openai_server: MockOpenAIEmbeddingsServer,
+) -> None:
+    # The own backoff would be ~1 ms; the provider's Retry-After wins.
+    openai_server.script = [(429, b"slow down", {"retry-after": "0.4"})]
+    embedder = OpenAICompatibleEmbedder(
+        base_url=openai_server.url, model="m", base_backoff=0.001, max_retries=1
+    )
+    await embedder.embed_documents(["a"])
+    await embedder.aclose()
+    first, second = openai_server.requests
+    assert second.at - first.at >= 0.4
 
 
 async def test_openai_gives_up_after_the_retries(

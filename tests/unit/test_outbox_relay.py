@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from engram.events.ports import OutboxMessage
-from engram.events.relay import OutboxRelay
+from engram.events.relay import PUBLISH_FAILURES, OutboxRelay
 
 pytestmark = pytest.mark.unit
 
@@ -46,3 +46,47 @@ async def test_stop_right_after_a_change_always_ends(poll_seconds: float) -> Non
         stopping = asyncio.ensure_future(relay.stop(drain_seconds=0))
         done, _ = await asyncio.wait({stopping}, timeout=5)
         assert done, "stop() did not return: the relay loop outlived its cancel"
+
+
+class ListOutbox:
+    def __init__(self, messages: list[OutboxMessage]) -> None:
+        self.messages = messages
+
+    async def pending(self, limit: int) -> list[OutboxMessage]:
+        return self.messages[:limit]
+
+    async def clear(self, messages: Sequence[OutboxMessage]) -> None:
+        cleared = {message.key for message in messages}
+        self.messages = [m for m in self.messages if m.key not in cleared]
+
+    async def backlog(self) -> int:
+        return len(self.messages)
+
+
+class FlakyPublisher:
+    """Down for the first `outages` publishes (as a broker restarting), then up."""
+
+    def __init__(self, outages: int) -> None:
+        self.outages = outages
+        self.published: list[str] = []
+
+    async def publish(self, messages: Sequence[OutboxMessage]) -> None:
+        if self.outages:
+            self.outages -= 1
+            raise ConnectionRefusedError("broker down")
+        self.published.extend(message.key for message in messages)
+
+
+async def test_a_failed_publish_is_retried_until_the_broker_answers() -> None:
+    messages = [OutboxMessage(f"k{i}", f"e{i}", "engram.docs.x", b"{}") for i in range(3)]
+    outbox, publisher = ListOutbox(messages), FlakyPublisher(outages=3)
+    failures_before = PUBLISH_FAILURES._value.get()
+    relay = OutboxRelay(outbox, publisher, poll_seconds=5.0, max_backoff_seconds=0.2)
+    relay.start()
+    try:
+        # 0.1 + 0.2 + 0.2 s of backoff, far below the 5 s poll: the retries publish, not a poll.
+        assert await relay.drained(3.0), "the backlog was not published after the outage"
+    finally:
+        await relay.stop(drain_seconds=0)
+    assert publisher.published == ["k0", "k1", "k2"]
+    assert PUBLISH_FAILURES._value.get() - failures_before == 3

@@ -12,9 +12,11 @@ import contextlib
 import logging
 
 from prometheus_client import Counter, Gauge
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential
 
 from engram.domain.errors import EngramError
 from engram.events.ports import EventPublisher, Outbox
+from engram.runtime.retrying import log_before_retry
 
 log = logging.getLogger(__name__)
 
@@ -74,22 +76,18 @@ class OutboxRelay:
         return True
 
     async def _run(self) -> None:
-        failures = 0
+        # Never gives up: a failed batch is tried again 0.1 s, 0.2 s, ... later, at most
+        # `max_backoff_seconds` apart, until the broker and the outbox answer again.
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type((EngramError, OSError, ConnectionError, TimeoutError)),
+            wait=wait_exponential(multiplier=0.1, max=self._max_backoff),
+            before_sleep=_count_and_log_failure,
+        )
         while True:
             self._wake.clear()
-            try:
-                published = await self._publish_batch()
-            except (EngramError, OSError, ConnectionError, TimeoutError) as error:
-                failures += 1
-                PUBLISH_FAILURES.inc()
-                delay = min(self._max_backoff, 0.05 * 2 ** min(failures, 10))
-                log.warning(
-                    "outbox publish failed; retrying",
-                    extra={"error": str(error), "retry_in_s": delay, "failures": failures},
-                )
-                await asyncio.sleep(delay)
-                continue
-            failures = 0
+            async for attempt in retrying:
+                with attempt:
+                    published = await self._publish_batch()
             if published == self._batch_size:
                 continue  # more are waiting
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel
@@ -107,3 +105,11 @@ class OutboxRelay:
         await self._outbox.clear(messages)
         PUBLISHED.inc(len(messages))
         return len(messages)
+
+
+_log_failure = log_before_retry(log, "outbox publish failed; retrying")
+
+
+def _count_and_log_failure(state: RetryCallState) -> None:
+    PUBLISH_FAILURES.inc()
+    _log_failure(state)

@@ -21,14 +21,19 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
+
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
 from engram.domain.chunks import ModelInfo
 from engram.domain.errors import EngramError
 from engram.domain.spaces import SpaceRef
 from engram.indexer.ports import Embedder, VectorIndex
+from engram.runtime.retrying import log_before_retry
 from engram.runtime.settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 EmbedderFactory = Callable[[ModelInfo], Embedder | None]
 
@@ -235,6 +240,10 @@ class IndexModels:
             self.embedders[active.model_id] = built
 
 
+class _DocumentsFailed(EngramError):
+    """Some documents could not be indexed into the pending collection (retried)."""
+
+
 class ModelSwitch:
     """Fills the pending model's collection from every stored document, then moves the
     alias to it and drops the old collection after `drop_grace_seconds`."""
@@ -280,25 +289,19 @@ class ModelSwitch:
             "model switch: filling the new collection",
             extra={"model": pending.model_id, "from": getattr(self._models.active, "model_id", "")},
         )
-        while True:
-            try:
-                failed = await self._fill(self._documents())
-                break
-            except EngramError as error:
-                # Listing the documents failed (storage or its catalog is down): start over.
-                log.warning(
-                    "model switch: listing documents failed; retrying",
-                    extra={"error": error.message, "retry_in_s": self._retry_seconds},
-                )
-                await asyncio.sleep(self._retry_seconds)
-        while failed and self._models.pending is not None:
-            log.warning(
-                "model switch: documents failed; retrying them",
-                extra={"count": len(failed), "retry_in_s": self._retry_seconds},
-            )
-            await asyncio.sleep(self._retry_seconds)
-            failed = await self._fill(_iterate(failed))
-        old = await self._retrying("moving the alias", self._models.activate_pending)
+        left: list[tuple[SpaceRef, str]] | None = None
+
+        async def fill() -> None:
+            # The first pass lists every document (a failed listing starts over); later
+            # passes index only the documents that failed, until none is left or another
+            # replica completed the switch.
+            nonlocal left
+            left = await self._fill(self._documents() if left is None else _iterate(left))
+            if left and self._models.pending is not None:
+                raise _DocumentsFailed(f"{len(left)} documents failed")
+
+        await self._until_done("filling the collection", fill)
+        old = await self._until_done("moving the alias", self._models.activate_pending)
         log.info(
             "model switch: the alias names the new model",
             extra={"model": pending.model_id, "documents": self.indexed},
@@ -317,18 +320,17 @@ class ModelSwitch:
                 return
             log.info("model switch: dropped the old collection", extra={"model": old.model_id})
 
-    async def _retrying(
-        self, what: str, step: Callable[[], Awaitable[ModelInfo | None]]
-    ) -> ModelInfo | None:
-        while True:
-            try:
-                return await step()
-            except EngramError as error:
-                log.warning(
-                    f"model switch: {what} failed; retrying",
-                    extra={"error": error.message, "retry_in_s": self._retry_seconds},
-                )
-                await asyncio.sleep(self._retry_seconds)
+    async def _until_done(self, what: str, step: Callable[[], Awaitable[T]]) -> T:
+        """Runs `step` until it does not raise an EngramError, `retry_seconds` apart."""
+
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(EngramError),
+            wait=wait_fixed(self._retry_seconds),
+            before_sleep=log_before_retry(log, f"model switch: {what} failed; retrying"),
+        ):
+            with attempt:
+                done = await step()
+        return done
 
     async def _fill(
         self, documents: AsyncIterator[tuple[SpaceRef, str]]

@@ -5,18 +5,26 @@ Charges carry their idempotency key, so a call retried after a lost answer appli
 
 from __future__ import annotations
 
-import asyncio
-
 import grpc
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from engram.domain.errors import Unavailable
 from engram.domain.spaces import SpaceRef
-from engram.runtime.errors import from_rpc_error, remote_errors
+from engram.runtime.errors import remote_errors
 from engram.storage.ports import UsageReport
 from engram.v1 import quota_pb2, quota_pb2_grpc
 from engram.wire import space_to_proto
 
 RETRIES = 3
+
+# A charge is retried (with its idempotency key) only while the service or the link fails
+# (Unavailable): 3 attempts, 0.1 s then 0.2 s apart; then the last error is raised.
+_CHARGE_RETRYING = AsyncRetrying(
+    stop=stop_after_attempt(RETRIES),
+    wait=wait_exponential(multiplier=0.1),
+    retry=retry_if_exception_type(Unavailable),
+    reraise=True,
+)
 
 
 class GrpcQuotaGate:
@@ -31,15 +39,9 @@ class GrpcQuotaGate:
         request = quota_pb2.ChargeRequest(
             space=space_to_proto(space), delta_bytes=delta_bytes, idempotency_key=idempotency_key
         )
-        for attempt in range(RETRIES):
-            try:
+        async for attempt in _CHARGE_RETRYING.copy():
+            with attempt, remote_errors("QuotaService.Charge"):
                 await self._stub.Charge(request, metadata=self._metadata, timeout=self._timeout)
-                return
-            except grpc.aio.AioRpcError as error:
-                failure = from_rpc_error(error, "QuotaService.Charge")
-                if not isinstance(failure, Unavailable) or attempt == RETRIES - 1:
-                    raise failure from None
-                await asyncio.sleep(0.1 * 2**attempt)
 
     async def usage(self, space: SpaceRef) -> UsageReport:
         with remote_errors("QuotaService.GetUsage"):

@@ -15,11 +15,14 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
+
 from engram.authz.enforcement import PolicyAuthorizer
 from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexer.ports import IndexUnavailable, KeywordIndex, VectorIndex
 from engram.indexer.vector.qdrant_index import QdrantVectorIndex
 from engram.runtime.interceptors import Authenticator
+from engram.runtime.retrying import log_before_retry
 from engram.runtime.server import GrpcServer, ServiceRegistration
 from engram.runtime.settings import Settings
 from engram.search.embedders import ModelEmbedders
@@ -118,19 +121,19 @@ async def _open_or_keep_trying(
 
 
 async def _keep_opening(index: KeywordIndex | VectorIndex, backend: str) -> None:
-    delay = REOPEN_FIRST_DELAY_SECONDS
-    while True:
-        await asyncio.sleep(delay)
-        try:
+    """Tries again 1 s, 2 s, 4 s, ... (at most 30 s) apart until the index opens."""
+
+    await asyncio.sleep(REOPEN_FIRST_DELAY_SECONDS)
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception_type(IndexUnavailable),
+        wait=wait_exponential(
+            multiplier=2 * REOPEN_FIRST_DELAY_SECONDS, max=REOPEN_MAX_DELAY_SECONDS
+        ),
+        before_sleep=log_before_retry(log, "index still unavailable", backend=backend),
+    ):
+        with attempt:
             await index.open()
-        except IndexUnavailable as error:
-            log.warning(
-                "index still unavailable", extra={"backend": backend, "error": error.message}
-            )
-            delay = min(delay * 2, REOPEN_MAX_DELAY_SECONDS)
-            continue
-        log.info("index opened", extra={"backend": backend})
-        return
+    log.info("index opened", extra={"backend": backend})
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

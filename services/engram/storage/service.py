@@ -8,7 +8,6 @@ quota for growth, write conditionally on that version, and on a lost race refund
 from __future__ import annotations
 
 import asyncio
-import random
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -16,6 +15,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Generic, TypeVar
+
+from tenacity import (
+    AsyncRetrying,
+    RetryError,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 
 from engram.domain.content import (
     check_append,
@@ -155,9 +162,15 @@ def utc_now() -> datetime:
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
-async def _backoff(attempt: int) -> None:
-    # Full jitter, capped: spreads racing writers apart quickly without long stalls.
-    await asyncio.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** min(attempt, 6))))
+def _on_conflict(attempts: int) -> AsyncRetrying:
+    """Retries a read-check-commit step that lost a race (ConcurrentModification), at most
+    `attempts` times in all. Full jitter from 1 ms, capped at 50 ms: spreads racing writers
+    apart quickly without long stalls. Exhausted, it raises RetryError."""
+    return AsyncRetrying(
+        stop=stop_after_attempt(attempts),
+        wait=wait_random_exponential(multiplier=0.001, max=0.05),
+        retry=retry_if_exception_type(ConcurrentModification),
+    )
 
 
 class StorageService:
@@ -370,25 +383,24 @@ class StorageService:
         expected_sha256: str,
         create_only: bool,
     ) -> WriteResult:
-        for attempt in range(MAX_WRITE_ATTEMPTS):
-            current = await self._repository.get(granted.space.id, path)
-            _check_etag(path, current, expected_sha256, create_only)
-            new_content = self._next_content(current, content, mode)
-            if current is not None and new_content == current.content:
-                return WriteResult(current, created=False, bytes_delta=0)
-            change = self._change(granted.space, path, new_content, current, principal)
-            delta = change.size_bytes - (current.size_bytes if current else 0)
-            try:
-                stored = await self._commit(granted, [change], delta)
-            except ConcurrentModification:
-                await _backoff(attempt)
-                continue
-            await self._record_audit(granted, principal, path, delta)
-            return WriteResult(stored[0], created=current is None, bytes_delta=delta)
-        raise WriteContention(
-            f"{quoted(path)} changed {MAX_WRITE_ATTEMPTS} times while this write was retried; "
-            "try again"
-        )
+        try:
+            async for attempt in _on_conflict(MAX_WRITE_ATTEMPTS):
+                with attempt:
+                    current = await self._repository.get(granted.space.id, path)
+                    _check_etag(path, current, expected_sha256, create_only)
+                    new_content = self._next_content(current, content, mode)
+                    if current is not None and new_content == current.content:
+                        return WriteResult(current, created=False, bytes_delta=0)
+                    change = self._change(granted.space, path, new_content, current, principal)
+                    delta = change.size_bytes - (current.size_bytes if current else 0)
+                    stored = await self._commit(granted, [change], delta)
+        except RetryError:
+            raise WriteContention(
+                f"{quoted(path)} changed {MAX_WRITE_ATTEMPTS} times while this write was "
+                "retried; try again"
+            ) from None
+        await self._record_audit(granted, principal, path, delta)
+        return WriteResult(stored[0], created=current is None, bytes_delta=delta)
 
     async def delete(
         self, principal: Principal, space: SpaceRef, path: str, *, expected_sha256: str = ""
@@ -403,34 +415,36 @@ class StorageService:
     async def _delete_locked(
         self, granted: AuthorizedSpace, principal: Principal, path: str, expected_sha256: str
     ) -> int:
-        for attempt in range(MAX_WRITE_ATTEMPTS):
-            current = await self._repository.get(granted.space.id, path)
-            if current is None:
-                if expected_sha256:
+        try:
+            async for attempt in _on_conflict(MAX_WRITE_ATTEMPTS):
+                with attempt:
+                    current = await self._repository.get(granted.space.id, path)
+                    if current is None:
+                        if expected_sha256:
+                            _check_etag(path, current, expected_sha256, create_only=False)
+                        raise DocumentNotFound(f"no document at {quoted(path)} in this space")
                     _check_etag(path, current, expected_sha256, create_only=False)
-                raise DocumentNotFound(f"no document at {quoted(path)} in this space")
-            _check_etag(path, current, expected_sha256, create_only=False)
-            deletion = DocumentDeletion(
-                space=granted.space,
-                path=path,
-                expected_version=current.version,
-                document_id=current.document_id,
-                sha256=current.sha256,
-                size_bytes=current.size_bytes,
-                at=self._clock(),
-                by=principal.subject,
-                event_id=uuid.uuid4().hex,
-            )
-            try:
-                await self._repository.delete(deletion)
-            except ConcurrentModification:
-                await _backoff(attempt)
-                continue
-            self._notifier.changed()
-            await self._credit(granted.space, current.size_bytes)
-            await self._record_audit(granted, principal, path, -current.size_bytes)
-            return current.size_bytes
-        raise WriteContention(f"{quoted(path)} kept changing while it was being deleted; try again")
+                    deletion = DocumentDeletion(
+                        space=granted.space,
+                        path=path,
+                        expected_version=current.version,
+                        document_id=current.document_id,
+                        sha256=current.sha256,
+                        size_bytes=current.size_bytes,
+                        at=self._clock(),
+                        by=principal.subject,
+                        event_id=uuid.uuid4().hex,
+                    )
+                    await self._repository.delete(deletion)
+                    size = current.size_bytes
+        except RetryError:
+            raise WriteContention(
+                f"{quoted(path)} kept changing while it was being deleted; try again"
+            ) from None
+        self._notifier.changed()
+        await self._credit(granted.space, size)
+        await self._record_audit(granted, principal, path, -size)
+        return size
 
     async def begin_import(
         self, principal: Principal, space: SpaceRef, strategy: ImportStrategy
@@ -470,36 +484,37 @@ class StorageService:
         entries: list[ArchiveEntry],
         strategy: ImportStrategy,
     ) -> ImportResult:
-        for attempt in range(IMPORT_ATTEMPTS):
-            current = await self._repository.get_many(
-                granted.space.id, [entry.path for entry in entries]
+        try:
+            async for attempt in _on_conflict(IMPORT_ATTEMPTS):
+                with attempt:
+                    current = await self._repository.get_many(
+                        granted.space.id, [entry.path for entry in entries]
+                    )
+                    outcomes, changes = await self._plan_import(
+                        granted.space, entries, current, strategy, principal
+                    )
+                    delta = sum(
+                        change.size_bytes
+                        - (current[change.path].size_bytes if change.path in current else 0)
+                        for change in changes
+                    )
+                    if changes:
+                        await self._commit(granted, changes, delta)
+        except RetryError:
+            raise WriteContention(
+                "the space kept changing while the archive was imported; try again"
+            ) from None
+        for change in changes:
+            before = current.get(change.path)
+            await self._record_audit(
+                granted,
+                principal,
+                change.path,
+                change.size_bytes - (before.size_bytes if before else 0),
             )
-            outcomes, changes = await self._plan_import(
-                granted.space, entries, current, strategy, principal
-            )
-            delta = sum(
-                change.size_bytes
-                - (current[change.path].size_bytes if change.path in current else 0)
-                for change in changes
-            )
-            try:
-                if changes:
-                    await self._commit(granted, changes, delta)
-            except ConcurrentModification:
-                await _backoff(attempt)
-                continue
-            for change in changes:
-                before = current.get(change.path)
-                await self._record_audit(
-                    granted,
-                    principal,
-                    change.path,
-                    change.size_bytes - (before.size_bytes if before else 0),
-                )
-            return ImportResult(
-                entries=outcomes, bytes_written=sum(change.size_bytes for change in changes)
-            )
-        raise WriteContention("the space kept changing while the archive was imported; try again")
+        return ImportResult(
+            entries=outcomes, bytes_written=sum(change.size_bytes for change in changes)
+        )
 
     # --- helpers -----------------------------------------------------------------------------
 

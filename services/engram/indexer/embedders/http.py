@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import random
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 import numpy as np
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    RetryError,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 
 from engram.domain.chunks import ModelInfo
 from engram.indexer.embedders.vectors import l2_normalise
@@ -20,8 +27,16 @@ RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 MAX_BACKOFF_SECONDS = 20.0
 
 
+class _Retriable(Exception):
+    """A failed attempt worth another, and the wait the provider asked for (Retry-After)."""
+
+    def __init__(self, problem: str, retry_after: float | None = None) -> None:
+        super().__init__(problem)
+        self.retry_after = retry_after
+
+
 class JsonPoster:
-    """POSTs JSON to one provider, retrying with exponential backoff and jitter."""
+    """POSTs JSON to one provider, retrying with exponential backoff and jitter (tenacity)."""
 
     def __init__(
         self,
@@ -35,7 +50,8 @@ class JsonPoster:
     ) -> None:
         self._provider = provider
         self._max_retries = max_retries
-        self._base_backoff = base_backoff
+        # Full jitter: replicas that failed together do not retry together.
+        self._jitter = wait_random_exponential(multiplier=base_backoff, max=MAX_BACKOFF_SECONDS)
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient(timeout=timeout)
         self._headers = dict(headers or {})
@@ -43,44 +59,56 @@ class JsonPoster:
 
     async def post(self, url: str, body: Mapping[str, Any]) -> Any:
         """The decoded JSON response; IndexUnavailable once the retries are spent."""
-        attempt = 0
-        while True:
-            try:
-                response = await self._client.post(
-                    url, json=body, headers=self._headers, timeout=self._timeout
-                )
-            except httpx.TimeoutException:
-                problem = f"{self._provider} embeddings at {url} timed out after {self._timeout}s"
-                retry_after = None
-            except httpx.TransportError as error:
-                problem = f"cannot reach {self._provider} embeddings at {url}: {error!r}"
-                retry_after = None
-            else:
-                if response.status_code < 300:
-                    try:
-                        return response.json()
-                    except ValueError:
-                        raise IndexUnavailable(
-                            f"{self._provider} embeddings at {url} answered with invalid JSON"
-                        ) from None
-                problem = (
-                    f"{self._provider} embeddings at {url} answered HTTP "
-                    f"{response.status_code}: {_snippet(response)}"
-                )
-                if response.status_code not in RETRY_STATUSES:
-                    raise IndexUnavailable(problem)
-                retry_after = _retry_after(response)
-            if attempt >= self._max_retries:
-                raise IndexUnavailable(f"{problem} (gave up after {attempt + 1} attempts)")
-            await asyncio.sleep(self._backoff(attempt, retry_after))
-            attempt += 1
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self._max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type(_Retriable),
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    answer = await self._post_once(url, body)
+        except RetryError as error:
+            last = error.last_attempt
+            raise IndexUnavailable(
+                f"{last.exception()} (gave up after {last.attempt_number} attempts)"
+            ) from None
+        return answer
 
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(retry_after, MAX_BACKOFF_SECONDS)
-        ceiling = min(self._base_backoff * 2**attempt, MAX_BACKOFF_SECONDS)
-        # Full jitter: replicas that failed together do not retry together.
-        return random.uniform(ceiling / 2, ceiling)
+    async def _post_once(self, url: str, body: Mapping[str, Any]) -> Any:
+        try:
+            response = await self._client.post(
+                url, json=body, headers=self._headers, timeout=self._timeout
+            )
+        except httpx.TimeoutException:
+            raise _Retriable(
+                f"{self._provider} embeddings at {url} timed out after {self._timeout}s"
+            ) from None
+        except httpx.TransportError as error:
+            raise _Retriable(
+                f"cannot reach {self._provider} embeddings at {url}: {error!r}"
+            ) from None
+        if response.status_code < 300:
+            try:
+                return response.json()
+            except ValueError:
+                raise IndexUnavailable(
+                    f"{self._provider} embeddings at {url} answered with invalid JSON"
+                ) from None
+        problem = (
+            f"{self._provider} embeddings at {url} answered HTTP "
+            f"{response.status_code}: {_snippet(response)}"
+        )
+        if response.status_code not in RETRY_STATUSES:
+            raise IndexUnavailable(problem)
+        raise _Retriable(problem, _retry_after(response))
+
+    def _wait(self, state: RetryCallState) -> float:
+        """What the provider asked for (capped), else the jittered exponential backoff."""
+        error = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(error, _Retriable) and error.retry_after is not None:
+            return min(error.retry_after, MAX_BACKOFF_SECONDS)
+        return self._jitter(state)
 
     async def aclose(self) -> None:
         if self._owns_client:
