@@ -69,6 +69,9 @@ suites: $(STAMP) ## pytest: unit, contract, e2e and load suites (needs `make bac
 test-fresh: ## `make test` from a clean clone on an empty HOME (FRESH_ARGS="--busy 2" adds CPU hogs)
 	deploy/local/fresh-check.sh $(FRESH_ARGS)
 
+install-check: ## Clean venv + `pip install .` alone, then engram dev finds a paraphrase
+	PYTHON=$(PYTHON) deploy/local/install-check.sh
+
 run: $(STAMP) ## Install, start `engram dev` with a short demo (Ctrl-C stops it)
 	$(BIN)/engram dev --demo
 
@@ -83,4 +86,4 @@ bench: $(STAMP) ## Run the benchmarks (figures go to bench/RESULTS.md by hand)
 
 all: protos format lint typecheck test ## Everything
 
-.PHONY: help install protos protos-check format lint typecheck backends-install checks suites test test-fresh run backends backends-stop bench all
+.PHONY: help install install-check protos protos-check format lint typecheck backends-install checks suites test test-fresh run backends backends-stop bench all
