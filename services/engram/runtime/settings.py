@@ -15,7 +15,8 @@ GIB = 1024 * MIB
 
 
 class Settings(BaseSettings):
-    """Every knob of every service; each is `ENGRAM_<NAME>` in the environment."""
+    """Every knob of every service; each is `ENGRAM_<NAME>` in the environment. Sizes
+    (`ByteSize`) read as bytes or with a unit: 500MB, 512MiB, 2GB (10^9), 2GiB (2^30)."""
 
     model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore")
 
@@ -31,7 +32,7 @@ class Settings(BaseSettings):
     access_log: bool = True
     # Server-wide limits (issue 13): message size both ways, HTTP/2 streams per connection,
     # calls in progress per process (beyond: RESOURCE_EXHAUSTED; 0 = unbounded).
-    max_message_bytes: int = Field(default=16 * MIB, ge=1024)
+    max_message_bytes: ByteSize = Field(default=ByteSize(16 * MIB), ge=1024)
     max_concurrent_streams: int = Field(default=100, ge=1)
     max_concurrent_rpcs: int = Field(default=1000, ge=0)
     # Expensive calls (import, export, reindex, search over more than
@@ -43,15 +44,13 @@ class Settings(BaseSettings):
     # --- embedded mode -----------------------------------------------------------------------
     data_dir: Path = Path(".engram")
 
-    # Sizes (ByteSize) read as bytes or with a unit: 500MB, 512MiB, 2GB (10^9), 2GiB (2^30).
-
     # --- documents ---------------------------------------------------------------------------
     max_doc_bytes: ByteSize = Field(default=ByteSize(DEFAULT_MAX_DOC_BYTES), ge=0)
     version_retention: int = Field(default=50, ge=0)
     max_import_bytes: ByteSize = Field(default=ByteSize(256 * MIB), ge=0)
     max_import_entries: int = Field(default=10_000, ge=1)
     # Bytes all running imports of one principal may hold at once, per process.
-    max_import_inflight_bytes: int = Field(default=512 * MIB, ge=0)
+    max_import_inflight_bytes: ByteSize = Field(default=ByteSize(512 * MIB), ge=0)
 
     # --- quotas (bytes; ARCHITECTURE §2) -----------------------------------------------------
     quota_private: ByteSize = Field(default=ByteSize(64 * MIB), ge=0)
