@@ -47,9 +47,10 @@ format: $(STAMP) ## Format the code
 	$(BIN)/ruff format services tests bench
 	$(BIN)/ruff check --fix services tests bench
 
-lint: $(STAMP) ## ruff
+lint: $(STAMP) ## ruff, and import-linter (layers, no import cycles; pyproject.toml)
 	$(BIN)/ruff check services tests bench
 	$(BIN)/ruff format --check services tests bench
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP) ## mypy --strict on services/
 	$(BIN)/mypy

@@ -20,14 +20,13 @@ import pytest
 from opensearchpy import AsyncOpenSearch
 from prometheus_client import REGISTRY
 
+from engram.app.production import indexer_on_backends, storage_on_mongo
 from engram.domain.chunking import build_chunks
 from engram.domain.chunks import Chunk
 from engram.domain.errors import EngramError
 from engram.indexer.jetstream_consumer import DEAD_LETTER_STREAM, DEAD_LETTER_SUBJECT
 from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
-from engram.indexer.production import indexer_on_backends
 from engram.runtime.settings import Settings
-from engram.services import storage_on_mongo
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.v1 import indexer_pb2, indexer_pb2_grpc, storage_pb2, storage_pb2_grpc
 from tests.support.backends import RealBackends

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from engram.allinone import embedded_engram
+from engram.app.embedded import embedded_engram
+from engram.app.parts import Indexing as EmbeddedIndexing
 from engram.domain.chunking import build_chunks
-from engram.indexer.embedded import EmbeddedIndexing
 from engram.indexer.embedders.local import LocalOnnxEmbedder
 from engram.v1 import (
     indexer_pb2,
@@ -135,7 +135,7 @@ async def test_switching_the_model_keeps_search_answering(tmp_path: Path) -> Non
     try:
         # 2. Restarted on the hosted model: a switch starts behind the alias.
         async with embedded_engram(settings) as engram:
-            indexing = engram.parts["indexing"]
+            indexing = engram.indexing
             assert isinstance(indexing, EmbeddedIndexing)
             assert indexing.switch is not None
             space_ids = sorted({space_id for space_id, _ in paths})
@@ -231,7 +231,7 @@ async def test_switching_the_model_keeps_search_answering(tmp_path: Path) -> Non
 
         # 3. A restart on the same model finds the switch done.
         async with embedded_engram(settings) as engram:
-            indexing = engram.parts["indexing"]
+            indexing = engram.indexing
             assert isinstance(indexing, EmbeddedIndexing)
             assert indexing.switch is None and indexing.models.pending is None
             assert [m.model_id for m in await indexing.vector.collections()] == [NEW_MODEL]

@@ -37,7 +37,8 @@ from opensearchpy import AsyncOpenSearch
 from prometheus_client import REGISTRY
 from qdrant_client import AsyncQdrantClient
 
-from engram.allinone import build_core
+from engram.app.embedded import build_core
+from engram.app.production import storage_on_mongo
 from engram.backends.mongo import connect
 from engram.domain.chunking import build_chunks
 from engram.domain.chunks import Chunk
@@ -55,7 +56,6 @@ from engram.indexer.sources import RepositoryDocumentSource
 from engram.indexer.vector.numpy_index import NumpyVectorIndex
 from engram.indexer.vector.qdrant_index import QdrantVectorIndex
 from engram.indexer.worker import IndexWorker, coalesce, read_event
-from engram.services import storage_on_mongo
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.service import WriteMode
 from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc

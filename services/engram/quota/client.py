@@ -10,9 +10,9 @@ import asyncio
 import grpc
 
 from engram.domain.errors import Unavailable
+from engram.domain.ports import UsageReport
 from engram.domain.spaces import SpaceRef
 from engram.runtime.errors import from_rpc_error, remote_errors
-from engram.storage.ports import UsageReport
 from engram.v1 import quota_pb2, quota_pb2_grpc
 from engram.wire import space_to_proto
 

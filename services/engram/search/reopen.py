@@ -1,0 +1,54 @@
+"""Opening search's indexes: an index that does not answer at startup does not stop the
+service; searches degrade to the other index while it is opened again in the background."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from engram.indexer.ports import IndexUnavailable, KeywordIndex, VectorIndex
+
+log = logging.getLogger(__name__)
+
+REOPEN_FIRST_DELAY_SECONDS = 1.0
+REOPEN_MAX_DELAY_SECONDS = 30.0
+
+
+async def open_or_keep_trying(
+    index: KeywordIndex | VectorIndex, backend: str, stack: contextlib.AsyncExitStack
+) -> None:
+    """Opens the index now, or keeps opening it in the background while searches degrade."""
+    stack.push_async_callback(index.close)
+    try:
+        await index.open()
+        return
+    except IndexUnavailable as error:
+        log.warning(
+            "index unavailable at startup; searching without it until it answers",
+            extra={"backend": backend, "error": error.message},
+        )
+    task = asyncio.create_task(_keep_opening(index, backend))
+    stack.push_async_callback(_cancel, task)
+
+
+async def _keep_opening(index: KeywordIndex | VectorIndex, backend: str) -> None:
+    delay = REOPEN_FIRST_DELAY_SECONDS
+    while True:
+        await asyncio.sleep(delay)
+        try:
+            await index.open()
+        except IndexUnavailable as error:
+            log.warning(
+                "index still unavailable", extra={"backend": backend, "error": error.message}
+            )
+            delay = min(delay * 2, REOPEN_MAX_DELAY_SECONDS)
+            continue
+        log.info("index opened", extra={"backend": backend})
+        return
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
