@@ -39,7 +39,7 @@ from engram.quota.service import QuotaService
 from engram.quota.sqlite_ledger import SqliteUsageLedger
 from engram.runtime.interceptors import Authenticator
 from engram.runtime.rate_limit import SqliteRateLimitStore
-from engram.runtime.server import GrpcServer
+from engram.runtime.server import GrpcServer, serve
 from engram.runtime.settings import Settings
 from engram.search.service import SearchService
 from engram.storage.service import StorageService
@@ -196,6 +196,5 @@ async def embedded_engram(
             or (core.tokens if require_auth else FixedPrincipalAuthenticator(LOCAL_ADMIN)),
             rate_limit_store=SqliteRateLimitStore(core.database),
         )
-        await server.start()
-        stack.push_async_callback(server.stop)
+        await serve(server, stack)
         yield EmbeddedEngram(server, core, indexing, indexer, search)

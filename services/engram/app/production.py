@@ -56,7 +56,7 @@ from engram.quota.service import QuotaService
 from engram.runtime.health import Dependency
 from engram.runtime.interceptors import Authenticator
 from engram.runtime.rate_limit import MongoRateLimitStore
-from engram.runtime.server import GrpcServer, stop_on_signals
+from engram.runtime.server import GrpcServer, serve, stop_on_signals
 from engram.runtime.settings import Settings
 from engram.search.reopen import open_or_keep_trying
 from engram.storage.mongo_repository import MongoDocumentRepository
@@ -124,9 +124,7 @@ async def storage_on_mongo(
         if relay is not None:
             relay.start()
             stack.push_async_callback(relay.stop)
-        await server.start()
-        stack.push_async_callback(server.stop)
-        yield server
+        yield await serve(server, stack)
 
 
 @contextlib.asynccontextmanager
@@ -148,9 +146,7 @@ async def quota_on_mongo(
             authenticator or await mongo_token_authenticator(components, database),
             [mongo_dependency(database)],
         )
-        await server.start()
-        stack.push_async_callback(server.stop)
-        yield server
+        yield await serve(server, stack)
 
 
 @contextlib.asynccontextmanager
@@ -175,9 +171,7 @@ async def authz_on_mongo(
             authenticator or tokens,
             [mongo_dependency(database)],
         )
-        await server.start()
-        stack.push_async_callback(server.stop)
-        yield server
+        yield await serve(server, stack)
 
 
 @dataclass
@@ -271,8 +265,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
         await consumer.start()
         stack.push_async_callback(consumer.stop)
         start_switch(indexing, stack)
-        await server.start()
-        stack.push_async_callback(server.stop)
+        await serve(server, stack)
         log.info(
             "indexer running",
             extra={
@@ -325,9 +318,7 @@ async def search_on_backends(
             components, stack, keyword=keyword, vector=vector, authorizer=PolicyAuthorizer()
         )
         server = GrpcServer(settings, [registry.search(service)], authenticator, dependencies)
-        await server.start()
-        stack.push_async_callback(server.stop)
-        yield server
+        yield await serve(server, stack)
 
 
 PROCESSES: dict[str, Callable[[Settings], contextlib.AbstractAsyncContextManager[GrpcServer]]] = {

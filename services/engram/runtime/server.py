@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Callable, Iterable, Sequence
@@ -181,6 +182,13 @@ def served_methods(services: Iterable[str]) -> list[str]:
         for name in services
         for method in pool.FindServiceByName(name).methods
     ]
+
+
+async def serve(server: GrpcServer, stack: contextlib.AsyncExitStack) -> GrpcServer:
+    """Starts the server (the last step of every process) and stops it when `stack` unwinds."""
+    await server.start()
+    stack.push_async_callback(server.stop)
+    return server
 
 
 def stop_on_signals(stop: Callable[[], object]) -> None:
