@@ -89,6 +89,8 @@ async def test_dev_auth_honours_the_jwt_audience_and_issuer(tmp_path: Path) -> N
             request = write_request("a.md", "hello", ref=space("notes"))
             good = mint(aud="engram-api", iss="https://idp.example")
             await stub.WriteDocument(request, metadata=bearer(good))
+            # The admin token `engram dev --auth` prints passes the same checks.
+            await stub.WriteDocument(request, metadata=bearer(engram.admin_token()))
             for wrong in (
                 mint(aud="someone-else", iss="https://idp.example"),
                 mint(aud="engram-api", iss="https://other.example"),
@@ -137,9 +139,11 @@ async def test_health_follows_a_dependency_probe(tmp_path: Path) -> None:
             assert (await asyncio.to_thread(get, port, "/readyz"))[0] == 503
             assert (await asyncio.to_thread(get, port, "/healthz"))[0] == 200
             up.set()
-            async with asyncio.timeout(10):
-                while await status() != health_pb2.HealthCheckResponse.SERVING:
-                    await asyncio.sleep(0.05)
+            for _ in range(200):  # 10 s at most
+                if await status() == health_pb2.HealthCheckResponse.SERVING:
+                    break
+                await asyncio.sleep(0.05)
+            assert await status() == health_pb2.HealthCheckResponse.SERVING
             assert (await asyncio.to_thread(get, port, "/readyz"))[0] == 200
     finally:
         await server.stop()

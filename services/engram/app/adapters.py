@@ -4,6 +4,7 @@ backend a production process needs."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any, assert_never
 
@@ -150,6 +151,21 @@ def nats_dependency(client: Any) -> Dependency:
 
 def opensearch_dependency(index: OpenSearchKeywordIndex) -> Dependency:
     return Dependency("opensearch", index.ping)
+
+
+def either_index_dependency(
+    keyword: OpenSearchKeywordIndex, vector: VectorIndex
+) -> Dependency | None:
+    """Search answers (degraded) while one index answers: it needs either, not both."""
+    vector_ping = getattr(vector, "ping", None)
+    if vector_ping is None:
+        return None
+
+    async def either() -> bool:
+        answers = await asyncio.gather(keyword.ping(), vector_ping(), return_exceptions=True)
+        return any(answer is True for answer in answers)
+
+    return Dependency("opensearch-or-qdrant", either)
 
 
 def vector_dependency(index: VectorIndex) -> Dependency | None:

@@ -20,7 +20,7 @@ from engram.app.adapters import (
 )
 from engram.app.config import Components
 from engram.app.parts import Indexing, build_indexing, build_search, start_switch
-from engram.authz.dev_identity import load_or_create_secret
+from engram.authz.dev_identity import dev_token, load_or_create_secret
 from engram.authz.enforcement import FixedPrincipalAuthenticator, PolicyAuthorizer
 from engram.authz.service import AuthzService
 from engram.authz.sqlite_audit import SqliteAuditLog
@@ -102,6 +102,12 @@ class EmbeddedEngram:
     @property
     def repository(self) -> SqliteDocumentRepository:
         return self.core.repository
+
+    def admin_token(self) -> str:
+        """The token `engram dev --auth` prints: the local admin, signed with this server's
+        secret and carrying the audience and issuer it checks."""
+        jwt = self.core.components.jwt
+        return dev_token(self.core.jwt_secret, audience=jwt.audience, issuer=jwt.issuer)
 
 
 async def build_core(settings: Settings, stack: contextlib.AsyncExitStack) -> EmbeddedCore:

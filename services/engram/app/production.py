@@ -18,6 +18,7 @@ import grpc
 from engram.app import registry
 from engram.app.adapters import (
     connect_mongo,
+    either_index_dependency,
     mongo_dependency,
     mongo_token_authenticator,
     nats_dependency,
@@ -296,7 +297,7 @@ async def search_on_backends(
     `authenticator` replaces the token authenticator (and with it the need for MongoDB);
     `vector` replaces the configured vector index. An index that does not answer at
     startup does not stop the service: searches degrade to the other index meanwhile, so
-    health follows MongoDB (tokens) only.
+    health follows MongoDB (tokens) and is NOT_SERVING only while neither index answers.
     """
     needs: list[type[Needs]] = [OpenSearchNeeds]
     if authenticator is None:
@@ -317,6 +318,9 @@ async def search_on_backends(
         service = await build_search(
             components, stack, keyword=keyword, vector=vector, authorizer=PolicyAuthorizer()
         )
+        indexes = either_index_dependency(keyword, vector)
+        if indexes is not None:
+            dependencies.append(indexes)
         server = GrpcServer(settings, [registry.search(service)], authenticator, dependencies)
         yield await serve(server, stack)
 

@@ -28,9 +28,6 @@ from engram.v1 import (
     storage_pb2_grpc,
 )
 
-# What `engram serve` accepts, in the order `engram dev` starts them.
-SERVICE_KINDS = ("storage", "quota", "authz", "indexer", "search")
-
 
 def _name(descriptor_module: object, service: str) -> str:
     return str(descriptor_module.DESCRIPTOR.services_by_name[service].full_name)  # type: ignore[attr-defined]

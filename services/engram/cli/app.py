@@ -77,9 +77,7 @@ def dev(
             )
             token = ""
             if auth:
-                from engram.authz.dev_identity import dev_token
-
-                token = dev_token(engram.core.jwt_secret)
+                token = engram.admin_token()
                 console.print(
                     "auth on: callers need a token. Admin token for tenant local (ENGRAM_TOKEN):",
                     highlight=False,
