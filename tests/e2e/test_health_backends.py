@@ -16,7 +16,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from engram.app.production import indexer_on_backends
+from engram.app.production import indexer_on_backends, search_on_backends
 from tests.support.backends import RealBackends
 from tests.support.settings import server_settings
 from tests.support.tokens import TEST_JWT_SECRET, service_token
@@ -54,14 +54,18 @@ async def indexer_health(
             yield health_pb2_grpc.HealthStub(channel)
 
 
-async def status_becomes(health: health_pb2_grpc.HealthStub, wanted: int, within: float) -> None:
-    last = None
+async def status_becomes(
+    health: health_pb2_grpc.HealthStub,
+    wanted: int,
+    within: float,
+    *,
+    service: str = "engram.v1.IndexerService",
+) -> None:
     async with asyncio.timeout(within):
         while True:
-            for service in ("", "engram.v1.IndexerService"):
-                answer = await health.Check(health_pb2.HealthCheckRequest(service=service))
-                last = answer.status
-                if last != wanted:
+            for name in ("", service):
+                answer = await health.Check(health_pb2.HealthCheckRequest(service=name))
+                if answer.status != wanted:
                     break
             else:
                 return
@@ -80,15 +84,37 @@ async def test_indexer_health_follows_nats(tmp_path: Path, real_backends: RealBa
         await status_becomes(health, SERVING, 30)
 
 
-async def test_indexer_health_follows_opensearch(
+async def test_indexer_health_follows_opensearch_and_search_needs_either_index(
     tmp_path: Path, real_backends: RealBackends
 ) -> None:
+    """The indexer needs OpenSearch; search answers (degraded) from Qdrant meanwhile, so it
+    stays SERVING."""
     opensearch = real_backends.running("opensearch")
-    async with indexer_health(tmp_path, real_backends) as health:
+    search_settings = server_settings(
+        tmp_path / "search",
+        mongo_uri=real_backends.url("mongo"),
+        mongo_db=f"health_{uuid.uuid4().hex[:10]}",
+        opensearch_url=real_backends.url("opensearch"),
+        opensearch_index=f"h{uuid.uuid4().hex[:10]}-chunks",
+        opensearch_replicas=0,
+        opensearch_timeout_seconds=2.0,
+        qdrant_path=tmp_path / "qdrant",
+        jwt_secret=TEST_JWT_SECRET,
+        health_probe_seconds=0.5,
+    )
+    async with (
+        indexer_health(tmp_path / "indexer", real_backends) as health,
+        search_on_backends(search_settings) as search,
+        grpc.aio.insecure_channel(f"127.0.0.1:{search.port}") as search_channel,
+    ):
+        search_health = health_pb2_grpc.HealthStub(search_channel)
         await status_becomes(health, SERVING, 10)
+        await status_becomes(search_health, SERVING, 10, service="engram.v1.SearchService")
         try:
             await asyncio.to_thread(opensearch.stop)
             await status_becomes(health, NOT_SERVING, 15)
+            answer = await search_health.Check(health_pb2.HealthCheckRequest(service=""))
+            assert answer.status == SERVING, "search still answers from the vector index"
         finally:
             await asyncio.to_thread(real_backends.restart, "opensearch")
         await status_becomes(health, SERVING, 60)

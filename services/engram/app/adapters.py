@@ -162,8 +162,17 @@ def either_index_dependency(
         return None
 
     async def either() -> bool:
-        answers = await asyncio.gather(keyword.ping(), vector_ping(), return_exceptions=True)
-        return any(answer is True for answer in answers)
+        # The first index to answer decides; a hung one does not hold the other's answer.
+        pending = {asyncio.ensure_future(keyword.ping()), asyncio.ensure_future(vector_ping())}
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if any(task.exception() is None and task.result() is True for task in done):
+                    return True
+            return False
+        finally:
+            for task in pending:
+                task.cancel()
 
     return Dependency("opensearch-or-qdrant", either)
 
