@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -35,6 +35,7 @@ from engram.app.config import (
     Needs,
     OpenSearchNeeds,
     QuotaClientNeeds,
+    Required,
     StorageClientNeeds,
     require,
 )
@@ -43,6 +44,8 @@ from engram.authz.enforcement import PolicyAuthorizer
 from engram.authz.mongo_audit import MongoAuditLog
 from engram.authz.mongo_tokens import MongoTokenStore
 from engram.authz.service import AuthzService
+from engram.authz.tokens import TokenAuthenticator
+from engram.backends.mongo import MongoDatabase
 from engram.events.jetstream import JetStreamPublisher, connect_nats
 from engram.events.mongo_outbox import MongoOutbox
 from engram.events.relay import OutboxRelay
@@ -56,8 +59,8 @@ from engram.quota.mongo_ledger import MongoUsageLedger
 from engram.quota.service import QuotaService
 from engram.runtime.health import Dependency
 from engram.runtime.interceptors import Authenticator
-from engram.runtime.rate_limit import MongoRateLimitStore
-from engram.runtime.server import GrpcServer, serve, stop_on_signals
+from engram.runtime.rate_limit import MongoRateLimitStore, RateLimitStore
+from engram.runtime.server import GrpcServer, ServiceRegistration, serve, stop_on_signals
 from engram.runtime.settings import Settings
 from engram.search.reopen import open_or_keep_trying
 from engram.storage.mongo_repository import MongoDocumentRepository
@@ -73,6 +76,47 @@ class _NoEvents:
         """Events stay in the outbox (tests that do not publish)."""
 
 
+@dataclass
+class _OnMongo:
+    """A process whose one service lives on MongoDB; health follows MongoDB."""
+
+    settings: Settings
+    required: Required
+    components: Components
+    database: MongoDatabase
+    stack: contextlib.AsyncExitStack
+
+    async def tokens(self) -> TokenAuthenticator:
+        return await mongo_token_authenticator(self.components, self.database)
+
+    async def serve(
+        self,
+        registration: ServiceRegistration,
+        authenticator: Authenticator,
+        *,
+        rate_limit_store: RateLimitStore | None = None,
+    ) -> GrpcServer:
+        server = GrpcServer(
+            self.settings,
+            [registration],
+            authenticator,
+            [mongo_dependency(self.database)],
+            rate_limit_store=rate_limit_store,
+        )
+        return await serve(server, self.stack)
+
+
+@contextlib.asynccontextmanager
+async def _on_mongo(
+    settings: Settings, needs: Sequence[type[Needs]] = ()
+) -> AsyncIterator[_OnMongo]:
+    required = require(settings, [MongoNeeds, *needs])
+    components = Components.from_settings(settings)
+    async with contextlib.AsyncExitStack() as stack:
+        database = connect_mongo(required[MongoNeeds], settings, stack)
+        yield _OnMongo(settings, required, components, database, stack)
+
+
 @contextlib.asynccontextmanager
 async def storage_on_mongo(
     settings: Settings,
@@ -81,23 +125,22 @@ async def storage_on_mongo(
     authenticator: Authenticator | None = None,
 ) -> AsyncIterator[GrpcServer]:
     """StorageService on MongoDB, publishing document events to NATS JetStream; quota in
-    this process on the same MongoDB, or the QuotaService at ENGRAM_QUOTA_ADDR."""
-    needs: list[type[Needs]] = [MongoNeeds]
+    this process on the same MongoDB, or the QuotaService at ENGRAM_QUOTA_ADDR. Writes need
+    MongoDB only: while NATS is away events wait in the outbox."""
+    needs: list[type[Needs]] = []
     if publish_events:
         needs.append(NatsNeeds)
     if settings.quota_addr:
         needs.append(QuotaClientNeeds)
-    required = require(settings, needs)
-    components = Components.from_settings(settings)
-    async with contextlib.AsyncExitStack() as stack:
-        database = connect_mongo(required[MongoNeeds], settings, stack)
+    async with _on_mongo(settings, needs) as process:
+        database, components, stack = process.database, process.components, process.stack
         repository = MongoDocumentRepository(database, retention=components.version_retention)
         audit = MongoAuditLog(database)
         for store in (repository, audit):
             await store.ensure_indexes()
         quota: QuotaGate
         if settings.quota_addr:
-            remote = required[QuotaClientNeeds]
+            remote = process.required[QuotaClientNeeds]
             channel = grpc.aio.insecure_channel(remote.quota_addr)
             stack.push_async_callback(channel.close)
             quota = GrpcQuotaGate(channel, remote.service_token.get_secret_value())
@@ -107,25 +150,22 @@ async def storage_on_mongo(
             quota = QuotaService(ledger, components.quotas, repository)
         relay: OutboxRelay | None = None
         if publish_events:
-            publisher = JetStreamPublisher(required[NatsNeeds].nats_url, name="engram-storage")
+            nats_url = process.required[NatsNeeds].nats_url
+            publisher = JetStreamPublisher(nats_url, name="engram-storage")
             stack.push_async_callback(publisher.close)
             relay = OutboxRelay(MongoOutbox(repository), publisher)
         storage = StorageService(
             repository, quota, PolicyAuthorizer(), audit, relay or _NoEvents(), components.limits
         )
-        # Writes need MongoDB only: while NATS is away events wait in the outbox.
-        server = GrpcServer(
-            settings,
-            [registry.storage(storage)],
-            authenticator or await mongo_token_authenticator(components, database),
-            [mongo_dependency(database)],
-            # Import and export rate limits, shared by the replicas.
-            rate_limit_store=MongoRateLimitStore(database),
-        )
         if relay is not None:
             relay.start()
             stack.push_async_callback(relay.stop)
-        yield await serve(server, stack)
+        yield await process.serve(
+            registry.storage(storage),
+            authenticator or await process.tokens(),
+            # Import and export rate limits, shared by the replicas.
+            rate_limit_store=MongoRateLimitStore(database),
+        )
 
 
 @contextlib.asynccontextmanager
@@ -133,21 +173,16 @@ async def quota_on_mongo(
     settings: Settings, *, authenticator: Authenticator | None = None
 ) -> AsyncIterator[GrpcServer]:
     """QuotaService on MongoDB (counters, overrides; documents for Reconcile)."""
-    required = require(settings, [MongoNeeds])
-    components = Components.from_settings(settings)
-    async with contextlib.AsyncExitStack() as stack:
-        database = connect_mongo(required[MongoNeeds], settings, stack)
-        ledger = MongoUsageLedger(database)
+    async with _on_mongo(settings) as process:
+        ledger = MongoUsageLedger(process.database)
         await ledger.ensure_indexes()
-        repository = MongoDocumentRepository(database, retention=components.version_retention)
-        quota = QuotaService(ledger, components.quotas, repository)
-        server = GrpcServer(
-            settings,
-            [registry.quota(quota, PolicyAuthorizer())],
-            authenticator or await mongo_token_authenticator(components, database),
-            [mongo_dependency(database)],
+        repository = MongoDocumentRepository(
+            process.database, retention=process.components.version_retention
         )
-        yield await serve(server, stack)
+        quota = QuotaService(ledger, process.components.quotas, repository)
+        yield await process.serve(
+            registry.quota(quota, PolicyAuthorizer()), authenticator or await process.tokens()
+        )
 
 
 @contextlib.asynccontextmanager
@@ -155,24 +190,19 @@ async def authz_on_mongo(
     settings: Settings, *, authenticator: Authenticator | None = None
 ) -> AsyncIterator[GrpcServer]:
     """AuthzService on MongoDB (personal tokens, audit log)."""
-    required = require(settings, [MongoNeeds])
-    components = Components.from_settings(settings)
-    async with contextlib.AsyncExitStack() as stack:
-        database = connect_mongo(required[MongoNeeds], settings, stack)
-        store = MongoTokenStore(database)
-        audit = MongoAuditLog(database)
+    async with _on_mongo(settings) as process:
+        store = MongoTokenStore(process.database)
+        audit = MongoAuditLog(process.database)
         await audit.ensure_indexes()
-        tokens = token_authenticator(components.jwt, store)
+        tokens = token_authenticator(process.components.jwt, store)
         authz = AuthzService(
-            tokens, store, audit, PolicyAuthorizer(), allow_act_as=components.allow_act_as
+            tokens,
+            store,
+            audit,
+            PolicyAuthorizer(),
+            allow_act_as=process.components.allow_act_as,
         )
-        server = GrpcServer(
-            settings,
-            [registry.authz(authz)],
-            authenticator or tokens,
-            [mongo_dependency(database)],
-        )
-        yield await serve(server, stack)
+        yield await process.serve(registry.authz(authz), authenticator or tokens)
 
 
 @dataclass

@@ -8,12 +8,13 @@ as down.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import Gauge
+
+from engram.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +81,7 @@ class DependencyWatch:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _run(self) -> None:

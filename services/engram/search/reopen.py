@@ -8,6 +8,7 @@ import contextlib
 import logging
 
 from engram.indexer.ports import IndexUnavailable, KeywordIndex, VectorIndex
+from engram.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ async def open_or_keep_trying(
             extra={"backend": backend, "error": error.message},
         )
     task = asyncio.create_task(_keep_opening(index, backend))
-    stack.push_async_callback(_cancel, task)
+    stack.push_async_callback(cancel_and_wait, task)
 
 
 async def _keep_opening(index: KeywordIndex | VectorIndex, backend: str) -> None:
@@ -46,9 +47,3 @@ async def _keep_opening(index: KeywordIndex | VectorIndex, backend: str) -> None
             continue
         log.info("index opened", extra={"backend": backend})
         return
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
