@@ -248,7 +248,7 @@ async def run(target: Target, args: argparse.Namespace) -> None:
 
 async def embedded(args: argparse.Namespace, workdir: Path) -> None:
     from engram.app.embedded import embedded_engram
-    from engram.app.parts import Indexing as EmbeddedIndexing
+    from engram.app.parts import Indexing
     from engram.events.sqlite_outbox import SqliteOutbox
 
     settings = Settings(
@@ -260,7 +260,7 @@ async def embedded(args: argparse.Namespace, workdir: Path) -> None:
     )
     async with embedded_engram(settings) as engram:
         indexing = engram.indexing
-        assert isinstance(indexing, EmbeddedIndexing)
+        assert isinstance(indexing, Indexing)
         outbox = SqliteOutbox(engram.database)
 
         async def idle() -> bool:

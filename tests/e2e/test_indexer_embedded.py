@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from engram.app.embedded import EmbeddedEngram, embedded_engram
-from engram.app.parts import Indexing as EmbeddedIndexing
+from engram.app.parts import Indexing
 from engram.authz.tokens import JwtVerifier, TokenAuthenticator
 from engram.cli.app import app
 from engram.domain.chunking import build_chunks
@@ -29,9 +29,9 @@ pytestmark = pytest.mark.e2e
 SPACE_ID = "v1:private:local::::notes"
 
 
-def indexing_of(engram: EmbeddedEngram) -> EmbeddedIndexing:
+def indexing_of(engram: EmbeddedEngram) -> Indexing:
     indexing = engram.indexing
-    assert isinstance(indexing, EmbeddedIndexing)
+    assert isinstance(indexing, Indexing)
     return indexing
 
 

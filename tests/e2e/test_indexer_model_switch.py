@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 
 from engram.app.embedded import embedded_engram
-from engram.app.parts import Indexing as EmbeddedIndexing
+from engram.app.parts import Indexing
 from engram.domain.chunking import build_chunks
 from engram.indexer.embedders.local import LocalOnnxEmbedder
 from engram.v1 import (
@@ -92,7 +92,7 @@ def document(topic: str, i: int) -> str:
     )
 
 
-async def expected(indexing: EmbeddedIndexing, engram: Any, space_id: str, path: str) -> Any:
+async def expected(indexing: Indexing, engram: Any, space_id: str, path: str) -> Any:
     current = await engram.core.repository.get(space_id, path)
     return build_chunks(
         space_id=space_id,
@@ -136,7 +136,7 @@ async def test_switching_the_model_keeps_search_answering(tmp_path: Path) -> Non
         # 2. Restarted on the hosted model: a switch starts behind the alias.
         async with embedded_engram(settings) as engram:
             indexing = engram.indexing
-            assert isinstance(indexing, EmbeddedIndexing)
+            assert isinstance(indexing, Indexing)
             assert indexing.switch is not None
             space_ids = sorted({space_id for space_id, _ in paths})
             used: list[str] = []
@@ -232,7 +232,7 @@ async def test_switching_the_model_keeps_search_answering(tmp_path: Path) -> Non
         # 3. A restart on the same model finds the switch done.
         async with embedded_engram(settings) as engram:
             indexing = engram.indexing
-            assert isinstance(indexing, EmbeddedIndexing)
+            assert isinstance(indexing, Indexing)
             assert indexing.switch is None and indexing.models.pending is None
             assert [m.model_id for m in await indexing.vector.collections()] == [NEW_MODEL]
     finally:

@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 from typer.testing import CliRunner
 
 from engram.app.embedded import EmbeddedEngram
-from engram.app.parts import Indexing as EmbeddedIndexing
+from engram.app.parts import Indexing
 from engram.cli.app import app
 from engram.cli.search_commands import parse_space, space_label
 from engram.domain.chunking import build_chunks
@@ -37,7 +37,7 @@ DOCS = {
 }
 
 
-async def index_documents(indexing: EmbeddedIndexing) -> None:
+async def index_documents(indexing: Indexing) -> None:
     model = indexing.embedder.model
     await indexing.vector.ensure_collection(model)
     await indexing.vector.activate(model.model_id)
@@ -59,7 +59,7 @@ async def index_documents(indexing: EmbeddedIndexing) -> None:
 async def engram(engram_factory: EngramFactory) -> AsyncIterator[EmbeddedEngram]:
     async with engram_factory() as running:
         indexing = running.indexing
-        assert isinstance(indexing, EmbeddedIndexing)
+        assert isinstance(indexing, Indexing)
         await index_documents(indexing)
         yield running
 
@@ -166,7 +166,7 @@ async def test_a_failed_index_degrades_the_answer(
     engram: EmbeddedEngram, stub: search_pb2_grpc.SearchServiceStub
 ) -> None:
     indexing = engram.indexing
-    assert isinstance(indexing, EmbeddedIndexing)
+    assert isinstance(indexing, Indexing)
     before = degraded_count("keyword")
     await indexing.keyword.close()
     response = await stub.Search(request("canine enjoys fetching", limit=1))

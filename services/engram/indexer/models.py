@@ -52,18 +52,14 @@ async def known_model(embedder: Embedder) -> ModelInfo:
 
 
 async def warm_embedder(embedder: Embedder) -> None:
-    """Loads the model (`warm_up`, the local model) and runs one inference, so the first
-    request does not pay for either; an HTTP provider that fails here is only logged."""
+    """Loads an in-process model (`warm_up`) and runs one inference, so the first request
+    pays for neither; a model that cannot load fails here, before health says SERVING.
+    HTTP providers have nothing to load and are left alone."""
     warm_up = getattr(embedder, "warm_up", None)
-    try:
-        if warm_up is not None:
-            await warm_up()
-        await embedder.embed_query("warm up")
-    except EngramError as error:
-        log.warning(
-            "embedder warm-up failed; the first request will retry",
-            extra={"model": embedder.model.model_id, "error": error.message},
-        )
+    if warm_up is None:
+        return
+    await warm_up()
+    await embedder.embed_query("warm up")
 
 
 async def close_embedder(embedder: Embedder) -> None:
