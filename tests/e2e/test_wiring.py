@@ -18,7 +18,6 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engram.app.config import (
-    MissingSettings,
     MongoNeeds,
     NatsNeeds,
     OpenSearchNeeds,
@@ -27,6 +26,7 @@ from engram.app.config import (
 )
 from engram.app.embedded import embedded_engram
 from engram.authz.enforcement import FixedPrincipalAuthenticator
+from engram.domain.errors import MissingSetting
 from engram.domain.principals import LOCAL_ADMIN
 from engram.runtime.health import Dependency
 from engram.runtime.server import GrpcServer
@@ -150,7 +150,7 @@ async def test_health_follows_a_dependency_probe(tmp_path: Path) -> None:
 
 
 def test_missing_production_settings_are_named_all_at_once() -> None:
-    with pytest.raises(MissingSettings) as caught:
+    with pytest.raises(MissingSetting) as caught:
         require(
             Settings(),
             [NatsNeeds, MongoNeeds, OpenSearchNeeds, StorageClientNeeds],
