@@ -285,8 +285,10 @@ async def test_missing_settings_fail_fast_naming_them(tmp_path: Path) -> None:
         "ENGRAM_OPENSEARCH_URL",
         "ENGRAM_STORAGE_ADDR",
         "ENGRAM_SERVICE_TOKEN",
+        "ENGRAM_QDRANT_URL",
+        "ENGRAM_VECTOR_DIR",
     ):
-        assert name in message
+        assert name in message, "every missing variable, in one message"
     with pytest.raises(EngramError, match="ENGRAM_QDRANT_URL"):
         async with indexer_on_backends(
             server_settings(

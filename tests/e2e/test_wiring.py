@@ -17,20 +17,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from engram.app.config import (
-    MongoNeeds,
-    NatsNeeds,
-    OpenSearchNeeds,
-    StorageClientNeeds,
-    require,
-)
 from engram.app.embedded import embedded_engram
 from engram.authz.enforcement import FixedPrincipalAuthenticator
-from engram.domain.errors import MissingSetting
 from engram.domain.principals import LOCAL_ADMIN
 from engram.runtime.health import Dependency
 from engram.runtime.server import GrpcServer
-from engram.runtime.settings import Settings
 from engram.v1 import search_pb2, search_pb2_grpc, storage_pb2_grpc
 from tests.support.grpc_helpers import space, write_request
 from tests.support.settings import server_settings
@@ -147,25 +138,6 @@ async def test_health_follows_a_dependency_probe(tmp_path: Path) -> None:
             assert (await asyncio.to_thread(get, port, "/readyz"))[0] == 200
     finally:
         await server.stop()
-
-
-def test_missing_production_settings_are_named_all_at_once() -> None:
-    with pytest.raises(MissingSetting) as caught:
-        require(
-            Settings(),
-            [NatsNeeds, MongoNeeds, OpenSearchNeeds, StorageClientNeeds],
-            vector=True,
-        )
-    for name in (
-        "ENGRAM_NATS_URL",
-        "ENGRAM_MONGO_URI",
-        "ENGRAM_OPENSEARCH_URL",
-        "ENGRAM_STORAGE_ADDR",
-        "ENGRAM_SERVICE_TOKEN",
-        "ENGRAM_QDRANT_URL",
-        "ENGRAM_VECTOR_DIR",
-    ):
-        assert name in caught.value.message
 
 
 @pytest.mark.parametrize(
