@@ -149,6 +149,11 @@ class GrpcServer:
             self._endpoint.close()
         log.info("stopped")
 
+    @property
+    def services(self) -> list[str]:
+        """The full names of the services this server registers."""
+        return [r.name for r in self._registrations]
+
     def ready(self) -> bool:
         """Every service SERVING (what /readyz answers)."""
         return self._serving
