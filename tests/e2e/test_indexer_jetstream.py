@@ -264,7 +264,7 @@ async def test_an_event_failing_max_deliver_times_is_dead_lettered(
             await eventually(dead_lettered, 30, "the event was dead-lettered")
         headers = letters[0].headers or {}
         assert headers["Engram-Deliveries"] == "3"
-        assert "storage ReadDocument failed: UNAVAILABLE" in headers["Engram-Error"]
+        assert "StorageService.ReadDocument failed: UNAVAILABLE" in headers["Engram-Error"]
         assert headers["Engram-Subject"] == "engram.docs.upsert"
         after = REGISTRY.get_sample_value("engram_indexer_dead_letters_total") or 0.0
         assert after >= before + 1
