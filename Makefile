@@ -45,9 +45,10 @@ format: $(STAMP) ## Format the code
 	$(BIN)/ruff format services tests bench
 	$(BIN)/ruff check --fix services tests bench
 
-lint: $(STAMP) ## ruff
+lint: $(STAMP) ## ruff, and import-linter (layers, no import cycles; pyproject.toml)
 	$(BIN)/ruff check services tests bench
 	$(BIN)/ruff format --check services tests bench
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP) ## mypy --strict on services/
 	$(BIN)/mypy
@@ -59,7 +60,7 @@ backends-install: ## Download and build NATS, FerretDB and OpenSearch (cached; t
 # beside the suites (mypy's minute of CPU hides behind the suites' waits on servers).
 test: ## Install, build the backends, then run the checks and every suite
 	$(MAKE) --no-print-directory -j3 $(STAMP) backends-install $(BUF)
-	$(MAKE) --no-print-directory -j2 -Oline suites checks
+	$(MAKE) --no-print-directory -j2 suites checks
 
 checks: protos-check lint typecheck ## buf lint/breaking, generated code fresh, ruff, mypy --strict
 

@@ -247,9 +247,9 @@ async def run(target: Target, args: argparse.Namespace) -> None:
 
 
 async def embedded(args: argparse.Namespace, workdir: Path) -> None:
-    from engram.allinone import embedded_engram
+    from engram.app.embedded import embedded_engram
+    from engram.app.parts import Indexing
     from engram.events.sqlite_outbox import SqliteOutbox
-    from engram.indexer.embedded import EmbeddedIndexing
 
     settings = Settings(
         data_dir=workdir / "engram",
@@ -259,8 +259,8 @@ async def embedded(args: argparse.Namespace, workdir: Path) -> None:
         log_level="WARNING",
     )
     async with embedded_engram(settings) as engram:
-        indexing = engram.parts["indexing"]
-        assert isinstance(indexing, EmbeddedIndexing)
+        indexing = engram.indexing
+        assert isinstance(indexing, Indexing)
         outbox = SqliteOutbox(engram.database)
 
         async def idle() -> bool:
@@ -320,7 +320,7 @@ async def real_backends(
 
 
 async def real(args: argparse.Namespace, workdir: Path) -> None:
-    from engram.indexer.production import open_indexer
+    from engram.app.production import open_indexer
 
     run_id = uuid.uuid4().hex[:8]
     async with real_backends(workdir, reuse=args.reuse_backends) as (urls, groups):
@@ -405,12 +405,13 @@ async def _new_events_only(nats_url: str, settings: Settings) -> None:
     import nats
     from nats.js.api import DeliverPolicy
 
-    from engram.indexer.jetstream_consumer import ConsumerOptions, consumer_config, ensure_streams
+    from engram.app.config import Components
+    from engram.indexer.jetstream_consumer import consumer_config, ensure_streams
 
     connection = await nats.connect(nats_url)
     try:
         await ensure_streams(connection)
-        config = consumer_config(ConsumerOptions.from_settings(settings))
+        config = consumer_config(Components.from_settings(settings).consumer)
         config.deliver_policy = DeliverPolicy.NEW
         await connection.jetstream().add_consumer("ENGRAM_DOCS", config=config)
     finally:

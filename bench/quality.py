@@ -379,10 +379,10 @@ async def run_real(args: argparse.Namespace, data: tuple[Any, ...]) -> None:
 async def serve_search(args: argparse.Namespace) -> None:
     """`engram serve search` with the embedded vector index at ENGRAM_VECTOR_DIR in place of
     the Qdrant server."""
+    from engram.app.production import search_on_backends
     from engram.indexer.vector.numpy_index import NumpyVectorIndex
     from engram.runtime.server import stop_on_signals
     from engram.runtime.settings import Settings
-    from engram.search.production import search_on_backends
 
     settings = Settings(grpc_port=args.port)
     assert settings.vector_dir is not None, "ENGRAM_VECTOR_DIR is required"

@@ -734,9 +734,9 @@ async def run_real(args: argparse.Namespace, data_dir: Path, url: str, alias: st
 async def serve_real(args: argparse.Namespace) -> None:
     """The production composition, with the embedded vector index in place of a Qdrant
     server (none can be had here)."""
+    from engram.app.production import search_on_backends
     from engram.runtime.server import stop_on_signals
     from engram.runtime.settings import Settings
-    from engram.search.production import search_on_backends
 
     settings = Settings(
         grpc_port=args.port,

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
-from engram.allinone import EmbeddedEngram, embedded_engram
+from engram.app.embedded import EmbeddedEngram, embedded_engram
 from tests.support.backends import RealBackends
 from tests.support.settings import server_settings
 

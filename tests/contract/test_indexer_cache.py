@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 from pymongo import AsyncMongoClient
 
-from engram.indexer.embedding_cache import MongoEmbeddingCache
-from engram.indexer.production import MongoIdEmbeddingCache
+from engram.indexer.embedding_cache import MongoEmbeddingCache, MongoIdEmbeddingCache
 from tests.support.backends import RealBackends
 
 pytestmark = [pytest.mark.contract, pytest.mark.real_backend]

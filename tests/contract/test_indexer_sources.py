@@ -13,7 +13,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from engram.allinone import build_core, embedded_engram
+from engram.app.config import Components
+from engram.app.embedded import build_core, embedded_engram
 from engram.authz.tokens import JwtVerifier, TokenAuthenticator
 from engram.backends.mongo import connect
 from engram.domain.errors import InvalidArgument
@@ -25,7 +26,6 @@ from engram.indexer.sources import (
     StorageClientDocumentSource,
 )
 from engram.quota.service import QuotaService
-from engram.runtime.composition import document_limits, quota_defaults
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.service import StorageService, WriteMode
 from engram.v1 import storage_pb2_grpc
@@ -75,11 +75,13 @@ async def mongo_subject(tmp_path: Path, backends: RealBackends) -> AsyncIterator
 
         storage = StorageService(
             repository,
-            QuotaService(MongoUsageLedger(database), quota_defaults(settings), repository),
+            QuotaService(
+                MongoUsageLedger(database), Components.from_settings(settings).quotas, repository
+            ),
             PolicyAuthorizer(),
             _Audit(),
             _NoEvents(),
-            document_limits(settings),
+            Components.from_settings(settings).limits,
         )
         yield Subject(RepositoryDocumentSource(repository), storage)
     finally:

@@ -479,8 +479,13 @@ async def test_opensearch_open_is_idempotent_across_instances(keyword_opensearch
 
 
 def test_adapters_are_built_from_settings(tmp_path: Path) -> None:
+    from engram.app.adapters import opensearch_index, tantivy_index
+    from engram.app.config import OpenSearchNeeds, require
+    from engram.domain.errors import MissingSetting
+
     settings = Settings(data_dir=tmp_path, opensearch_url="http://127.0.0.1:9")
-    assert TantivyKeywordIndex.from_settings(settings).directory == tmp_path / "keyword"
-    assert OpenSearchKeywordIndex.from_settings(settings).alias == "engram-chunks"
-    with pytest.raises(ValueError, match="ENGRAM_OPENSEARCH_URL"):
-        OpenSearchKeywordIndex.from_settings(Settings(opensearch_url=None))
+    assert tantivy_index(settings).directory == tmp_path / "keyword"
+    url = require(settings, [OpenSearchNeeds])[OpenSearchNeeds].opensearch_url
+    assert opensearch_index(url, settings).alias == "engram-chunks"
+    with pytest.raises(MissingSetting, match="ENGRAM_OPENSEARCH_URL"):
+        require(Settings(opensearch_url=None), [OpenSearchNeeds])

@@ -552,10 +552,12 @@ async def test_queries_are_embedded_by_the_active_models_embedder(embedded_stack
 
 
 async def test_search_builds_its_own_query_embedder_per_model() -> None:
+    from engram.app.config import Components
     from engram.indexer.embedders.local import MODEL_ID, LocalOnnxEmbedder
     from engram.runtime.settings import Settings
 
-    embedders = ModelEmbedders.from_settings(Settings(search_embed_threads=1))
+    config = Components.from_settings(Settings(search_embed_threads=1)).query_embedder
+    embedders = ModelEmbedders.from_config(config)
     local = embedders.for_model(ModelInfo(MODEL_ID, 384))
     assert isinstance(local, LocalOnnxEmbedder)
     assert embedders.for_model(ModelInfo(MODEL_ID, 384)) is local, "built once, then kept"

@@ -44,7 +44,7 @@ async def store(
     request.applymarker(pytest.mark.real_backend)
     client, mongo = connect(real_backends.url("mongo"), f"engram_{uuid.uuid4().hex[:12]}")
     yield MongoRateLimitStore(mongo)
-    client.close()
+    await client.close()
 
 
 async def test_racing_hits_admit_exactly_the_limit(store: RateLimitStore) -> None:

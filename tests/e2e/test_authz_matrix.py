@@ -234,7 +234,7 @@ async def deployment(tmp_path: Path, real_backends: RealBackends) -> AsyncIterat
 async def test_every_rpc_role_and_target_follows_the_policy_table(
     deployment: Deployment,
 ) -> None:
-    served = served_methods(r.name for r in deployment.engram.core.registrations)
+    served = served_methods(deployment.engram.server.services)
     unlisted = [m for m in served if m not in RPC_POLICY]
     assert not unlisted, f"served RPCs with no row in RPC_POLICY: {unlisted}"
     table = calls(deployment)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from engram.allinone import EmbeddedEngram
+from engram.app.embedded import EmbeddedEngram
 from engram.cli.app import app
 
 pytestmark = pytest.mark.e2e
@@ -119,7 +119,7 @@ async def test_du_history_export_import(cli: Cli, tmp_path: Path) -> None:
 
 
 async def test_token_quota_and_audit_commands(tmp_path: Path) -> None:
-    from engram.allinone import embedded_engram
+    from engram.app.embedded import embedded_engram
     from engram.authz.dev_identity import dev_token
     from tests.support.settings import server_settings
 

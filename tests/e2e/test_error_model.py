@@ -12,7 +12,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from google.rpc import error_details_pb2
 
-from engram.allinone import EmbeddedEngram, embedded_engram
+from engram.app.embedded import EmbeddedEngram, embedded_engram
 from engram.domain.errors import (
     MAX_MESSAGE_BYTES,
     PermissionDenied,
@@ -186,7 +186,7 @@ async def test_index_status_with_the_vector_backend_down_is_unavailable(
 ) -> None:
     indexer = indexer_pb2_grpc.IndexerServiceStub(channel)
     await indexer.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), metadata=ADMIN)
-    await engram.parts["indexing"].vector.close()  # type: ignore[attr-defined]
+    await engram.indexing.vector.close()
     await fails(
         indexer.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), metadata=ADMIN),
         grpc.StatusCode.UNAVAILABLE,

@@ -95,9 +95,9 @@ async def nats_url(real_backends: RealBackends) -> AsyncIterator[str]:
 async def test_each_change_publishes_one_event(
     tmp_path: Path, real_backends: RealBackends, nats_url: str
 ) -> None:
+    from engram.app.production import storage_on_mongo
     from engram.authz.enforcement import FixedPrincipalAuthenticator
     from engram.domain.principals import LOCAL_ADMIN
-    from engram.services import storage_on_mongo
 
     settings = server_settings(
         tmp_path,
@@ -134,9 +134,9 @@ async def test_each_change_publishes_one_event(
 async def test_nats_outage_during_500_writes_loses_no_event(
     tmp_path: Path, real_backends: RealBackends, nats_url: str
 ) -> None:
+    from engram.app.production import storage_on_mongo
     from engram.authz.enforcement import FixedPrincipalAuthenticator
     from engram.domain.principals import LOCAL_ADMIN
-    from engram.services import storage_on_mongo
 
     running = real_backends.running("nats")
     settings = server_settings(

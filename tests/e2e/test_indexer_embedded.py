@@ -11,13 +11,13 @@ import grpc
 import pytest
 from typer.testing import CliRunner
 
-from engram.allinone import EmbeddedEngram, embedded_engram
+from engram.app.embedded import EmbeddedEngram, embedded_engram
+from engram.app.parts import Indexing
 from engram.authz.tokens import JwtVerifier, TokenAuthenticator
 from engram.cli.app import app
 from engram.domain.chunking import build_chunks
 from engram.domain.chunks import Chunk
 from engram.domain.spaces import parse_space_id
-from engram.indexer.embedded import EmbeddedIndexing
 from engram.indexer.worker import Outcome
 from engram.v1 import indexer_pb2, indexer_pb2_grpc, storage_pb2, storage_pb2_grpc
 from tests.support.grpc_helpers import fails, space, write_request
@@ -29,9 +29,9 @@ pytestmark = pytest.mark.e2e
 SPACE_ID = "v1:private:local::::notes"
 
 
-def indexing_of(engram: EmbeddedEngram) -> EmbeddedIndexing:
-    indexing = engram.parts["indexing"]
-    assert isinstance(indexing, EmbeddedIndexing)
+def indexing_of(engram: EmbeddedEngram) -> Indexing:
+    indexing = engram.indexing
+    assert isinstance(indexing, Indexing)
     return indexing
 
 

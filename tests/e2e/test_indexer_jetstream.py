@@ -20,14 +20,13 @@ import pytest
 from opensearchpy import AsyncOpenSearch
 from prometheus_client import REGISTRY
 
+from engram.app.production import indexer_on_backends, storage_on_mongo
 from engram.domain.chunking import build_chunks
 from engram.domain.chunks import Chunk
 from engram.domain.errors import EngramError
 from engram.indexer.jetstream_consumer import DEAD_LETTER_STREAM, DEAD_LETTER_SUBJECT
 from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
-from engram.indexer.production import indexer_on_backends
 from engram.runtime.settings import Settings
-from engram.services import storage_on_mongo
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.v1 import indexer_pb2, indexer_pb2_grpc, storage_pb2, storage_pb2_grpc
 from tests.support.backends import RealBackends
@@ -265,7 +264,7 @@ async def test_an_event_failing_max_deliver_times_is_dead_lettered(
             await eventually(dead_lettered, 30, "the event was dead-lettered")
         headers = letters[0].headers or {}
         assert headers["Engram-Deliveries"] == "3"
-        assert "storage ReadDocument failed: UNAVAILABLE" in headers["Engram-Error"]
+        assert "StorageService.ReadDocument failed: UNAVAILABLE" in headers["Engram-Error"]
         assert headers["Engram-Subject"] == "engram.docs.upsert"
         after = REGISTRY.get_sample_value("engram_indexer_dead_letters_total") or 0.0
         assert after >= before + 1
@@ -286,8 +285,10 @@ async def test_missing_settings_fail_fast_naming_them(tmp_path: Path) -> None:
         "ENGRAM_OPENSEARCH_URL",
         "ENGRAM_STORAGE_ADDR",
         "ENGRAM_SERVICE_TOKEN",
+        "ENGRAM_QDRANT_URL",
+        "ENGRAM_VECTOR_DIR",
     ):
-        assert name in message
+        assert name in message, "every missing variable, in one message"
     with pytest.raises(EngramError, match="ENGRAM_QDRANT_URL"):
         async with indexer_on_backends(
             server_settings(

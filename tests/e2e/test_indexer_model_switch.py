@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from engram.allinone import embedded_engram
+from engram.app.embedded import embedded_engram
+from engram.app.parts import Indexing
 from engram.domain.chunking import build_chunks
-from engram.indexer.embedded import EmbeddedIndexing
 from engram.indexer.embedders.local import LocalOnnxEmbedder
 from engram.v1 import (
     indexer_pb2,
@@ -92,7 +92,7 @@ def document(topic: str, i: int) -> str:
     )
 
 
-async def expected(indexing: EmbeddedIndexing, engram: Any, space_id: str, path: str) -> Any:
+async def expected(indexing: Indexing, engram: Any, space_id: str, path: str) -> Any:
     current = await engram.core.repository.get(space_id, path)
     return build_chunks(
         space_id=space_id,
@@ -135,8 +135,8 @@ async def test_switching_the_model_keeps_search_answering(tmp_path: Path) -> Non
     try:
         # 2. Restarted on the hosted model: a switch starts behind the alias.
         async with embedded_engram(settings) as engram:
-            indexing = engram.parts["indexing"]
-            assert isinstance(indexing, EmbeddedIndexing)
+            indexing = engram.indexing
+            assert isinstance(indexing, Indexing)
             assert indexing.switch is not None
             space_ids = sorted({space_id for space_id, _ in paths})
             used: list[str] = []
@@ -231,8 +231,8 @@ async def test_switching_the_model_keeps_search_answering(tmp_path: Path) -> Non
 
         # 3. A restart on the same model finds the switch done.
         async with embedded_engram(settings) as engram:
-            indexing = engram.parts["indexing"]
-            assert isinstance(indexing, EmbeddedIndexing)
+            indexing = engram.indexing
+            assert isinstance(indexing, Indexing)
             assert indexing.switch is None and indexing.models.pending is None
             assert [m.model_id for m in await indexing.vector.collections()] == [NEW_MODEL]
     finally:

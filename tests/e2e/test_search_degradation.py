@@ -22,6 +22,7 @@ import grpc
 import pytest
 from qdrant_client import AsyncQdrantClient
 
+from engram.app.production import search_on_backends
 from engram.domain.chunking import build_chunks
 from engram.domain.errors import EngramError
 from engram.domain.spaces import SpaceRef, Visibility
@@ -29,7 +30,6 @@ from engram.indexer.embedders.local import LocalOnnxEmbedder
 from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexer.vector.qdrant_index import QdrantVectorIndex
 from engram.runtime.settings import Settings
-from engram.search.production import search_on_backends
 from engram.v1 import search_pb2, search_pb2_grpc, space_pb2
 from tests.support.backends import RealBackends
 from tests.support.settings import server_settings

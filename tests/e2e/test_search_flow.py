@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from engram.allinone import EmbeddedEngram, embedded_engram
+from engram.app.embedded import EmbeddedEngram, embedded_engram
 from engram.v1 import search_pb2, search_pb2_grpc, space_pb2, storage_pb2, storage_pb2_grpc
 from tests.support.grpc_helpers import fails, space, write_request
 from tests.support.settings import server_settings

@@ -15,12 +15,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import REGISTRY
 from typer.testing import CliRunner
 
-from engram.allinone import EmbeddedEngram
+from engram.app.embedded import EmbeddedEngram
+from engram.app.parts import Indexing
 from engram.cli.app import app
 from engram.cli.search_commands import parse_space, space_label
 from engram.domain.chunking import build_chunks
 from engram.domain.spaces import SpaceRef, Visibility
-from engram.indexer.embedded import EmbeddedIndexing
 from engram.v1 import search_pb2, search_pb2_grpc, space_pb2
 from tests.conftest import EngramFactory
 from tests.support.grpc_helpers import fails, space
@@ -37,7 +37,7 @@ DOCS = {
 }
 
 
-async def index_documents(indexing: EmbeddedIndexing) -> None:
+async def index_documents(indexing: Indexing) -> None:
     model = indexing.embedder.model
     await indexing.vector.ensure_collection(model)
     await indexing.vector.activate(model.model_id)
@@ -58,8 +58,8 @@ async def index_documents(indexing: EmbeddedIndexing) -> None:
 @pytest.fixture
 async def engram(engram_factory: EngramFactory) -> AsyncIterator[EmbeddedEngram]:
     async with engram_factory() as running:
-        indexing = running.parts["indexing"]
-        assert isinstance(indexing, EmbeddedIndexing)
+        indexing = running.indexing
+        assert isinstance(indexing, Indexing)
         await index_documents(indexing)
         yield running
 
@@ -165,8 +165,8 @@ def degraded_count(backend: str) -> float:
 async def test_a_failed_index_degrades_the_answer(
     engram: EmbeddedEngram, stub: search_pb2_grpc.SearchServiceStub
 ) -> None:
-    indexing = engram.parts["indexing"]
-    assert isinstance(indexing, EmbeddedIndexing)
+    indexing = engram.indexing
+    assert isinstance(indexing, Indexing)
     before = degraded_count("keyword")
     await indexing.keyword.close()
     response = await stub.Search(request("canine enjoys fetching", limit=1))

@@ -38,7 +38,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engram.allinone import embedded_engram
+from engram.app.embedded import embedded_engram
 from engram.domain.errors import MAX_MESSAGE_BYTES
 from engram.runtime.errors import received_status
 from engram.v1 import (

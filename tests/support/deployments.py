@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from engram.allinone import embedded_engram
+from engram.app.embedded import embedded_engram
 from engram.v1 import authz_pb2_grpc, quota_pb2_grpc, storage_pb2_grpc
 from tests.support.backends import RealBackends
 from tests.support.settings import server_settings
@@ -65,7 +65,7 @@ async def secure_deployment(
             finally:
                 await deployment.close()
         return
-    from engram.services import authz_on_mongo, quota_on_mongo, storage_on_mongo
+    from engram.app.production import authz_on_mongo, quota_on_mongo, storage_on_mongo
 
     settings = server_settings(
         tmp_path / "engram",

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from engram.allinone import embedded_engram
+from engram.app.embedded import embedded_engram
 from tests.support.backends import RealBackends
 from tests.support.settings import server_settings
 
@@ -24,7 +24,7 @@ async def storage_server(
         async with embedded_engram(server_settings(tmp_path / "engram", **overrides)) as engram:
             yield engram.port
         return
-    from engram.services import storage_on_mongo
+    from engram.app.production import storage_on_mongo
 
     settings = server_settings(
         tmp_path / "engram",

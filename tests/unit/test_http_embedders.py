@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engram.indexer.embedders import build_embedder
+from engram.app.config import Components
+from engram.indexer.embedders import configured_embedder
 from engram.indexer.embedders.local import DIMENSION
 from engram.indexer.embedders.ollama import OllamaEmbedder
 from engram.indexer.embedders.openai import OpenAICompatibleEmbedder
@@ -368,8 +369,8 @@ async def test_ollama_errors_are_mapped(ollama_server: MockOllamaServer) -> None
     await refused.aclose()
 
 
-def test_build_embedder_follows_the_provider_setting() -> None:
-    openai = build_embedder(
+def test_configured_embedder_follows_the_provider_setting() -> None:
+    openai = _build(
         Settings(
             embedder_provider="openai",
             openai_base_url="http://127.0.0.1:1",
@@ -380,8 +381,12 @@ def test_build_embedder_follows_the_provider_setting() -> None:
     )
     assert isinstance(openai, OpenAICompatibleEmbedder)
     assert (openai.model.model_id, openai.model.dimension) == ("openai:e5", 768)
-    ollama = build_embedder(Settings(embedder_provider="ollama", ollama_model="bge-m3"))
+    ollama = _build(Settings(embedder_provider="ollama", ollama_model="bge-m3"))
     assert isinstance(ollama, OllamaEmbedder)
     with pytest.raises(IndexUnavailable):
         _ = ollama.model
     assert DIMENSION == 384
+
+
+def _build(settings: Settings) -> object:
+    return configured_embedder(Components.from_settings(settings).embedder)

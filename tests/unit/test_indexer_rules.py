@@ -12,21 +12,21 @@ import pytest
 import typer
 from nats.js.api import AckPolicy, DeliverPolicy
 
+from engram.app.adapters import vector_index
+from engram.app.config import Components, require
 from engram.domain.chunks import ModelInfo
 from engram.domain.documents import DocumentEvent, EventOp
 from engram.domain.errors import MissingSetting
 from engram.domain.spaces import parse_space_id
+from engram.indexer.embedders import embedder_for_model
 from engram.indexer.embedders.local import LocalOnnxEmbedder
 from engram.indexer.embedders.ollama import OllamaEmbedder
 from engram.indexer.embedders.openai import OpenAICompatibleEmbedder
 from engram.indexer.jetstream_consumer import (
     SERVER_DELIVERY_SLACK,
-    ConsumerOptions,
     consumer_config,
     retry_delay,
 )
-from engram.indexer.models import embedder_for_model
-from engram.indexer.production import vector_index_from_settings
 from engram.indexer.service import REINDEX_EVENT_PREFIX, reindex_events
 from engram.indexer.vector.numpy_index import NumpyVectorIndex
 from engram.indexer.vector.qdrant_index import QdrantVectorIndex
@@ -85,9 +85,9 @@ def test_retry_delay_grows_to_its_cap_with_jitter() -> None:
 
 
 def test_consumer_config_is_a_durable_explicit_ack_pull_on_every_document_subject() -> None:
-    options = ConsumerOptions.from_settings(
+    options = Components.from_settings(
         Settings(indexer_durable="idx", indexer_ack_wait_seconds=12, indexer_max_deliver=5)
-    )
+    ).consumer
     config = consumer_config(options)
     assert config.durable_name == config.name == "idx"
     assert config.ack_policy is AckPolicy.EXPLICIT
@@ -110,7 +110,9 @@ def test_reindex_events_name_documents_only() -> None:
 
 
 def test_embedders_are_rebuilt_from_model_ids() -> None:
-    settings = Settings(openai_base_url="http://models.local", ollama_url="http://ollama.local")
+    settings = Components.from_settings(
+        Settings(openai_base_url="http://models.local", ollama_url="http://ollama.local")
+    ).embedder
     local = embedder_for_model(settings, ModelInfo("minilm-l6-v2-int8", 384))
     assert isinstance(local, LocalOnnxEmbedder)
     local.close()
@@ -125,15 +127,17 @@ def test_embedders_are_rebuilt_from_model_ids() -> None:
 
 
 async def test_the_vector_index_comes_from_settings(tmp_path: Path) -> None:
-    embedded = vector_index_from_settings(Settings(vector_dir=tmp_path / "v"))
+    embedded = vector_index(require(Settings(vector_dir=tmp_path / "v"), [], vector=True).vector)
     assert isinstance(embedded, NumpyVectorIndex)
-    local = vector_index_from_settings(
-        Settings(qdrant_path=tmp_path / "q", vector_dir=tmp_path / "v")
+    local = vector_index(
+        require(
+            Settings(qdrant_path=tmp_path / "q", vector_dir=tmp_path / "v"), [], vector=True
+        ).vector
     )
     assert isinstance(local, QdrantVectorIndex)
     await local.close()
     with pytest.raises(MissingSetting) as caught:
-        vector_index_from_settings(Settings())
+        require(Settings(), [], vector=True)
     for name in ("ENGRAM_QDRANT_URL", "ENGRAM_QDRANT_PATH", "ENGRAM_VECTOR_DIR"):
         assert name in caught.value.message
 

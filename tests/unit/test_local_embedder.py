@@ -13,8 +13,9 @@ import pytest
 from tokenizers import Tokenizer
 
 import engram
+from engram.app.config import Components
 from engram.domain.chunks import ModelInfo
-from engram.indexer.embedders import build_embedder
+from engram.indexer.embedders import configured_embedder
 from engram.indexer.embedders.local import (
     DIMENSION,
     MODEL_ID,
@@ -143,8 +144,12 @@ def test_invalid_configuration_is_refused() -> None:
         LocalOnnxEmbedder(batch_size=0)
 
 
-def test_build_embedder_defaults_to_the_local_model() -> None:
-    built = build_embedder(Settings(embed_max_length=128, embed_threads=1))
+def test_configured_embedder_defaults_to_the_local_model() -> None:
+    built = _build(Settings(embed_max_length=128, embed_threads=1))
     assert isinstance(built, LocalOnnxEmbedder)
     assert built.model == ModelInfo(MODEL_ID, DIMENSION)
     built.close()
+
+
+def _build(settings: Settings) -> object:
+    return configured_embedder(Components.from_settings(settings).embedder)

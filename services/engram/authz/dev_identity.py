@@ -28,16 +28,18 @@ def load_or_create_secret(data_dir: Path) -> str:
     return secret
 
 
-def dev_token(secret: str) -> str:
-    """A JWT for the local admin of tenant `local` (platform admin), valid 30 days."""
-    return jwt.encode(
-        {
-            "sub": LOCAL_ADMIN.subject,
-            "tenant": LOCAL_TENANT,
-            "role": "admin",
-            "platform_admin": True,
-            "exp": int(time.time()) + DEV_TOKEN_DAYS * 86400,
-        },
-        secret,
-        algorithm="HS256",
-    )
+def dev_token(secret: str, *, audience: str | None = None, issuer: str | None = None) -> str:
+    """A JWT for the local admin of tenant `local` (platform admin), valid 30 days, with
+    the audience and issuer the server checks (ENGRAM_JWT_AUDIENCE, ENGRAM_JWT_ISSUER)."""
+    claims: dict[str, object] = {
+        "sub": LOCAL_ADMIN.subject,
+        "tenant": LOCAL_TENANT,
+        "role": "admin",
+        "platform_admin": True,
+        "exp": int(time.time()) + DEV_TOKEN_DAYS * 86400,
+    }
+    if audience is not None:
+        claims["aud"] = audience
+    if issuer is not None:
+        claims["iss"] = issuer
+    return jwt.encode(claims, secret, algorithm="HS256")

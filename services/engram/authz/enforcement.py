@@ -6,56 +6,22 @@ repeated decisions (an agent hammering one space) off the hot path.
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
-from collections.abc import Hashable, Sequence
-from typing import Generic, TypeVar
+from collections.abc import Sequence
 
 from prometheus_client import Counter
 
 from engram.domain.errors import PermissionDenied, Unauthenticated
 from engram.domain.policy import TENANT_MISMATCH, Decision, decide
+from engram.domain.ports import AuthorizedSpace
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
-from engram.storage.ports import AuthorizedSpace
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
+from engram.runtime.ttl_cache import TtlCache
 
 DECISIONS = Counter(
     "engram_authz_decisions_total",
     "Authorization decisions, by action and outcome.",
     ("action", "outcome"),
 )
-
-
-class TtlCache(Generic[K, V]):
-    """A small LRU whose entries expire after `ttl` seconds."""
-
-    def __init__(self, *, ttl: float, size: int) -> None:
-        self._ttl = ttl
-        self._size = size
-        self._items: OrderedDict[K, tuple[float, V]] = OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        item = self._items.get(key)
-        if item is None:
-            return None
-        expires, value = item
-        if expires < time.monotonic():
-            del self._items[key]
-            return None
-        self._items.move_to_end(key)
-        return value
-
-    def put(self, key: K, value: V) -> None:
-        self._items[key] = (time.monotonic() + self._ttl, value)
-        self._items.move_to_end(key)
-        while len(self._items) > self._size:
-            self._items.popitem(last=False)
-
-    def clear(self) -> None:
-        self._items.clear()
 
 
 class PolicyAuthorizer:

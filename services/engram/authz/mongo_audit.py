@@ -10,7 +10,7 @@ from pymongo import ASCENDING, IndexModel
 
 from engram.authz.ports import AuditEntry
 from engram.backends.mongo import MongoDatabase, ensure_indexes, mongo_errors
-from engram.storage.ports import AuditRecord
+from engram.domain.ports import AuditRecord
 
 
 class MongoAuditLog:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from engram.storage.ports import AuditRecord
+from engram.domain.ports import AuditRecord
 
 
 @dataclass(frozen=True, slots=True)

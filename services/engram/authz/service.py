@@ -24,9 +24,9 @@ from engram.domain.errors import (
 )
 from engram.domain.pagination import PageSize, decode_page_token, encode_page_token
 from engram.domain.policy import Decision
+from engram.domain.ports import AuditRecord
 from engram.domain.principals import Action, Principal, Role
 from engram.domain.spaces import RESERVED_TENANT, SpaceRef, validate_field
-from engram.storage.ports import AuditRecord
 
 DEFAULT_TOKEN_TTL = timedelta(days=90)
 MAX_TOKEN_TTL = timedelta(days=366)

@@ -9,9 +9,9 @@ import grpc
 
 from engram.authz.service import AuthzService
 from engram.domain.errors import InvalidArgument
+from engram.domain.ports import AuditRecord
 from engram.domain.principals import Action
 from engram.runtime.context import current_principal
-from engram.storage.ports import AuditRecord
 from engram.v1 import authz_pb2, authz_pb2_grpc
 from engram.wire import (
     ROLE_FROM_PROTO,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from engram.authz.ports import AuditEntry
 from engram.backends.sqlite import SqliteDatabase, from_micros, to_micros
-from engram.storage.ports import AuditRecord
+from engram.domain.ports import AuditRecord
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS audit_events (

@@ -23,10 +23,10 @@ from typing import Any, Protocol
 import jwt
 from jwt import PyJWK
 
-from engram.authz.enforcement import TtlCache, bearer_token
+from engram.authz.enforcement import bearer_token
 from engram.domain.errors import Unauthenticated, quoted
 from engram.domain.principals import Principal, Role
-from engram.runtime.settings import Settings
+from engram.runtime.ttl_cache import TtlCache
 
 PAT_PREFIX = "egm_"
 ROLE_NAMES = {role.name.lower(): role for role in Role}
@@ -225,23 +225,3 @@ class TokenAuthenticator:
     def forget(self, token_id: str) -> None:
         """Drops cached principals after a revocation made in this process."""
         self._cache.clear()
-
-
-def verifier_from_settings(settings: Settings) -> JwtVerifier:
-    return JwtVerifier(
-        secret=settings.jwt_secret.get_secret_value() if settings.jwt_secret else None,
-        jwks_path=settings.jwks_path,
-        audience=settings.jwt_audience,
-        issuer=settings.jwt_issuer,
-    )
-
-
-async def authenticator_from_settings(settings: Settings, database: Any) -> TokenAuthenticator:
-    """Production authenticator: JWTs from settings, personal tokens from MongoDB."""
-    from engram.authz.mongo_tokens import MongoTokenStore
-
-    store = MongoTokenStore(database)
-    await store.ensure_indexes()
-    return TokenAuthenticator(
-        verifier_from_settings(settings), store, cache_seconds=settings.auth_cache_seconds
-    )

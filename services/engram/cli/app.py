@@ -56,7 +56,7 @@ def dev(
     ] = False,
 ) -> None:
     """Run every service in one process on embedded backends."""
-    from engram.allinone import embedded_engram
+    from engram.app.embedded import embedded_engram
     from engram.runtime.server import stop_on_signals
 
     settings = _settings(
@@ -77,9 +77,7 @@ def dev(
             )
             token = ""
             if auth:
-                from engram.authz.dev_identity import dev_token
-
-                token = dev_token(engram.core.jwt_secret)
+                token = engram.admin_token()
                 console.print(
                     "auth on: callers need a token. Admin token for tenant local (ENGRAM_TOKEN):",
                     highlight=False,
@@ -104,10 +102,10 @@ def serve(
     port: Annotated[int | None, typer.Option("--port", help="gRPC port.")] = None,
 ) -> None:
     """Run one service on the production backends configured by ENGRAM_* settings."""
-    from engram.services import SERVICES, run_service
+    from engram.app.production import PROCESSES, run_service
 
-    if service not in SERVICES:
-        fail(f"unknown service {service!r}; choose one of {', '.join(SERVICES)}")
+    if service not in PROCESSES:
+        fail(f"unknown service {service!r}; choose one of {', '.join(PROCESSES)}")
     settings = _settings(grpc_port=port)
     configure_logging(settings.log_level, settings.log_format)
     try:

@@ -7,6 +7,7 @@ of any embedder; the adapters store vectors as little-endian float32 bytes.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import sqlite3
 from collections.abc import Mapping, Sequence
@@ -14,8 +15,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from bson.binary import Binary
 from pymongo import ReplaceOne
+from pymongo.errors import BulkWriteError
 
-from engram.backends.mongo import MongoDatabase
+from engram.backends.mongo import MongoDatabase, mongo_errors
 from engram.backends.sqlite import SqliteDatabase
 from engram.domain.chunks import ModelInfo
 from engram.indexer.ports import Embedder, EmbeddingCache, IndexUnavailable, Vectors
@@ -125,6 +127,47 @@ class MongoEmbeddingCache:
             for sha, vector in vectors.items()
         ]
         await self._collection.bulk_write(operations, ordered=False)
+
+
+class MongoIdEmbeddingCache(MongoEmbeddingCache):
+    """MongoEmbeddingCache reading by `_id` equality and writing by insert only: the two
+    operations FerretDB v1 serves without decoding the whole collection. Its `$in` and its
+    upserts scan (measured per 4-vector call: 88 ms / 32 ms with 1,000 cached vectors,
+    265 ms / 98 ms with 3,000), which made every indexed document slower than the last. A
+    text's vector under one model never changes, so an insert that finds the key taken
+    found the same value."""
+
+    async def get_many(self, model_id: str, text_hashes: Sequence[str]) -> dict[str, Vectors]:
+        hashes = list(dict.fromkeys(text_hashes))
+        prefix = f"{model_id}:"
+        with mongo_errors("reading the embedding cache"):
+            found = await asyncio.gather(
+                *(self._collection.find_one({"_id": prefix + sha}, {"vector": 1}) for sha in hashes)
+            )
+        return {
+            sha: np.frombuffer(bytes(document["vector"]), dtype="<f4").astype(np.float32)
+            for sha, document in zip(hashes, found, strict=True)
+            if document is not None
+        }
+
+    async def put_many(self, model_id: str, vectors: Mapping[str, Vectors]) -> None:
+        if not vectors:
+            return
+        documents = [
+            {
+                "_id": f"{model_id}:{sha}",
+                "model_id": model_id,
+                "vector": Binary(np.asarray(vector, dtype="<f4").tobytes()),
+            }
+            for sha, vector in vectors.items()
+        ]
+        with mongo_errors("writing the embedding cache"):
+            try:
+                await self._collection.insert_many(documents, ordered=False)
+            except BulkWriteError as error:
+                taken = all(e.get("code") == 11000 for e in error.details.get("writeErrors", []))
+                if not taken:
+                    raise
 
 
 class CachedEmbedder:

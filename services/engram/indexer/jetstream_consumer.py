@@ -58,7 +58,6 @@ from engram.indexer.worker import (
     read_event,
 )
 from engram.runtime.retrying import log_before_retry
-from engram.runtime.settings import Settings
 from engram.wire import encode_event
 
 log = logging.getLogger(__name__)
@@ -85,19 +84,6 @@ class ConsumerOptions:
     fetch_batch: int = 64
     concurrency: int = 8
     drain_seconds: float = 10.0
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ConsumerOptions:
-        return cls(
-            durable=settings.indexer_durable,
-            ack_wait_seconds=settings.indexer_ack_wait_seconds,
-            max_deliver=settings.indexer_max_deliver,
-            retry_base_seconds=settings.indexer_retry_base_seconds,
-            retry_max_seconds=settings.indexer_retry_max_seconds,
-            fetch_batch=settings.indexer_fetch_batch,
-            concurrency=settings.indexer_concurrency,
-            drain_seconds=settings.shutdown_grace_seconds,
-        )
 
 
 def retry_delay(attempt: int, *, base: float, cap: float) -> float:

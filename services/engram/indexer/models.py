@@ -9,8 +9,9 @@ the new collection, then moves the alias in one step and, after a grace period f
 that read the old alias just before, drops the old collection.
 
 The old model's embedder is rebuilt from its model id and the settings
-(`embedder_for_model`); when that is impossible the old collection stops receiving changes
-during the switch, and semantic search over it cannot embed queries until the switch ends.
+(`engram.indexer.embedders.embedder_for_model`); when that is impossible the old
+collection stops receiving changes during the switch, and semantic search over it cannot
+embed queries until the switch ends.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from engram.domain.errors import EngramError
 from engram.domain.spaces import SpaceRef
 from engram.indexer.ports import Embedder, VectorIndex
 from engram.runtime.retrying import log_before_retry
-from engram.runtime.settings import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -46,50 +46,6 @@ class ModelTarget:
     embedder: Embedder
 
 
-def embedder_for_model(settings: Settings, model: ModelInfo) -> Embedder | None:
-    """An embedder producing `model`'s vectors, built from its model id and the provider
-    settings (base URL, key); None for a model id this cannot rebuild."""
-    from engram.indexer.embedders.local import MODEL_ID as LOCAL_MODEL_ID
-
-    if model.model_id == LOCAL_MODEL_ID:
-        from engram.indexer.embedders.local import LocalOnnxEmbedder
-
-        return LocalOnnxEmbedder(
-            max_length=settings.embed_max_length,
-            batch_size=settings.embed_batch_size,
-            threads=settings.embed_threads,
-            nice=settings.indexing_nice,
-        )
-    provider, _, name = model.model_id.partition(":")
-    if not name:
-        return None
-    if provider == "openai":
-        from engram.indexer.embedders.openai import OpenAICompatibleEmbedder
-
-        key = settings.openai_api_key
-        return OpenAICompatibleEmbedder(
-            base_url=settings.openai_base_url,
-            model=name,
-            api_key=key.get_secret_value() if key is not None else None,
-            dimension=model.dimension,
-            batch_size=settings.embed_batch_size,
-            timeout=settings.embed_timeout_seconds,
-            max_retries=settings.embed_max_retries,
-        )
-    if provider == "ollama":
-        from engram.indexer.embedders.ollama import OllamaEmbedder
-
-        return OllamaEmbedder(
-            url=settings.ollama_url,
-            model=name,
-            dimension=model.dimension,
-            batch_size=settings.embed_batch_size,
-            timeout=settings.embed_timeout_seconds,
-            max_retries=settings.embed_max_retries,
-        )
-    return None
-
-
 async def known_model(embedder: Embedder) -> ModelInfo:
     """The embedder's model, asking an HTTP provider for one embedding first if its
     dimension was not configured."""
@@ -98,6 +54,17 @@ async def known_model(embedder: Embedder) -> ModelInfo:
         model: ModelInfo = await probe()
         return model
     return embedder.model
+
+
+async def warm_embedder(embedder: Embedder) -> None:
+    """Loads an in-process model (`warm_up`) and runs one inference, so the first request
+    pays for neither; a model that cannot load fails here, before health says SERVING.
+    HTTP providers have nothing to load and are left alone."""
+    warm_up = getattr(embedder, "warm_up", None)
+    if warm_up is None:
+        return
+    await warm_up()
+    await embedder.embed_query("warm up")
 
 
 async def close_embedder(embedder: Embedder) -> None:

@@ -20,12 +20,12 @@ from engram.domain.chunks import ModelInfo
 from engram.domain.documents import DocumentEvent, EventOp
 from engram.domain.errors import InvalidArgument, PermissionDenied
 from engram.domain.policy import PLATFORM_ADMIN_REQUIRED
+from engram.domain.ports import Authorizer
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
 from engram.indexer.models import IndexModels
 from engram.indexer.ports import VectorIndex
 from engram.indexer.sources import DocumentSource
-from engram.storage.ports import Authorizer
 
 log = logging.getLogger(__name__)
 

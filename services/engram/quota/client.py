@@ -9,9 +9,9 @@ import grpc
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from engram.domain.errors import Unavailable
+from engram.domain.ports import UsageReport
 from engram.domain.spaces import SpaceRef
 from engram.runtime.errors import remote_errors
-from engram.storage.ports import UsageReport
 from engram.v1 import quota_pb2, quota_pb2_grpc
 from engram.wire import space_to_proto
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engram.authz.enforcement import TtlCache
 from engram.domain.errors import InvalidArgument, PermissionDenied
 from engram.domain.policy import PLATFORM_ADMIN_REQUIRED, RPC_POLICY, Target, admits
+from engram.domain.ports import UsageReport
 from engram.domain.principals import Principal
 from engram.domain.quotas import (
     INSTANCE,
@@ -19,7 +19,7 @@ from engram.domain.quotas import (
 )
 from engram.domain.spaces import SpaceRef
 from engram.quota.ports import ChargeOutcome, StoredUsage, UsageLedger
-from engram.storage.ports import UsageReport
+from engram.runtime.ttl_cache import TtlCache
 
 RECONCILE_RPC = "/engram.v1.QuotaService/Reconcile"
 

@@ -8,10 +8,10 @@ import grpc
 
 from engram.authz.enforcement import PolicyAuthorizer
 from engram.domain.errors import PermissionDenied
+from engram.domain.ports import Authorizer
 from engram.domain.principals import Action
 from engram.quota.service import QuotaService
 from engram.runtime.context import current_principal
-from engram.storage.ports import Authorizer
 from engram.v1 import quota_pb2, quota_pb2_grpc
 from engram.wire import requested_space
 

@@ -1,10 +1,18 @@
-"""Prometheus metrics shared by every service, and the side HTTP endpoint."""
+"""Prometheus metrics shared by every service, and the side HTTP endpoint.
+
+The endpoint serves `/metrics`, `/healthz` (200 while the process runs) and `/readyz`
+(200 only while every service is SERVING, else 503) for load balancers and probes that
+cannot speak gRPC health; any other path is 404.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +34,47 @@ INTERNAL_ERRORS = Counter(
 )
 
 
-def start_metrics_endpoint(host: str, port: int) -> int:
-    """Serves /metrics on host:port (0 = disabled); returns the port or 0."""
-    if port == 0:
-        return 0
-    server, _thread = start_http_server(port, addr=host)
-    bound = int(server.server_address[1])
-    log.info("metrics endpoint listening", extra={"addr": f"{host}:{bound}"})
-    return bound
+class HttpEndpoint:
+    """The side HTTP server (a daemon thread); `ready()` is read on each /readyz."""
+
+    def __init__(self, host: str, port: int, ready: Callable[[], bool]) -> None:
+        handler = _handler(ready)
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="metrics-http", daemon=True
+        )
+        self._thread.start()
+        log.info("metrics endpoint listening", extra={"addr": f"{host}:{self.port}"})
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _handler(ready: Callable[[], bool]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+            elif path == "/healthz":
+                self._send(200, b"ok\n")
+            elif path == "/readyz":
+                up = ready()
+                self._send(200 if up else 503, b"ready\n" if up else b"not ready\n")
+            else:
+                self._send(404, b"not found: try /metrics, /healthz or /readyz\n")
+
+        def _send(self, code: int, body: bytes, content_type: str = "text/plain") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            """Scrapes and probes are not logged."""
+
+    return Handler

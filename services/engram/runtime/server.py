@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Callable, Iterable, Sequence
@@ -14,12 +15,16 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from engram.domain.policy import unlisted_methods
+from engram.runtime.health import Dependency, DependencyWatch
 from engram.runtime.interceptors import Authenticator, ServerInterceptor
-from engram.runtime.metrics import start_metrics_endpoint
+from engram.runtime.metrics import HttpEndpoint
 from engram.runtime.rate_limit import RateLimiter, RateLimits, RateLimitStore
 from engram.runtime.settings import Settings
 
 log = logging.getLogger(__name__)
+
+# A backend that does not answer its probe within this long counts as unreachable.
+PROBE_TIMEOUT_SECONDS = 2.0
 
 
 def server_options(settings: Settings) -> list[tuple[str, int]]:
@@ -42,13 +47,18 @@ class ServiceRegistration:
 
 
 class GrpcServer:
-    """A grpc.aio server with the engram interceptor chain, health and reflection."""
+    """A grpc.aio server with the engram interceptor chain, health and reflection.
+
+    Health says SERVING only once `start` returns (the caller loads what the first request
+    needs before) and while every backend in `dependencies` answers its probe.
+    """
 
     def __init__(
         self,
         settings: Settings,
         registrations: Sequence[ServiceRegistration],
         authenticator: Authenticator,
+        dependencies: Sequence[Dependency] = (),
         *,
         rate_limit_store: RateLimitStore | None = None,
     ) -> None:
@@ -67,6 +77,14 @@ class GrpcServer:
             if rate_limit_store is not None
             else None
         )
+        self._watch = DependencyWatch(
+            dependencies,
+            self._set_serving,
+            interval=settings.health_probe_seconds,
+            timeout=PROBE_TIMEOUT_SECONDS,
+        )
+        self._serving = False
+        self._endpoint: HttpEndpoint | None = None
         self._server = grpc.aio.server(
             interceptors=[
                 ServerInterceptor(authenticator, access_log=settings.access_log, limiter=limiter)
@@ -104,11 +122,14 @@ class GrpcServer:
         if self.port == 0:
             raise OSError(f"could not bind gRPC on {address}: is the port in use?")
         await self._server.start()
-        for name in ("", *names):
-            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        self.metrics_port = start_metrics_endpoint(
-            self._settings.metrics_host, self._settings.metrics_port
-        )
+        if self._settings.metrics_port:
+            self._endpoint = HttpEndpoint(
+                self._settings.metrics_host, self._settings.metrics_port, self.ready
+            )
+            self.metrics_port = self._endpoint.port
+        # SERVING now unless a backend is down; the watch keeps it current from here on.
+        await self._watch.check()
+        self._watch.start()
         log.info(
             "serving",
             extra={"addr": f"{self._settings.grpc_host}:{self.port}", "services": names},
@@ -120,9 +141,39 @@ class GrpcServer:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        await self._watch.stop()
+        self._serving = False
         await self._health.enter_graceful_shutdown()
         await self._server.stop(self._settings.shutdown_grace_seconds)
+        if self._endpoint is not None:
+            self._endpoint.close()
         log.info("stopped")
+
+    @property
+    def services(self) -> list[str]:
+        """The full names of the services this server registers."""
+        return [r.name for r in self._registrations]
+
+    def ready(self) -> bool:
+        """Every service SERVING (what /readyz answers)."""
+        return self._serving
+
+    @property
+    def unreachable(self) -> frozenset[str]:
+        """The dependencies whose last probe failed."""
+        return self._watch.down
+
+    async def _set_serving(self, healthy: bool) -> None:
+        if self._stopped.is_set():
+            return
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if healthy
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", *(r.name for r in self._registrations)):
+            await self._health.set(name, status)
+        self._serving = healthy
 
     async def wait(self) -> None:
         await self._server.wait_for_termination()
@@ -136,6 +187,13 @@ def served_methods(services: Iterable[str]) -> list[str]:
         for name in services
         for method in pool.FindServiceByName(name).methods
     ]
+
+
+async def serve(server: GrpcServer, stack: contextlib.AsyncExitStack) -> GrpcServer:
+    """Starts the server (the last step of every process) and stops it when `stack` unwinds."""
+    await server.start()
+    stack.push_async_callback(server.stop)
+    return server
 
 
 def stop_on_signals(stop: Callable[[], object]) -> None:

@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     # the store so replicas share it; 0 = no limit.
     rate_limit_per_minute: int = Field(default=60, ge=0)
     rate_limit_search_min_spaces: int = Field(default=4, ge=0)
+    # Each backend a service needs is probed this often; health follows the answers.
+    health_probe_seconds: float = Field(default=2.0, gt=0)
 
     # --- embedded mode -----------------------------------------------------------------------
     data_dir: Path = Path(".engram")

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from functools import partial
 
 from engram.domain.chunks import ModelInfo
-from engram.indexer.models import close_embedder, embedder_for_model
+from engram.indexer.embedders import EmbedderConfig, embedder_for_model
+from engram.indexer.models import close_embedder, warm_embedder
 from engram.indexer.ports import Embedder
-from engram.runtime.settings import Settings
 
 EmbedderFactory = Callable[[ModelInfo], Embedder | None]
 
@@ -31,13 +31,16 @@ class ModelEmbedders:
         self._built: dict[str, Embedder | None] = {}
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ModelEmbedders:
-        """Embedders rebuilt from the model id with the provider settings (URL, key) and
-        ENGRAM_SEARCH_EMBED_THREADS threads for the local model, at normal priority."""
-        query_settings = settings.model_copy(
-            update={"embed_threads": settings.search_embed_threads, "indexing_nice": 0}
-        )
-        return cls(partial(embedder_for_model, query_settings))
+    def from_config(cls, config: EmbedderConfig) -> ModelEmbedders:
+        """Embedders rebuilt from the model id with the provider settings (URL, key)."""
+        return cls(partial(embedder_for_model, config))
+
+    async def warm(self, model: ModelInfo | None) -> None:
+        """Builds `model`'s embedder and runs one query through it, so the first search
+        does not pay for loading the model."""
+        embedder = self.for_model(model) if model is not None else None
+        if embedder is not None:
+            await warm_embedder(embedder)
 
     @classmethod
     def serving(cls, *embedders: Embedder) -> ModelEmbedders:

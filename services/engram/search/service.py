@@ -26,6 +26,7 @@ from prometheus_client import Counter, Histogram
 from engram.domain.chunks import Chunk, ModelInfo, ScoredChunk
 from engram.domain.errors import EngramError, InvalidArgument, InvalidSpaceRef, PermissionDenied
 from engram.domain.fusion import DEFAULT_RRF_K, DEFAULT_WEIGHT, FusionParams, RankedHit, fuse
+from engram.domain.ports import Authorizer
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
 from engram.indexer.ports import (
@@ -34,9 +35,8 @@ from engram.indexer.ports import (
     KeywordIndex,
     VectorIndex,
 )
-from engram.runtime.settings import Settings
 from engram.search.errors import SearchUnavailable
-from engram.search.ports import Authorizer, QueryEmbedders
+from engram.search.ports import QueryEmbedders
 from engram.search.query_cache import QueryEmbeddingCache
 
 log = logging.getLogger(__name__)
@@ -83,13 +83,6 @@ class SearchOptions:
 
     candidate_depth: int = 50
     backend_timeout_seconds: float = 1.0
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> SearchOptions:
-        return cls(
-            candidate_depth=settings.search_candidate_depth,
-            backend_timeout_seconds=settings.search_backend_timeout_seconds,
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from engram.domain.documents import (
@@ -15,7 +14,7 @@ from engram.domain.documents import (
     StoredDocument,
 )
 from engram.domain.errors import Conflict
-from engram.domain.principals import Action, Principal
+from engram.domain.ports import UsageReport
 from engram.domain.spaces import SpaceRef
 
 
@@ -76,14 +75,6 @@ class DocumentRepository(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class UsageReport:
-    space_used_bytes: int
-    space_quota_bytes: int
-    aggregate_used_bytes: int
-    aggregate_quota_bytes: int
-
-
 class QuotaGate(Protocol):
     """Byte accounting: the in-process QuotaService or a client of the remote one."""
 
@@ -92,35 +83,6 @@ class QuotaGate(Protocol):
         ...
 
     async def usage(self, space: SpaceRef) -> UsageReport: ...
-
-
-class Authorizer(Protocol):
-    """Decides and enforces who may do what (see engram.domain.policy)."""
-
-    async def authorize(
-        self, principal: Principal, action: Action, space: SpaceRef
-    ) -> AuthorizedSpace: ...
-
-
-@dataclass(frozen=True, slots=True)
-class AuthorizedSpace:
-    space: SpaceRef
-    # Non-empty for changes that must leave an audit row (global mutations).
-    audit_action: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class AuditRecord:
-    action: str
-    subject: str
-    tenant: str
-    space_id: str
-    path: str
-    bytes_delta: int
-
-
-class AuditSink(Protocol):
-    async def record(self, entry: AuditRecord) -> None: ...
 
 
 class ChangeNotifier(Protocol):

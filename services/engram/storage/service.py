@@ -53,6 +53,7 @@ from engram.domain.paths import (
     validate_directory,
     validate_document_path,
 )
+from engram.domain.ports import AuditRecord, AuditSink, AuthorizedSpace, Authorizer, UsageReport
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
 from engram.domain.text_rules import utf8_len
@@ -60,15 +61,10 @@ from engram.runtime.keyed_locks import KeyedLocks
 from engram.storage.archive import ArchiveEntry, ArchiveLimits, ArchiveWriter
 from engram.storage.imports import FEED_BATCH_BYTES, ImportStream, InFlightBudget
 from engram.storage.ports import (
-    AuditRecord,
-    AuditSink,
-    AuthorizedSpace,
-    Authorizer,
     ChangeNotifier,
     ConcurrentModification,
     DocumentRepository,
     QuotaGate,
-    UsageReport,
 )
 
 T = TypeVar("T")

@@ -1,46 +1,102 @@
-"""Embedders: the bundled local model and the HTTP providers, chosen by configuration."""
+"""Embedders: the bundled local model and the HTTP providers, built by one factory.
+
+`configured_embedder` builds the provider the configuration names; `embedder_for_model`
+rebuilds the embedder of a model id found in the vector index (a model switch, search's
+query embedders). Both go through `_build`, so each provider is constructed in one place.
+Nothing here connects or loads a model: the local model loads on first use (or `warm_up`),
+the HTTP clients connect on first request.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from engram.domain.chunks import ModelInfo
 from engram.indexer.ports import Embedder
-from engram.runtime.settings import Settings
+
+Provider = Literal["local", "openai", "ollama"]
 
 
-def build_embedder(settings: Settings) -> Embedder:
-    """The embedder `ENGRAM_EMBEDDER_PROVIDER` names, configured from the settings.
+@dataclass(frozen=True, slots=True)
+class EmbedderConfig:
+    """The embedding provider and its knobs (`ENGRAM_EMBED*`, `ENGRAM_OPENAI_*`,
+    `ENGRAM_OLLAMA_*`)."""
 
-    Builds no connection and loads no model: the local model loads on first use, the HTTP
-    clients connect on first request.
-    """
-    if settings.embedder_provider == "openai":
+    provider: Provider = "local"
+    max_length: int = 256
+    batch_size: int = 32
+    # onnxruntime intra-op threads of the local model, and the niceness of its thread.
+    threads: int = 2
+    nice: int = 0
+    timeout_seconds: float = 30.0
+    max_retries: int = 4
+    openai_base_url: str = "https://api.openai.com"
+    openai_api_key: str | None = field(default=None, repr=False)
+    openai_model: str = "text-embedding-3-small"
+    openai_dimension: int | None = None
+    ollama_url: str = "http://127.0.0.1:11434"
+    ollama_model: str = "nomic-embed-text"
+    ollama_dimension: int | None = None
+
+    def for_queries(self, threads: int) -> EmbedderConfig:
+        """Search's own query embedders: `threads` threads at the process's priority."""
+        return replace(self, threads=threads, nice=0)
+
+
+def configured_embedder(config: EmbedderConfig) -> Embedder:
+    """The embedder of the configured provider and model."""
+    if config.provider == "openai":
+        return _build(config, "openai", config.openai_model, config.openai_dimension)
+    if config.provider == "ollama":
+        return _build(config, "ollama", config.ollama_model, config.ollama_dimension)
+    return _build(config, "local", "", None)
+
+
+def embedder_for_model(config: EmbedderConfig, model: ModelInfo) -> Embedder | None:
+    """An embedder producing `model`'s vectors, built from its model id and the provider
+    settings (base URL, key); None for a model id this cannot rebuild."""
+    from engram.indexer.embedders.local import MODEL_ID as LOCAL_MODEL_ID
+
+    if model.model_id == LOCAL_MODEL_ID:
+        return _build(config, "local", "", None)
+    provider, _, name = model.model_id.partition(":")
+    if not name or provider not in ("openai", "ollama"):
+        return None
+    return _build(config, "openai" if provider == "openai" else "ollama", name, model.dimension)
+
+
+def _build(
+    config: EmbedderConfig, provider: Provider, name: str, dimension: int | None
+) -> Embedder:
+    if provider == "openai":
         from engram.indexer.embedders.openai import OpenAICompatibleEmbedder
 
-        key = settings.openai_api_key
         return OpenAICompatibleEmbedder(
-            base_url=settings.openai_base_url,
-            model=settings.openai_model,
-            api_key=key.get_secret_value() if key is not None else None,
-            dimension=settings.openai_dimension,
-            batch_size=settings.embed_batch_size,
-            timeout=settings.embed_timeout_seconds,
-            max_retries=settings.embed_max_retries,
+            base_url=config.openai_base_url,
+            model=name,
+            api_key=config.openai_api_key,
+            dimension=dimension,
+            batch_size=config.batch_size,
+            timeout=config.timeout_seconds,
+            max_retries=config.max_retries,
         )
-    if settings.embedder_provider == "ollama":
+    if provider == "ollama":
         from engram.indexer.embedders.ollama import OllamaEmbedder
 
         return OllamaEmbedder(
-            url=settings.ollama_url,
-            model=settings.ollama_model,
-            dimension=settings.ollama_dimension,
-            batch_size=settings.embed_batch_size,
-            timeout=settings.embed_timeout_seconds,
-            max_retries=settings.embed_max_retries,
+            url=config.ollama_url,
+            model=name,
+            dimension=dimension,
+            batch_size=config.batch_size,
+            timeout=config.timeout_seconds,
+            max_retries=config.max_retries,
         )
     from engram.indexer.embedders.local import LocalOnnxEmbedder
 
     return LocalOnnxEmbedder(
-        max_length=settings.embed_max_length,
-        batch_size=settings.embed_batch_size,
-        threads=settings.embed_threads,
-        nice=settings.indexing_nice,
+        max_length=config.max_length,
+        batch_size=config.batch_size,
+        threads=config.threads,
+        nice=config.nice,
     )

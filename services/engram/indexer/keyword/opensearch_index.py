@@ -52,7 +52,6 @@ from engram.domain.scoping import (
     path_scopes,
 )
 from engram.indexer.ports import IndexUnavailable
-from engram.runtime.settings import Settings
 
 DEFAULT_ALIAS = "engram-chunks"
 WriteRefresh = Literal["true", "wait_for"]
@@ -161,22 +160,6 @@ class OpenSearchKeywordIndex:
         self._timeout = timeout_seconds
         self._client: Any = None
 
-    @classmethod
-    def from_settings(cls, settings: Settings) -> OpenSearchKeywordIndex:
-        """The index named by the `ENGRAM_OPENSEARCH_*` settings; `ENGRAM_OPENSEARCH_URL` is
-        required (production never falls back to the embedded index)."""
-        if not settings.opensearch_url:
-            raise ValueError("ENGRAM_OPENSEARCH_URL is required for the OpenSearch keyword index")
-        return cls(
-            settings.opensearch_url,
-            alias=settings.opensearch_index,
-            shards=settings.opensearch_shards,
-            replicas=settings.opensearch_replicas,
-            refresh_interval=settings.opensearch_refresh_interval,
-            write_refresh=settings.opensearch_write_refresh,
-            timeout_seconds=settings.opensearch_timeout_seconds,
-        )
-
     @property
     def alias(self) -> str:
         return self._alias
@@ -196,6 +179,10 @@ class OpenSearchKeywordIndex:
             await client.close()
             raise
         self._client = client
+
+    async def ping(self) -> bool:
+        """True when the cluster answers (the health probe; never on the request path)."""
+        return self._client is not None and bool(await self._client.ping())
 
     async def close(self) -> None:
         client, self._client = self._client, None

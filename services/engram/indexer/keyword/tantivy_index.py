@@ -47,7 +47,6 @@ from engram.domain.scoping import (
 )
 from engram.indexer.ports import IndexUnavailable
 from engram.runtime.priority import lower_thread_priority
-from engram.runtime.settings import Settings
 
 T = TypeVar("T")
 
@@ -93,16 +92,6 @@ class TantivyKeywordIndex:
         self._pending: list[tuple[_Write, asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._closing = False
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> TantivyKeywordIndex:
-        """The index at `ENGRAM_TANTIVY_DIR`, default `<ENGRAM_DATA_DIR>/keyword`."""
-        return cls(
-            settings.tantivy_dir or settings.data_dir / "keyword",
-            writer_heap_bytes=settings.tantivy_writer_heap_bytes,
-            search_threads=settings.tantivy_search_threads,
-            writer_nice=settings.indexing_nice,
-        )
 
     @property
     def directory(self) -> Path:

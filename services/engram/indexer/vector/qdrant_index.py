@@ -105,6 +105,11 @@ class QdrantVectorIndex:
         async with self._errors("open"):
             await self._client.get_collections()
 
+    async def ping(self) -> bool:
+        """True when Qdrant answers (the health probe; never on the request path)."""
+        await self._client.get_collections()
+        return True
+
     async def close(self) -> None:
         async with self._errors("close"):
             await self._client.close()

@@ -1,0 +1,254 @@
+"""Typed configuration of every component, built once from `Settings` at the edge.
+
+Components take these small frozen configs; nothing below the composition root reads the
+global settings. A production process states what it needs as a model of required fields
+(`MongoNeeds`, ...); `require` validates them all at once, so a missing setting fails at
+start with one message naming every missing variable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar, cast
+
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+
+from engram.domain.errors import MissingSetting
+from engram.domain.quotas import QuotaDefaults
+from engram.domain.spaces import Visibility
+from engram.indexer.embedders import EmbedderConfig
+from engram.indexer.jetstream_consumer import ConsumerOptions
+from engram.runtime.settings import Settings
+from engram.search.service import SearchOptions
+from engram.storage.service import DocumentLimits
+
+
+class Needs(BaseModel):
+    """Settings a production process cannot start without; field names are the settings'."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class MongoNeeds(Needs):
+    mongo_uri: SecretStr
+
+
+class NatsNeeds(Needs):
+    nats_url: str
+
+
+class OpenSearchNeeds(Needs):
+    opensearch_url: str
+
+
+class StorageClientNeeds(Needs):
+    """The indexer reads documents from StorageService as a service principal."""
+
+    storage_addr: str
+    service_token: SecretStr
+
+
+class QuotaClientNeeds(Needs):
+    """Storage charges bytes through a remote QuotaService as a service principal."""
+
+    quota_addr: str
+    service_token: SecretStr
+
+
+N = TypeVar("N", bound=Needs)
+
+VECTOR_CHOICES = (
+    "ENGRAM_QDRANT_URL (or ENGRAM_QDRANT_PATH, or ENGRAM_VECTOR_DIR for the embedded vector "
+    "index on one host)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QdrantServer:
+    url: str
+    api_key: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class QdrantLocal:
+    path: Path
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedVectors:
+    directory: Path
+
+
+VectorChoice = QdrantServer | QdrantLocal | EmbeddedVectors
+
+
+def vector_choice(settings: Settings) -> VectorChoice | None:
+    """Qdrant at ENGRAM_QDRANT_URL, else Qdrant local mode at ENGRAM_QDRANT_PATH, else the
+    embedded index at ENGRAM_VECTOR_DIR; None when none is set."""
+    if settings.qdrant_url:
+        key = settings.qdrant_api_key
+        return QdrantServer(settings.qdrant_url, key.get_secret_value() if key else None)
+    if settings.qdrant_path is not None:
+        return QdrantLocal(settings.qdrant_path)
+    if settings.vector_dir is not None:
+        return EmbeddedVectors(settings.vector_dir)
+    return None
+
+
+class Required:
+    """What `require` found: each needs model, by its class."""
+
+    def __init__(self, found: dict[type[Needs], Needs], vector: VectorChoice | None) -> None:
+        self._found = found
+        self._vector = vector
+
+    def __getitem__(self, model: type[N]) -> N:
+        return cast(N, self._found[model])
+
+    @property
+    def vector(self) -> VectorChoice:
+        if self._vector is None:
+            raise KeyError("the vector index was not required")
+        return self._vector
+
+
+def require(settings: Settings, models: Sequence[type[Needs]], *, vector: bool = False) -> Required:
+    """Validates every model against the settings; raises MissingSetting naming every
+    missing variable at once."""
+    values = settings.model_dump(exclude_none=True)
+    found: dict[type[Needs], Needs] = {}
+    missing: list[str] = []
+    for model in models:
+        try:
+            found[model] = model.model_validate(values)
+        except ValidationError as error:
+            for problem in error.errors():
+                name = f"ENGRAM_{str(problem['loc'][0]).upper()}"
+                if name not in missing:
+                    missing.append(name)
+    choice = vector_choice(settings) if vector else None
+    if vector and choice is None:
+        missing.append(VECTOR_CHOICES)
+    if missing:
+        raise MissingSetting(
+            f"missing setting{'s' if len(missing) > 1 else ''}: {', '.join(missing)} "
+            "(production services never fall back to embedded backends)"
+        )
+    return Required(found, choice)
+
+
+@dataclass(frozen=True, slots=True)
+class JwtConfig:
+    """How bearer JWTs are checked (`ENGRAM_JWT_*`, `ENGRAM_JWKS_PATH`)."""
+
+    secret: str | None = field(default=None, repr=False)
+    jwks_path: Path | None = None
+    audience: str | None = None
+    issuer: str | None = None
+    cache_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class IndexingConfig:
+    chunk_size: int
+    chunk_overlap: int
+    concurrency: int
+    # Consecutive failures of one document before the embedded feed gives up on it.
+    max_attempts: int
+    drop_grace_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Components:
+    """Every component's config, built once per process from the settings."""
+
+    limits: DocumentLimits
+    quotas: QuotaDefaults
+    version_retention: int
+    jwt: JwtConfig
+    # Whether token admins may mint tokens for other users (ENGRAM_ALLOW_ACT_AS).
+    allow_act_as: bool
+    embedder: EmbedderConfig
+    # Search's own query embedders: their own thread count, at normal priority.
+    query_embedder: EmbedderConfig
+    indexing: IndexingConfig
+    consumer: ConsumerOptions
+    search: SearchOptions
+    query_cache_size: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Components:
+        embedder = EmbedderConfig(
+            provider=settings.embedder_provider,
+            max_length=settings.embed_max_length,
+            batch_size=settings.embed_batch_size,
+            threads=settings.embed_threads,
+            nice=settings.indexing_nice,
+            timeout_seconds=settings.embed_timeout_seconds,
+            max_retries=settings.embed_max_retries,
+            openai_base_url=settings.openai_base_url,
+            openai_api_key=(
+                settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+            ),
+            openai_model=settings.openai_model,
+            openai_dimension=settings.openai_dimension,
+            ollama_url=settings.ollama_url,
+            ollama_model=settings.ollama_model,
+            ollama_dimension=settings.ollama_dimension,
+        )
+        return cls(
+            limits=DocumentLimits(
+                max_doc_bytes=settings.max_doc_bytes,
+                max_import_bytes=settings.max_import_bytes,
+                max_import_entries=settings.max_import_entries,
+                max_import_inflight_bytes=settings.max_import_inflight_bytes,
+            ),
+            quotas=QuotaDefaults(
+                subcaps={
+                    Visibility.PRIVATE: settings.quota_private,
+                    Visibility.BOT: settings.quota_bot,
+                    Visibility.PROJECT: settings.quota_project,
+                    Visibility.CROSS_PROJECT: settings.quota_cross_project,
+                    Visibility.USER: settings.quota_user,
+                    Visibility.ORG: settings.quota_org,
+                    Visibility.GLOBAL: settings.quota_global,
+                },
+                tenant_total=settings.quota_tenant_total,
+                instance_total=settings.quota_instance_total,
+            ),
+            version_retention=settings.version_retention,
+            allow_act_as=settings.allow_act_as,
+            jwt=JwtConfig(
+                secret=settings.jwt_secret.get_secret_value() if settings.jwt_secret else None,
+                jwks_path=settings.jwks_path,
+                audience=settings.jwt_audience,
+                issuer=settings.jwt_issuer,
+                cache_seconds=settings.auth_cache_seconds,
+            ),
+            embedder=embedder,
+            query_embedder=embedder.for_queries(settings.search_embed_threads),
+            indexing=IndexingConfig(
+                chunk_size=settings.chunk_size,
+                chunk_overlap=settings.chunk_overlap,
+                concurrency=settings.indexer_concurrency,
+                max_attempts=settings.indexer_max_deliver,
+                drop_grace_seconds=settings.indexer_model_drop_grace_seconds,
+            ),
+            consumer=ConsumerOptions(
+                durable=settings.indexer_durable,
+                ack_wait_seconds=settings.indexer_ack_wait_seconds,
+                max_deliver=settings.indexer_max_deliver,
+                retry_base_seconds=settings.indexer_retry_base_seconds,
+                retry_max_seconds=settings.indexer_retry_max_seconds,
+                fetch_batch=settings.indexer_fetch_batch,
+                concurrency=settings.indexer_concurrency,
+                drain_seconds=settings.shutdown_grace_seconds,
+            ),
+            search=SearchOptions(
+                candidate_depth=settings.search_candidate_depth,
+                backend_timeout_seconds=settings.search_backend_timeout_seconds,
+            ),
+            query_cache_size=settings.search_query_cache_size,
+        )

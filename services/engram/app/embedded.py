@@ -1,0 +1,206 @@
+"""`engram dev`: every service in one process on embedded backends.
+
+State lives under one directory (the SQLite file, the tantivy and vector indexes) and
+survives restarts. Documents reach the indexer through the outbox: the relay publishes
+each batch in-process to the indexer's feed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from engram.app import registry
+from engram.app.adapters import (
+    embedded_vector_index,
+    open_sqlite,
+    tantivy_index,
+    token_authenticator,
+)
+from engram.app.config import Components
+from engram.app.parts import Indexing, build_indexing, build_search, start_switch
+from engram.authz.dev_identity import dev_token, load_or_create_secret
+from engram.authz.enforcement import FixedPrincipalAuthenticator, PolicyAuthorizer
+from engram.authz.service import AuthzService
+from engram.authz.sqlite_audit import SqliteAuditLog
+from engram.authz.sqlite_tokens import SqliteTokenStore
+from engram.authz.tokens import TokenAuthenticator
+from engram.backends.sqlite import SqliteDatabase
+from engram.domain.principals import LOCAL_ADMIN
+from engram.events.inprocess import InProcessPublisher
+from engram.events.relay import OutboxRelay
+from engram.events.sqlite_outbox import SqliteOutbox
+from engram.indexer.embedding_cache import SqliteEmbeddingCache
+from engram.indexer.outbox_feed import OutboxIndexHandler, OutboxReindexQueue
+from engram.indexer.service import IndexerService
+from engram.indexer.sources import RepositoryDocumentSource
+from engram.quota.service import QuotaService
+from engram.quota.sqlite_ledger import SqliteUsageLedger
+from engram.runtime.interceptors import Authenticator
+from engram.runtime.rate_limit import SqliteRateLimitStore
+from engram.runtime.server import GrpcServer, serve
+from engram.runtime.settings import Settings
+from engram.search.service import SearchService
+from engram.storage.service import StorageService
+from engram.storage.sqlite_repository import SqliteDocumentRepository
+
+
+@dataclass
+class EmbeddedCore:
+    """Storage, quota, authz and the event relay on one SQLite file."""
+
+    settings: Settings
+    components: Components
+    database: SqliteDatabase
+    repository: SqliteDocumentRepository
+    storage: StorageService
+    quota: QuotaService
+    authorizer: PolicyAuthorizer
+    authz: AuthzService
+    publisher: InProcessPublisher
+    relay: OutboxRelay
+    # Resolves JWTs (ENGRAM_JWT_SECRET or the data directory's secret) and personal tokens.
+    tokens: TokenAuthenticator
+    jwt_secret: str
+
+
+@dataclass
+class EmbeddedEngram:
+    """The running all-in-one server and the pieces tests may inspect."""
+
+    server: GrpcServer
+    core: EmbeddedCore
+    indexing: Indexing
+    indexer: IndexerService
+    search: SearchService
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def settings(self) -> Settings:
+        return self.core.settings
+
+    @property
+    def storage(self) -> StorageService:
+        return self.core.storage
+
+    @property
+    def quota(self) -> QuotaService:
+        return self.core.quota
+
+    @property
+    def relay(self) -> OutboxRelay:
+        return self.core.relay
+
+    @property
+    def database(self) -> SqliteDatabase:
+        return self.core.database
+
+    @property
+    def repository(self) -> SqliteDocumentRepository:
+        return self.core.repository
+
+    def admin_token(self) -> str:
+        """The token `engram dev --auth` prints: the local admin, signed with this server's
+        secret and carrying the audience and issuer it checks."""
+        jwt = self.core.components.jwt
+        return dev_token(self.core.jwt_secret, audience=jwt.audience, issuer=jwt.issuer)
+
+
+async def build_core(settings: Settings, stack: contextlib.AsyncExitStack) -> EmbeddedCore:
+    """Storage, quota, authz and the (not yet started) relay on the embedded database."""
+    components = Components.from_settings(settings)
+    database = await open_sqlite(settings, stack)
+    repository = SqliteDocumentRepository(database, retention=components.version_retention)
+    quota = QuotaService(SqliteUsageLedger(database), components.quotas, repository)
+    authorizer = PolicyAuthorizer()
+    audit = SqliteAuditLog(database)
+    publisher = InProcessPublisher()
+    relay = OutboxRelay(SqliteOutbox(database), publisher)
+    storage = StorageService(repository, quota, authorizer, audit, relay, components.limits)
+    secret = components.jwt.secret or load_or_create_secret(settings.data_dir)
+    token_store = SqliteTokenStore(database)
+    tokens = token_authenticator(components.jwt, token_store, secret=secret)
+    authz = AuthzService(
+        tokens, token_store, audit, authorizer, allow_act_as=components.allow_act_as
+    )
+    return EmbeddedCore(
+        settings,
+        components,
+        database,
+        repository,
+        storage,
+        quota,
+        authorizer,
+        authz,
+        publisher,
+        relay,
+        tokens,
+        secret,
+    )
+
+
+@contextlib.asynccontextmanager
+async def embedded_engram(
+    settings: Settings, *, authenticator: Authenticator | None = None, require_auth: bool = False
+) -> AsyncIterator[EmbeddedEngram]:
+    """Starts the all-in-one server; stops it and closes every backend on exit.
+
+    Without `require_auth` (and no `authenticator`) every caller is the implicit local admin
+    of tenant `local`; with it, callers need a JWT or a personal access token. Health says
+    SERVING only once the indexes are open and both embedders have run once.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        core = await build_core(settings, stack)
+        components = core.components
+        source = RepositoryDocumentSource(core.repository)
+        indexing = await build_indexing(
+            components,
+            stack,
+            keyword=tantivy_index(settings),
+            vector=embedded_vector_index(settings),
+            cache=SqliteEmbeddingCache(core.database),
+            source=source,
+            sole_owner=True,
+        )
+        indexer = IndexerService(
+            core.authorizer,
+            source,
+            OutboxReindexQueue(core.repository, core.relay),
+            indexing.models,
+            indexing.vector,
+            backlog=SqliteOutbox(core.database).backlog,
+            switch_progress=indexing.switch_progress,
+        )
+        search = await build_search(
+            components,
+            stack,
+            keyword=indexing.keyword,
+            vector=indexing.vector,
+            authorizer=core.authorizer,
+        )
+        # The feed subscribes before the relay starts: no event is published to nobody.
+        core.publisher.subscribe(
+            OutboxIndexHandler(indexing.worker, max_attempts=components.indexing.max_attempts)
+        )
+        core.relay.start()
+        stack.push_async_callback(core.relay.stop)
+        start_switch(indexing, stack)
+        server = GrpcServer(
+            settings,
+            [
+                registry.storage(core.storage),
+                registry.quota(core.quota, core.authorizer),
+                registry.authz(core.authz),
+                registry.indexer(indexer),
+                registry.search(search),
+            ],
+            authenticator
+            or (core.tokens if require_auth else FixedPrincipalAuthenticator(LOCAL_ADMIN)),
+            rate_limit_store=SqliteRateLimitStore(core.database),
+        )
+        await serve(server, stack)
+        yield EmbeddedEngram(server, core, indexing, indexer, search)

@@ -1,0 +1,372 @@
+"""`engram serve <service>`: one service per process on the production backends.
+
+Production never falls back silently: missing backend settings are one startup error that
+names every missing variable. Each process probes the backends its service needs in the
+background; health is NOT_SERVING while one of them does not answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from engram.app import registry
+from engram.app.adapters import (
+    connect_mongo,
+    either_index_dependency,
+    mongo_dependency,
+    mongo_token_authenticator,
+    nats_dependency,
+    opensearch_dependency,
+    opensearch_index,
+    token_authenticator,
+    vector_dependency,
+    vector_index,
+)
+from engram.app.config import (
+    Components,
+    MongoNeeds,
+    NatsNeeds,
+    Needs,
+    OpenSearchNeeds,
+    QuotaClientNeeds,
+    Required,
+    StorageClientNeeds,
+    require,
+)
+from engram.app.parts import Indexing, build_indexing, build_search, start_switch
+from engram.authz.enforcement import PolicyAuthorizer
+from engram.authz.mongo_audit import MongoAuditLog
+from engram.authz.mongo_tokens import MongoTokenStore
+from engram.authz.service import AuthzService
+from engram.authz.tokens import TokenAuthenticator
+from engram.backends.mongo import MongoDatabase
+from engram.events.jetstream import JetStreamPublisher, connect_nats
+from engram.events.mongo_outbox import MongoOutbox
+from engram.events.relay import OutboxRelay
+from engram.indexer.embedding_cache import MongoIdEmbeddingCache
+from engram.indexer.jetstream_consumer import JetStreamIndexConsumer, JetStreamReindexQueue
+from engram.indexer.ports import VectorIndex
+from engram.indexer.service import IndexerService
+from engram.indexer.sources import RepositoryDocumentSource, StorageClientDocumentSource
+from engram.quota.client import GrpcQuotaGate
+from engram.quota.mongo_ledger import MongoUsageLedger
+from engram.quota.service import QuotaService
+from engram.runtime.health import Dependency
+from engram.runtime.interceptors import Authenticator
+from engram.runtime.rate_limit import MongoRateLimitStore, RateLimitStore
+from engram.runtime.server import GrpcServer, ServiceRegistration, serve, stop_on_signals
+from engram.runtime.settings import Settings
+from engram.search.reopen import open_or_keep_trying
+from engram.storage.mongo_repository import MongoDocumentRepository
+from engram.storage.ports import QuotaGate
+from engram.storage.service import StorageService
+from engram.v1 import storage_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class _NoEvents:
+    def changed(self) -> None:
+        """Events stay in the outbox (tests that do not publish)."""
+
+
+@dataclass
+class _OnMongo:
+    """A process whose one service lives on MongoDB; health follows MongoDB."""
+
+    settings: Settings
+    required: Required
+    components: Components
+    database: MongoDatabase
+    stack: contextlib.AsyncExitStack
+
+    async def tokens(self) -> TokenAuthenticator:
+        return await mongo_token_authenticator(self.components, self.database)
+
+    async def serve(
+        self,
+        registration: ServiceRegistration,
+        authenticator: Authenticator,
+        *,
+        rate_limit_store: RateLimitStore | None = None,
+    ) -> GrpcServer:
+        server = GrpcServer(
+            self.settings,
+            [registration],
+            authenticator,
+            [mongo_dependency(self.database)],
+            rate_limit_store=rate_limit_store,
+        )
+        return await serve(server, self.stack)
+
+
+@contextlib.asynccontextmanager
+async def _on_mongo(
+    settings: Settings, needs: Sequence[type[Needs]] = ()
+) -> AsyncIterator[_OnMongo]:
+    required = require(settings, [MongoNeeds, *needs])
+    components = Components.from_settings(settings)
+    async with contextlib.AsyncExitStack() as stack:
+        database = connect_mongo(required[MongoNeeds], settings, stack)
+        yield _OnMongo(settings, required, components, database, stack)
+
+
+@contextlib.asynccontextmanager
+async def storage_on_mongo(
+    settings: Settings,
+    *,
+    publish_events: bool = True,
+    authenticator: Authenticator | None = None,
+) -> AsyncIterator[GrpcServer]:
+    """StorageService on MongoDB, publishing document events to NATS JetStream; quota in
+    this process on the same MongoDB, or the QuotaService at ENGRAM_QUOTA_ADDR. Writes need
+    MongoDB only: while NATS is away events wait in the outbox."""
+    needs: list[type[Needs]] = []
+    if publish_events:
+        needs.append(NatsNeeds)
+    if settings.quota_addr:
+        needs.append(QuotaClientNeeds)
+    async with _on_mongo(settings, needs) as process:
+        database, components, stack = process.database, process.components, process.stack
+        repository = MongoDocumentRepository(database, retention=components.version_retention)
+        audit = MongoAuditLog(database)
+        for store in (repository, audit):
+            await store.ensure_indexes()
+        quota: QuotaGate
+        if settings.quota_addr:
+            remote = process.required[QuotaClientNeeds]
+            channel = grpc.aio.insecure_channel(remote.quota_addr)
+            stack.push_async_callback(channel.close)
+            quota = GrpcQuotaGate(channel, remote.service_token.get_secret_value())
+        else:
+            ledger = MongoUsageLedger(database)
+            await ledger.ensure_indexes()
+            quota = QuotaService(ledger, components.quotas, repository)
+        relay: OutboxRelay | None = None
+        if publish_events:
+            nats_url = process.required[NatsNeeds].nats_url
+            publisher = JetStreamPublisher(nats_url, name="engram-storage")
+            stack.push_async_callback(publisher.close)
+            relay = OutboxRelay(MongoOutbox(repository), publisher)
+        storage = StorageService(
+            repository, quota, PolicyAuthorizer(), audit, relay or _NoEvents(), components.limits
+        )
+        if relay is not None:
+            relay.start()
+            stack.push_async_callback(relay.stop)
+        yield await process.serve(
+            registry.storage(storage),
+            authenticator or await process.tokens(),
+            # Import and export rate limits, shared by the replicas.
+            rate_limit_store=MongoRateLimitStore(database),
+        )
+
+
+@contextlib.asynccontextmanager
+async def quota_on_mongo(
+    settings: Settings, *, authenticator: Authenticator | None = None
+) -> AsyncIterator[GrpcServer]:
+    """QuotaService on MongoDB (counters, overrides; documents for Reconcile)."""
+    async with _on_mongo(settings) as process:
+        ledger = MongoUsageLedger(process.database)
+        await ledger.ensure_indexes()
+        repository = MongoDocumentRepository(
+            process.database, retention=process.components.version_retention
+        )
+        quota = QuotaService(ledger, process.components.quotas, repository)
+        yield await process.serve(
+            registry.quota(quota, PolicyAuthorizer()), authenticator or await process.tokens()
+        )
+
+
+@contextlib.asynccontextmanager
+async def authz_on_mongo(
+    settings: Settings, *, authenticator: Authenticator | None = None
+) -> AsyncIterator[GrpcServer]:
+    """AuthzService on MongoDB (personal tokens, audit log)."""
+    async with _on_mongo(settings) as process:
+        store = MongoTokenStore(process.database)
+        audit = MongoAuditLog(process.database)
+        await audit.ensure_indexes()
+        tokens = token_authenticator(process.components.jwt, store)
+        authz = AuthzService(
+            tokens,
+            store,
+            audit,
+            PolicyAuthorizer(),
+            allow_act_as=process.components.allow_act_as,
+        )
+        yield await process.serve(registry.authz(authz), authenticator or tokens)
+
+
+@dataclass
+class ProductionIndexer:
+    """The running parts of `engram serve indexer` (benchmarks and tests look inside)."""
+
+    server: GrpcServer
+    indexing: Indexing
+    consumer: JetStreamIndexConsumer
+    service: IndexerService
+
+    @property
+    def keyword(self) -> object:
+        return self.indexing.keyword
+
+    @property
+    def vector(self) -> VectorIndex:
+        return self.indexing.vector
+
+    @property
+    def embedder(self) -> object:
+        return self.indexing.embedder
+
+
+@contextlib.asynccontextmanager
+async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
+    """The indexer: JetStream consumer, worker, model switch and IndexerService. Reads
+    documents from StorageService as a service principal; writes OpenSearch and the
+    vector index (Qdrant, Qdrant local mode, or the embedded index at ENGRAM_VECTOR_DIR)."""
+    required = require(
+        settings,
+        [NatsNeeds, MongoNeeds, OpenSearchNeeds, StorageClientNeeds],
+        vector=True,
+    )
+    components = Components.from_settings(settings)
+    nats_url = required[NatsNeeds].nats_url
+    storage_client = required[StorageClientNeeds]
+    async with contextlib.AsyncExitStack() as stack:
+        database = connect_mongo(required[MongoNeeds], settings, stack)
+        cache = MongoIdEmbeddingCache(database)
+        await cache.ensure_indexes()
+        keyword = opensearch_index(required[OpenSearchNeeds].opensearch_url, settings)
+        vector = vector_index(required.vector)
+        channel = grpc.aio.insecure_channel(storage_client.storage_addr)
+        stack.push_async_callback(channel.close)
+        catalog = RepositoryDocumentSource(
+            MongoDocumentRepository(database, retention=components.version_retention)
+        )
+        source = StorageClientDocumentSource(
+            storage_pb2_grpc.StorageServiceStub(channel),
+            storage_client.service_token.get_secret_value(),
+            catalog=catalog,
+        )
+        indexing = await build_indexing(
+            components,
+            stack,
+            keyword=keyword,
+            vector=vector,
+            cache=cache,
+            source=source,
+            sole_owner=False,
+        )
+        nats_client = await connect_nats(nats_url, name="engram-indexer")
+        stack.push_async_callback(nats_client.close)
+        publisher = JetStreamPublisher(nats_url, name="engram-indexer-reindex")
+        stack.push_async_callback(publisher.close)
+        consumer = JetStreamIndexConsumer(nats_client, indexing.worker, components.consumer)
+        service = IndexerService(
+            PolicyAuthorizer(),
+            source,
+            JetStreamReindexQueue(publisher),
+            indexing.models,
+            vector,
+            backlog=consumer.backlog,
+            switch_progress=indexing.switch_progress,
+        )
+        dependencies = [
+            mongo_dependency(database),
+            nats_dependency(nats_client),
+            opensearch_dependency(keyword),
+        ]
+        vector_probe = vector_dependency(vector)
+        if vector_probe is not None:
+            dependencies.append(vector_probe)
+        server = GrpcServer(
+            settings,
+            [registry.indexer(service)],
+            await mongo_token_authenticator(components, database),
+            dependencies,
+        )
+        await consumer.start()
+        stack.push_async_callback(consumer.stop)
+        start_switch(indexing, stack)
+        await serve(server, stack)
+        log.info(
+            "indexer running",
+            extra={
+                "model": indexing.models.configured.model_id,
+                "active": getattr(indexing.models.active, "model_id", None),
+                "pending": getattr(indexing.models.pending, "model_id", None),
+            },
+        )
+        yield ProductionIndexer(server, indexing, consumer, service)
+
+
+@contextlib.asynccontextmanager
+async def indexer_on_backends(settings: Settings) -> AsyncIterator[GrpcServer]:
+    async with open_indexer(settings) as indexer:
+        yield indexer.server
+
+
+@contextlib.asynccontextmanager
+async def search_on_backends(
+    settings: Settings,
+    *,
+    authenticator: Authenticator | None = None,
+    vector: VectorIndex | None = None,
+) -> AsyncIterator[GrpcServer]:
+    """SearchService on OpenSearch and the vector index the settings choose (as the
+    indexer does: Qdrant, Qdrant local mode or ENGRAM_VECTOR_DIR).
+
+    `authenticator` replaces the token authenticator (and with it the need for MongoDB);
+    `vector` replaces the configured vector index. An index that does not answer at
+    startup does not stop the service: searches degrade to the other index meanwhile, so
+    health follows MongoDB (tokens) and is NOT_SERVING only while neither index answers.
+    """
+    needs: list[type[Needs]] = [OpenSearchNeeds]
+    if authenticator is None:
+        needs.append(MongoNeeds)
+    required = require(settings, needs, vector=vector is None)
+    components = Components.from_settings(settings)
+    async with contextlib.AsyncExitStack() as stack:
+        dependencies: list[Dependency] = []
+        if authenticator is None:
+            database = connect_mongo(required[MongoNeeds], settings, stack)
+            authenticator = await mongo_token_authenticator(components, database)
+            dependencies.append(mongo_dependency(database))
+        keyword = opensearch_index(required[OpenSearchNeeds].opensearch_url, settings)
+        await open_or_keep_trying(keyword, "keyword", stack)
+        if vector is None:
+            vector = vector_index(required.vector)
+        await open_or_keep_trying(vector, "vector", stack)
+        service = await build_search(
+            components, stack, keyword=keyword, vector=vector, authorizer=PolicyAuthorizer()
+        )
+        indexes = either_index_dependency(keyword, vector)
+        if indexes is not None:
+            dependencies.append(indexes)
+        server = GrpcServer(settings, [registry.search(service)], authenticator, dependencies)
+        yield await serve(server, stack)
+
+
+PROCESSES: dict[str, Callable[[Settings], contextlib.AbstractAsyncContextManager[GrpcServer]]] = {
+    "storage": storage_on_mongo,
+    "quota": quota_on_mongo,
+    "authz": authz_on_mongo,
+    "indexer": indexer_on_backends,
+    "search": search_on_backends,
+}
+
+
+async def run_service(name: str, settings: Settings) -> None:
+    """Serves one service until SIGTERM or SIGINT."""
+    stop = asyncio.Event()
+    async with PROCESSES[name](settings):
+        stop_on_signals(stop.set)
+        await stop.wait()
