@@ -207,8 +207,9 @@ class IndexModels:
             self.embedders[active.model_id] = built
 
 
-class _DocumentsFailed(EngramError):
-    """Some documents could not be indexed into the pending collection (retried)."""
+class _DocumentsFailed(Exception):
+    """Some documents could not be indexed into the pending collection (retried). Internal to
+    the switch's retry loop: it never reaches a caller, so it is not a domain error."""
 
 
 class ModelSwitch:
@@ -291,7 +292,7 @@ class ModelSwitch:
         """Runs `step` until it does not raise an EngramError, `retry_seconds` apart."""
 
         async for attempt in AsyncRetrying(
-            retry=retry_if_exception_type(EngramError),
+            retry=retry_if_exception_type((EngramError, _DocumentsFailed)),
             wait=wait_fixed(self._retry_seconds),
             before_sleep=log_before_retry(log, f"model switch: {what} failed; retrying"),
         ):
