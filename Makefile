@@ -56,11 +56,11 @@ typecheck: $(STAMP) ## mypy --strict on services/
 backends-install: ## Download and build NATS, FerretDB and OpenSearch (cached; tests never build)
 	$(PYTHON) deploy/local/backends.py provision --check-npm
 
-# Setup steps share nothing (pip, Go/Maven, npm), so they overlap; then the static checks run
-# beside the suites (mypy's minute of CPU hides behind the suites' waits on servers).
-test: ## Install, build the backends, then run the checks and every suite
+# Setup steps share nothing (pip, Go/Maven, npm), so they overlap; then the static checks and
+# the clean-venv install check run beside the suites (mostly waits on pip and on servers).
+test: ## Install, build the backends, then run the checks, the install check and every suite
 	$(MAKE) --no-print-directory -j3 $(STAMP) backends-install $(BUF)
-	$(MAKE) --no-print-directory -j2 suites checks
+	$(MAKE) --no-print-directory -j3 suites checks install-check
 
 checks: protos-check lint typecheck ## buf lint/breaking, generated code fresh, ruff, mypy --strict
 
