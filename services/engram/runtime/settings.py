@@ -33,7 +33,9 @@ class Settings(BaseSettings):
     # Server-wide limits (issue 13): message size both ways, HTTP/2 streams per connection,
     # calls in progress per process (beyond: RESOURCE_EXHAUSTED; 0 = unbounded).
     max_message_bytes: ByteSize = Field(default=ByteSize(16 * MIB), ge=1024)
-    max_concurrent_streams: int = Field(default=100, ge=1)
+    # As many as max_concurrent_rpcs: a client's burst on a new connection that reaches the
+    # server before its SETTINGS frame does is refused with REFUSED_STREAM (UNAVAILABLE).
+    max_concurrent_streams: int = Field(default=1000, ge=1)
     max_concurrent_rpcs: int = Field(default=1000, ge=0)
     # Expensive calls (import, export, reindex, search over more than
     # rate_limit_search_min_spaces spaces) per principal per method per minute, counted in
