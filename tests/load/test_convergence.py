@@ -46,6 +46,7 @@ from engram.domain.documents import DocumentEvent, StoredDocument
 from engram.domain.errors import DocumentNotFound
 from engram.domain.principals import LOCAL_ADMIN
 from engram.domain.spaces import SpaceRef, parse_space_id
+from engram.events.jetstream import ensure_stream
 from engram.events.ports import OutboxMessage
 from engram.indexer.embedders.local import LocalOnnxEmbedder
 from engram.indexer.embedding_cache import CachedEmbedder, SqliteEmbeddingCache
@@ -200,8 +201,10 @@ async def republish_forever(
 async def clean_stream(real_backends: RealBackends) -> AsyncIterator[Any]:
     client = await nats.connect(real_backends.url("nats"))
     try:
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            await client.jetstream().purge_stream(STREAM)
+        # The stream storage creates, made here so the test does not depend on running after
+        # another one that created it.
+        await ensure_stream(client)
+        await client.jetstream().purge_stream(STREAM)
         yield client
     finally:
         await client.close()
