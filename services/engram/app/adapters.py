@@ -21,7 +21,7 @@ from engram.authz.mongo_tokens import MongoTokenStore
 from engram.authz.sqlite_audit import SCHEMA as AUDIT_SCHEMA
 from engram.authz.sqlite_tokens import SCHEMA as TOKEN_SCHEMA
 from engram.authz.tokens import JwtVerifier, TokenAuthenticator, TokenStore
-from engram.backends.mongo import MongoDatabase, connect
+from engram.backends.mongo import MongoDatabase, connect, mongo_errors
 from engram.backends.sqlite import SqliteDatabase
 from engram.indexer.embedding_cache import SCHEMA as EMBEDDING_CACHE_SCHEMA
 from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
@@ -136,7 +136,8 @@ async def mongo_token_authenticator(
 
 def mongo_dependency(database: MongoDatabase) -> Dependency:
     async def ping() -> bool:
-        await database.command("ping")
+        with mongo_errors("pinging"):
+            await database.command("ping")
         return True
 
     return Dependency("mongodb", ping)

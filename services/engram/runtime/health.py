@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from prometheus_client import Gauge
 
+from engram.domain.errors import EngramError
 from engram.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -92,6 +93,6 @@ class DependencyWatch:
     async def _probe(self, dependency: Dependency) -> bool:
         try:
             return await asyncio.wait_for(dependency.probe(), self._timeout)
-        except Exception:  # noqa: BLE001 - any failure of a probe means "unreachable"
+        except (EngramError, OSError, TimeoutError):  # each probe maps its driver's errors
             log.debug("probe failed", exc_info=True, extra={"backend": dependency.name})
             return False

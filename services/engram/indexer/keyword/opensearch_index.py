@@ -182,7 +182,10 @@ class OpenSearchKeywordIndex:
 
     async def ping(self) -> bool:
         """True when the cluster answers (the health probe; never on the request path)."""
-        return self._client is not None and bool(await self._client.ping())
+        if self._client is None:
+            return False
+        async with _mapped("ping"):
+            return bool(await self._client.ping())
 
     async def close(self) -> None:
         client, self._client = self._client, None

@@ -107,7 +107,8 @@ class QdrantVectorIndex:
 
     async def ping(self) -> bool:
         """True when Qdrant answers (the health probe; never on the request path)."""
-        await self._client.get_collections()
+        async with self._errors("ping"):
+            await self._client.get_collections()
         return True
 
     async def close(self) -> None:
