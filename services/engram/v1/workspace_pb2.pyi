@@ -61,6 +61,8 @@ class MemoryWriteRequest(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     APPEND_FIELD_NUMBER: _builtins.int
     TIME_ZONE_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_FIELD_NUMBER: _builtins.int
     target: Global___MemoryTarget.ValueType
     path: _builtins.str
     """Used when target is MEMORY_TARGET_PATH."""
@@ -69,8 +71,18 @@ class MemoryWriteRequest(_message.Message):
     """Defaults to true: unset means append."""
     time_zone: _builtins.str
     """IANA time zone for daily logs (default UTC)."""
+    session: _builtins.str
+    """Daily logs only: a session name puts the entry in
+    daily/YYYY-MM-DD-<session>.md (one journal per surface, no append race).
+    """
     @_builtins.property
     def space(self) -> _space_pb2.SpaceRef: ...
+    @_builtins.property
+    def heartbeat(self) -> Global___Heartbeat:
+        """Heartbeat only: structured fields the server renders into HEARTBEAT.md,
+        keeping the operator's "## Schedule" section, comments and unknown lines.
+        """
+
     def __init__(
         self,
         *,
@@ -80,10 +92,12 @@ class MemoryWriteRequest(_message.Message):
         content: _builtins.str = ...,
         append: _builtins.bool | None = ...,
         time_zone: _builtins.str = ...,
+        session: _builtins.str = ...,
+        heartbeat: Global___Heartbeat | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_append", b"_append", "append", b"append", "space", b"space"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_append", b"_append", "append", b"append", "heartbeat", b"heartbeat", "space", b"space"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_append", b"_append", "append", b"append", "content", b"content", "path", b"path", "space", b"space", "target", b"target", "time_zone", b"time_zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_append", b"_append", "append", b"append", "content", b"content", "heartbeat", b"heartbeat", "path", b"path", "session", b"session", "space", b"space", "target", b"target", "time_zone", b"time_zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__append: _TypeAlias = _typing.Literal["append"]  # noqa: Y015
     _WhichOneofArgType__append: _TypeAlias = _typing.Literal["_append", b"_append"]  # noqa: Y015
@@ -92,25 +106,76 @@ class MemoryWriteRequest(_message.Message):
 Global___MemoryWriteRequest: _TypeAlias = MemoryWriteRequest  # noqa: Y015
 
 @_typing.final
+class Heartbeat(_message.Message):
+    """Heartbeat is what an agent reports about itself in HEARTBEAT.md."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LAST_SEEN_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    SURFACE_FIELD_NUMBER: _builtins.int
+    TURN_COUNT_FIELD_NUMBER: _builtins.int
+    OPEN_LOOPS_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    surface: _builtins.str
+    turn_count: _builtins.int
+    @_builtins.property
+    def last_seen(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def open_loops(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        last_seen: _timestamp_pb2.Timestamp | None = ...,
+        session_id: _builtins.str = ...,
+        surface: _builtins.str = ...,
+        turn_count: _builtins.int = ...,
+        open_loops: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_seen", b"last_seen"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_seen", b"last_seen", "open_loops", b"open_loops", "session_id", b"session_id", "surface", b"surface", "turn_count", b"turn_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Heartbeat: _TypeAlias = Heartbeat  # noqa: Y015
+
+@_typing.final
 class MemoryWriteResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PATH_FIELD_NUMBER: _builtins.int
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     SHA256_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    APPEND_FIELD_NUMBER: _builtins.int
+    CONTENT_LENGTH_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     size_bytes: _builtins.int
+    """Size of the whole document after the write."""
     sha256: _builtins.str
+    status: _builtins.str
+    """"written"."""
+    append: _builtins.bool
+    """Whether the content was appended (false: the document was replaced)."""
+    content_length: _builtins.int
+    """UTF-8 bytes this write added (the entry as written, with its prefix)."""
+    version: _builtins.int
     def __init__(
         self,
         *,
         path: _builtins.str = ...,
         size_bytes: _builtins.int = ...,
         sha256: _builtins.str = ...,
+        status: _builtins.str = ...,
+        append: _builtins.bool = ...,
+        content_length: _builtins.int = ...,
+        version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "sha256", b"sha256", "size_bytes", b"size_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "content_length", b"content_length", "path", b"path", "sha256", b"sha256", "size_bytes", b"size_bytes", "status", b"status", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -147,9 +212,13 @@ class MemoryReadResponse(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     WORD_COUNT_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     content: _builtins.str
     word_count: _builtins.int
+    sha256: _builtins.str
+    version: _builtins.int
     @_builtins.property
     def updated_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -159,10 +228,12 @@ class MemoryReadResponse(_message.Message):
         content: _builtins.str = ...,
         word_count: _builtins.int = ...,
         updated_at: _timestamp_pb2.Timestamp | None = ...,
+        sha256: _builtins.str = ...,
+        version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "path", b"path", "updated_at", b"updated_at", "word_count", b"word_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "path", b"path", "sha256", b"sha256", "updated_at", b"updated_at", "version", b"version", "word_count", b"word_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -174,8 +245,11 @@ class MemoryTreeRequest(_message.Message):
 
     SPACE_FIELD_NUMBER: _builtins.int
     DEPTH_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
     depth: _builtins.int
-    """1..10; 0 = 3."""
+    """1..10; 0 (unset) = 1, the directory's immediate children."""
+    path: _builtins.str
+    """The directory to list (canonical, no trailing "/"); empty = the root."""
     @_builtins.property
     def space(self) -> _space_pb2.SpaceRef: ...
     def __init__(
@@ -183,10 +257,11 @@ class MemoryTreeRequest(_message.Message):
         *,
         space: _space_pb2.SpaceRef | None = ...,
         depth: _builtins.int = ...,
+        path: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["depth", b"depth", "space", b"space"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["depth", b"depth", "path", b"path", "space", b"space"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -220,7 +295,10 @@ class TreeNode(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     CHILDREN_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    path: _builtins.str
+    """The node's path from the workspace root (directories end in "/")."""
     @_builtins.property
     def children(self) -> _containers.RepeatedCompositeFieldContainer[Global___TreeNode]: ...
     def __init__(
@@ -228,10 +306,11 @@ class TreeNode(_message.Message):
         *,
         name: _builtins.str = ...,
         children: _abc.Iterable[Global___TreeNode] | None = ...,
+        path: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["children", b"children", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["children", b"children", "name", b"name", "path", b"path"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -246,6 +325,7 @@ class MemorySearchRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     limit: _builtins.int
+    """1..20; 0 (unset) = 5."""
     @_builtins.property
     def space(self) -> _space_pb2.SpaceRef: ...
     def __init__(
@@ -268,16 +348,32 @@ class MemorySearchResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     HITS_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    RESULT_COUNT_FIELD_NUMBER: _builtins.int
+    DEGRADED_FIELD_NUMBER: _builtins.int
+    DEGRADED_REASONS_FIELD_NUMBER: _builtins.int
+    query: _builtins.str
+    result_count: _builtins.int
+    degraded: _builtins.bool
+    """True when one search backend failed or timed out and the other answered."""
     @_builtins.property
-    def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemorySearchHit]: ...
+    def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemorySearchHit]:
+        """The results, best first (the MCP tool names them "results")."""
+
+    @_builtins.property
+    def degraded_reasons(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
         hits: _abc.Iterable[Global___MemorySearchHit] | None = ...,
+        query: _builtins.str = ...,
+        result_count: _builtins.int = ...,
+        degraded: _builtins.bool = ...,
+        degraded_reasons: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hits", b"hits"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "degraded_reasons", b"degraded_reasons", "hits", b"hits", "query", b"query", "result_count", b"result_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -292,19 +388,30 @@ class MemorySearchHit(_message.Message):
     PATH_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
     SCORE_FIELD_NUMBER: _builtins.int
+    DOCUMENT_ID_FIELD_NUMBER: _builtins.int
+    IS_HYBRID_MATCH_FIELD_NUMBER: _builtins.int
+    CHUNK_ID_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     content: _builtins.str
     score: _builtins.float
+    """Fused score in [0, 1]."""
+    document_id: _builtins.str
+    is_hybrid_match: _builtins.bool
+    """Found by both the keyword and the vector search."""
+    chunk_id: _builtins.str
     def __init__(
         self,
         *,
         path: _builtins.str = ...,
         content: _builtins.str = ...,
         score: _builtins.float = ...,
+        document_id: _builtins.str = ...,
+        is_hybrid_match: _builtins.bool = ...,
+        chunk_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "path", b"path", "score", b"score"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "content", b"content", "document_id", b"document_id", "is_hybrid_match", b"is_hybrid_match", "path", b"path", "score", b"score"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -317,8 +424,11 @@ class AppendDailyLogRequest(_message.Message):
     SPACE_FIELD_NUMBER: _builtins.int
     ENTRY_FIELD_NUMBER: _builtins.int
     TIME_ZONE_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
     entry: _builtins.str
     time_zone: _builtins.str
+    session: _builtins.str
+    """Puts the entry in daily/YYYY-MM-DD-<session>.md."""
     @_builtins.property
     def space(self) -> _space_pb2.SpaceRef: ...
     def __init__(
@@ -327,10 +437,11 @@ class AppendDailyLogRequest(_message.Message):
         space: _space_pb2.SpaceRef | None = ...,
         entry: _builtins.str = ...,
         time_zone: _builtins.str = ...,
+        session: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry", "space", b"space", "time_zone", b"time_zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entry", b"entry", "session", b"session", "space", b"space", "time_zone", b"time_zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -341,15 +452,25 @@ class AppendDailyLogResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PATH_FIELD_NUMBER: _builtins.int
+    CONTENT_LENGTH_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
     path: _builtins.str
+    content_length: _builtins.int
+    """UTF-8 bytes this entry added, with its prefix."""
+    sha256: _builtins.str
+    version: _builtins.int
     def __init__(
         self,
         *,
         path: _builtins.str = ...,
+        content_length: _builtins.int = ...,
+        sha256: _builtins.str = ...,
+        version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_length", b"content_length", "path", b"path", "sha256", b"sha256", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -387,19 +508,63 @@ class GetSystemPromptResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PROMPT_FIELD_NUMBER: _builtins.int
+    SECTIONS_FIELD_NUMBER: _builtins.int
+    SOUL_CHANGED_FIELD_NUMBER: _builtins.int
+    BOOTSTRAPPING_FIELD_NUMBER: _builtins.int
     prompt: _builtins.str
+    soul_changed: _builtins.bool
+    """SOUL.md changed since the previous prompt assembled for this agent; the
+    prompt carries a one-time notice.
+    """
+    bootstrapping: _builtins.bool
+    """BOOTSTRAP.md exists: the prompt carries the onboarding instructions."""
+    @_builtins.property
+    def sections(self) -> _containers.RepeatedCompositeFieldContainer[Global___PromptSection]:
+        """The prompt's sections in order, so callers can cache the stable identity block."""
+
     def __init__(
         self,
         *,
         prompt: _builtins.str = ...,
+        sections: _abc.Iterable[Global___PromptSection] | None = ...,
+        soul_changed: _builtins.bool = ...,
+        bootstrapping: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bootstrapping", b"bootstrapping", "prompt", b"prompt", "sections", b"sections", "soul_changed", b"soul_changed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetSystemPromptResponse: _TypeAlias = GetSystemPromptResponse  # noqa: Y015
+
+@_typing.final
+class PromptSection(_message.Message):
+    """PromptSection is one heading of an assembled system prompt."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The heading, e.g. "Agent Instructions"."""
+    path: _builtins.str
+    sha256: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        path: _builtins.str = ...,
+        sha256: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "path", b"path", "sha256", b"sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PromptSection: _TypeAlias = PromptSection  # noqa: Y015
 
 @_typing.final
 class SeedWorkspaceRequest(_message.Message):
@@ -426,17 +591,63 @@ class SeedWorkspaceResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CREATED_PATHS_FIELD_NUMBER: _builtins.int
+    EXISTING_PATHS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def created_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def existing_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Templates left alone because the file already existed."""
+
     def __init__(
         self,
         *,
         created_paths: _abc.Iterable[_builtins.str] | None = ...,
+        existing_paths: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_paths", b"created_paths"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_paths", b"created_paths", "existing_paths", b"existing_paths"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SeedWorkspaceResponse: _TypeAlias = SeedWorkspaceResponse  # noqa: Y015
+
+@_typing.final
+class CompleteBootstrapRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def space(self) -> _space_pb2.SpaceRef: ...
+    def __init__(
+        self,
+        *,
+        space: _space_pb2.SpaceRef | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteBootstrapRequest: _TypeAlias = CompleteBootstrapRequest  # noqa: Y015
+
+@_typing.final
+class CompleteBootstrapResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ARCHIVED_PATH_FIELD_NUMBER: _builtins.int
+    archived_path: _builtins.str
+    """Where BOOTSTRAP.md now lives, e.g. BOOTSTRAP.done-20261201T101500Z.md."""
+    def __init__(
+        self,
+        *,
+        archived_path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archived_path", b"archived_path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompleteBootstrapResponse: _TypeAlias = CompleteBootstrapResponse  # noqa: Y015

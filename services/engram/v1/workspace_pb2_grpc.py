@@ -70,6 +70,11 @@ class WorkspaceServiceStub:
                 request_serializer=engram_dot_v1_dot_workspace__pb2.SeedWorkspaceRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_workspace__pb2.SeedWorkspaceResponse.FromString,
                 _registered_method=True)
+        self.CompleteBootstrap = channel.unary_unary(
+                '/engram.v1.WorkspaceService/CompleteBootstrap',
+                request_serializer=engram_dot_v1_dot_workspace__pb2.CompleteBootstrapRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_workspace__pb2.CompleteBootstrapResponse.FromString,
+                _registered_method=True)
 
 
 class WorkspaceServiceServicer:
@@ -125,6 +130,15 @@ class WorkspaceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CompleteBootstrap(self, request, context):
+        """Ends onboarding: archives BOOTSTRAP.md as BOOTSTRAP.done-<timestamp>.md, so
+        the next prompt no longer carries the onboarding block. NOT_FOUND when
+        there is no BOOTSTRAP.md.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkspaceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -162,6 +176,11 @@ def add_WorkspaceServiceServicer_to_server(servicer, server):
                     servicer.SeedWorkspace,
                     request_deserializer=engram_dot_v1_dot_workspace__pb2.SeedWorkspaceRequest.FromString,
                     response_serializer=engram_dot_v1_dot_workspace__pb2.SeedWorkspaceResponse.SerializeToString,
+            ),
+            'CompleteBootstrap': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteBootstrap,
+                    request_deserializer=engram_dot_v1_dot_workspace__pb2.CompleteBootstrapRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_workspace__pb2.CompleteBootstrapResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -354,6 +373,33 @@ class WorkspaceService:
             '/engram.v1.WorkspaceService/SeedWorkspace',
             engram_dot_v1_dot_workspace__pb2.SeedWorkspaceRequest.SerializeToString,
             engram_dot_v1_dot_workspace__pb2.SeedWorkspaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteBootstrap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.WorkspaceService/CompleteBootstrap',
+            engram_dot_v1_dot_workspace__pb2.CompleteBootstrapRequest.SerializeToString,
+            engram_dot_v1_dot_workspace__pb2.CompleteBootstrapResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -47,6 +47,11 @@ class WorkspaceServiceStub:
     """Assembles the identity files, MEMORY.md and recent daily logs into a prompt."""
     SeedWorkspace: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.SeedWorkspaceRequest, _workspace_pb2.SeedWorkspaceResponse]
     """Copies default templates into the workspace without overwriting anything."""
+    CompleteBootstrap: _grpc.UnaryUnaryMultiCallable[_workspace_pb2.CompleteBootstrapRequest, _workspace_pb2.CompleteBootstrapResponse]
+    """Ends onboarding: archives BOOTSTRAP.md as BOOTSTRAP.done-<timestamp>.md, so
+    the next prompt no longer carries the onboarding block. NOT_FOUND when
+    there is no BOOTSTRAP.md.
+    """
 
 @_typing.type_check_only
 class WorkspaceServiceAsyncStub(WorkspaceServiceStub):
@@ -67,6 +72,11 @@ class WorkspaceServiceAsyncStub(WorkspaceServiceStub):
     """Assembles the identity files, MEMORY.md and recent daily logs into a prompt."""
     SeedWorkspace: _aio.UnaryUnaryMultiCallable[_workspace_pb2.SeedWorkspaceRequest, _workspace_pb2.SeedWorkspaceResponse]  # type: ignore[assignment]
     """Copies default templates into the workspace without overwriting anything."""
+    CompleteBootstrap: _aio.UnaryUnaryMultiCallable[_workspace_pb2.CompleteBootstrapRequest, _workspace_pb2.CompleteBootstrapResponse]  # type: ignore[assignment]
+    """Ends onboarding: archives BOOTSTRAP.md as BOOTSTRAP.done-<timestamp>.md, so
+    the next prompt no longer carries the onboarding block. NOT_FOUND when
+    there is no BOOTSTRAP.md.
+    """
 
 class WorkspaceServiceServicer(metaclass=_abc_1.ABCMeta):
     """WorkspaceService is what agent runtimes call as memory tools."""
@@ -126,5 +136,16 @@ class WorkspaceServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_workspace_pb2.SeedWorkspaceResponse, _abc.Awaitable[_workspace_pb2.SeedWorkspaceResponse]]:
         """Copies default templates into the workspace without overwriting anything."""
+
+    @_abc_1.abstractmethod
+    def CompleteBootstrap(
+        self,
+        request: _workspace_pb2.CompleteBootstrapRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_workspace_pb2.CompleteBootstrapResponse, _abc.Awaitable[_workspace_pb2.CompleteBootstrapResponse]]:
+        """Ends onboarding: archives BOOTSTRAP.md as BOOTSTRAP.done-<timestamp>.md, so
+        the next prompt no longer carries the onboarding block. NOT_FOUND when
+        there is no BOOTSTRAP.md.
+        """
 
 def add_WorkspaceServiceServicer_to_server(servicer: WorkspaceServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
