@@ -1,0 +1,152 @@
+"""The agent's system prompt, assembled from its workspace files. Pure: no I/O, no clock.
+
+Sections, in this order and only for files that exist and are not blank:
+`## Agent Instructions` (AGENTS.md), `## Core Values` (SOUL.md), `## User Context` (USER.md),
+`## Identity` (IDENTITY.md), `## Long-Term Memory` (MEMORY.md, never in a group context),
+`## Today's Notes` and `## Yesterday's Notes` (the daily logs of both formats; each file under
+a `### <path>` label, the day's shared log first, then session journals by session name),
+then `## Onboarding (BOOTSTRAP.md)` while BOOTSTRAP.md exists. When SOUL.md changed since
+the previous assembly for the agent, a `## Notice: SOUL.md Changed` block comes first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+from engram.domain.workspace import parse_daily_log_path
+
+AGENTS = "AGENTS.md"
+SOUL = "SOUL.md"
+USER = "USER.md"
+IDENTITY = "IDENTITY.md"
+MEMORY = "MEMORY.md"
+BOOTSTRAP = "BOOTSTRAP.md"
+IDENTITY_PATHS = (AGENTS, SOUL, USER, IDENTITY, MEMORY, BOOTSTRAP)
+
+TODAY_NOTES = "Today's Notes"
+YESTERDAY_NOTES = "Yesterday's Notes"
+ONBOARDING = "Onboarding (BOOTSTRAP.md)"
+SOUL_NOTICE = "Notice: SOUL.md Changed"
+
+# The stable identity block, in prompt order: heading, file.
+_FILE_SECTIONS = (
+    ("Agent Instructions", AGENTS),
+    ("Core Values", SOUL),
+    ("User Context", USER),
+    ("Identity", IDENTITY),
+    ("Long-Term Memory", MEMORY),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptFile:
+    """One stored file the prompt may include."""
+
+    path: str
+    content: str
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One file's part of the prompt; `name` is the heading without `## `."""
+
+    name: str
+    path: str
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class AssembledPrompt:
+    text: str
+    sections: list[Section]
+    soul_changed: bool
+    bootstrapping: bool
+
+
+def soul_baseline(files: Mapping[str, PromptFile]) -> str:
+    """What the agent's SOUL baseline records for these files: SOUL.md's sha256, "" without it."""
+    soul = files.get(SOUL)
+    return soul.sha256 if soul is not None else ""
+
+
+def assemble_prompt(
+    files: Mapping[str, PromptFile],
+    daily_logs: Sequence[PromptFile],
+    *,
+    today: date,
+    group_context: bool,
+    previous_soul_sha256: str | None,
+) -> AssembledPrompt:
+    """The system prompt from whichever of IDENTITY_PATHS exist and the daily logs.
+
+    `daily_logs` may hold any daily logs (both formats, any session, any day): only today's
+    and yesterday's are used. `previous_soul_sha256` is the agent's stored baseline (see
+    `soul_baseline`), None on the agent's first assembly, which never carries the notice.
+    """
+    blocks: list[str] = []
+    sections: list[Section] = []
+
+    current_soul = soul_baseline(files)
+    soul_changed = previous_soul_sha256 is not None and previous_soul_sha256 != current_soul
+    if soul_changed:
+        blocks.append(_block(SOUL_NOTICE, _soul_notice(previous_soul_sha256 or "", current_soul)))
+
+    for name, path in _FILE_SECTIONS:
+        if path == MEMORY and group_context:
+            continue
+        file = files.get(path)
+        if file is not None and _body(file.content):
+            blocks.append(_block(name, _body(file.content)))
+            sections.append(Section(name, path, file.sha256))
+
+    for name, day in ((TODAY_NOTES, today), (YESTERDAY_NOTES, today - timedelta(days=1))):
+        logs = _logs_of(day, daily_logs)
+        if logs:
+            labelled = "\n\n".join(f"### {log.path}\n\n{_body(log.content)}" for log in logs)
+            blocks.append(_block(name, labelled))
+            sections.extend(Section(name, log.path, log.sha256) for log in logs)
+
+    bootstrap = files.get(BOOTSTRAP)
+    bootstrapping = bootstrap is not None and bool(_body(bootstrap.content))
+    if bootstrap is not None and bootstrapping:
+        blocks.append(_block(ONBOARDING, _body(bootstrap.content)))
+        sections.append(Section(ONBOARDING, BOOTSTRAP, bootstrap.sha256))
+
+    text = "\n\n".join(blocks) + "\n" if blocks else ""
+    return AssembledPrompt(text, sections, soul_changed, bootstrapping)
+
+
+def _body(content: str) -> str:
+    # Leading spaces of the first line may be Markdown (an indented code block): keep them.
+    return content.strip("\r\n").rstrip()
+
+
+def _block(heading: str, body: str) -> str:
+    return f"## {heading}\n\n{body}"
+
+
+def _logs_of(day: date, daily_logs: Sequence[PromptFile]) -> list[PromptFile]:
+    """The day's non-blank logs, once per path: the shared log, then journals by session."""
+    found: dict[str, tuple[str, PromptFile]] = {}
+    for log in daily_logs:
+        parsed = parse_daily_log_path(log.path)
+        if parsed is not None and parsed[0] == day and _body(log.content):
+            found[log.path] = (parsed[1], log)
+    return [log for _, log in sorted(found.values(), key=lambda pair: pair[0])]
+
+
+def _soul_notice(previous: str, current: str) -> str:
+    if not current:
+        what = "SOUL.md, your core values file, was deleted"
+    elif not previous:
+        what = "SOUL.md, your core values file, was created"
+    else:
+        what = f"SOUL.md, your core values file, changed (sha256 {previous[:12]} -> {current[:12]})"
+    return (
+        f"{what} since your previous session. In your next reply, tell the operator that "
+        "SOUL.md changed, so that an edit they did not make is noticed. This notice appears "
+        "once."
+    )
