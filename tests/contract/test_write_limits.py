@@ -1,0 +1,130 @@
+"""Workspace write limits per agent, over the rate-limit stores (SQLite and FerretDB): the
+minute and the hour window, the refusal's message and wait, and racing writers never
+admitted past the limit."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from engram.backends.mongo import connect
+from engram.backends.sqlite import SqliteDatabase
+from engram.domain.errors import RateLimited
+from engram.domain.principals import Principal, Role
+from engram.runtime.rate_limit import (
+    SCHEMA,
+    MongoRateLimitStore,
+    RateLimitStore,
+    SqliteRateLimitStore,
+)
+from engram.workspace.write_limits import WorkspaceWriteLimiter, WriteLimits
+from tests.support.backends import RealBackends
+
+pytestmark = pytest.mark.contract
+
+ANN = Principal("ann", "acme", Role.MEMBER)
+BOB = Principal("bob", "acme", Role.MEMBER)
+ROOT = Principal("root", "acme", Role.ADMIN, platform_admin=True)
+# 10:00:30 on some day: 30 s into a minute window, 30 s into an hour window.
+START = 1_796_000_000.0 - 1_796_000_000.0 % 3600 + 30
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["sqlite", "mongo"])
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, real_backends: RealBackends
+) -> AsyncIterator[RateLimitStore]:
+    if request.param == "sqlite":
+        database = SqliteDatabase(tmp_path / "limits.db")
+        await database.open([SCHEMA])
+        yield SqliteRateLimitStore(database)
+        await database.close()
+        return
+    request.applymarker(pytest.mark.real_backend)
+    client, mongo = connect(real_backends.url("mongo"), f"engram_{uuid.uuid4().hex[:12]}")
+    yield MongoRateLimitStore(mongo)
+    await client.drop_database(mongo.name)
+    await client.close()
+
+
+async def refused(limiter: WorkspaceWriteLimiter, who: Principal, space: str) -> RateLimited:
+    with pytest.raises(RateLimited) as caught:
+        await limiter.check(who, space)
+    return caught.value
+
+
+async def test_the_minute_window_refuses_with_the_setting_and_the_wait(
+    store: RateLimitStore,
+) -> None:
+    clock = Clock()
+    limiter = WorkspaceWriteLimiter(store, WriteLimits(per_minute=3), clock=clock)
+    for _ in range(3):
+        await limiter.check(ANN, "s1")
+    error = await refused(limiter, ANN, "s1")
+    assert error.reason == "RATE_LIMITED"
+    assert "3 per minute" in error.message
+    assert "ENGRAM_WORKSPACE_WRITES_PER_MINUTE" in error.message
+    assert error.retry_after_seconds == 30
+    await limiter.check(ANN, "s2")  # another space is another agent
+    await limiter.check(BOB, "s1")  # another principal too
+    clock.now += 30
+    await limiter.check(ANN, "s1")  # the next minute starts from zero
+
+
+async def test_the_hour_window_refuses_until_the_hour_ends(store: RateLimitStore) -> None:
+    clock = Clock()
+    limiter = WorkspaceWriteLimiter(store, WriteLimits(per_minute=2, per_hour=5), clock=clock)
+    for _ in range(2):
+        await limiter.check(ANN, "s1")
+    assert "2 per minute" in (await refused(limiter, ANN, "s1")).message
+    clock.now += 60
+    for _ in range(2):
+        await limiter.check(ANN, "s1")
+    clock.now += 60
+    await limiter.check(ANN, "s1")  # the fifth; the minute-refused one did not count
+    error = await refused(limiter, ANN, "s1")
+    assert "5 per hour" in error.message and "ENGRAM_WORKSPACE_WRITES_PER_HOUR" in error.message
+    assert error.retry_after_seconds == 3600 - 150
+    clock.now += 3600 - 150
+    await limiter.check(ANN, "s1")
+
+
+async def test_admins_are_limited_and_zero_means_no_limit(store: RateLimitStore) -> None:
+    clock = Clock()
+    limiter = WorkspaceWriteLimiter(store, WriteLimits(per_minute=1), clock=clock)
+    await limiter.check(ROOT, "s1")
+    await refused(limiter, ROOT, "s1")
+    unlimited = WorkspaceWriteLimiter(store, WriteLimits(0, 0), clock=clock)
+    for _ in range(50):
+        await unlimited.check(ANN, "s9")
+
+
+async def test_racing_writers_are_never_admitted_past_the_limit(store: RateLimitStore) -> None:
+    """Two limiters on one store stand for two replicas; 40 writes race for 20 slots."""
+    clock = Clock()
+    replicas = [
+        WorkspaceWriteLimiter(store, WriteLimits(per_minute=20, per_hour=200), clock=clock)
+        for _ in range(2)
+    ]
+
+    async def write(n: int) -> bool:
+        try:
+            await replicas[n % 2].check(ANN, "s1")
+        except RateLimited:
+            return False
+        return True
+
+    admitted = await asyncio.gather(*(write(n) for n in range(40)))
+    assert sum(admitted) == 20
+    await replicas[0].check(BOB, "s1")  # another agent is not affected
