@@ -173,3 +173,22 @@ def test_file_text_is_kept_verbatim_inside_its_section() -> None:
     body = "    indented code\n\n# Title inside\n- item"
     prompt = assemble({"AGENTS.md": doc("AGENTS.md", f"\n{body}\n\n")})
     assert prompt.text == f"## Agent Instructions\n\n{body}\n"
+
+
+def test_a_file_over_the_cap_keeps_its_head_and_latest_tail() -> None:
+    log = "\n".join(f"[10:{n // 60:02d}:{n % 60:02d}] entry {n}" for n in range(2000))
+    prompt = assemble_prompt(
+        {},
+        [doc("daily/2026-12-01.md", log)],
+        today=TODAY,
+        group_context=False,
+        previous_soul_sha256=None,
+        max_file_chars=1000,
+    )
+    body = prompt.text.split("### daily/2026-12-01.md\n\n", 1)[1]
+    assert len(body) < 1200
+    assert body.startswith("[10:00:00] entry 0\n")
+    assert body.endswith("entry 1999\n"), "the latest entries survive"
+    assert "characters of daily/2026-12-01.md left out here" in body
+    assert "memory_read" in body
+    assert prompt.sections[0].sha256 == doc("x", log).sha256

@@ -7,6 +7,11 @@ Sections, in this order and only for files that exist and are not blank:
 a `### <path>` label, the day's shared log first, then session journals by session name),
 then `## Onboarding (BOOTSTRAP.md)` while BOOTSTRAP.md exists. When SOUL.md changed since
 the previous assembly for the agent, a `## Notice: SOUL.md Changed` block comes first.
+
+Each file contributes at most `max_file_chars` characters (default 20,000): a longer one keeps
+its head and its tail (a daily log's latest entries) around a line saying how much was left
+out and to read the file with memory_read. Six files and four journals thus stay well under
+the gRPC message size however large the documents grow.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ TODAY_NOTES = "Today's Notes"
 YESTERDAY_NOTES = "Yesterday's Notes"
 ONBOARDING = "Onboarding (BOOTSTRAP.md)"
 SOUL_NOTICE = "Notice: SOUL.md Changed"
+
+DEFAULT_MAX_FILE_CHARS = 20_000
+# Of a file over the cap: this share of it from the head, the rest from the tail.
+_HEAD_SHARE = 0.7
 
 # The stable identity block, in prompt order: heading, file.
 _FILE_SECTIONS = (
@@ -79,13 +88,19 @@ def assemble_prompt(
     today: date,
     group_context: bool,
     previous_soul_sha256: str | None,
+    max_file_chars: int = DEFAULT_MAX_FILE_CHARS,
 ) -> AssembledPrompt:
     """The system prompt from whichever of IDENTITY_PATHS exist and the daily logs.
 
     `daily_logs` may hold any daily logs (both formats, any session, any day): only today's
     and yesterday's are used. `previous_soul_sha256` is the agent's stored baseline (see
     `soul_baseline`), None on the agent's first assembly, which never carries the notice.
+    Sections' sha256 are the stored files', truncated or not.
     """
+
+    def body(file: PromptFile) -> str:
+        return _bounded(file.path, _body(file.content), max_file_chars)
+
     blocks: list[str] = []
     sections: list[Section] = []
 
@@ -99,20 +114,20 @@ def assemble_prompt(
             continue
         file = files.get(path)
         if file is not None and _body(file.content):
-            blocks.append(_block(name, _body(file.content)))
+            blocks.append(_block(name, body(file)))
             sections.append(Section(name, path, file.sha256))
 
     for name, day in ((TODAY_NOTES, today), (YESTERDAY_NOTES, today - timedelta(days=1))):
         logs = _logs_of(day, daily_logs)
         if logs:
-            labelled = "\n\n".join(f"### {log.path}\n\n{_body(log.content)}" for log in logs)
+            labelled = "\n\n".join(f"### {log.path}\n\n{body(log)}" for log in logs)
             blocks.append(_block(name, labelled))
             sections.extend(Section(name, log.path, log.sha256) for log in logs)
 
     bootstrap = files.get(BOOTSTRAP)
     bootstrapping = bootstrap is not None and bool(_body(bootstrap.content))
     if bootstrap is not None and bootstrapping:
-        blocks.append(_block(ONBOARDING, _body(bootstrap.content)))
+        blocks.append(_block(ONBOARDING, body(bootstrap)))
         sections.append(Section(ONBOARDING, BOOTSTRAP, bootstrap.sha256))
 
     text = "\n\n".join(blocks) + "\n" if blocks else ""
@@ -122,6 +137,18 @@ def assemble_prompt(
 def _body(content: str) -> str:
     # Leading spaces of the first line may be Markdown (an indented code block): keep them.
     return content.strip("\r\n").rstrip()
+
+
+def _bounded(path: str, text: str, max_chars: int) -> str:
+    if len(text) <= max_chars:
+        return text
+    head = int(max_chars * _HEAD_SHARE)
+    tail = max_chars - head
+    left_out = len(text) - head - tail
+    return (
+        f"{text[:head]}\n\n[... {left_out} characters of {path} left out here; "
+        f"read the whole file with memory_read ...]\n\n{text[len(text) - tail :]}"
+    )
 
 
 def _block(heading: str, body: str) -> str:
