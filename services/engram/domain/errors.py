@@ -165,6 +165,18 @@ class PermissionDenied(EngramError):
         return self.rule.upper()
 
 
+class ProtectedFile(PermissionDenied):
+    """An identity file (IDENTITY.md, SOUL.md, AGENTS.md, USER.md) named by a workspace write:
+    agents cannot change who they are; operators do, through StorageService."""
+
+    reason = "PROTECTED_FILE"
+
+    def __init__(self, message: str, *, rule: str = "protected_file", path: str = "") -> None:
+        super().__init__(message, rule=rule)
+        if path:
+            self.metadata["path"] = path
+
+
 class Unauthenticated(EngramError):
     reason = "UNAUTHENTICATED"
 
