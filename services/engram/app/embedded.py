@@ -8,8 +8,9 @@ each batch in-process to the indexer's feed.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from engram.app import registry
 from engram.app.adapters import (
@@ -44,6 +45,15 @@ from engram.runtime.settings import Settings
 from engram.search.service import SearchService
 from engram.storage.service import StorageService
 from engram.storage.sqlite_repository import SqliteDocumentRepository
+from engram.workspace.local import LocalDocuments, LocalSearch
+from engram.workspace.service import WorkspaceService, utc_now
+
+
+class _UnlimitedWrites:
+    """Until the workspace write limiter lands (engram.workspace.write_limits)."""
+
+    async def check(self, principal: object, space_id: str) -> None:
+        return None
 
 
 @dataclass
@@ -74,6 +84,7 @@ class EmbeddedEngram:
     indexing: Indexing
     indexer: IndexerService
     search: SearchService
+    workspace: WorkspaceService
 
     @property
     def port(self) -> int:
@@ -145,13 +156,18 @@ async def build_core(settings: Settings, stack: contextlib.AsyncExitStack) -> Em
 
 @contextlib.asynccontextmanager
 async def embedded_engram(
-    settings: Settings, *, authenticator: Authenticator | None = None, require_auth: bool = False
+    settings: Settings,
+    *,
+    authenticator: Authenticator | None = None,
+    require_auth: bool = False,
+    clock: Callable[[], datetime] = utc_now,
 ) -> AsyncIterator[EmbeddedEngram]:
     """Starts the all-in-one server; stops it and closes every backend on exit.
 
     Without `require_auth` (and no `authenticator`) every caller is the implicit local admin
     of tenant `local`; with it, callers need a JWT or a personal access token. Health says
-    SERVING only once the indexes are open and both embedders have run once.
+    SERVING only once the indexes are open and both embedders have run once. `clock` is the
+    workspace's (daily log dates and times; tests move it).
     """
     async with contextlib.AsyncExitStack() as stack:
         core = await build_core(settings, stack)
@@ -186,6 +202,13 @@ async def embedded_engram(
         core.publisher.subscribe(
             OutboxIndexHandler(indexing.worker, max_attempts=components.indexing.max_attempts)
         )
+        workspace = WorkspaceService(
+            LocalDocuments(core.storage),
+            LocalSearch(search),
+            core.authorizer,
+            _UnlimitedWrites(),
+            clock=clock,
+        )
         core.relay.start()
         stack.push_async_callback(core.relay.stop)
         start_switch(indexing, stack)
@@ -197,10 +220,11 @@ async def embedded_engram(
                 registry.authz(core.authz),
                 registry.indexer(indexer),
                 registry.search(search),
+                registry.workspace(workspace),
             ],
             authenticator
             or (core.tokens if require_auth else FixedPrincipalAuthenticator(LOCAL_ADMIN)),
             rate_limit_store=SqliteRateLimitStore(core.database),
         )
         await serve(server, stack)
-        yield EmbeddedEngram(server, core, indexing, indexer, search)
+        yield EmbeddedEngram(server, core, indexing, indexer, search, workspace)

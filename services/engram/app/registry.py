@@ -26,7 +26,11 @@ from engram.v1 import (
     search_pb2_grpc,
     storage_pb2,
     storage_pb2_grpc,
+    workspace_pb2,
+    workspace_pb2_grpc,
 )
+from engram.workspace.service import WorkspaceService
+from engram.workspace.servicer import WorkspaceServicer
 
 
 def _name(descriptor_module: object, service: str) -> str:
@@ -74,5 +78,14 @@ def search(service: SearchService) -> ServiceRegistration:
         _name(search_pb2, "SearchService"),
         lambda server: search_pb2_grpc.add_SearchServiceServicer_to_server(
             SearchServicer(service), server
+        ),
+    )
+
+
+def workspace(service: WorkspaceService) -> ServiceRegistration:
+    return ServiceRegistration(
+        _name(workspace_pb2, "WorkspaceService"),
+        lambda server: workspace_pb2_grpc.add_WorkspaceServiceServicer_to_server(
+            WorkspaceServicer(service), server
         ),
     )

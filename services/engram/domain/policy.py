@@ -181,6 +181,15 @@ RPC_POLICY: dict[str, dict[Target, Who]] = {
     "/engram.v1.StorageService/DeleteDocument": _MUTATE,
     "/engram.v1.StorageService/ImportSpace": _MUTATE,
     "/engram.v1.SearchService/Search": _READ,
+    "/engram.v1.WorkspaceService/MemoryRead": _READ,
+    "/engram.v1.WorkspaceService/MemoryTree": _READ,
+    "/engram.v1.WorkspaceService/MemorySearch": _READ,
+    # Assembling records the agent's SOUL.md baseline, not a document: a read.
+    "/engram.v1.WorkspaceService/GetSystemPrompt": _READ,
+    "/engram.v1.WorkspaceService/MemoryWrite": _MUTATE,
+    "/engram.v1.WorkspaceService/AppendDailyLog": _MUTATE,
+    "/engram.v1.WorkspaceService/SeedWorkspace": _MUTATE,
+    "/engram.v1.WorkspaceService/CompleteBootstrap": _MUTATE,
     "/engram.v1.IndexerService/Reindex": {
         **_MUTATE,
         Target.INSTANCE: Who.PLATFORM_ADMIN_OR_SERVICE,

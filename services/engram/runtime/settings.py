@@ -164,6 +164,14 @@ class Settings(BaseSettings):
     # so searches that read the old alias just before can still finish.
     indexer_model_drop_grace_seconds: float = Field(default=30.0, ge=0)
 
+    # --- workspace (ARCHITECTURE §5) ----------------------------------------------------------
+    # Workspace writes per agent (principal + space), counted in the store so replicas share
+    # them; 0 = no limit.
+    workspace_writes_per_minute: int = Field(default=20, ge=0)
+    workspace_writes_per_hour: int = Field(default=200, ge=0)
+    # A directory of templates (AGENTS.md, SOUL.md, ...) replacing the packaged ones by name.
+    workspace_templates: Path | None = None
+
     # --- other services (distributed mode) ---------------------------------------------------
     storage_addr: str | None = None
     quota_addr: str | None = None

@@ -1,0 +1,131 @@
+"""The workspace's ports over the StorageService and SearchService of this process
+(`engram dev`): the caller's principal is passed on, so storage records who wrote."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from engram.domain.documents import StoredDocument
+from engram.domain.errors import DocumentNotFound
+from engram.domain.principals import Principal
+from engram.domain.spaces import SpaceRef
+from engram.search.service import SearchMode, SearchQuery, SearchService
+from engram.storage.service import StorageService, WriteMode
+from engram.workspace.ports import MemoryHit, MemoryHits, StoredWrite, WorkspaceDocument
+
+LIST_PAGE_SIZE = 1000
+
+
+def _document(stored: StoredDocument) -> WorkspaceDocument:
+    return WorkspaceDocument(
+        path=stored.path,
+        content=stored.content,
+        sha256=stored.sha256,
+        size_bytes=stored.size_bytes,
+        version=stored.version,
+        word_count=stored.word_count,
+        updated_at=stored.updated_at,
+    )
+
+
+class LocalDocuments:
+    def __init__(self, storage: StorageService) -> None:
+        self._storage = storage
+
+    async def get(
+        self, principal: Principal, space: SpaceRef, path: str
+    ) -> WorkspaceDocument | None:
+        try:
+            stored, _ = await self._storage.read(principal, space, path)
+        except DocumentNotFound:
+            return None
+        return _document(stored)
+
+    async def get_many(
+        self, principal: Principal, space: SpaceRef, paths: Sequence[str]
+    ) -> dict[str, WorkspaceDocument]:
+        found = await asyncio.gather(*(self.get(principal, space, path) for path in paths))
+        return {doc.path: doc for doc in found if doc is not None}
+
+    async def write(
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        path: str,
+        content: str,
+        *,
+        append: bool,
+        expected_sha256: str = "",
+        create_only: bool = False,
+    ) -> StoredWrite:
+        result = await self._storage.write(
+            principal,
+            space,
+            path,
+            content,
+            mode=WriteMode.APPEND if append else WriteMode.REPLACE,
+            expected_sha256=expected_sha256,
+            create_only=create_only,
+        )
+        stored = result.document
+        return StoredWrite(
+            path=stored.path,
+            sha256=stored.sha256,
+            size_bytes=stored.size_bytes,
+            version=stored.version,
+            created=result.created,
+        )
+
+    async def delete(
+        self, principal: Principal, space: SpaceRef, path: str, *, expected_sha256: str
+    ) -> None:
+        await self._storage.delete(principal, space, path, expected_sha256=expected_sha256)
+
+    async def list_paths(
+        self, principal: Principal, space: SpaceRef, directory: str, *, limit: int
+    ) -> list[str]:
+        paths: list[str] = []
+        token = ""
+        while len(paths) < limit:
+            page = await self._storage.list_directory(
+                principal,
+                space,
+                directory,
+                recursive=True,
+                page_size=LIST_PAGE_SIZE,
+                page_token=token,
+            )
+            paths.extend(item.path for item in page.items if not item.is_dir)
+            token = page.next_page_token
+            if not token:
+                break
+        return paths[:limit]
+
+
+class LocalSearch:
+    def __init__(self, search: SearchService) -> None:
+        self._search = search
+
+    async def search(
+        self, principal: Principal, space: SpaceRef, query: str, *, limit: int
+    ) -> MemoryHits:
+        outcome = await self._search.search(
+            principal,
+            SearchQuery(spaces=[space], text=query, limit=limit, mode=SearchMode.HYBRID),
+        )
+        return MemoryHits(
+            hits=[
+                MemoryHit(
+                    path=hit.chunk.path,
+                    content=hit.chunk.content,
+                    score=hit.score,
+                    document_id=hit.chunk.document_id,
+                    chunk_id=hit.chunk.chunk_id,
+                    is_hybrid_match=hit.is_hybrid_match,
+                )
+                for hit in outcome.hits
+            ],
+            degraded=outcome.degraded,
+            degraded_reasons=list(outcome.degraded_reasons),
+        )

@@ -1,0 +1,102 @@
+"""WorkspaceService protobuf <-> domain conversions, in one place."""
+
+from __future__ import annotations
+
+from engram.domain.errors import InvalidArgument
+from engram.domain.workspace import Target, TreeNode
+from engram.v1 import workspace_pb2
+from engram.wire import requested_space, timestamp
+from engram.workspace.ports import MemoryHits, WorkspaceDocument
+from engram.workspace.service import WriteOutcome, WriteRequest
+
+WRITTEN = "written"
+
+TARGETS = {
+    # Unset: the daily log, the tool's default target.
+    workspace_pb2.MEMORY_TARGET_UNSPECIFIED: Target.DAILY_LOG,
+    workspace_pb2.MEMORY_TARGET_MEMORY: Target.MEMORY,
+    workspace_pb2.MEMORY_TARGET_DAILY_LOG: Target.DAILY_LOG,
+    workspace_pb2.MEMORY_TARGET_HEARTBEAT: Target.HEARTBEAT,
+    workspace_pb2.MEMORY_TARGET_PATH: Target.PATH,
+}
+
+
+def write_request(request: workspace_pb2.MemoryWriteRequest) -> WriteRequest:
+    target = TARGETS.get(request.target)
+    if target is None:
+        raise InvalidArgument(
+            "target must be MEMORY_TARGET_MEMORY, _DAILY_LOG, _HEARTBEAT or _PATH",
+            field="target",
+        )
+    if target is not Target.PATH and request.path:
+        raise InvalidArgument(
+            "path is only used with target MEMORY_TARGET_PATH; leave it empty or set the target",
+            field="path",
+        )
+    return WriteRequest(
+        space=requested_space(request.space),
+        content=request.content,
+        target=target,
+        path=request.path,
+        append=request.append if request.HasField("append") else True,
+        time_zone=request.time_zone,
+        session=request.session,
+    )
+
+
+def write_response(outcome: WriteOutcome) -> workspace_pb2.MemoryWriteResponse:
+    return workspace_pb2.MemoryWriteResponse(
+        path=outcome.path,
+        size_bytes=outcome.size_bytes,
+        sha256=outcome.sha256,
+        status=WRITTEN,
+        append=outcome.append,
+        content_length=outcome.content_length,
+        version=outcome.version,
+    )
+
+
+def append_response(outcome: WriteOutcome) -> workspace_pb2.AppendDailyLogResponse:
+    return workspace_pb2.AppendDailyLogResponse(
+        path=outcome.path,
+        content_length=outcome.content_length,
+        sha256=outcome.sha256,
+        version=outcome.version,
+    )
+
+
+def read_response(document: WorkspaceDocument) -> workspace_pb2.MemoryReadResponse:
+    return workspace_pb2.MemoryReadResponse(
+        path=document.path,
+        content=document.content,
+        word_count=document.word_count,
+        updated_at=timestamp(document.updated_at),
+        sha256=document.sha256,
+        version=document.version,
+    )
+
+
+def tree_node(node: TreeNode) -> workspace_pb2.TreeNode:
+    return workspace_pb2.TreeNode(
+        name=node.name, path=node.path, children=[tree_node(child) for child in node.children]
+    )
+
+
+def search_response(query: str, found: MemoryHits) -> workspace_pb2.MemorySearchResponse:
+    return workspace_pb2.MemorySearchResponse(
+        query=query,
+        hits=[
+            workspace_pb2.MemorySearchHit(
+                path=hit.path,
+                content=hit.content,
+                score=hit.score,
+                document_id=hit.document_id,
+                is_hybrid_match=hit.is_hybrid_match,
+                chunk_id=hit.chunk_id,
+            )
+            for hit in found.hits
+        ],
+        result_count=len(found.hits),
+        degraded=found.degraded,
+        degraded_reasons=found.degraded_reasons,
+    )

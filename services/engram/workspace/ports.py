@@ -1,0 +1,108 @@
+"""What the workspace service needs from storage, search and its own stores.
+
+Every call takes the caller and the space already authorized (stamped) by the workspace
+service: the in-process adapters pass the caller on, the gRPC adapters act as the workspace's
+service principal for the stamped space.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from engram.domain.principals import Principal
+from engram.domain.spaces import SpaceRef
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceDocument:
+    path: str
+    content: str
+    sha256: str
+    size_bytes: int
+    version: int
+    word_count: int
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWrite:
+    """The document after a write (content not returned)."""
+
+    path: str
+    sha256: str
+    size_bytes: int
+    version: int
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHit:
+    path: str
+    content: str
+    score: float
+    document_id: str
+    chunk_id: str
+    is_hybrid_match: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHits:
+    hits: list[MemoryHit]
+    degraded: bool = False
+    degraded_reasons: list[str] = field(default_factory=list)
+
+
+class WorkspaceDocuments(Protocol):
+    """The space's documents (StorageService)."""
+
+    async def get(
+        self, principal: Principal, space: SpaceRef, path: str
+    ) -> WorkspaceDocument | None: ...
+
+    async def get_many(
+        self, principal: Principal, space: SpaceRef, paths: Sequence[str]
+    ) -> dict[str, WorkspaceDocument]:
+        """The documents that exist among `paths`, by path."""
+        ...
+
+    async def write(
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        path: str,
+        content: str,
+        *,
+        append: bool,
+        expected_sha256: str = "",
+        create_only: bool = False,
+    ) -> StoredWrite:
+        """Raises EtagMismatch when `expected_sha256` or `create_only` does not hold."""
+        ...
+
+    async def delete(
+        self, principal: Principal, space: SpaceRef, path: str, *, expected_sha256: str
+    ) -> None: ...
+
+    async def list_paths(
+        self, principal: Principal, space: SpaceRef, directory: str, *, limit: int
+    ) -> list[str]:
+        """Every document path under `directory` ("" = all), in byte order, at most `limit`
+        (one more tells the caller there are more)."""
+        ...
+
+
+class WorkspaceSearch(Protocol):
+    """Hybrid search of one space (SearchService)."""
+
+    async def search(
+        self, principal: Principal, space: SpaceRef, query: str, *, limit: int
+    ) -> MemoryHits: ...
+
+
+class WriteGate(Protocol):
+    """Counts one workspace write of an agent (principal + space); raises RateLimited."""
+
+    async def check(self, principal: Principal, space_id: str) -> None: ...

@@ -1,0 +1,160 @@
+"""The workspace's ports over gRPC (`engram serve workspace`): StorageService and
+SearchService called as the workspace's service principal (ENGRAM_SERVICE_TOKEN) for the
+space the workspace service already authorized for its caller. Failed calls come back as
+the same domain errors (engram.runtime.errors.remote_errors)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import grpc
+
+from engram.domain.errors import DocumentNotFound
+from engram.domain.principals import Principal
+from engram.domain.spaces import SpaceRef
+from engram.runtime.errors import remote_errors
+from engram.v1 import search_pb2, search_pb2_grpc, storage_pb2, storage_pb2_grpc
+from engram.wire import from_timestamp, space_to_proto
+from engram.workspace.ports import MemoryHit, MemoryHits, StoredWrite, WorkspaceDocument
+
+LIST_PAGE_SIZE = 1000
+
+
+class _Remote:
+    def __init__(self, token: str, timeout: float) -> None:
+        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._timeout = timeout
+
+
+class RemoteDocuments(_Remote):
+    def __init__(self, channel: grpc.aio.Channel, token: str, *, timeout: float = 10.0) -> None:
+        super().__init__(token, timeout)
+        self._stub = storage_pb2_grpc.StorageServiceStub(channel)
+
+    async def get(
+        self, principal: Principal, space: SpaceRef, path: str
+    ) -> WorkspaceDocument | None:
+        request = storage_pb2.ReadDocumentRequest(space=space_to_proto(space), path=path)
+        try:
+            with remote_errors("StorageService.ReadDocument"):
+                response = await self._stub.ReadDocument(
+                    request, metadata=self._metadata, timeout=self._timeout
+                )
+        except DocumentNotFound:
+            return None
+        document = response.document
+        return WorkspaceDocument(
+            path=document.path,
+            content=document.content,
+            sha256=document.sha256,
+            size_bytes=document.size_bytes,
+            version=document.version,
+            word_count=document.word_count,
+            updated_at=from_timestamp(document.updated_at),
+        )
+
+    async def get_many(
+        self, principal: Principal, space: SpaceRef, paths: Sequence[str]
+    ) -> dict[str, WorkspaceDocument]:
+        found = await asyncio.gather(*(self.get(principal, space, path) for path in paths))
+        return {doc.path: doc for doc in found if doc is not None}
+
+    async def write(
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        path: str,
+        content: str,
+        *,
+        append: bool,
+        expected_sha256: str = "",
+        create_only: bool = False,
+    ) -> StoredWrite:
+        request = storage_pb2.WriteDocumentRequest(
+            space=space_to_proto(space),
+            path=path,
+            content=content,
+            mode=storage_pb2.WRITE_MODE_APPEND if append else storage_pb2.WRITE_MODE_REPLACE,
+            expected_sha256=expected_sha256,
+            create_only=create_only,
+        )
+        with remote_errors("StorageService.WriteDocument"):
+            response = await self._stub.WriteDocument(
+                request, metadata=self._metadata, timeout=self._timeout
+            )
+        document = response.document
+        return StoredWrite(
+            path=document.path,
+            sha256=document.sha256,
+            size_bytes=document.size_bytes,
+            version=document.version,
+            created=response.created,
+        )
+
+    async def delete(
+        self, principal: Principal, space: SpaceRef, path: str, *, expected_sha256: str
+    ) -> None:
+        request = storage_pb2.DeleteDocumentRequest(
+            space=space_to_proto(space), path=path, expected_sha256=expected_sha256
+        )
+        with remote_errors("StorageService.DeleteDocument"):
+            await self._stub.DeleteDocument(request, metadata=self._metadata, timeout=self._timeout)
+
+    async def list_paths(
+        self, principal: Principal, space: SpaceRef, directory: str, *, limit: int
+    ) -> list[str]:
+        paths: list[str] = []
+        token = ""
+        while len(paths) < limit:
+            request = storage_pb2.ListDocumentsRequest(
+                space=space_to_proto(space),
+                dir=directory,
+                recursive=True,
+                page_size=LIST_PAGE_SIZE,
+                page_token=token,
+            )
+            with remote_errors("StorageService.ListDocuments"):
+                response = await self._stub.ListDocuments(
+                    request, metadata=self._metadata, timeout=self._timeout
+                )
+            paths.extend(entry.path for entry in response.entries if not entry.is_dir)
+            token = response.next_page_token
+            if not token:
+                break
+        return paths[:limit]
+
+
+class RemoteSearch(_Remote):
+    def __init__(self, channel: grpc.aio.Channel, token: str, *, timeout: float = 10.0) -> None:
+        super().__init__(token, timeout)
+        self._stub = search_pb2_grpc.SearchServiceStub(channel)
+
+    async def search(
+        self, principal: Principal, space: SpaceRef, query: str, *, limit: int
+    ) -> MemoryHits:
+        request = search_pb2.SearchRequest(
+            spaces=[space_to_proto(space)],
+            query=query,
+            limit=limit,
+            mode=search_pb2.SEARCH_MODE_HYBRID,
+        )
+        with remote_errors("SearchService.Search"):
+            response = await self._stub.Search(
+                request, metadata=self._metadata, timeout=self._timeout
+            )
+        return MemoryHits(
+            hits=[
+                MemoryHit(
+                    path=result.path,
+                    content=result.content,
+                    score=result.score,
+                    document_id=result.document_id,
+                    chunk_id=result.chunk_id,
+                    is_hybrid_match=result.is_hybrid_match,
+                )
+                for result in response.results
+            ],
+            degraded=response.degraded,
+            degraded_reasons=list(response.degraded_reasons),
+        )

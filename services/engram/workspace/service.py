@@ -1,0 +1,232 @@
+"""The workspace use cases (ARCHITECTURE §5): the memory tools of one agent workspace (one
+space), over the space's documents and search.
+
+Every call authorizes its caller first (stamping tenant and user), then validates the
+request, then - for writes - counts one write against the agent's rate limits (principal +
+space, shared by every replica through the store), and only then touches storage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+
+from engram.domain import workspace as rules
+from engram.domain.errors import DocumentNotFound, EtagMismatch, InvalidArgument, quoted
+from engram.domain.paths import validate_directory, validate_document_path
+from engram.domain.ports import Authorizer
+from engram.domain.principals import Action, Principal
+from engram.domain.spaces import SpaceRef
+from engram.domain.text_rules import utf8_len
+from engram.domain.workspace import Target, TreeNode
+from engram.workspace.ports import (
+    MemoryHits,
+    StoredWrite,
+    WorkspaceDocument,
+    WorkspaceDocuments,
+    WorkspaceSearch,
+    WriteGate,
+)
+
+# Documents a tree lists at most; a larger subtree is refused with a hint to narrow it.
+MAX_TREE_DOCUMENTS = 10_000
+# A first write of a log raced by another, or an append to a document another write changed
+# between read and write, is tried again this many times in all.
+WRITE_ATTEMPTS = 5
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRequest:
+    """A memory_write as requested (proto zeros already turned into defaults)."""
+
+    space: SpaceRef
+    content: str
+    target: Target = Target.DAILY_LOG
+    path: str = ""
+    append: bool = True
+    time_zone: str = ""
+    session: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOutcome:
+    path: str
+    append: bool
+    # UTF-8 bytes this write added (or wrote, when replacing), prefixes and newlines included.
+    content_length: int
+    size_bytes: int
+    sha256: str
+    version: int
+
+
+def _outcome(stored: StoredWrite, *, append: bool, added: str) -> WriteOutcome:
+    return WriteOutcome(
+        path=stored.path,
+        append=append,
+        content_length=utf8_len(added),
+        size_bytes=stored.size_bytes,
+        sha256=stored.sha256,
+        version=stored.version,
+    )
+
+
+def _retrying() -> AsyncRetrying:
+    return AsyncRetrying(
+        stop=stop_after_attempt(WRITE_ATTEMPTS),
+        retry=retry_if_exception_type(EtagMismatch),
+        reraise=True,
+    )
+
+
+class WorkspaceService:
+    def __init__(
+        self,
+        documents: WorkspaceDocuments,
+        search: WorkspaceSearch,
+        authorizer: Authorizer,
+        writes: WriteGate,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self._documents = documents
+        self._search = search
+        self._authorizer = authorizer
+        self._writes = writes
+        self._clock = clock
+
+    async def _authorize(self, principal: Principal, action: Action, space: SpaceRef) -> SpaceRef:
+        return (await self._authorizer.authorize(principal, action, space)).space
+
+    # --- writes ------------------------------------------------------------------------------
+
+    async def write(self, principal: Principal, request: WriteRequest) -> WriteOutcome:
+        return await self._write(principal, request, content_field="content")
+
+    async def _write(
+        self, principal: Principal, request: WriteRequest, *, content_field: str
+    ) -> WriteOutcome:
+        space = await self._authorize(principal, Action.WRITE, request.space)
+        content = rules.require_content(request.content, field=content_field)
+        zone = rules.time_zone(request.time_zone)
+        now = rules.local_now(self._clock(), zone)
+        path = rules.target_path(
+            request.target, request.path, today=now.date(), session=request.session
+        )
+        await self._writes.check(principal, space.id)
+        header = ""
+        if request.target is Target.DAILY_LOG:
+            content = rules.daily_log_entry(now, content)
+            header = rules.daily_log_header(now.date())
+        if request.append:
+            return await self._append(principal, space, path, content, header=header)
+        text = header + rules.line(content) if header else content
+        stored = await self._documents.write(principal, space, path, text, append=False)
+        return _outcome(stored, append=False, added=text)
+
+    async def append_daily_log(
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        entry: str,
+        *,
+        time_zone: str = "",
+        session: str = "",
+    ) -> WriteOutcome:
+        request = WriteRequest(
+            space=space,
+            content=entry,
+            target=Target.DAILY_LOG,
+            time_zone=time_zone,
+            session=session,
+        )
+        return await self._write(principal, request, content_field="entry")
+
+    async def _append(
+        self, principal: Principal, space: SpaceRef, path: str, addition: str, *, header: str
+    ) -> WriteOutcome:
+        """Appends `addition` as a line of its own. A new document is created (with `header`)
+        create-only; an existing one that does not end in a newline is appended to only while
+        it is unchanged, so no other write slips between the newline and the entry."""
+        async for attempt in _retrying():
+            with attempt:
+                current = await self._documents.get(principal, space, path)
+                if current is None:
+                    text = header + rules.line(addition)
+                    stored = await self._documents.write(
+                        principal, space, path, text, append=False, create_only=True
+                    )
+                else:
+                    text = rules.appended_text(current.content, addition)
+                    guard = "" if current.content.endswith("\n") else current.sha256
+                    stored = await self._documents.write(
+                        principal, space, path, text, append=True, expected_sha256=guard
+                    )
+        return _outcome(stored, append=True, added=text)
+
+    async def complete_bootstrap(self, principal: Principal, space: SpaceRef) -> str:
+        """Archives BOOTSTRAP.md as BOOTSTRAP.done-<its updated_at>.md: a create-only copy,
+        then a delete only while BOOTSTRAP.md is still the copied version. A retry after a
+        failure between the two finds the same name holding the same text and finishes."""
+        space = await self._authorize(principal, Action.WRITE, space)
+        await self._writes.check(principal, space.id)
+        current = await self._documents.get(principal, space, rules.BOOTSTRAP_PATH)
+        if current is None:
+            raise DocumentNotFound(
+                f"no {rules.BOOTSTRAP_PATH} in this workspace: onboarding is already complete"
+            )
+        archive = rules.archived_bootstrap_path(current.updated_at)
+        try:
+            await self._documents.write(
+                principal, space, archive, current.content, append=False, create_only=True
+            )
+        except EtagMismatch as taken:
+            if taken.current_sha256 != current.sha256:
+                raise
+        try:
+            await self._documents.delete(
+                principal, space, rules.BOOTSTRAP_PATH, expected_sha256=current.sha256
+            )
+        except DocumentNotFound:
+            pass  # a concurrent completion deleted it after archiving the same version
+        return archive
+
+    # --- reads -------------------------------------------------------------------------------
+
+    async def read(self, principal: Principal, space: SpaceRef, path: str) -> WorkspaceDocument:
+        space = await self._authorize(principal, Action.READ, space)
+        validate_document_path(path)
+        document = await self._documents.get(principal, space, path)
+        if document is None:
+            raise DocumentNotFound(f"no document at {quoted(path)} in this workspace")
+        return document
+
+    async def tree(
+        self, principal: Principal, space: SpaceRef, path: str, depth: int
+    ) -> list[TreeNode]:
+        space = await self._authorize(principal, Action.LIST, space)
+        root = validate_directory(path, field="path")
+        levels = rules.tree_depth(depth)
+        paths = await self._documents.list_paths(
+            principal, space, root, limit=MAX_TREE_DOCUMENTS + 1
+        )
+        if len(paths) > MAX_TREE_DOCUMENTS:
+            raise InvalidArgument(
+                f"{quoted(root or '/')} holds more than {MAX_TREE_DOCUMENTS} documents; "
+                "ask for the tree of a subdirectory (path)",
+                field="path",
+            )
+        return rules.build_tree(root, paths, levels)
+
+    async def search(
+        self, principal: Principal, space: SpaceRef, query: str, limit: int
+    ) -> MemoryHits:
+        space = await self._authorize(principal, Action.SEARCH, space)
+        text = rules.search_query(query)
+        return await self._search.search(principal, space, text, limit=rules.search_limit(limit))
