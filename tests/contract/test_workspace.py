@@ -1,0 +1,417 @@
+"""WorkspaceService over gRPC on the all-in-one server: every rule of the memory tools
+(issue 12), the bad inputs, and what a caller sees in the answers and the stored documents.
+The workspace's clock is the test's, so dates and midnight are chosen, not waited for."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from engram.app.embedded import EmbeddedEngram, embedded_engram
+from engram.domain.workspace import PROTECTED_FILES
+from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc, workspace_pb2, workspace_pb2_grpc
+from tests.support.grpc_helpers import fails, space, write_request
+
+pytestmark = pytest.mark.contract
+
+START = datetime(2026, 12, 1, 10, 15, 0, tzinfo=UTC)
+TODAY_LOG = "daily/2026-12-01.md"
+OK_SPACE = space("agent")
+
+
+@dataclass
+class Clock:
+    """The workspace's clock, moved by the test."""
+
+    now: datetime = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@dataclass
+class Workspace:
+    engram: EmbeddedEngram
+    clock: Clock
+    stub: workspace_pb2_grpc.WorkspaceServiceStub
+    storage: storage_pb2_grpc.StorageServiceStub
+
+    async def write(self, content: str, **fields: Any) -> workspace_pb2.MemoryWriteResponse:
+        fields.setdefault("space", OK_SPACE)
+        return await self.stub.MemoryWrite(
+            workspace_pb2.MemoryWriteRequest(content=content, **fields)
+        )
+
+    async def read(self, path: str, ref: space_pb2.SpaceRef = OK_SPACE) -> str:
+        response = await self.stub.MemoryRead(workspace_pb2.MemoryReadRequest(space=ref, path=path))
+        return response.content
+
+
+async def start_workspace(tmp_path: Path, **settings: Any) -> AsyncIterator[Workspace]:
+    from tests.support.settings import server_settings
+
+    clock = Clock()
+    async with embedded_engram(server_settings(tmp_path / "engram", **settings), clock=clock) as e:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{e.port}") as channel:
+            yield Workspace(
+                e,
+                clock,
+                workspace_pb2_grpc.WorkspaceServiceStub(channel),
+                storage_pb2_grpc.StorageServiceStub(channel),
+            )
+
+
+@pytest.fixture
+async def ws(tmp_path: Path) -> AsyncIterator[Workspace]:
+    async for running in start_workspace(tmp_path):
+        yield running
+
+
+# --- memory_write ------------------------------------------------------------------------------
+
+
+async def test_memory_appends_on_new_lines_and_replaces_when_asked(ws: Workspace) -> None:
+    first = await ws.write("Ann prefers tea.", target=workspace_pb2.MEMORY_TARGET_MEMORY)
+    assert (first.status, first.path, first.append) == ("written", "MEMORY.md", True)
+    assert first.content_length == len(b"Ann prefers tea.\n")
+    assert first.version == 1 and len(first.sha256) == 64
+    second = await ws.write(
+        "Deploys on Fridays are off.", target=workspace_pb2.MEMORY_TARGET_MEMORY
+    )
+    assert second.version == 2 and second.size_bytes == first.size_bytes + second.content_length
+    assert await ws.read("MEMORY.md") == "Ann prefers tea.\nDeploys on Fridays are off.\n"
+    replaced = await ws.write("# Memory\n", target=workspace_pb2.MEMORY_TARGET_MEMORY, append=False)
+    assert replaced.append is False and replaced.content_length == len(b"# Memory\n")
+    assert await ws.read("MEMORY.md") == "# Memory\n"
+
+
+async def test_append_starts_a_new_line_after_an_operator_edit(ws: Workspace) -> None:
+    await ws.storage.WriteDocument(
+        write_request("notes/plan.md", "no newline at the end", ref=OK_SPACE)
+    )
+    response = await ws.write(
+        "next step", target=workspace_pb2.MEMORY_TARGET_PATH, path="notes/plan.md"
+    )
+    assert response.content_length == len(b"\nnext step\n")
+    assert await ws.read("notes/plan.md") == "no newline at the end\nnext step\n"
+
+
+async def test_daily_log_entries_are_timestamped_under_a_header(ws: Workspace) -> None:
+    first = await ws.write("started the migration")  # target unset = daily log
+    assert first.path == TODAY_LOG
+    assert first.content_length == len(
+        b"# Daily Log - 2026-12-01\n\n[10:15:00] started the migration\n"
+    )
+    ws.clock.now = START + timedelta(minutes=1, seconds=2)
+    appended = await ws.stub.AppendDailyLog(
+        workspace_pb2.AppendDailyLogRequest(space=OK_SPACE, entry="migration done")
+    )
+    assert appended.path == TODAY_LOG
+    assert appended.content_length == len(b"[10:16:02] migration done\n")
+    assert await ws.read(TODAY_LOG) == (
+        "# Daily Log - 2026-12-01\n\n[10:15:00] started the migration\n[10:16:02] migration done\n"
+    )
+
+
+async def test_a_session_gets_its_own_journal(ws: Workspace) -> None:
+    written = await ws.write(
+        "from the phone", target=workspace_pb2.MEMORY_TARGET_DAILY_LOG, session="phone-1"
+    )
+    assert written.path == "daily/2026-12-01-phone-1.md"
+    logged = await ws.stub.AppendDailyLog(
+        workspace_pb2.AppendDailyLogRequest(space=OK_SPACE, entry="again", session="phone-1")
+    )
+    assert logged.path == written.path
+    assert (await ws.read(written.path)).endswith("[10:15:00] from the phone\n[10:15:00] again\n")
+
+
+async def test_daily_log_rolls_over_at_local_midnight(ws: Workspace) -> None:
+    # Berlin is UTC+1 in December: 22:59:59 UTC is 23:59:59 there, 23:00:01 UTC the next day.
+    ws.clock.now = datetime(2026, 12, 1, 22, 59, 59, tzinfo=UTC)
+    before = await ws.write("last of the day", time_zone="Europe/Berlin")
+    ws.clock.now = datetime(2026, 12, 1, 23, 0, 1, tzinfo=UTC)
+    after = await ws.write("first of the next", time_zone="Europe/Berlin")
+    in_utc = await ws.write("still the 1st in UTC")
+    assert (before.path, after.path, in_utc.path) == (
+        "daily/2026-12-01.md",
+        "daily/2026-12-02.md",
+        "daily/2026-12-01.md",
+    )
+    assert await ws.read("daily/2026-12-02.md") == (
+        "# Daily Log - 2026-12-02\n\n[00:00:01] first of the next\n"
+    )
+    assert await ws.read("daily/2026-12-01.md") == (
+        "# Daily Log - 2026-12-01\n\n[23:59:59] last of the day\n[23:00:01] still the 1st in UTC\n"
+    )
+
+
+async def test_heartbeat_target_writes_heartbeat_md(ws: Workspace) -> None:
+    written = await ws.write("alive", target=workspace_pb2.MEMORY_TARGET_HEARTBEAT)
+    assert written.path == "HEARTBEAT.md"
+
+
+@pytest.mark.parametrize("content", ["", "   \n\t"])
+async def test_empty_content_is_refused(ws: Workspace, content: str) -> None:
+    failure = await fails(ws.write(content), grpc.StatusCode.INVALID_ARGUMENT)
+    assert "content is required" in failure.message
+    failure = await fails(
+        ws.stub.AppendDailyLog(workspace_pb2.AppendDailyLogRequest(space=OK_SPACE, entry=content)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert "entry is required" in failure.message
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "says"),
+    [
+        ({"time_zone": "Mars/Olympus"}, "time_zone", "Mars/Olympus"),
+        ({"time_zone": "../etc/passwd"}, "time_zone", "IANA"),
+        ({"session": "a/b"}, "session", "session"),
+        ({"session": "x" * 65}, "session", "1..64"),
+        ({"target": 99}, "target", "MEMORY_TARGET_MEMORY"),
+        (
+            {"target": workspace_pb2.MEMORY_TARGET_MEMORY, "path": "x.md"},
+            "path",
+            "MEMORY_TARGET_PATH",
+        ),
+        ({"target": workspace_pb2.MEMORY_TARGET_PATH}, "path", "path is required"),
+        ({"target": workspace_pb2.MEMORY_TARGET_PATH, "path": "notes.txt"}, "path", ".md"),
+    ],
+)
+async def test_bad_write_fields_are_invalid_argument(
+    ws: Workspace, fields: dict[str, Any], field: str, says: str
+) -> None:
+    failure = await fails(ws.write("x", **fields), grpc.StatusCode.INVALID_ARGUMENT)
+    assert says in failure.message
+    assert failure.details[1].field_violations[0].field == field
+
+
+async def test_a_non_canonical_custom_path_names_the_canonical_form(ws: Workspace) -> None:
+    for path, canonical in (("./notes/a.md", "notes/a.md"), ("notes//a.md", "notes/a.md")):
+        failure = await fails(
+            ws.write("x", target=workspace_pb2.MEMORY_TARGET_PATH, path=path),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_PATH",
+        )
+        assert f'use "{canonical}"' in failure.message
+
+
+# --- protected identity files -------------------------------------------------------------------
+
+
+SPELLINGS = (*PROTECTED_FILES, "soul.md", "Agents.md", "iDENTITY.md", "User.md")
+
+
+@pytest.mark.parametrize("name", SPELLINGS)
+async def test_identity_files_cannot_be_written_through_a_path(ws: Workspace, name: str) -> None:
+    await ws.storage.WriteDocument(write_request(name, "operator's text", ref=OK_SPACE))
+    for append in (True, False):
+        failure = await fails(
+            ws.write(
+                "I am evil now", target=workspace_pb2.MEMORY_TARGET_PATH, path=name, append=append
+            ),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "PROTECTED_FILE",
+        )
+        assert "StorageService" in failure.message
+    assert await ws.read(name) == "operator's text"
+
+
+async def test_no_other_target_reaches_an_identity_file(ws: Workspace) -> None:
+    """The fixed targets land in their own files, and neither a session nor a path spelled
+    another way can climb to the root identity files."""
+    paths = {
+        (await ws.write("x", target=target)).path
+        for target in (
+            workspace_pb2.MEMORY_TARGET_MEMORY,
+            workspace_pb2.MEMORY_TARGET_DAILY_LOG,
+            workspace_pb2.MEMORY_TARGET_HEARTBEAT,
+        )
+    }
+    assert paths == {"MEMORY.md", TODAY_LOG, "HEARTBEAT.md"}
+    await fails(ws.write("x", session="../../SOUL"), grpc.StatusCode.INVALID_ARGUMENT)
+    for sneaky in ("./SOUL.md", "daily/../SOUL.md", "/SOUL.md"):
+        await fails(
+            ws.write("x", target=workspace_pb2.MEMORY_TARGET_PATH, path=sneaky),
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_PATH",
+        )
+    # A same-named file below the root is an ordinary note, not the identity file.
+    nested = await ws.write("x", target=workspace_pb2.MEMORY_TARGET_PATH, path="notes/SOUL.md")
+    assert nested.path == "notes/SOUL.md"
+    await fails(ws.read("SOUL.md"), grpc.StatusCode.NOT_FOUND)
+
+
+# --- memory_read / memory_tree ------------------------------------------------------------------
+
+
+async def test_read_returns_content_words_and_update_time(ws: Workspace) -> None:
+    await ws.write("one two three", target=workspace_pb2.MEMORY_TARGET_MEMORY)
+    response = await ws.stub.MemoryRead(
+        workspace_pb2.MemoryReadRequest(space=OK_SPACE, path="MEMORY.md")
+    )
+    assert (response.path, response.content, response.word_count) == (
+        "MEMORY.md",
+        "one two three\n",
+        3,
+    )
+    assert abs(response.updated_at.ToDatetime(tzinfo=UTC) - datetime.now(UTC)) < timedelta(
+        minutes=1
+    )
+    missing = await fails(
+        ws.stub.MemoryRead(workspace_pb2.MemoryReadRequest(space=OK_SPACE, path="nope/x.md")),
+        grpc.StatusCode.NOT_FOUND,
+    )
+    assert "nope/x.md" in missing.message
+
+
+def flatten(nodes: Any, depth: int = 0) -> list[tuple[int, str, str]]:
+    out: list[tuple[int, str, str]] = []
+    for node in nodes:
+        out.append((depth, node.name, node.path))
+        out.extend(flatten(node.children, depth + 1))
+    return out
+
+
+async def test_tree_nests_to_the_requested_depth(ws: Workspace) -> None:
+    for path in ("MEMORY.md", "daily/2026-12-01.md", "notes/a/deep.md", "notes/top.md"):
+        await ws.storage.WriteDocument(write_request(path, "x", ref=OK_SPACE))
+
+    async def tree(**fields: Any) -> list[tuple[int, str, str]]:
+        response = await ws.stub.MemoryTree(
+            workspace_pb2.MemoryTreeRequest(space=OK_SPACE, **fields)
+        )
+        return flatten(response.nodes)
+
+    assert await tree() == [
+        (0, "MEMORY.md", "MEMORY.md"),
+        (0, "daily/", "daily/"),
+        (0, "notes/", "notes/"),
+    ]
+    assert await tree(depth=10) == [
+        (0, "MEMORY.md", "MEMORY.md"),
+        (0, "daily/", "daily/"),
+        (1, "2026-12-01.md", "daily/2026-12-01.md"),
+        (0, "notes/", "notes/"),
+        (1, "a/", "notes/a/"),
+        (2, "deep.md", "notes/a/deep.md"),
+        (1, "top.md", "notes/top.md"),
+    ]
+    assert await tree(path="notes", depth=1) == [
+        (0, "a/", "notes/a/"),
+        (0, "top.md", "notes/top.md"),
+    ]
+    for depth in (-1, 11):
+        failure = await fails(
+            ws.stub.MemoryTree(workspace_pb2.MemoryTreeRequest(space=OK_SPACE, depth=depth)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        )
+        assert "depth must be between 1 and 10" in failure.message
+    failure = await fails(
+        ws.stub.MemoryTree(workspace_pb2.MemoryTreeRequest(space=OK_SPACE, path="notes/")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert 'use "notes"' in failure.message
+
+
+# --- memory_search ------------------------------------------------------------------------------
+
+
+async def search_until(ws: Workspace, query: str, path: str, **fields: Any) -> Any:
+    """Searches until `path` is found (the indexer runs behind the write), at most 60 s."""
+    deadline = time.monotonic() + 60
+    while True:
+        response = await ws.stub.MemorySearch(
+            workspace_pb2.MemorySearchRequest(space=OK_SPACE, query=query, **fields)
+        )
+        if any(hit.path == path for hit in response.hits) or time.monotonic() > deadline:
+            return response
+        await asyncio.sleep(0.2)
+
+
+async def test_search_finds_a_written_memory(ws: Workspace) -> None:
+    await ws.write("The staging database password rotates every Tuesday.", target=1)
+    for n in range(7):
+        await ws.write(f"note {n}: lunch order was pizza number {n}", target=4, path=f"n/{n}.md")
+    await search_until(ws, "when does the staging password rotate", "MEMORY.md")
+    assert await ws.engram.relay.drained(60), "the indexer did not take every write"
+    response = await search_until(ws, "when does the staging password rotate", "MEMORY.md")
+    assert response.query == "when does the staging password rotate"
+    top = response.hits[0]
+    assert top.path == "MEMORY.md" and "Tuesday" in top.content
+    assert top.document_id and 0 < top.score <= 1 and top.chunk_id
+    assert response.result_count == len(response.hits) == 5, "unset limit = 5"
+    await search_until(ws, "lunch pizza", "n/6.md", limit=20)
+    assert (
+        len(
+            (
+                await ws.stub.MemorySearch(
+                    workspace_pb2.MemorySearchRequest(space=OK_SPACE, query="pizza", limit=2)
+                )
+            ).hits
+        )
+        == 2
+    )
+    for limit in (-1, 21):
+        failure = await fails(
+            ws.stub.MemorySearch(
+                workspace_pb2.MemorySearchRequest(space=OK_SPACE, query="pizza", limit=limit)
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        )
+        assert "limit must be between 1 and 20" in failure.message
+    await fails(
+        ws.stub.MemorySearch(workspace_pb2.MemorySearchRequest(space=OK_SPACE, query=" ")),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+
+
+# --- CompleteBootstrap --------------------------------------------------------------------------
+
+
+async def bootstrap_updated_at(ws: Workspace) -> str:
+    document = (
+        await ws.storage.ReadDocument(
+            storage_pb2.ReadDocumentRequest(space=OK_SPACE, path="BOOTSTRAP.md")
+        )
+    ).document
+    return document.updated_at.ToDatetime(tzinfo=UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+async def test_complete_bootstrap_archives_once(ws: Workspace) -> None:
+    await ws.storage.WriteDocument(
+        write_request("BOOTSTRAP.md", "# Hello\nWho am I?\n", ref=OK_SPACE)
+    )
+    stamp = await bootstrap_updated_at(ws)
+    done = await ws.stub.CompleteBootstrap(workspace_pb2.CompleteBootstrapRequest(space=OK_SPACE))
+    assert done.archived_path == f"BOOTSTRAP.done-{stamp}.md"
+    assert re.fullmatch(r"BOOTSTRAP\.done-\d{8}T\d{6}Z\.md", done.archived_path)
+    assert await ws.read(done.archived_path) == "# Hello\nWho am I?\n"
+    await fails(ws.read("BOOTSTRAP.md"), grpc.StatusCode.NOT_FOUND)
+    again = await fails(
+        ws.stub.CompleteBootstrap(workspace_pb2.CompleteBootstrapRequest(space=OK_SPACE)),
+        grpc.StatusCode.NOT_FOUND,
+    )
+    assert "BOOTSTRAP.md" in again.message
+
+
+async def test_complete_bootstrap_finishes_after_a_crash_between_copy_and_delete(
+    ws: Workspace,
+) -> None:
+    await ws.storage.WriteDocument(write_request("BOOTSTRAP.md", "onboard me\n", ref=OK_SPACE))
+    archive = f"BOOTSTRAP.done-{await bootstrap_updated_at(ws)}.md"
+    # The state a crash after the create-only copy leaves behind.
+    await ws.storage.WriteDocument(write_request(archive, "onboard me\n", ref=OK_SPACE))
+    done = await ws.stub.CompleteBootstrap(workspace_pb2.CompleteBootstrapRequest(space=OK_SPACE))
+    assert done.archived_path == archive
+    await fails(ws.read("BOOTSTRAP.md"), grpc.StatusCode.NOT_FOUND)
+    assert await ws.read(archive) == "onboard me\n"
