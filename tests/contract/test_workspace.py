@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
 
 from engram.app.embedded import EmbeddedEngram, embedded_engram
 from engram.domain.workspace import PROTECTED_FILES
@@ -415,3 +416,219 @@ async def test_complete_bootstrap_finishes_after_a_crash_between_copy_and_delete
     assert done.archived_path == archive
     await fails(ws.read("BOOTSTRAP.md"), grpc.StatusCode.NOT_FOUND)
     assert await ws.read(archive) == "onboard me\n"
+
+
+# --- rate limits -------------------------------------------------------------------------------
+
+
+async def fresh_minute() -> None:
+    """Starts a burst early in a minute window, so it cannot straddle two."""
+    into = time.time() % 60
+    if into > 45:
+        await asyncio.sleep(60 - into + 0.2)
+
+
+async def test_the_21st_write_in_a_minute_is_refused_for_that_agent_only(ws: Workspace) -> None:
+    await fresh_minute()
+    for n in range(20):
+        await ws.write(f"entry {n}")
+    failure = await fails(
+        ws.write("one too many"), grpc.StatusCode.RESOURCE_EXHAUSTED, "RATE_LIMITED"
+    )
+    delay = failure.detail(error_details_pb2.RetryInfo).retry_delay.seconds
+    assert 1 <= delay <= 60
+    assert "ENGRAM_WORKSPACE_WRITES_PER_MINUTE" in failure.message
+    # Every write tool counts, and a refused write changed nothing.
+    await fails(
+        ws.stub.AppendDailyLog(workspace_pb2.AppendDailyLogRequest(space=OK_SPACE, entry="x")),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    )
+    assert (await ws.read(TODAY_LOG)).count("] entry ") == 20
+    # Another agent: the same caller in another space.
+    assert (await ws.write("fine", space=space("other-agent"))).path == TODAY_LOG
+    # Reads are not writes.
+    assert await ws.read(TODAY_LOG)
+
+
+async def test_the_hour_limit_refuses_with_its_own_setting(tmp_path: Path) -> None:
+    async for small in start_workspace(tmp_path, workspace_writes_per_hour=2):
+        await small.write("a")
+        await small.write("b")
+        failure = await fails(small.write("c"), grpc.StatusCode.RESOURCE_EXHAUSTED, "RATE_LIMITED")
+        assert "ENGRAM_WORKSPACE_WRITES_PER_HOUR" in failure.message
+        assert failure.detail(error_details_pb2.RetryInfo).retry_delay.seconds >= 1
+
+
+# --- heartbeat ---------------------------------------------------------------------------------
+
+
+async def test_heartbeat_fields_render_and_keep_the_operators_lines(ws: Workspace) -> None:
+    operator = "# Heartbeat\n\n## Schedule\n- 09:00 check mail\n<!-- keep me -->\n"
+    await ws.storage.WriteDocument(write_request("HEARTBEAT.md", operator, ref=OK_SPACE))
+    beat = workspace_pb2.Heartbeat(
+        session_id="s-42", surface="cli", turn_count=7, open_loops=["ship the release"]
+    )
+    beat.last_seen.FromDatetime(START)
+    written = await ws.write("", target=workspace_pb2.MEMORY_TARGET_HEARTBEAT, heartbeat=beat)
+    assert (written.path, written.append) == ("HEARTBEAT.md", False)
+    text = await ws.read("HEARTBEAT.md")
+    for expected in ("s-42", "cli", "7", "ship the release", "2026-12-01T10:15:00Z"):
+        assert expected in text
+    assert "## Schedule\n- 09:00 check mail\n<!-- keep me -->\n" in text
+    beat.turn_count = 8
+    await ws.write("all quiet", target=workspace_pb2.MEMORY_TARGET_HEARTBEAT, heartbeat=beat)
+    again = await ws.read("HEARTBEAT.md")
+    assert "turn_count: 8" in again and "turn_count: 7" not in again and "all quiet" in again
+    assert again.count("## Schedule") == 1
+    await fails(
+        ws.write("x", target=workspace_pb2.MEMORY_TARGET_MEMORY, heartbeat=beat),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+
+
+# --- seeding, the system prompt, bootstrap ------------------------------------------------------
+
+SEEDED = ["AGENTS.md", "SOUL.md", "USER.md", "IDENTITY.md", "MEMORY.md", "BOOTSTRAP.md"]
+
+
+async def seed(ws: Workspace, ref: space_pb2.SpaceRef = OK_SPACE) -> Any:
+    return await ws.stub.SeedWorkspace(workspace_pb2.SeedWorkspaceRequest(space=ref))
+
+
+async def test_seeding_twice_creates_nothing_and_keeps_edits(ws: Workspace) -> None:
+    first = await seed(ws)
+    assert list(first.created_paths) == SEEDED and not first.existing_paths
+    memory = await ws.read("MEMORY.md")
+    for heading in ("## Facts", "## Preferences", "## Decisions"):
+        assert heading in memory
+    await fails(ws.read("HEARTBEAT.md"), grpc.StatusCode.NOT_FOUND)
+    await ws.storage.WriteDocument(write_request("SOUL.md", "edited by the operator", ref=OK_SPACE))
+    await ws.storage.DeleteDocument(
+        storage_pb2.DeleteDocumentRequest(space=OK_SPACE, path="USER.md")
+    )
+    second = await seed(ws)
+    assert list(second.created_paths) == ["USER.md"]
+    assert list(second.existing_paths) == [p for p in SEEDED if p != "USER.md"]
+    third = await seed(ws)
+    assert not third.created_paths and list(third.existing_paths) == SEEDED
+    assert await ws.read("SOUL.md") == "edited by the operator"
+
+
+async def test_seed_templates_can_be_overridden_by_a_directory(tmp_path: Path) -> None:
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "SOUL.md").write_text("# Soul\nBe brief.\n")
+    async for custom in start_workspace(tmp_path, workspace_templates=templates):
+        await seed(custom)
+        assert await custom.read("SOUL.md") == "# Soul\nBe brief.\n"
+        assert "## Facts" in await custom.read("MEMORY.md")
+
+
+async def prompt(ws: Workspace, **fields: Any) -> workspace_pb2.GetSystemPromptResponse:
+    return await ws.stub.GetSystemPrompt(
+        workspace_pb2.GetSystemPromptRequest(space=OK_SPACE, **fields)
+    )
+
+
+async def test_prompt_order_with_and_without_group_context(ws: Workspace) -> None:
+    files = {
+        "AGENTS.md": "Follow the runbook.",
+        "SOUL.md": "Be kind.",
+        "USER.md": "Ann, SRE.",
+        "IDENTITY.md": "I am Orbit.",
+        "MEMORY.md": "Ann prefers tea.",
+        "daily/2026-11-30.md": "yesterday's work",
+        "daily/2026-11-29.md": "too old",
+        "notes/x.md": "not in the prompt",
+    }
+    for path, text in files.items():
+        await ws.storage.WriteDocument(write_request(path, text, ref=OK_SPACE))
+    await ws.write("today's work")
+    await ws.write("from the phone", session="phone")
+    full = await prompt(ws)
+    names = [(s.name, s.path) for s in full.sections]
+    assert names == [
+        ("Agent Instructions", "AGENTS.md"),
+        ("Core Values", "SOUL.md"),
+        ("User Context", "USER.md"),
+        ("Identity", "IDENTITY.md"),
+        ("Long-Term Memory", "MEMORY.md"),
+        ("Today's Notes", "daily/2026-12-01.md"),
+        ("Today's Notes", "daily/2026-12-01-phone.md"),
+        ("Yesterday's Notes", "daily/2026-11-30.md"),
+    ]
+    headings = [line for line in full.prompt.splitlines() if line.startswith("## ")]
+    assert headings == [
+        "## Agent Instructions",
+        "## Core Values",
+        "## User Context",
+        "## Identity",
+        "## Long-Term Memory",
+        "## Today's Notes",
+        "## Yesterday's Notes",
+    ]
+    positions = [
+        full.prompt.index(text)
+        for text in (
+            "Follow the runbook.",
+            "Be kind.",
+            "Ann, SRE.",
+            "I am Orbit.",
+            "Ann prefers tea.",
+            "today's work",
+            "from the phone",
+            "yesterday's work",
+        )
+    ]
+    assert positions == sorted(positions)
+    assert "too old" not in full.prompt and "not in the prompt" not in full.prompt
+    assert (
+        full.sections[1].sha256
+        == (
+            await ws.stub.MemoryRead(
+                workspace_pb2.MemoryReadRequest(space=OK_SPACE, path="SOUL.md")
+            )
+        ).sha256
+    )
+    assert not full.soul_changed and not full.bootstrapping
+    group = await prompt(ws, group_context=True)
+    assert "Long-Term Memory" not in group.prompt and "Ann prefers tea." not in group.prompt
+    assert [s.path for s in group.sections] == [p for _, p in names if p != "MEMORY.md"]
+
+
+async def test_notes_follow_the_callers_time_zone(ws: Workspace) -> None:
+    # 10:15 UTC on Dec 1 is already Dec 2 in Kiritimati (UTC+14).
+    await ws.write("kiritimati morning", time_zone="Pacific/Kiritimati")
+    await ws.write("utc morning")
+    there = await prompt(ws, time_zone="Pacific/Kiritimati")
+    assert [(s.name, s.path) for s in there.sections] == [
+        ("Today's Notes", "daily/2026-12-02.md"),
+        ("Yesterday's Notes", "daily/2026-12-01.md"),
+    ]
+
+
+async def test_soul_notice_appears_exactly_once(ws: Workspace) -> None:
+    await seed(ws)
+    first = await prompt(ws)
+    assert not first.soul_changed and "Notice" not in first.prompt
+    assert not (await prompt(ws)).soul_changed
+    await ws.storage.WriteDocument(write_request("SOUL.md", "Be bold.", ref=OK_SPACE))
+    changed = await prompt(ws)
+    assert changed.soul_changed and "SOUL.md" in changed.prompt.split("## Agent Instructions")[0]
+    after = await prompt(ws)
+    assert not after.soul_changed and "Notice" not in after.prompt
+    # The baseline is the agent's: another agent (another space) starts without a notice.
+    other = await ws.stub.GetSystemPrompt(
+        workspace_pb2.GetSystemPromptRequest(space=space("other-agent"))
+    )
+    assert not other.soul_changed
+
+
+async def test_bootstrap_block_until_completed(ws: Workspace) -> None:
+    await seed(ws)
+    onboarding = await prompt(ws)
+    assert onboarding.bootstrapping and onboarding.sections[-1].path == "BOOTSTRAP.md"
+    done = await ws.stub.CompleteBootstrap(workspace_pb2.CompleteBootstrapRequest(space=OK_SPACE))
+    after = await prompt(ws)
+    assert not after.bootstrapping and "BOOTSTRAP.md" not in [s.path for s in after.sections]
+    assert done.archived_path not in after.prompt

@@ -40,6 +40,8 @@ from engram.v1 import (
     space_pb2,
     storage_pb2,
     storage_pb2_grpc,
+    workspace_pb2,
+    workspace_pb2_grpc,
 )
 from tests.support.backends import RealBackends
 from tests.support.deployments import Deployment, secure_deployment
@@ -108,6 +110,7 @@ def calls(deployment: Deployment) -> dict[str, Call]:
     authz = authz_pb2_grpc.AuthzServiceStub(channel)
     indexer = indexer_pb2_grpc.IndexerServiceStub(channel)
     search = search_pb2_grpc.SearchServiceStub(channel)
+    workspace = workspace_pb2_grpc.WorkspaceServiceStub(channel)
     store = SqliteTokenStore(deployment.engram.database)
 
     async def export(t: Target, svc: bool, md: Any, _: str) -> Any:
@@ -173,6 +176,39 @@ def calls(deployment: Deployment) -> dict[str, Call]:
         "/engram.v1.StorageService/ImportSpace": import_,
         "/engram.v1.SearchService/Search": lambda t, s, md, _: search.Search(
             search_pb2.SearchRequest(spaces=[S(t, s)], query="matrix"), metadata=md
+        ),
+        "/engram.v1.WorkspaceService/MemoryWrite": lambda t, s, md, _: workspace.MemoryWrite(
+            workspace_pb2.MemoryWriteRequest(
+                space=S(t, s), target=workspace_pb2.MEMORY_TARGET_MEMORY, content="matrix"
+            ),
+            metadata=md,
+        ),
+        "/engram.v1.WorkspaceService/MemoryRead": lambda t, s, md, _: workspace.MemoryRead(
+            workspace_pb2.MemoryReadRequest(space=S(t, s), path="MEMORY.md"), metadata=md
+        ),
+        "/engram.v1.WorkspaceService/MemoryTree": lambda t, s, md, _: workspace.MemoryTree(
+            workspace_pb2.MemoryTreeRequest(space=S(t, s)), metadata=md
+        ),
+        "/engram.v1.WorkspaceService/MemorySearch": lambda t, s, md, _: workspace.MemorySearch(
+            workspace_pb2.MemorySearchRequest(space=S(t, s), query="matrix"), metadata=md
+        ),
+        "/engram.v1.WorkspaceService/AppendDailyLog": (
+            lambda t, s, md, _: workspace.AppendDailyLog(
+                workspace_pb2.AppendDailyLogRequest(space=S(t, s), entry="matrix"), metadata=md
+            )
+        ),
+        "/engram.v1.WorkspaceService/GetSystemPrompt": (
+            lambda t, s, md, _: workspace.GetSystemPrompt(
+                workspace_pb2.GetSystemPromptRequest(space=S(t, s)), metadata=md
+            )
+        ),
+        "/engram.v1.WorkspaceService/SeedWorkspace": lambda t, s, md, _: workspace.SeedWorkspace(
+            workspace_pb2.SeedWorkspaceRequest(space=S(t, s)), metadata=md
+        ),
+        "/engram.v1.WorkspaceService/CompleteBootstrap": (
+            lambda t, s, md, _: workspace.CompleteBootstrap(
+                workspace_pb2.CompleteBootstrapRequest(space=S(t, s)), metadata=md
+            )
         ),
         "/engram.v1.IndexerService/Reindex": reindex,
         "/engram.v1.IndexerService/GetIndexStatus": lambda t, s, md, _: indexer.GetIndexStatus(

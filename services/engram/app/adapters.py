@@ -33,6 +33,7 @@ from engram.runtime.health import Dependency
 from engram.runtime.rate_limit import SCHEMA as RATE_LIMIT_SCHEMA
 from engram.runtime.settings import Settings
 from engram.storage.sqlite_repository import SCHEMA as DOCUMENT_SCHEMA
+from engram.workspace.agent_state import SCHEMA as AGENT_STATE_SCHEMA
 
 DATABASE_FILE = "engram.db"
 KEYWORD_DIR = "keyword"
@@ -51,6 +52,7 @@ async def open_sqlite(settings: Settings, stack: contextlib.AsyncExitStack) -> S
             TOKEN_SCHEMA,
             EMBEDDING_CACHE_SCHEMA,
             RATE_LIMIT_SCHEMA,
+            AGENT_STATE_SCHEMA,
         ]
     )
     stack.push_async_callback(database.close)

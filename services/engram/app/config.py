@@ -23,6 +23,7 @@ from engram.indexer.jetstream_consumer import ConsumerOptions
 from engram.runtime.settings import Settings
 from engram.search.service import SearchOptions
 from engram.storage.service import DocumentLimits
+from engram.workspace.write_limits import WriteLimits
 
 
 class Needs(BaseModel):
@@ -47,6 +48,14 @@ class StorageClientNeeds(Needs):
     """The indexer reads documents from StorageService as a service principal."""
 
     storage_addr: str
+    service_token: SecretStr
+
+
+class WorkspaceClientNeeds(Needs):
+    """The workspace calls StorageService and SearchService as a service principal."""
+
+    storage_addr: str
+    search_addr: str
     service_token: SecretStr
 
 
@@ -177,6 +186,9 @@ class Components:
     consumer: ConsumerOptions
     search: SearchOptions
     query_cache_size: int
+    workspace_writes: WriteLimits
+    # ENGRAM_WORKSPACE_TEMPLATES: replaces the packaged seed templates by name.
+    workspace_templates: Path | None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Components:
@@ -251,4 +263,9 @@ class Components:
                 backend_timeout_seconds=settings.search_backend_timeout_seconds,
             ),
             query_cache_size=settings.search_query_cache_size,
+            workspace_writes=WriteLimits(
+                per_minute=settings.workspace_writes_per_minute,
+                per_hour=settings.workspace_writes_per_hour,
+            ),
+            workspace_templates=settings.workspace_templates,
         )

@@ -20,7 +20,13 @@ from engram.app.adapters import (
     token_authenticator,
 )
 from engram.app.config import Components
-from engram.app.parts import Indexing, build_indexing, build_search, start_switch
+from engram.app.parts import (
+    Indexing,
+    build_indexing,
+    build_search,
+    build_workspace,
+    start_switch,
+)
 from engram.authz.dev_identity import dev_token, load_or_create_secret
 from engram.authz.enforcement import FixedPrincipalAuthenticator, PolicyAuthorizer
 from engram.authz.service import AuthzService
@@ -45,15 +51,9 @@ from engram.runtime.settings import Settings
 from engram.search.service import SearchService
 from engram.storage.service import StorageService
 from engram.storage.sqlite_repository import SqliteDocumentRepository
+from engram.workspace.agent_state import SqliteAgentState
 from engram.workspace.local import LocalDocuments, LocalSearch
 from engram.workspace.service import WorkspaceService, utc_now
-
-
-class _UnlimitedWrites:
-    """Until the workspace write limiter lands (engram.workspace.write_limits)."""
-
-    async def check(self, principal: object, space_id: str) -> None:
-        return None
 
 
 @dataclass
@@ -202,11 +202,14 @@ async def embedded_engram(
         core.publisher.subscribe(
             OutboxIndexHandler(indexing.worker, max_attempts=components.indexing.max_attempts)
         )
-        workspace = WorkspaceService(
-            LocalDocuments(core.storage),
-            LocalSearch(search),
-            core.authorizer,
-            _UnlimitedWrites(),
+        rate_limits = SqliteRateLimitStore(core.database)
+        workspace = build_workspace(
+            components,
+            documents=LocalDocuments(core.storage),
+            search=LocalSearch(search),
+            authorizer=core.authorizer,
+            rate_limits=rate_limits,
+            agents=SqliteAgentState(core.database),
             clock=clock,
         )
         core.relay.start()
@@ -224,7 +227,7 @@ async def embedded_engram(
             ],
             authenticator
             or (core.tokens if require_auth else FixedPrincipalAuthenticator(LOCAL_ADMIN)),
-            rate_limit_store=SqliteRateLimitStore(core.database),
+            rate_limit_store=rate_limits,
         )
         await serve(server, stack)
         yield EmbeddedEngram(server, core, indexing, indexer, search, workspace)

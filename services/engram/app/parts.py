@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from engram.app.config import Components
 from engram.domain.chunks import ModelInfo
@@ -29,9 +31,15 @@ from engram.indexer.ports import (
 )
 from engram.indexer.sources import DocumentSource
 from engram.indexer.worker import IndexWorker
+from engram.runtime.rate_limit import RateLimitStore
 from engram.search.embedders import ModelEmbedders
 from engram.search.query_cache import QueryEmbeddingCache
 from engram.search.service import SearchService
+from engram.workspace.agent_state import AgentStateStore
+from engram.workspace.ports import WorkspaceDocuments, WorkspaceSearch
+from engram.workspace.service import WorkspaceService, utc_now
+from engram.workspace.templates import load_templates
+from engram.workspace.write_limits import WorkspaceWriteLimiter
 
 log = logging.getLogger(__name__)
 
@@ -156,4 +164,28 @@ async def build_search(
         authorizer,
         options=components.search,
         query_cache=QueryEmbeddingCache(components.query_cache_size),
+    )
+
+
+def build_workspace(
+    components: Components,
+    *,
+    documents: WorkspaceDocuments,
+    search: WorkspaceSearch,
+    authorizer: Authorizer,
+    rate_limits: RateLimitStore,
+    agents: AgentStateStore,
+    clock: Callable[[], datetime] = utc_now,
+) -> WorkspaceService:
+    """WorkspaceService on the process's documents and search (in process or remote), its
+    write limits counted in `rate_limits`, the seed templates loaded (a bad override stops
+    the process here, naming the file)."""
+    return WorkspaceService(
+        documents,
+        search,
+        authorizer,
+        WorkspaceWriteLimiter(rate_limits, components.workspace_writes),
+        agents,
+        load_templates(components.workspace_templates),
+        clock=clock,
     )

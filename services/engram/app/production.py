@@ -37,9 +37,16 @@ from engram.app.config import (
     QuotaClientNeeds,
     Required,
     StorageClientNeeds,
+    WorkspaceClientNeeds,
     require,
 )
-from engram.app.parts import Indexing, build_indexing, build_search, start_switch
+from engram.app.parts import (
+    Indexing,
+    build_indexing,
+    build_search,
+    build_workspace,
+    start_switch,
+)
 from engram.authz.enforcement import PolicyAuthorizer
 from engram.authz.mongo_audit import MongoAuditLog
 from engram.authz.mongo_tokens import MongoTokenStore
@@ -67,6 +74,8 @@ from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.ports import QuotaGate
 from engram.storage.service import StorageService
 from engram.v1 import storage_pb2_grpc
+from engram.workspace.agent_state import MongoAgentState
+from engram.workspace.remote import RemoteDocuments, RemoteSearch
 
 log = logging.getLogger(__name__)
 
@@ -355,12 +364,43 @@ async def search_on_backends(
         yield await serve(server, stack)
 
 
+@contextlib.asynccontextmanager
+async def workspace_on_mongo(
+    settings: Settings, *, authenticator: Authenticator | None = None
+) -> AsyncIterator[GrpcServer]:
+    """WorkspaceService alone: documents through StorageService at ENGRAM_STORAGE_ADDR and
+    search through SearchService at ENGRAM_SEARCH_ADDR, both as the service principal of
+    ENGRAM_SERVICE_TOKEN; tokens, write counters and SOUL.md baselines on MongoDB, so every
+    replica shares them."""
+    async with _on_mongo(settings, [WorkspaceClientNeeds]) as process:
+        remote = process.required[WorkspaceClientNeeds]
+        token = remote.service_token.get_secret_value()
+        channels = {}
+        for name, addr in (("storage", remote.storage_addr), ("search", remote.search_addr)):
+            channels[name] = grpc.aio.insecure_channel(addr)
+            process.stack.push_async_callback(channels[name].close)
+        agents = MongoAgentState(process.database)
+        await agents.ensure_indexes()
+        workspace = build_workspace(
+            process.components,
+            documents=RemoteDocuments(channels["storage"], token),
+            search=RemoteSearch(channels["search"], token),
+            authorizer=PolicyAuthorizer(),
+            rate_limits=MongoRateLimitStore(process.database),
+            agents=agents,
+        )
+        yield await process.serve(
+            registry.workspace(workspace), authenticator or await process.tokens()
+        )
+
+
 PROCESSES: dict[str, Callable[[Settings], contextlib.AbstractAsyncContextManager[GrpcServer]]] = {
     "storage": storage_on_mongo,
     "quota": quota_on_mongo,
     "authz": authz_on_mongo,
     "indexer": indexer_on_backends,
     "search": search_on_backends,
+    "workspace": workspace_on_mongo,
 }
 
 

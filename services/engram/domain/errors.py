@@ -176,6 +176,10 @@ class ProtectedFile(PermissionDenied):
         if path:
             self.metadata["path"] = path
 
+    @property
+    def info_reason(self) -> str:
+        return self.reason
+
 
 class Unauthenticated(EngramError):
     reason = "UNAUTHENTICATED"

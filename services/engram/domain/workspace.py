@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from engram.domain.errors import InvalidArgument, ProtectedFile, quoted
 from engram.domain.paths import validate_document_path
+from engram.domain.principals import Principal
 
 MEMORY_PATH = "MEMORY.md"
 HEARTBEAT_PATH = "HEARTBEAT.md"
@@ -171,6 +172,11 @@ def target_path(target: Target, path: str, *, today: date, session: str = "") ->
     else:
         resolved = validate_document_path(path)
     return check_writable(resolved)
+
+
+def agent_key(principal: Principal, space_id: str) -> str:
+    """One agent: a principal in a space (its rate limits, its SOUL.md baseline)."""
+    return f"{principal.tenant}/{principal.subject}/{space_id}"
 
 
 # --- entries ---------------------------------------------------------------------------------

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from engram.domain.errors import InvalidArgument
+from engram.domain.heartbeat import HeartbeatFields
+from engram.domain.prompt import AssembledPrompt
 from engram.domain.workspace import Target, TreeNode
 from engram.v1 import workspace_pb2
-from engram.wire import requested_space, timestamp
+from engram.wire import from_timestamp, requested_space, timestamp
 from engram.workspace.ports import MemoryHits, WorkspaceDocument
 from engram.workspace.service import WriteOutcome, WriteRequest
 
@@ -41,6 +43,18 @@ def write_request(request: workspace_pb2.MemoryWriteRequest) -> WriteRequest:
         append=request.append if request.HasField("append") else True,
         time_zone=request.time_zone,
         session=request.session,
+        heartbeat=heartbeat_fields(request.heartbeat) if request.HasField("heartbeat") else None,
+    )
+
+
+def heartbeat_fields(message: workspace_pb2.Heartbeat) -> HeartbeatFields:
+    """Unset fields stay out of the block (turn_count 0 = not reported)."""
+    return HeartbeatFields(
+        last_seen=from_timestamp(message.last_seen) if message.HasField("last_seen") else None,
+        session_id=message.session_id,
+        surface=message.surface,
+        turn_count=message.turn_count or None,
+        open_loops=tuple(message.open_loops),
     )
 
 
@@ -99,4 +113,16 @@ def search_response(query: str, found: MemoryHits) -> workspace_pb2.MemorySearch
         result_count=len(found.hits),
         degraded=found.degraded,
         degraded_reasons=found.degraded_reasons,
+    )
+
+
+def prompt_response(prompt: AssembledPrompt) -> workspace_pb2.GetSystemPromptResponse:
+    return workspace_pb2.GetSystemPromptResponse(
+        prompt=prompt.text,
+        sections=[
+            workspace_pb2.PromptSection(name=s.name, path=s.path, sha256=s.sha256)
+            for s in prompt.sections
+        ],
+        soul_changed=prompt.soul_changed,
+        bootstrapping=prompt.bootstrapping,
     )

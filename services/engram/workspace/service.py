@@ -8,20 +8,29 @@ space, shared by every replica through the store), and only then touches storage
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from engram.domain import workspace as rules
 from engram.domain.errors import DocumentNotFound, EtagMismatch, InvalidArgument, quoted
+from engram.domain.heartbeat import HeartbeatFields, render_heartbeat
 from engram.domain.paths import validate_directory, validate_document_path
 from engram.domain.ports import Authorizer
 from engram.domain.principals import Action, Principal
+from engram.domain.prompt import (
+    IDENTITY_PATHS,
+    AssembledPrompt,
+    PromptFile,
+    assemble_prompt,
+    soul_baseline,
+)
 from engram.domain.spaces import SpaceRef
 from engram.domain.text_rules import utf8_len
 from engram.domain.workspace import Target, TreeNode
+from engram.workspace.agent_state import AgentStateStore
 from engram.workspace.ports import (
     MemoryHits,
     StoredWrite,
@@ -53,6 +62,8 @@ class WriteRequest:
     append: bool = True
     time_zone: str = ""
     session: str = ""
+    # Heartbeat only: fields rendered into HEARTBEAT.md's status block (content: its note).
+    heartbeat: HeartbeatFields | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +75,12 @@ class WriteOutcome:
     size_bytes: int
     sha256: str
     version: int
+
+
+@dataclass(frozen=True, slots=True)
+class SeedOutcome:
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
 
 
 def _outcome(stored: StoredWrite, *, append: bool, added: str) -> WriteOutcome:
@@ -92,6 +109,8 @@ class WorkspaceService:
         search: WorkspaceSearch,
         authorizer: Authorizer,
         writes: WriteGate,
+        agents: AgentStateStore,
+        templates: Mapping[str, str],
         *,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
@@ -99,6 +118,8 @@ class WorkspaceService:
         self._search = search
         self._authorizer = authorizer
         self._writes = writes
+        self._agents = agents
+        self._templates = dict(templates)
         self._clock = clock
 
     async def _authorize(self, principal: Principal, action: Action, space: SpaceRef) -> SpaceRef:
@@ -113,13 +134,22 @@ class WorkspaceService:
         self, principal: Principal, request: WriteRequest, *, content_field: str
     ) -> WriteOutcome:
         space = await self._authorize(principal, Action.WRITE, request.space)
-        content = rules.require_content(request.content, field=content_field)
+        heartbeat = request.heartbeat if request.target is Target.HEARTBEAT else None
+        if request.heartbeat is not None and heartbeat is None:
+            raise InvalidArgument(
+                "heartbeat fields go with target MEMORY_TARGET_HEARTBEAT", field="heartbeat"
+            )
+        content = request.content
+        if heartbeat is None:
+            rules.require_content(content, field=content_field)
         zone = rules.time_zone(request.time_zone)
         now = rules.local_now(self._clock(), zone)
         path = rules.target_path(
             request.target, request.path, today=now.date(), session=request.session
         )
         await self._writes.check(principal, space.id)
+        if heartbeat is not None:
+            return await self._heartbeat(principal, space, path, heartbeat, content)
         header = ""
         if request.target is Target.DAILY_LOG:
             content = rules.daily_log_entry(now, content)
@@ -169,6 +199,48 @@ class WorkspaceService:
                         principal, space, path, text, append=True, expected_sha256=guard
                     )
         return _outcome(stored, append=True, added=text)
+
+    async def _heartbeat(
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        path: str,
+        fields: HeartbeatFields,
+        note: str,
+    ) -> WriteOutcome:
+        """Re-renders HEARTBEAT.md's status block, replacing the version it was rendered
+        from (create-only when there is none), so an operator's edit is never lost."""
+        async for attempt in _retrying():
+            with attempt:
+                current = await self._documents.get(principal, space, path)
+                text = render_heartbeat(current.content if current else None, fields, note)
+                stored = await self._documents.write(
+                    principal,
+                    space,
+                    path,
+                    text,
+                    append=False,
+                    expected_sha256=current.sha256 if current else "",
+                    create_only=current is None,
+                )
+        return _outcome(stored, append=False, added=text)
+
+    async def seed(self, principal: Principal, space: SpaceRef) -> SeedOutcome:
+        """Creates each template that does not exist yet (create-only: an existing or edited
+        file is never replaced, and seeding twice creates nothing the second time)."""
+        space = await self._authorize(principal, Action.WRITE, space)
+        await self._writes.check(principal, space.id)
+        outcome = SeedOutcome()
+        for path, text in self._templates.items():
+            try:
+                await self._documents.write(
+                    principal, space, path, text, append=False, create_only=True
+                )
+            except EtagMismatch:
+                outcome.existing.append(path)
+            else:
+                outcome.created.append(path)
+        return outcome
 
     async def complete_bootstrap(self, principal: Principal, space: SpaceRef) -> str:
         """Archives BOOTSTRAP.md as BOOTSTRAP.done-<its updated_at>.md: a create-only copy,
@@ -224,9 +296,42 @@ class WorkspaceService:
             )
         return rules.build_tree(root, paths, levels)
 
+    async def system_prompt(
+        self, principal: Principal, space: SpaceRef, *, group_context: bool, time_zone: str = ""
+    ) -> AssembledPrompt:
+        """The identity files, MEMORY.md (not in group contexts) and today's and yesterday's
+        daily logs in the caller's time zone; records SOUL.md's sha256 as the agent's
+        baseline, so a change is announced exactly once."""
+        space = await self._authorize(principal, Action.READ, space)
+        today = rules.local_now(self._clock(), rules.time_zone(time_zone)).date()
+        days = {today, today - timedelta(days=1)}
+        logs = [
+            path
+            for path in await self._documents.list_paths(
+                principal, space, rules.DAILY_DIR, limit=MAX_TREE_DOCUMENTS
+            )
+            if (parsed := rules.parse_daily_log_path(path)) is not None and parsed[0] in days
+        ]
+        found = await self._documents.get_many(principal, space, [*IDENTITY_PATHS, *logs])
+        files = {path: _prompt_file(found[path]) for path in IDENTITY_PATHS if path in found}
+        previous = await self._agents.swap_soul(
+            rules.agent_key(principal, space.id), soul_baseline(files)
+        )
+        return assemble_prompt(
+            files,
+            [_prompt_file(found[path]) for path in logs if path in found],
+            today=today,
+            group_context=group_context,
+            previous_soul_sha256=previous,
+        )
+
     async def search(
         self, principal: Principal, space: SpaceRef, query: str, limit: int
     ) -> MemoryHits:
         space = await self._authorize(principal, Action.SEARCH, space)
         text = rules.search_query(query)
         return await self._search.search(principal, space, text, limit=rules.search_limit(limit))
+
+
+def _prompt_file(document: WorkspaceDocument) -> PromptFile:
+    return PromptFile(path=document.path, content=document.content, sha256=document.sha256)

@@ -69,15 +69,21 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         )
         return workspace_pb2.CompleteBootstrapResponse(archived_path=archived)
 
-    # Until the prompt and seeding modules land (issue 12, part B).
     async def GetSystemPrompt(
         self, request: workspace_pb2.GetSystemPromptRequest, context: Context
     ) -> workspace_pb2.GetSystemPromptResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "GetSystemPrompt is not served yet")
-        raise AssertionError("abort raises")
+        prompt = await self._service.system_prompt(
+            current_principal(),
+            requested_space(request.space),
+            group_context=request.group_context,
+            time_zone=request.time_zone,
+        )
+        return mapping.prompt_response(prompt)
 
     async def SeedWorkspace(
         self, request: workspace_pb2.SeedWorkspaceRequest, context: Context
     ) -> workspace_pb2.SeedWorkspaceResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "SeedWorkspace is not served yet")
-        raise AssertionError("abort raises")
+        seeded = await self._service.seed(current_principal(), requested_space(request.space))
+        return workspace_pb2.SeedWorkspaceResponse(
+            created_paths=seeded.created, existing_paths=seeded.existing
+        )
