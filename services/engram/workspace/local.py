@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
-
 from engram.domain.documents import StoredDocument
 from engram.domain.errors import DocumentNotFound
 from engram.domain.principals import Principal
 from engram.domain.spaces import SpaceRef
 from engram.search.service import SearchMode, SearchQuery, SearchService
 from engram.storage.service import StorageService, WriteMode
-from engram.workspace.ports import MemoryHit, MemoryHits, StoredWrite, WorkspaceDocument
+from engram.workspace.ports import (
+    MemoryHit,
+    MemoryHits,
+    PathPage,
+    StoredWrite,
+    WorkspaceDocument,
+    collect_paths,
+)
 
 LIST_PAGE_SIZE = 1000
 
@@ -41,12 +45,6 @@ class LocalDocuments:
         except DocumentNotFound:
             return None
         return _document(stored)
-
-    async def get_many(
-        self, principal: Principal, space: SpaceRef, paths: Sequence[str]
-    ) -> dict[str, WorkspaceDocument]:
-        found = await asyncio.gather(*(self.get(principal, space, path) for path in paths))
-        return {doc.path: doc for doc in found if doc is not None}
 
     async def write(
         self,
@@ -85,10 +83,8 @@ class LocalDocuments:
     async def list_paths(
         self, principal: Principal, space: SpaceRef, directory: str, *, limit: int
     ) -> list[str]:
-        paths: list[str] = []
-        token = ""
-        while len(paths) < limit:
-            page = await self._storage.list_directory(
+        async def page(token: str) -> PathPage:
+            listed = await self._storage.list_directory(
                 principal,
                 space,
                 directory,
@@ -96,11 +92,9 @@ class LocalDocuments:
                 page_size=LIST_PAGE_SIZE,
                 page_token=token,
             )
-            paths.extend(item.path for item in page.items if not item.is_dir)
-            token = page.next_page_token
-            if not token:
-                break
-        return paths[:limit]
+            return [i.path for i in listed.items if not i.is_dir], listed.next_page_token
+
+        return await collect_paths(page, limit)
 
 
 class LocalSearch:

@@ -7,7 +7,7 @@ service principal for the stamped space.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -62,12 +62,6 @@ class WorkspaceDocuments(Protocol):
         self, principal: Principal, space: SpaceRef, path: str
     ) -> WorkspaceDocument | None: ...
 
-    async def get_many(
-        self, principal: Principal, space: SpaceRef, paths: Sequence[str]
-    ) -> dict[str, WorkspaceDocument]:
-        """The documents that exist among `paths`, by path."""
-        ...
-
     async def write(
         self,
         principal: Principal,
@@ -106,3 +100,19 @@ class WriteGate(Protocol):
     """Counts one workspace write of an agent (principal + space); raises RateLimited."""
 
     async def check(self, principal: Principal, space_id: str) -> None: ...
+
+
+# One page of a listing: (document paths, next page token or "").
+PathPage = tuple[list[str], str]
+
+
+async def collect_paths(page: Callable[[str], Awaitable[PathPage]], limit: int) -> list[str]:
+    """Pages through a listing (`page(token)`) until it ends or holds `limit` paths."""
+    paths: list[str] = []
+    token = ""
+    while len(paths) < limit:
+        found, token = await page(token)
+        paths.extend(found)
+        if not token:
+            break
+    return paths[:limit]

@@ -5,9 +5,6 @@ the same domain errors (engram.runtime.errors.remote_errors)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
-
 import grpc
 
 from engram.domain.errors import DocumentNotFound
@@ -16,7 +13,14 @@ from engram.domain.spaces import SpaceRef
 from engram.runtime.errors import remote_errors
 from engram.v1 import search_pb2, search_pb2_grpc, storage_pb2, storage_pb2_grpc
 from engram.wire import from_timestamp, space_to_proto
-from engram.workspace.ports import MemoryHit, MemoryHits, StoredWrite, WorkspaceDocument
+from engram.workspace.ports import (
+    MemoryHit,
+    MemoryHits,
+    PathPage,
+    StoredWrite,
+    WorkspaceDocument,
+    collect_paths,
+)
 
 LIST_PAGE_SIZE = 1000
 
@@ -53,12 +57,6 @@ class RemoteDocuments(_Remote):
             word_count=document.word_count,
             updated_at=from_timestamp(document.updated_at),
         )
-
-    async def get_many(
-        self, principal: Principal, space: SpaceRef, paths: Sequence[str]
-    ) -> dict[str, WorkspaceDocument]:
-        found = await asyncio.gather(*(self.get(principal, space, path) for path in paths))
-        return {doc.path: doc for doc in found if doc is not None}
 
     async def write(
         self,
@@ -104,9 +102,7 @@ class RemoteDocuments(_Remote):
     async def list_paths(
         self, principal: Principal, space: SpaceRef, directory: str, *, limit: int
     ) -> list[str]:
-        paths: list[str] = []
-        token = ""
-        while len(paths) < limit:
+        async def page(token: str) -> PathPage:
             request = storage_pb2.ListDocumentsRequest(
                 space=space_to_proto(space),
                 dir=directory,
@@ -118,11 +114,9 @@ class RemoteDocuments(_Remote):
                 response = await self._stub.ListDocuments(
                     request, metadata=self._metadata, timeout=self._timeout
                 )
-            paths.extend(entry.path for entry in response.entries if not entry.is_dir)
-            token = response.next_page_token
-            if not token:
-                break
-        return paths[:limit]
+            return [e.path for e in response.entries if not e.is_dir], response.next_page_token
+
+        return await collect_paths(page, limit)
 
 
 class RemoteSearch(_Remote):

@@ -8,6 +8,7 @@ space, shared by every replica through the store), and only then touches storage
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -312,7 +313,11 @@ class WorkspaceService:
             )
             if (parsed := rules.parse_daily_log_path(path)) is not None and parsed[0] in days
         ]
-        found = await self._documents.get_many(principal, space, [*IDENTITY_PATHS, *logs])
+        wanted = [*IDENTITY_PATHS, *logs]
+        documents = await asyncio.gather(
+            *(self._documents.get(principal, space, path) for path in wanted)
+        )
+        found = {doc.path: doc for doc in documents if doc is not None}
         files = {path: _prompt_file(found[path]) for path in IDENTITY_PATHS if path in found}
         previous = await self._agents.swap_soul(
             rules.agent_key(principal, space.id), soul_baseline(files)
