@@ -306,12 +306,16 @@ class WorkspaceService:
         space = await self._authorize(principal, Action.READ, space)
         today = rules.local_now(self._clock(), rules.time_zone(time_zone)).date()
         days = {today, today - timedelta(days=1)}
-        logs = [
+        # The shared logs by name (found even past the listing's bound), journals by listing.
+        logs = [rules.daily_log_path(day) for day in sorted(days, reverse=True)]
+        logs += [
             path
             for path in await self._documents.list_paths(
                 principal, space, rules.DAILY_DIR, limit=MAX_TREE_DOCUMENTS
             )
-            if (parsed := rules.parse_daily_log_path(path)) is not None and parsed[0] in days
+            if (parsed := rules.parse_daily_log_path(path)) is not None
+            and parsed[0] in days
+            and parsed[1]
         ]
         wanted = [*IDENTITY_PATHS, *logs]
         documents = await asyncio.gather(
