@@ -51,6 +51,7 @@ from engram.v1 import (
     space_pb2,
     storage_pb2,
     storage_pb2_grpc,
+    workspace_pb2,
 )
 from tests.support.settings import server_settings
 from tests.support.tokens import TEST_JWT_SECRET, bearer, mint, service_token
@@ -72,7 +73,15 @@ FUZZ_SETTINGS = settings(
     ],
 )
 
-SERVICE_MODULES = (storage_pb2, quota_pb2, authz_pb2, indexer_pb2, search_pb2, health_pb2)
+SERVICE_MODULES = (
+    storage_pb2,
+    quota_pb2,
+    authz_pb2,
+    indexer_pb2,
+    search_pb2,
+    workspace_pb2,
+    health_pb2,
+)
 REFLECTION = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]
 MODES = ("dev", "dev --auth")
 

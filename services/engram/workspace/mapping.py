@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from engram.domain.errors import InvalidArgument
 from engram.domain.heartbeat import HeartbeatFields
 from engram.domain.prompt import AssembledPrompt
@@ -50,7 +52,7 @@ def write_request(request: workspace_pb2.MemoryWriteRequest) -> WriteRequest:
 def heartbeat_fields(message: workspace_pb2.Heartbeat) -> HeartbeatFields:
     """Unset fields stay out of the block (turn_count 0 = not reported)."""
     return HeartbeatFields(
-        last_seen=from_timestamp(message.last_seen) if message.HasField("last_seen") else None,
+        last_seen=_last_seen(message) if message.HasField("last_seen") else None,
         session_id=message.session_id,
         surface=message.surface,
         turn_count=message.turn_count or None,
@@ -114,6 +116,16 @@ def search_response(query: str, found: MemoryHits) -> workspace_pb2.MemorySearch
         degraded=found.degraded,
         degraded_reasons=found.degraded_reasons,
     )
+
+
+def _last_seen(message: workspace_pb2.Heartbeat) -> datetime:
+    try:
+        return from_timestamp(message.last_seen)
+    except ValueError:
+        raise InvalidArgument(
+            "heartbeat.last_seen must lie in years 1 to 9999, with nanos in 0..999,999,999",
+            field="heartbeat.last_seen",
+        ) from None
 
 
 def prompt_response(prompt: AssembledPrompt) -> workspace_pb2.GetSystemPromptResponse:
