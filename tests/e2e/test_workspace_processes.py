@@ -119,10 +119,11 @@ async def test_remote_errors_keep_their_code(
         grpc.StatusCode.INVALID_ARGUMENT,
         "SECRET_IN_CONTENT",
     )
+    # Authorized before anything else: a viewer's empty write is a denial, not a bad request.
     viewer = bearer(mint("vic", "acme", "viewer"))
     await fails(
         stub.MemoryWrite(
-            workspace_pb2.MemoryWriteRequest(space=AGENT, content="x"), metadata=viewer
+            workspace_pb2.MemoryWriteRequest(space=AGENT, content=""), metadata=viewer
         ),
         grpc.StatusCode.PERMISSION_DENIED,
         "MEMBER_ROLE_REQUIRED",
