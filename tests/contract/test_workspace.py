@@ -5,6 +5,7 @@ The workspace's clock is the test's, so dates and midnight are chosen, not waite
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from collections.abc import AsyncIterator
@@ -21,6 +22,7 @@ from engram.app.embedded import EmbeddedEngram, embedded_engram
 from engram.domain.workspace import PROTECTED_FILES
 from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc, workspace_pb2, workspace_pb2_grpc
 from tests.support.grpc_helpers import fails, space, write_request
+from tests.support.settings import server_settings
 
 pytestmark = pytest.mark.contract
 
@@ -57,9 +59,9 @@ class Workspace:
         return response.content
 
 
+@contextlib.asynccontextmanager
 async def start_workspace(tmp_path: Path, **settings: Any) -> AsyncIterator[Workspace]:
-    from tests.support.settings import server_settings
-
+    """An all-in-one server whose workspace runs on the returned clock."""
     clock = Clock()
     async with embedded_engram(server_settings(tmp_path / "engram", **settings), clock=clock) as e:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{e.port}") as channel:
@@ -73,7 +75,7 @@ async def start_workspace(tmp_path: Path, **settings: Any) -> AsyncIterator[Work
 
 @pytest.fixture
 async def ws(tmp_path: Path) -> AsyncIterator[Workspace]:
-    async for running in start_workspace(tmp_path):
+    async with start_workspace(tmp_path) as running:
         yield running
 
 
@@ -451,7 +453,7 @@ async def test_the_21st_write_in_a_minute_is_refused_for_that_agent_only(ws: Wor
 
 
 async def test_the_hour_limit_refuses_with_its_own_setting(tmp_path: Path) -> None:
-    async for small in start_workspace(tmp_path, workspace_writes_per_hour=2):
+    async with start_workspace(tmp_path, workspace_writes_per_hour=2) as small:
         await small.write("a")
         await small.write("b")
         failure = await fails(small.write("c"), grpc.StatusCode.RESOURCE_EXHAUSTED, "RATE_LIMITED")
@@ -518,7 +520,7 @@ async def test_seed_templates_can_be_overridden_by_a_directory(tmp_path: Path) -
     templates = tmp_path / "templates"
     templates.mkdir()
     (templates / "SOUL.md").write_text("# Soul\nBe brief.\n")
-    async for custom in start_workspace(tmp_path, workspace_templates=templates):
+    async with start_workspace(tmp_path, workspace_templates=templates) as custom:
         await seed(custom)
         assert await custom.read("SOUL.md") == "# Soul\nBe brief.\n"
         assert "## Facts" in await custom.read("MEMORY.md")
