@@ -144,3 +144,46 @@ async def test_missing_settings_are_named_at_start(tmp_path: Path) -> None:
             pass
     for name in ("ENGRAM_STORAGE_ADDR", "ENGRAM_SEARCH_ADDR", "ENGRAM_SERVICE_TOKEN"):
         assert name in str(missing.value)
+
+
+async def test_every_tool_works_through_the_remote_services(
+    replicas: list[workspace_pb2_grpc.WorkspaceServiceStub],
+) -> None:
+    one, two = replicas
+    seeded = await one.SeedWorkspace(workspace_pb2.SeedWorkspaceRequest(space=AGENT), metadata=ANN)
+    assert "SOUL.md" in seeded.created_paths
+    again = await two.SeedWorkspace(workspace_pb2.SeedWorkspaceRequest(space=AGENT), metadata=ANN)
+    assert not again.created_paths
+    await one.MemoryWrite(
+        workspace_pb2.MemoryWriteRequest(
+            space=AGENT, target=4, path="notes/deploys.md", content="Deploy freeze on Fridays."
+        ),
+        metadata=ANN,
+    )
+    tree = await two.MemoryTree(workspace_pb2.MemoryTreeRequest(space=AGENT, depth=2), metadata=ANN)
+    names = {node.name: [c.path for c in node.children] for node in tree.nodes}
+    assert names["notes/"] == ["notes/deploys.md"] and "MEMORY.md" in names
+    first = await one.GetSystemPrompt(
+        workspace_pb2.GetSystemPromptRequest(space=AGENT), metadata=ANN
+    )
+    assert first.bootstrapping and not first.soul_changed
+    # The SOUL.md baseline is shared through MongoDB: the other replica sees no change.
+    assert not (
+        await two.GetSystemPrompt(workspace_pb2.GetSystemPromptRequest(space=AGENT), metadata=ANN)
+    ).soul_changed
+    done = await two.CompleteBootstrap(
+        workspace_pb2.CompleteBootstrapRequest(space=AGENT), metadata=ANN
+    )
+    assert done.archived_path.startswith("BOOTSTRAP.done-")
+    assert not (
+        await one.GetSystemPrompt(workspace_pb2.GetSystemPromptRequest(space=AGENT), metadata=ANN)
+    ).bootstrapping
+    deadline = time.monotonic() + 60
+    while True:
+        found = await one.MemorySearch(
+            workspace_pb2.MemorySearchRequest(space=AGENT, query="deploy freeze"), metadata=ANN
+        )
+        if any(hit.path == "notes/deploys.md" for hit in found.hits):
+            break
+        assert time.monotonic() < deadline, "the written note was never found"
+        await asyncio.sleep(0.2)
