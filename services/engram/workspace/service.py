@@ -46,6 +46,9 @@ MAX_TREE_DOCUMENTS = 10_000
 # A first write of a log raced by another, or an append to a document another write changed
 # between read and write, is tried again this many times in all.
 WRITE_ATTEMPTS = 5
+# Session journals of today and yesterday a prompt includes at most (in path order), so a
+# flood of sessions cannot grow the prompt past any message size.
+MAX_PROMPT_JOURNALS = 32
 
 
 def utc_now() -> datetime:
@@ -308,7 +311,7 @@ class WorkspaceService:
         days = {today, today - timedelta(days=1)}
         # The shared logs by name (found even past the listing's bound), journals by listing.
         logs = [rules.daily_log_path(day) for day in sorted(days, reverse=True)]
-        logs += [
+        journals = [
             path
             for path in await self._documents.list_paths(
                 principal, space, rules.DAILY_DIR, limit=MAX_TREE_DOCUMENTS
@@ -317,6 +320,7 @@ class WorkspaceService:
             and parsed[0] in days
             and parsed[1]
         ]
+        logs += journals[:MAX_PROMPT_JOURNALS]
         wanted = [*IDENTITY_PATHS, *logs]
         documents = await asyncio.gather(
             *(self._documents.get(principal, space, path) for path in wanted)
