@@ -634,3 +634,18 @@ async def test_bootstrap_block_until_completed(ws: Workspace) -> None:
     after = await prompt(ws)
     assert not after.bootstrapping and "BOOTSTRAP.md" not in [s.path for s in after.sections]
     assert done.archived_path not in after.prompt
+
+
+async def test_racing_appends_keep_every_entry_and_one_header(ws: Workspace) -> None:
+    await fresh_minute()
+    # An operator's file without a final newline, and a log nobody has created yet.
+    await ws.storage.WriteDocument(write_request("notes/raw.md", "head", ref=OK_SPACE))
+    await asyncio.gather(
+        *(ws.write(f"entry {n}") for n in range(8)),
+        *(ws.write(f"line {n}", target=4, path="notes/raw.md") for n in range(8)),
+    )
+    log = await ws.read(TODAY_LOG)
+    assert log.count("# Daily Log") == 1
+    assert sorted(log.splitlines()[2:]) == sorted(f"[10:15:00] entry {n}" for n in range(8))
+    raw = (await ws.read("notes/raw.md")).splitlines()
+    assert raw[0] == "head" and sorted(raw[1:]) == sorted(f"line {n}" for n in range(8))
