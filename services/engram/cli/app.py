@@ -10,7 +10,13 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from engram.cli import admin_commands, indexer_commands, search_commands, storage_commands
+from engram.cli import (
+    admin_commands,
+    indexer_commands,
+    mcp_command,
+    search_commands,
+    storage_commands,
+)
 from engram.cli.client import console, fail
 from engram.domain.errors import EngramError
 from engram.runtime.logs import configure_logging
@@ -26,6 +32,7 @@ storage_commands.register(app)
 admin_commands.register(app)
 indexer_commands.register(app)
 search_commands.register(app)
+mcp_command.register(app)
 
 
 def _settings(**overrides: object) -> Settings:

@@ -1,0 +1,88 @@
+"""`engram mcp`: serve the memory tools to an MCP host (stdio) or over streamable HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from engram.cli.client import (
+    DEFAULT_ADDR,
+    AddrOption,
+    BotOption,
+    NameOption,
+    ProjectOption,
+    TenantOption,
+    TokenOption,
+    UserOption,
+    VisibilityOption,
+    err_console,
+    fail,
+)
+from engram.domain.errors import EngramError
+
+TRANSPORTS = ("stdio", "http")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def mcp(
+        transport: Annotated[
+            str, typer.Option("--transport", "-t", help="stdio (for an MCP host) or http.")
+        ] = "stdio",
+        host: Annotated[
+            str, typer.Option("--host", help="HTTP bind address (loopback by default).")
+        ] = "127.0.0.1",
+        port: Annotated[int, typer.Option("--port", help="HTTP port.")] = 8765,
+        time_zone: Annotated[
+            str,
+            typer.Option(
+                "--time-zone", envvar="ENGRAM_TIME_ZONE", help="IANA zone of daily logs (UTC)."
+            ),
+        ] = "",
+        visibility: VisibilityOption = "private",
+        name: NameOption = "default",
+        project: ProjectOption = "",
+        bot: BotOption = "",
+        user: UserOption = "",
+        tenant: TenantOption = "",
+        addr: AddrOption = DEFAULT_ADDR,
+        token: TokenOption = "",
+    ) -> None:
+        """Serve memory_search, memory_write, memory_read and memory_tree over MCP, in one
+        space (the agent's workspace), calling the engram server at --addr."""
+        from engram.agent_mcp import HTTP_PATH, serve
+        from engram.client import EngramClient, Space
+
+        if transport not in TRANSPORTS:
+            fail(f"--transport must be one of {', '.join(TRANSPORTS)}")
+        if not 0 < port < 65536:
+            fail("--port must be 1..65535")
+        try:
+            space = Space(visibility, name, project, bot, user, tenant)
+        except EngramError as error:
+            fail(error.message)
+
+        async def main() -> None:
+            async with EngramClient(addr, token=token, space=space) as client:
+                if transport == "http":
+                    err_console.print(
+                        f"engram mcp: streamable HTTP on http://{host}:{port}{HTTP_PATH} "
+                        f"(engram at {addr}, space {visibility}/{name})",
+                        highlight=False,
+                    )
+                await serve(
+                    client,
+                    transport="http" if transport == "http" else "stdio",
+                    host=host,
+                    port=port,
+                    time_zone=time_zone,
+                )
+
+        try:
+            asyncio.run(main())
+        except KeyboardInterrupt:
+            pass
+        except OSError as error:
+            fail(str(error), code=1)

@@ -1,0 +1,39 @@
+"""Failed calls become engram's domain errors; nothing from grpc escapes the client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from engram.domain.errors import EngramError, RateLimited
+from engram.runtime.errors import from_rpc_error, status_code_for
+
+
+def domain_error(error: grpc.RpcError, peer: str) -> EngramError:
+    """The domain error a failed call to `peer` ("WorkspaceService.MemoryWrite") stands for;
+    a RateLimited one carries the RetryInfo delay as `retry_after_seconds`."""
+    rebuilt = from_rpc_error(error, peer)
+    if isinstance(rebuilt, RateLimited) and rebuilt.retry_after_seconds is None:
+        rebuilt.retry_after_seconds = _retry_delay(error)
+    return rebuilt
+
+
+def _retry_delay(error: grpc.RpcError) -> float | None:
+    call: Any = error
+    try:
+        status = rpc_status.from_call(call)
+    except ValueError:
+        return None
+    for detail in status.details if status is not None else ():
+        info = error_details_pb2.RetryInfo()
+        if detail.Unpack(info):
+            return float(info.retry_delay.ToTimedelta().total_seconds())
+    return None
+
+
+def explain(error: EngramError) -> str:
+    """`CODE: message [REASON]`, the one line a user (or a model) is shown for an error."""
+    return f"{status_code_for(error).name}: {error.message} [{error.info_reason}]"
