@@ -51,13 +51,21 @@ async def client(engram: EmbeddedEngram) -> AsyncIterator[EngramClient]:
 
 
 async def search_until(
-    client: EngramClient, query: str, path: str, *, memory: bool = False, within: float = 60
+    client: EngramClient,
+    query: str,
+    path: str,
+    *,
+    memory: bool = False,
+    mode: str = "hybrid",
+    within: float = 60,
 ) -> SearchResults:
-    """Searches until `path` is among the results (indexing is asynchronous), bounded."""
+    """Searches until `path` is the best result (indexing is asynchronous), bounded."""
     async with asyncio.timeout(within):
         while True:
-            found = await (client.memory_search(query) if memory else client.search(query))
-            if any(hit.path == path for hit in found.results):
+            found = await (
+                client.memory_search(query) if memory else client.search(query, mode=mode)
+            )
+            if found.results and found.results[0].path == path:
                 return found
             await asyncio.sleep(0.2)
 
@@ -120,11 +128,14 @@ async def test_search_finds_what_the_client_wrote(client: EngramClient) -> None:
     await client.write_document("food.md", "Stir arborio rice with warm stock, slowly.")
     found = await search_until(client, "tennis balls", "pets.md")
     best = found.results[0]
-    assert best.path == "pets.md" and "tennis" in best.content
+    assert "tennis" in best.content and best.chunk_id and best.chunk_index == 0
     assert 0 < best.score <= 1 and best.document_id and best.space_id.endswith(":notes")
     assert found.query == "tennis balls" and found.result_count == len(found.results)
-    lexical = await client.search("arborio", mode="lexical", spaces=[NOTES])
+    lexical = await search_until(client, "arborio", "food.md", mode="lexical")
     assert [hit.path for hit in lexical.results] == ["food.md"]
+    assert lexical.results[0].bm25_score > 0 and lexical.results[0].vector_score == 0
+    elsewhere = await client.search("arborio", mode="lexical", spaces=[Space(name="other")])
+    assert elsewhere.results == () and elsewhere.result_count == 0
 
 
 async def test_workspace_round_trip(client: EngramClient) -> None:
@@ -159,7 +170,7 @@ async def test_workspace_round_trip(client: EngramClient) -> None:
     assert [child.path for child in deep["notes/"].children] == ["notes/apollo.md"]
     assert deep["daily/"].is_dir and len(deep["daily/"].children) == 2
 
-    found = await search_until(client, "when is the standup", "MEMORY.md", memory=True)
+    found = await search_until(client, "Thursday standup", "MEMORY.md", memory=True)
     best = found.results[0]
     assert best.path == "MEMORY.md" and fact in best.content and best.document_id
     assert 0 < best.score <= 1 and found.result_count == len(found.results)

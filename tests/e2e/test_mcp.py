@@ -149,12 +149,12 @@ async def assert_write_then_find(client: Client, fact: str) -> None:
     async with asyncio.timeout(60):  # indexing is asynchronous
         while True:
             found = await call(client, "memory_search", {"query": fact, "limit": 3})
-            if any(hit["path"] == "MEMORY.md" for hit in found["results"]):
+            if found["results"] and found["results"][0]["path"] == "MEMORY.md":
                 break
             await asyncio.sleep(0.25)
     best = found["results"][0]
     assert found["query"] == fact and found["result_count"] == len(found["results"])
-    assert best["path"] == "MEMORY.md" and fact in best["content"]
+    assert fact in best["content"]
     assert 0 < best["score"] <= 1 and best["document_id"]
 
 
