@@ -12,7 +12,7 @@ from engram.client import mapping as m
 from engram.domain.errors import (
     InvalidArgument,
     InvalidSpaceRef,
-    PermissionDenied,
+    ProtectedFile,
     RateLimited,
 )
 from engram.v1 import space_pb2, workspace_pb2
@@ -127,7 +127,7 @@ def test_memory_search_hits_are_named_results() -> None:
 
 
 def test_explain_is_one_line_with_code_and_reason() -> None:
-    protected = PermissionDenied("SOUL.md is protected", rule="protected_file")
+    protected = ProtectedFile("SOUL.md is protected", path="SOUL.md")
     assert explain(protected) == "PERMISSION_DENIED: SOUL.md is protected [PROTECTED_FILE]"
     limited = RateLimited("20 writes a minute", retry_after_seconds=12)
     assert explain(limited) == "RESOURCE_EXHAUSTED: 20 writes a minute [RATE_LIMITED]"
