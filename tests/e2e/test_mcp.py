@@ -5,11 +5,14 @@ memory tools, writes, finds what it wrote, and gets the server's refusals as too
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from mcp import Client, StdioServerParameters
@@ -42,10 +45,10 @@ def mcp_command(engram: EmbeddedEngram, *extra: str) -> list[str]:
     ]
 
 
-def stdio(engram: EmbeddedEngram) -> Client:
+def stdio(engram: EmbeddedEngram, *extra: str) -> Client:
     """An SDK client that launches `engram mcp` and talks to it over stdin/stdout. Enter it in
     the test itself: the SDK's task group must open and close in one task."""
-    command = mcp_command(engram)
+    command = mcp_command(engram, *extra)
     params = StdioServerParameters(command=command[0], args=command[1:])
     return Client(params, read_timeout_seconds=60)
 
@@ -181,6 +184,16 @@ async def test_stdio_lists_the_four_tools_with_schemas(engram: EmbeddedEngram) -
 async def test_stdio_writes_and_finds_a_memory(engram: EmbeddedEngram) -> None:
     async with stdio(engram) as client:
         await assert_write_then_find(client, "Dana prefers the Thursday standup at 9:30.")
+
+
+async def test_a_session_keeps_its_own_daily_journal(engram: EmbeddedEngram) -> None:
+    async with stdio(engram, "--session", "phone", "--time-zone", "Pacific/Auckland") as client:
+        before = datetime.now(ZoneInfo("Pacific/Auckland")).date()
+        logged = await call(client, "memory_write", {"content": "Called from the phone."})
+        after = datetime.now(ZoneInfo("Pacific/Auckland")).date()
+        assert logged["path"] in {f"daily/{day.isoformat()}-phone.md" for day in (before, after)}
+        read = await call(client, "memory_read", {"path": logged["path"]})
+        assert re.search(r"^\[\d{2}:\d{2}:\d{2}\] Called from the phone\.$", read["content"], re.M)
 
 
 async def test_stdio_protected_file_write_is_a_tool_error(engram: EmbeddedEngram) -> None:

@@ -20,9 +20,10 @@ async def serve(
     host: str = "127.0.0.1",
     port: int = 8765,
     time_zone: str = "",
+    session: str = "",
 ) -> None:
     """Serves the tools until the transport closes (stdin ends) or the task is cancelled."""
-    server = build_server(client, time_zone=time_zone)
+    server = build_server(client, time_zone=time_zone, session=session)
     if transport == "stdio":
         await server.run_stdio_async()
     else:

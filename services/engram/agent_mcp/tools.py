@@ -111,9 +111,10 @@ def _tool_errors() -> Iterator[None]:
         raise ToolError(explain(error)) from None
 
 
-def build_server(client: EngramClient, *, time_zone: str = "") -> MCPServer:
+def build_server(client: EngramClient, *, time_zone: str = "", session: str = "") -> MCPServer:
     """An MCP server whose four memory tools call WorkspaceService through `client`
-    (in its default space); `time_zone` dates the daily logs (default UTC)."""
+    (in its default space); `time_zone` dates the daily logs (default UTC), and `session`
+    sends daily-log entries to this surface's own journal, daily/YYYY-MM-DD-<session>.md."""
     server: MCPServer = MCPServer(
         "engram",
         title="Engram memory",
@@ -170,7 +171,7 @@ def build_server(client: EngramClient, *, time_zone: str = "") -> MCPServer:
     ) -> MemoryWriteResult:
         with _tool_errors():
             written = await client.memory_write(
-                content, target=target, append=append, time_zone=time_zone
+                content, target=target, append=append, time_zone=time_zone, session=session
             )
         return MemoryWriteResult(
             status=written.status,

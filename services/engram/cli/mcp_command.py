@@ -41,6 +41,13 @@ def register(app: typer.Typer) -> None:
                 "--time-zone", envvar="ENGRAM_TIME_ZONE", help="IANA zone of daily logs (UTC)."
             ),
         ] = "",
+        session: Annotated[
+            str,
+            typer.Option(
+                "--session",
+                help="Daily-log entries go to daily/YYYY-MM-DD-<session>.md (this surface's).",
+            ),
+        ] = "",
         visibility: VisibilityOption = "private",
         name: NameOption = "default",
         project: ProjectOption = "",
@@ -78,6 +85,7 @@ def register(app: typer.Typer) -> None:
                     host=host,
                     port=port,
                     time_zone=time_zone,
+                    session=session,
                 )
 
         try:
