@@ -28,9 +28,11 @@ from engram.domain.errors import (
     NotFound,
     PermissionDenied,
     ProtectedFile,
+    RateLimited,
     Unauthenticated,
     Unavailable,
 )
+from tests.conftest import EngramFactory
 from tests.support.settings import server_settings
 from tests.support.tokens import TEST_JWT_SECRET, mint
 
@@ -192,6 +194,18 @@ async def test_workspace_refusals_are_domain_errors(client: EngramClient) -> Non
     with pytest.raises(NotFound) as missing:
         await client.memory_read("nowhere.md")
     assert "nowhere.md" in missing.value.message
+
+
+async def test_rate_limited_write_says_when_to_retry(engram_factory: EngramFactory) -> None:
+    async with engram_factory(workspace_writes_per_minute=2) as engram:
+        async with EngramClient(f"127.0.0.1:{engram.port}", space=NOTES) as client:
+            for entry in ("one", "two"):
+                await client.append_daily_log(entry)
+            with pytest.raises(RateLimited) as limited:
+                await client.memory_write("three", target="memory")
+    assert limited.value.retry_after_seconds is not None
+    assert 0 < limited.value.retry_after_seconds <= 60
+    assert explain(limited.value).startswith("RESOURCE_EXHAUSTED: ")
 
 
 async def test_bootstrap_is_archived_once(client: EngramClient) -> None:
