@@ -105,7 +105,9 @@ def dev(
 
 @app.command()
 def serve(
-    service: Annotated[str, typer.Argument(help="storage, quota, authz, indexer, search or workspace")],
+    service: Annotated[
+        str, typer.Argument(help="storage, quota, authz, indexer, search or workspace")
+    ],
     port: Annotated[int | None, typer.Option("--port", help="gRPC port.")] = None,
 ) -> None:
     """Run one service on the production backends configured by ENGRAM_* settings."""
