@@ -9,6 +9,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 from pydantic import SecretStr
 
 from engram.runtime.settings import Settings
@@ -143,17 +144,10 @@ def test_each_service_runs_engram_serve_with_its_own_config(
             "8765",
         ]
         assert argv[8:] == [
-            "--visibility",
-            "bot",
-            "--name",
-            "memory",
-            "--project",
-            "support",
-            "--bot",
-            "triage",
-            "--tenant",
-            "acme",
-        ]
+            "--session", "slack",
+            "--visibility", "bot", "--name", "memory", "--project", "support",
+            "--bot", "triage", "--tenant", "acme",
+        ]  # fmt: skip
         assert found["mcp"].env["ENGRAM_ADDR"] == f"engram-workspace.{NAMESPACE}.svc:50051"
 
 
@@ -217,6 +211,20 @@ def test_jwks_is_mounted_read_only_where_tokens_are_checked(
         assert env["ENGRAM_JWKS_PATH"] == "/etc/engram/jwks/jwks.json"
         jwks = next(v for v in _pod(deployment)["volumes"] if v["name"] == "jwks")
         assert jwks["secret"]["secretName"] == "engram-credentials"
+
+
+def test_workspace_templates_are_mounted_from_a_config_map(production_docs: list[Manifest]) -> None:
+    workspace = of_kind(production_docs, "Deployment")["workspace"]
+    mounts = {m["mountPath"]: m for m in _container(workspace)["volumeMounts"]}
+    assert mounts["/etc/engram/templates"]["readOnly"] is True
+    volume = next(v for v in _pod(workspace)["volumes"] if v["name"] == "templates")
+    templates = of_kind(production_docs, "ConfigMap")["templates"]
+    assert volume["configMap"]["name"] == templates["metadata"]["name"]
+    assert templates["data"]["SOUL.md"].startswith("# SOUL.md")
+    env = processes(production_docs)["workspace"].env
+    assert env["ENGRAM_WORKSPACE_TEMPLATES"] == "/etc/engram/templates"
+    for name in ("storage", "search", "mcp"):
+        assert "/etc/engram/templates" not in str(of_kind(production_docs, "Deployment")[name])
 
 
 # --- disruption and scaling -------------------------------------------------------------------
@@ -492,3 +500,28 @@ def test_invalid_values_are_rejected_with_a_clear_message(
     result = helm.template(overrides=overrides, tmp=tmp_path)
     assert result.returncode != 0
     assert re.search(message, result.stderr, re.S), result.stderr
+
+
+# --- documentation ----------------------------------------------------------------------------
+
+
+def _leaves(values: Any, prefix: str = "") -> list[str]:
+    if isinstance(values, dict) and values:
+        return [leaf for key, value in values.items() for leaf in _leaves(value, f"{prefix}{key}.")]
+    return [prefix.rstrip(".")]
+
+
+def test_every_value_is_documented_with_a_param(helm: Helm) -> None:
+    """bitnami's convention: each value (or an object it belongs to) has `## @param`."""
+    text = (CHART / "values.yaml").read_text()
+    documented = set(re.findall(r"^\s*## @param (\S+)", text, re.M))
+    values = yaml.safe_load(text)
+    for leaf in _leaves(values):
+        parts = leaf.split(".")
+        prefixes = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+        assert prefixes & documented, f"{leaf} has no ## @param"
+    for name in documented:
+        node: Any = values
+        for part in name.split("."):
+            assert isinstance(node, dict) and part in node, f"@param {name} names no value"
+            node = node[part]

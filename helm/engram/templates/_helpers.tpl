@@ -171,6 +171,9 @@ annotations:
 {{- $_ := set $s (printf "ENGRAM_%s_ADDR" (upper $callee)) (include "engram.address" (dict "root" $.root "component" $callee)) -}}
 {{- end -}}
 {{- end -}}
+{{- if and (eq .component "workspace") $values.templates -}}
+{{- $_ := set $s "ENGRAM_WORKSPACE_TEMPLATES" "/etc/engram/templates" -}}
+{{- end -}}
 {{- if eq .component "mcp" -}}
 {{- with $values.timeZone }}{{- $_ := set $s "ENGRAM_TIME_ZONE" . -}}{{- end -}}
 {{- end -}}
