@@ -161,6 +161,8 @@ def test_grpc_readiness_and_backend_independent_liveness(default_docs: list[Mani
         # answers 200 while the process runs.
         for probe in ("livenessProbe", "startupProbe"):
             assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        # Endpoints drop the pod before SIGTERM makes it refuse calls.
+        assert container["lifecycle"]["preStop"]["sleep"]["seconds"] == 5
         assert ports["metrics"] == 9464
 
 
@@ -481,6 +483,14 @@ def test_each_process_environment_is_valid_settings(
             {"indexer": {"config": {"ENGRAM_GRPC_PORT": 1}}},
             r"indexer\.config\.ENGRAM_GRPC_PORT cannot be set there",
         ),
+        (
+            {"search": {"autoscaling": {"targetCPU": None}}},
+            r"search\.autoscaling: set targetCPU or targetMemory",
+        ),
+        (
+            {"storage": {"autoscaling": {"minReplicas": 5, "maxReplicas": 3}}},
+            r"minReplicas \(5\) is above maxReplicas \(3\)",
+        ),
     ],
     ids=[
         "pull-policy",
@@ -492,6 +502,8 @@ def test_each_process_environment_is_valid_settings(
         "visibility",
         "secret-in-config",
         "owned-port",
+        "hpa-no-target",
+        "hpa-min-above-max",
     ],
 )
 def test_invalid_values_are_rejected_with_a_clear_message(
