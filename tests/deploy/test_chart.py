@@ -101,6 +101,58 @@ def test_rendered_manifests_validate_against_kubernetes_schemas(
     assert checked >= 6 * 6, "Deployment, Service, ConfigMap, PDB, NetworkPolicy per service"
 
 
+TOGGLES = {
+    "everything-off": {
+        "networkPolicy": {"enabled": False},
+        "tests": {"enabled": False},
+        "serviceAccount": {"create": False},
+        "preStopSleepSeconds": 0,
+        **{
+            name: {"autoscaling": {"enabled": False}, "pdb": {"create": False}}
+            for name in ("storage", "search", "indexer")
+        },
+        "authz": {"pdb": {"create": False}},
+        "quota": {"enabled": False},
+        "workspace": {"enabled": False},
+    },
+    "closed-network": {"networkPolicy": {"publicServices": [], "metricsFrom": [], "clients": []}},
+    "secrets-in-values": {**SECRET_VALUES, "storage": {"remoteQuota": True}},
+}
+
+
+@pytest.mark.parametrize("toggles", list(TOGGLES), ids=list(TOGGLES))
+def test_other_switches_render_valid_manifests(helm: Helm, tmp_path: Path, toggles: str) -> None:
+    docs = helm.render(overrides=TOGGLES[toggles], tmp=tmp_path)
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSIONS[0], strict=True)
+    deployments = of_kind(docs, "Deployment")
+    if toggles == "everything-off":
+        assert set(deployments) == {"storage", "authz", "indexer", "search"}
+        assert {d["kind"] for d in docs} == {"Deployment", "Service", "ConfigMap", "Secret"}
+        for deployment in deployments.values():
+            assert deployment["spec"]["replicas"] == 2
+            assert _pod(deployment)["serviceAccountName"] == "default"
+    if toggles == "closed-network":
+        rules = NetworkPolicies.of(docs)
+        client = Peer(labels={"engram-client": "true"})
+        storage = _pod_peer(docs, "storage")
+        assert not rules.allows(client, storage, 50051)
+        assert not rules.allows(Peer(labels={"app": "prometheus"}), storage, 9464)
+        assert rules.allows(_pod_peer(docs, "workspace"), storage, 50051)
+        authz = next(p for p in rules.policies if p["metadata"]["name"] == "engram-authz")
+        # Only the helm test pod may still call authz: no rule admits anyone else.
+        assert len(authz["spec"]["ingress"]) == 1
+    if toggles == "secrets-in-values":
+        (secret,) = [d for d in docs if d["kind"] == "Secret"]
+        assert set(secret["data"]) == {
+            "ENGRAM_MONGO_URI", "ENGRAM_JWT_SECRET", "jwks.json", "ENGRAM_SERVICE_TOKEN",
+            "ENGRAM_QDRANT_API_KEY", "ENGRAM_OPENAI_API_KEY", "ENGRAM_TOKEN",
+        }  # fmt: skip
+        for deployment in deployments.values():
+            for var in _container(deployment)["env"]:
+                assert set(var) == {"name", "valueFrom"}, "secrets only by reference"
+
+
 def test_production_values_render_every_kind(production_docs: list[Manifest]) -> None:
     kinds = {doc["kind"] for doc in production_docs}
     assert kinds >= {
