@@ -4,6 +4,7 @@ promise (probes, security, disruption and scaling, network policy, every setting
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -589,3 +590,32 @@ def test_every_value_is_documented_with_a_param(helm: Helm) -> None:
         for part in name.split("."):
             assert isinstance(node, dict) and part in node, f"@param {name} names no value"
             node = node[part]
+
+
+def _notes(helm: Helm, tmp_path: Path, values: list[Path]) -> str:
+    """NOTES.txt as `helm install` prints it (rendered through a wrapper in a copy of the
+    chart: `helm template` does not render NOTES.txt, and install needs a cluster)."""
+    chart = tmp_path / "engram"
+    shutil.copytree(CHART, chart)
+    shutil.copy(chart / "templates" / "NOTES.txt", chart / "files" / "notes.txt")
+    (chart / "templates" / "notes-check.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n"
+        '  notes: {{ tpl (.Files.Get "files/notes.txt") . | toJson }}\n'
+    )
+    args = ["template", "engram", str(chart), "-n", NAMESPACE]
+    for path in values:
+        args += ["--values", str(path)]
+    result = helm.run(*args, "--show-only", "templates/notes-check.yaml")
+    assert result.returncode == 0, result.stderr
+    return str(yaml.safe_load(result.stdout)["data"]["notes"])
+
+
+def test_notes_say_how_to_reach_it_and_what_is_missing(helm: Helm, tmp_path: Path) -> None:
+    notes = _notes(helm, tmp_path / "default", [])
+    for service in GRPC_SERVICES:
+        assert f"engram-{service}.{NAMESPACE}.svc:50051" in notes
+    assert f"helm test engram --namespace {NAMESPACE}" in notes
+    assert "WARNING: no MongoDB URI" in notes
+    production = _notes(helm, tmp_path / "production", [PRODUCTION_VALUES])
+    assert "WARNING" not in production
+    assert f"engram-mcp.{NAMESPACE}.svc:8765  (MCP streamable HTTP, path /mcp)" in production
