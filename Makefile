@@ -9,6 +9,14 @@ export PATH := $(BIN):$(PATH)
 CACHE ?= $(HOME)/.cache/engram
 BUF_VERSION := 1.75.0
 BUF := $(CACHE)/buf-$(BUF_VERSION)/node_modules/.bin/buf
+# Built from the Go module proxy (tests/deploy reads this version to find the binary).
+HELM_VERSION := 3.22.0
+HELM := $(CACHE)/bin/helm-v$(HELM_VERSION)/helm
+# What helm's own Makefile sets at link time: its version, and the Kubernetes version of its
+# client-go (v0.37 in helm 3.22.0's go.mod) that `helm template` and `lint` assume.
+HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=v$(HELM_VERSION) \
+  $(foreach pkg,pkg/lint/rules pkg/chartutil,-X helm.sh/helm/v3/$(pkg).k8sVersionMajor=1 \
+  -X helm.sh/helm/v3/$(pkg).k8sVersionMinor=37)
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
@@ -53,24 +61,36 @@ lint: $(STAMP) ## ruff, and import-linter (layers, no import cycles; pyproject.t
 typecheck: $(STAMP) ## mypy --strict on services/
 	$(BIN)/mypy
 
+$(HELM):
+	@command -v go >/dev/null || { echo "helm is built with Go (go install from the Go module proxy): install Go first"; exit 1; }
+	CGO_ENABLED=0 GOBIN=$(dir $(HELM)) go install -trimpath -ldflags '$(HELM_LDFLAGS)' \
+	  helm.sh/helm/v3/cmd/helm@v$(HELM_VERSION)
+
+helm-install: $(HELM) ## Build helm from the Go module proxy into ~/.cache/engram/bin (cached)
+
+helm-lint: $(HELM) ## helm lint --strict on helm/engram, default and production-like values
+	$(HELM) lint --strict helm/engram
+	$(HELM) lint --strict helm/engram --values helm/engram/ci/production-values.yaml
+
 backends-install: ## Download and build NATS, FerretDB and OpenSearch (cached; tests never build)
 	$(PYTHON) deploy/local/backends.py provision --check-npm
 
-# Setup steps share nothing (pip, Go/Maven, npm), so they overlap; then the static checks and
-# the clean-venv install check run beside the suites (mostly waits on pip and on servers).
-test: ## Install, build the backends, then run the checks, the install check and every suite
-	$(MAKE) --no-print-directory -j3 $(STAMP) backends-install $(BUF)
-	$(MAKE) --no-print-directory -j3 suites checks install-check
+# Setup steps share nothing (pip, Go/Maven, npm), so they overlap; then the static checks run
+# beside the suites. The clean-venv install check runs inside the suites (tests/deploy, the
+# image's stages without a container engine), so it is not started a second time here.
+test: ## Install, build the backends and helm, then run the checks and every suite
+	$(MAKE) --no-print-directory -j3 $(STAMP) backends-install $(BUF) $(HELM)
+	$(MAKE) --no-print-directory -j2 suites checks
 
 checks: protos-check lint typecheck ## buf lint/breaking, generated code fresh, ruff, mypy --strict
 
-suites: $(STAMP) ## pytest: unit, contract, e2e and load suites (needs `make backends-install`)
+suites: $(STAMP) ## pytest: unit, contract, e2e, load and deploy suites (needs `make backends-install helm-install`)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-fresh: ## `make test` from a clean clone on an empty HOME (FRESH_ARGS="--busy 2" adds CPU hogs)
 	deploy/local/fresh-check.sh $(FRESH_ARGS)
 
-install-check: ## Clean venv + `pip install .` alone, then engram dev finds a paraphrase
+install-check: ## The image's stages without Docker: wheel, clean venv, run as nobody, engram dev ready
 	PYTHON=$(PYTHON) deploy/local/install-check.sh
 
 run: $(STAMP) ## Install, start `engram dev` with a short demo (Ctrl-C stops it)
@@ -87,4 +107,4 @@ bench: $(STAMP) ## Run the benchmarks (figures go to bench/RESULTS.md by hand)
 
 all: protos format lint typecheck test ## Everything
 
-.PHONY: help install install-check protos protos-check format lint typecheck backends-install checks suites test test-fresh run backends backends-stop bench all
+.PHONY: help install install-check helm-install helm-lint protos protos-check format lint typecheck backends-install checks suites test test-fresh run backends backends-stop bench all

@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# install-check: what a container build or a new user does, without the Makefile.
+# install-check: what the container build (deploy/docker/Dockerfile) or a new user does,
+# without the Makefile and without a container engine.
 #
-# A clean virtualenv gets engram from `pip install <source>` alone (no --no-deps step, no
-# extra wheels), then `engram dev` starts on a free loopback port with a temporary data
-# directory, three documents are written, and a paraphrase that shares no word with the
-# right one must find it first in semantic mode. Also checks that no PyTorch came along.
-# Uses pip's cache (warm: about a minute); everything it creates is removed on exit.
+# As the Dockerfile's stages do: engram's wheel is built from the source, and a clean
+# virtualenv gets it with its runtime dependencies alone (no dev extra, no --no-deps step,
+# no extra wheels). The venv stays owned by root and read-only to the user that runs it:
+# when this runs as root and `setpriv` exists, every engram command runs as `nobody`, with
+# HOME, TMPDIR and the data directory in one directory of its own (the image's volume).
+# Then: `engram serve <service> --help` and a start without backend settings (a clear
+# error naming ENGRAM_MONGO_URI) for every production service; `engram dev` on free
+# loopback ports answers grpc.health.v1 SERVING (helm/engram/files/health_check.py, the
+# chart's `helm test` script) and /readyz; three documents are written, and a paraphrase
+# that shares no word with the right one must find it first in semantic mode. Also checks
+# that no PyTorch and no dev tool came along. Uses pip's cache (warm: about a minute);
+# everything it creates is removed on exit.
 #
 #   deploy/local/install-check.sh            # or: make install-check
 #   PYTHON=python3.11 deploy/local/install-check.sh
@@ -43,31 +51,93 @@ git -C "$ROOT" ls-files -z --cached --others --exclude-standard \
   | tar -C "$ROOT" --null --files-from=- --ignore-failed-read -cf - 2>/dev/null \
   | tar -C "$WORK/src" -xf -
 
-step "python -m venv + pip install <source> (pip's cache is used)"
+# The image's user: unprivileged, its own writable directory, the venv read-only to it. Its
+# interpreter must be one that user can run (a pyenv under /root is not): else Debian's.
+RUN=()
+if [[ $(id -u) == 0 ]] && command -v setpriv >/dev/null; then
+  RUN=(setpriv --reuid=65534 --regid=65534 --clear-groups --)
+  runs() { "${RUN[@]}" /usr/bin/env "$1" -c 'import sys; assert sys.version_info >= (3, 11)' \
+    2>/dev/null; }
+  REAL=$("$PYTHON" -c "import sys; print(sys.executable)")
+  if runs "$REAL"; then
+    PYTHON=$REAL
+  elif runs /usr/bin/python3; then
+    PYTHON=/usr/bin/python3
+  else
+    RUN=()
+  fi
+fi
+
+step "python -m venv, pip wheel <source>, pip install <wheel> (pip's cache is used)"
 "$PYTHON" -m venv "$WORK/venv"
 VENV="$WORK/venv/bin"
-"$VENV/pip" install --quiet --disable-pip-version-check "$WORK/src" \
-  || die "pip install of the source failed"
+"$VENV/pip" wheel --quiet --disable-pip-version-check --no-deps --wheel-dir "$WORK/dist" \
+  "$WORK/src" || die "building engram's wheel failed"
+WHEELS=("$WORK"/dist/engram-*.whl)
+"$VENV/pip" install --quiet --disable-pip-version-check "${WHEELS[0]}" \
+  || die "pip install of the wheel failed"
 INSTALLED=$SECONDS
 
 if "$VENV/python" -c "import torch" 2>/dev/null; then
   die "torch is installed: nothing engram needs may depend on PyTorch"
 fi
+DEV=$("$VENV/python" -c "
+import importlib.util
+print(' '.join(m for m in ('pytest', 'mypy', 'ruff', 'grpc_tools', 'hypothesis')
+               if importlib.util.find_spec(m)))
+")
+[[ -z "$DEV" ]] || die "dev tools came with the runtime install: $DEV"
+
+HOME_DIR="$WORK/home"
+mkdir -p "$HOME_DIR/tmp"
+if [[ ${#RUN[@]} -gt 0 ]]; then
+  chmod 0755 "$WORK"
+  chown -R 65534:65534 "$HOME_DIR"
+  step "engram runs as nobody (uid 65534) on $PYTHON; the venv is root's and read-only to it"
+else
+  step "engram runs as $(id -un) (uid $(id -u)): no unprivileged user to switch to"
+fi
+# env -i: only what the image's ENV gives, nothing from the caller's ENGRAM_* settings.
+as_user() { env -i PATH="$VENV:/usr/bin:/bin" HOME="$HOME_DIR" TMPDIR="$HOME_DIR/tmp" \
+  LANG=C.UTF-8 "${RUN[@]}" /usr/bin/env "$@"; }
+if as_user touch "$VENV/written-by-engram-user" 2>/dev/null && [[ ${#RUN[@]} -gt 0 ]]; then
+  die "the unprivileged user can write the venv"
+fi
+as_user python -c "import engram" || die "the engram user cannot import engram from the venv"
+
+SERVICES=$(as_user "$VENV/python" -c "
+from engram.app.production import PROCESSES
+print(' '.join(PROCESSES))
+") || die "engram.app.production does not import from the installed wheel"
+for service in $SERVICES; do
+  as_user "$VENV/engram" serve "$service" --help >"$WORK/help.log" 2>&1 \
+    || die "engram serve $service --help failed: $(cat "$WORK/help.log")"
+  # No backend settings: the composition root of the service imports and refuses to start
+  # with a message naming the variable, never a traceback.
+  if as_user "$VENV/engram" serve "$service" >"$WORK/serve.log" 2>&1; then
+    die "engram serve $service started without ENGRAM_MONGO_URI"
+  fi
+  grep -q "ENGRAM_MONGO_URI" "$WORK/serve.log" && ! grep -q "Traceback" "$WORK/serve.log" \
+    || die "engram serve $service without settings did not name ENGRAM_MONGO_URI: \
+$(cat "$WORK/serve.log")"
+done
+step "engram serve $SERVICES: --help works, a start without settings names the variable"
 "$VENV/python" -c "
 from engram.indexer.embedders.local import default_tokenizer_path
 assert default_tokenizer_path().is_file(), default_tokenizer_path()
 " || die "the tokenizer is not in the installed package"
 
-PORT=$("$VENV/python" -c "
+read -r PORT METRICS < <("$VENV/python" -c "
 import socket
-s = socket.socket()
-s.bind(('127.0.0.1', 0))
-print(s.getsockname()[1])
+socks = [socket.socket() for _ in range(2)]
+for s in socks:
+    s.bind(('127.0.0.1', 0))
+print(*(s.getsockname()[1] for s in socks))
 ")
 ADDR="127.0.0.1:$PORT"
-step "engram dev on $ADDR, data in a temporary directory"
-ENGRAM_LOG_FORMAT=text "$VENV/engram" dev --data-dir "$WORK/data" --port "$PORT" \
-  --metrics-port 0 >"$WORK/dev.log" 2>&1 &
+step "engram dev on $ADDR (metrics $METRICS), data in the user's directory"
+as_user ENGRAM_LOG_FORMAT=text "$VENV/engram" dev --data-dir "$HOME_DIR/data" --port "$PORT" \
+  --metrics-port "$METRICS" >"$WORK/dev.log" 2>&1 &
 SERVER=$!
 
 deadline=$((SECONDS + 120))
@@ -77,6 +147,15 @@ until "$VENV/engram" ls --addr "$ADDR" >/dev/null 2>&1; do
   sleep 0.5
 done
 SERVING=$SECONDS
+
+as_user "$VENV/python" "$ROOT/helm/engram/files/health_check.py" --timeout 60 "$ADDR" \
+  >"$WORK/health.log" 2>&1 || die "grpc.health.v1 is not SERVING: $(cat "$WORK/health.log")"
+"$VENV/python" -c "
+import sys, urllib.request
+with urllib.request.urlopen('http://127.0.0.1:$METRICS/readyz', timeout=5) as reply:
+    sys.exit(0 if reply.status == 200 else 1)
+" || die "/readyz on the metrics port did not answer 200"
+step "ready: grpc.health.v1 SERVING (the chart's helm test script), /readyz 200"
 
 write() { printf '%s\n' "$2" | "$VENV/engram" write "$1" --addr "$ADDR" >/dev/null; }
 write plans/offsite.md "The quarterly offsite will be held in Lisbon in May. \
