@@ -20,7 +20,7 @@ from engram.app.config import (
 from engram.authz.mongo_tokens import MongoTokenStore
 from engram.authz.sqlite_audit import SCHEMA as AUDIT_SCHEMA
 from engram.authz.sqlite_tokens import SCHEMA as TOKEN_SCHEMA
-from engram.authz.tokens import JwtVerifier, TokenAuthenticator, TokenStore
+from engram.authz.tokens import JwtVerifier, RemoteJwks, TokenAuthenticator, TokenStore
 from engram.backends.mongo import MongoDatabase, connect, mongo_errors
 from engram.backends.sqlite import SqliteDatabase
 from engram.indexer.embedding_cache import SCHEMA as EMBEDDING_CACHE_SCHEMA
@@ -120,6 +120,8 @@ def token_authenticator(
         jwks_path=jwt.jwks_path,
         audience=jwt.audience,
         issuer=jwt.issuer,
+        remote=RemoteJwks(jwt.jwks) if jwt.jwks is not None else None,
+        claims=jwt.claims,
     )
     return TokenAuthenticator(verifier, store, cache_seconds=jwt.cache_seconds)
 

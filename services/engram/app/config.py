@@ -15,11 +15,13 @@ from typing import TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
+from engram.authz.tokens import ROLE_NAMES, ClaimMapping, RemoteJwksConfig
 from engram.domain.errors import MissingSetting
 from engram.domain.quotas import QuotaDefaults
 from engram.domain.spaces import Visibility
 from engram.indexer.embedders import EmbedderConfig
 from engram.indexer.jetstream_consumer import ConsumerOptions
+from engram.runtime.channels import ChannelConfig, ClientTls
 from engram.runtime.settings import Settings
 from engram.search.service import SearchOptions
 from engram.storage.service import DocumentLimits
@@ -157,6 +159,8 @@ class JwtConfig:
     audience: str | None = None
     issuer: str | None = None
     cache_seconds: float = 30.0
+    jwks: RemoteJwksConfig | None = None
+    claims: ClaimMapping = field(default_factory=ClaimMapping)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +193,8 @@ class Components:
     workspace_writes: WriteLimits
     # ENGRAM_WORKSPACE_TEMPLATES: replaces the packaged seed templates by name.
     workspace_templates: Path | None
+    # Channels to the other services (ENGRAM_*_ADDR): TLS and keepalive.
+    channels: ChannelConfig
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Components:
@@ -238,6 +244,25 @@ class Components:
                 audience=settings.jwt_audience,
                 issuer=settings.jwt_issuer,
                 cache_seconds=settings.auth_cache_seconds,
+                jwks=(
+                    RemoteJwksConfig(
+                        url=settings.jwks_url,
+                        cache_seconds=settings.jwks_cache_seconds,
+                        refresh_min_seconds=settings.jwks_refresh_min_seconds,
+                        timeout_seconds=settings.jwks_timeout_seconds,
+                    )
+                    if settings.jwks_url
+                    else None
+                ),
+                claims=ClaimMapping(
+                    subject=settings.jwt_claim_subject,
+                    tenant=settings.jwt_claim_tenant,
+                    role=settings.jwt_claim_role,
+                    platform_admin=settings.jwt_claim_platform_admin,
+                    role_map={
+                        value: ROLE_NAMES[role] for value, role in settings.jwt_role_map.items()
+                    },
+                ),
             ),
             embedder=embedder,
             query_embedder=embedder.for_queries(settings.search_embed_threads),
@@ -268,4 +293,33 @@ class Components:
                 per_hour=settings.workspace_writes_per_hour,
             ),
             workspace_templates=settings.workspace_templates,
+            channels=channel_config(settings),
         )
+
+
+def channel_config(settings: Settings) -> ChannelConfig:
+    """Channels to other services: TLS when ENGRAM_TLS_INTERNAL or a client TLS file is set."""
+    tls: ClientTls | None = None
+    if (
+        settings.tls_internal
+        or settings.tls_ca_file
+        or settings.tls_client_cert_file
+        or settings.tls_client_key_file
+    ):
+        try:
+            tls = ClientTls(
+                ca_file=settings.tls_ca_file,
+                cert_file=settings.tls_client_cert_file,
+                key_file=settings.tls_client_key_file,
+                server_name=settings.tls_server_name,
+            )
+        except ValueError:
+            raise MissingSetting(
+                "set both ENGRAM_TLS_CLIENT_CERT_FILE and ENGRAM_TLS_CLIENT_KEY_FILE, or neither"
+            ) from None
+    return ChannelConfig(
+        tls=tls,
+        keepalive_seconds=settings.grpc_keepalive_seconds,
+        keepalive_timeout_seconds=settings.grpc_keepalive_timeout_seconds,
+        max_message_bytes=settings.max_message_bytes,
+    )

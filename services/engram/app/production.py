@@ -13,8 +13,6 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
-import grpc
-
 from engram.app import registry
 from engram.app.adapters import (
     connect_mongo,
@@ -64,6 +62,7 @@ from engram.indexer.sources import RepositoryDocumentSource, StorageClientDocume
 from engram.quota.client import GrpcQuotaGate
 from engram.quota.mongo_ledger import MongoUsageLedger
 from engram.quota.service import QuotaService
+from engram.runtime.channels import open_channel
 from engram.runtime.health import Dependency
 from engram.runtime.interceptors import Authenticator
 from engram.runtime.rate_limit import MongoRateLimitStore, RateLimitStore
@@ -150,7 +149,7 @@ async def storage_on_mongo(
         quota: QuotaGate
         if settings.quota_addr:
             remote = process.required[QuotaClientNeeds]
-            channel = grpc.aio.insecure_channel(remote.quota_addr)
+            channel = open_channel(remote.quota_addr, components.channels)
             stack.push_async_callback(channel.close)
             quota = GrpcQuotaGate(channel, remote.service_token.get_secret_value())
         else:
@@ -255,7 +254,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
         await cache.ensure_indexes()
         keyword = opensearch_index(required[OpenSearchNeeds].opensearch_url, settings)
         vector = vector_index(required.vector)
-        channel = grpc.aio.insecure_channel(storage_client.storage_addr)
+        channel = open_channel(storage_client.storage_addr, components.channels)
         stack.push_async_callback(channel.close)
         catalog = RepositoryDocumentSource(
             MongoDocumentRepository(database, retention=components.version_retention)
@@ -377,7 +376,7 @@ async def workspace_on_mongo(
         token = remote.service_token.get_secret_value()
         channels = {}
         for name, addr in (("storage", remote.storage_addr), ("search", remote.search_addr)):
-            channels[name] = grpc.aio.insecure_channel(addr)
+            channels[name] = open_channel(addr, process.components.channels)
             process.stack.push_async_callback(channels[name].close)
         agents = MongoAgentState(process.database)
         await agents.ensure_indexes()

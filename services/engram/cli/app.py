@@ -17,10 +17,10 @@ from engram.cli import (
     search_commands,
     storage_commands,
 )
-from engram.cli.client import console, fail
+from engram.cli.client import client_tls, console, fail
 from engram.domain.errors import EngramError
 from engram.runtime.logs import configure_logging
-from engram.runtime.settings import Settings
+from engram.runtime.settings import Settings, SettingsFileError
 
 app = typer.Typer(
     name="engram",
@@ -35,9 +35,47 @@ search_commands.register(app)
 mcp_command.register(app)
 
 
+@app.callback()
+def main_options(
+    context: typer.Context,
+    tls: Annotated[
+        bool,
+        typer.Option("--tls", envvar="ENGRAM_TLS", help="Talk TLS to the server."),
+    ] = False,
+    ca: Annotated[
+        Path | None,
+        typer.Option(
+            "--ca", envvar="ENGRAM_TLS_CA_FILE", help="CA certificate to trust (implies --tls)."
+        ),
+    ] = None,
+    cert: Annotated[
+        Path | None,
+        typer.Option(
+            "--cert", envvar="ENGRAM_TLS_CLIENT_CERT_FILE", help="Client certificate (mTLS)."
+        ),
+    ] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option("--key", envvar="ENGRAM_TLS_CLIENT_KEY_FILE", help="Client key (mTLS)."),
+    ] = None,
+    server_name: Annotated[
+        str | None,
+        typer.Option(
+            "--tls-server-name",
+            envvar="ENGRAM_TLS_SERVER_NAME",
+            help="Name to check in the server's certificate.",
+        ),
+    ] = None,
+) -> None:
+    """Memory and knowledge spaces for AI agents."""
+    context.obj = client_tls(tls, ca, cert, key, server_name)
+
+
 def _settings(**overrides: object) -> Settings:
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
+    except SettingsFileError as error:
+        fail(f"invalid settings: {error}")
     except ValidationError as error:
         problems = "; ".join(
             f"ENGRAM_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
@@ -52,7 +90,10 @@ def dev(
         Path | None, typer.Option("--data-dir", help="State directory (default ./.engram).")
     ] = None,
     port: Annotated[int | None, typer.Option("--port", help="gRPC port (default 50051).")] = None,
-    host: Annotated[str | None, typer.Option("--host", help="Bind address.")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Bind address (ENGRAM_GRPC_HOST; 0.0.0.0 for all)."),
+    ] = None,
     metrics_port: Annotated[
         int | None, typer.Option("--metrics-port", help="Prometheus port (0 = off).")
     ] = None,
@@ -99,6 +140,8 @@ def dev(
 
     try:
         asyncio.run(main())
+    except EngramError as error:
+        fail(error.message, code=1)
     except OSError as error:
         fail(str(error), code=1)
 
@@ -109,13 +152,17 @@ def serve(
         str, typer.Argument(help="storage, quota, authz, indexer, search or workspace")
     ],
     port: Annotated[int | None, typer.Option("--port", help="gRPC port.")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Bind address (ENGRAM_GRPC_HOST; 0.0.0.0 for all)."),
+    ] = None,
 ) -> None:
     """Run one service on the production backends configured by ENGRAM_* settings."""
     from engram.app.production import PROCESSES, run_service
 
     if service not in PROCESSES:
         fail(f"unknown service {service!r}; choose one of {', '.join(PROCESSES)}")
-    settings = _settings(grpc_port=port)
+    settings = _settings(grpc_port=port, grpc_host=host)
     configure_logging(settings.log_level, settings.log_format)
     try:
         asyncio.run(run_service(service, settings))

@@ -7,12 +7,15 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, NoReturn, TypeVar
 
+import click
 import grpc
 import typer
 from rich.console import Console
 
+from engram.runtime.channels import ChannelConfig, ClientTls, open_sync_channel
 from engram.runtime.errors import received_status
 from engram.v1 import space_pb2
 
@@ -86,11 +89,28 @@ def metadata(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
+def client_tls(
+    tls: bool, ca: Path | None, cert: Path | None, key: Path | None, server_name: str | None
+) -> ClientTls | None:
+    """The global `--tls/--ca/--cert/--key` flags; any file implies --tls."""
+    if not (tls or ca or cert or key):
+        return None
+    try:
+        return ClientTls(ca_file=ca, cert_file=cert, key_file=key, server_name=server_name)
+    except ValueError:
+        fail("--cert and --key go together (a client certificate for mTLS)")
+
+
 @contextmanager
 def channel(addr: str) -> Iterator[grpc.Channel]:
-    with grpc.insecure_channel(
-        addr, options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)]
-    ) as opened:
+    """A channel to `addr`, with TLS as the global flags say (`engram --tls --ca ca.pem ...`)."""
+    context = click.get_current_context(silent=True)
+    tls = context.find_object(ClientTls) if context is not None else None
+    try:
+        opened = open_sync_channel(addr, ChannelConfig(tls=tls, keepalive_seconds=0))
+    except OSError as error:
+        fail(str(error))
+    with opened:
         yield opened
 
 
@@ -109,7 +129,7 @@ def call(function: Callable[[], T]) -> T:
         received = received_status(error)
         if received.code == grpc.StatusCode.UNAVAILABLE and not received.reason:
             # No engram ErrorInfo: the server itself did not answer.
-            fail(f"{explain(error)} (is the server running? see --addr)", code=1)
+            fail(f"{explain(error)} (is the server running? see --addr, --tls, --ca)", code=1)
         fail(explain(error), code=1)
 
 

@@ -31,8 +31,10 @@ from engram.client.models import (
     WriteResult,
 )
 from engram.client.sync import Engram
+from engram.runtime.channels import ClientTls
 
 __all__ = [
+    "ClientTls",
     "DirectoryEntry",
     "Document",
     "DocumentPage",

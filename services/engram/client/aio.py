@@ -54,6 +54,7 @@ from engram.client.models import (
     WriteResult,
 )
 from engram.domain.errors import InvalidArgument
+from engram.runtime.channels import ChannelConfig, ClientTls, open_channel
 from engram.v1 import (
     search_pb2,
     search_pb2_grpc,
@@ -117,8 +118,11 @@ class EngramClient:
         space: Space | None = None,
         retries: int = 3,
         timeout: float = 30.0,
-        tls: bool = False,
+        tls: bool | ClientTls = False,
     ) -> None:
+        """`tls=True` checks the server's certificate against the system's roots;
+        `tls=ClientTls(ca_file=..., cert_file=..., key_file=...)` against a private CA,
+        presenting a client certificate for mTLS."""
         if retries < 0:
             raise InvalidArgument("retries must be 0 or more", field="retries")
         if timeout <= 0:
@@ -127,7 +131,7 @@ class EngramClient:
         self.space = space or Space()
         self.retries = retries
         self.timeout = timeout
-        self._tls = tls
+        self._tls = ClientTls() if tls is True else tls or None
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {token}"),) if token else ()
         )
@@ -158,21 +162,18 @@ class EngramClient:
         return self._opened
 
     def _open(self) -> _Stubs:
-        options = [
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        reconnect: list[tuple[str, str | int]] = [
             # Reconnect about as fast as the retries come, so a restarted server is found by
             # the next attempt rather than after grpc's default 1 s+ reconnect backoff.
             ("grpc.initial_reconnect_backoff_ms", int(BACKOFF_INITIAL * 1000)),
             ("grpc.min_reconnect_backoff_ms", int(BACKOFF_INITIAL * 1000)),
             ("grpc.max_reconnect_backoff_ms", int(BACKOFF_MAX * 1000)),
         ]
-        if self._tls:
-            channel = grpc.aio.secure_channel(
-                self.addr, grpc.ssl_channel_credentials(), options=options
-            )
-        else:
-            channel = grpc.aio.insecure_channel(self.addr, options=options)
+        config = ChannelConfig(tls=self._tls, max_message_bytes=MAX_MESSAGE_BYTES)
+        try:
+            channel = open_channel(self.addr, config, reconnect)
+        except OSError as error:
+            raise InvalidArgument(str(error), field="tls") from None
         self._channel = channel
         return _Stubs(
             workspace=workspace_pb2_grpc.WorkspaceServiceStub(channel),

@@ -16,6 +16,7 @@ from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 from engram.client.aio import DEFAULT_ADDR, EngramClient
 from engram.client.models import Space
+from engram.runtime.channels import ClientTls
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -43,7 +44,7 @@ class Engram:
         space: Space | None = None,
         retries: int = 3,
         timeout: float = 30.0,
-        tls: bool = False,
+        tls: bool | ClientTls = False,
     ) -> None:
         self.client = EngramClient(
             addr, token=token, space=space, retries=retries, timeout=timeout, tls=tls

@@ -14,12 +14,14 @@ from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from engram.domain.errors import Misconfigured
 from engram.domain.policy import unlisted_methods
 from engram.runtime.health import Dependency, DependencyWatch
 from engram.runtime.interceptors import Authenticator, ServerInterceptor
 from engram.runtime.metrics import HttpEndpoint
 from engram.runtime.rate_limit import RateLimiter, RateLimits, RateLimitStore
 from engram.runtime.settings import Settings
+from engram.runtime.tls import ServerTls, server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +31,51 @@ PROBE_TIMEOUT_SECONDS = 2.0
 
 def server_options(settings: Settings) -> list[tuple[str, int]]:
     """The limits every engram server sets explicitly (not left to gRPC's defaults)."""
-    return [
+    options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         ("grpc.max_send_message_length", settings.max_message_bytes),
         # HTTP/2 streams (calls) one connection may have open at once.
         ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
         ("grpc.so_reuseport", 0),
     ]
+    if settings.grpc_max_connection_age_seconds:
+        options += [
+            ("grpc.max_connection_age_ms", _ms(settings.grpc_max_connection_age_seconds)),
+            (
+                "grpc.max_connection_age_grace_ms",
+                _ms(settings.grpc_max_connection_age_grace_seconds),
+            ),
+        ]
+    if settings.grpc_keepalive_seconds:
+        keepalive = _ms(settings.grpc_keepalive_seconds)
+        options += [
+            ("grpc.keepalive_time_ms", keepalive),
+            ("grpc.keepalive_timeout_ms", _ms(settings.grpc_keepalive_timeout_seconds)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            # Accept clients' pings as often as engram's own clients send them (the default
+            # 5 min would answer them with GOAWAY "too_many_pings").
+            ("grpc.http2.min_ping_interval_without_data_ms", min(keepalive, 10_000)),
+        ]
+    return options
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+def server_tls(settings: Settings) -> ServerTls | None:
+    """TLS of the gRPC port from ENGRAM_TLS_CERT_FILE / _KEY_FILE / _CLIENT_CA_FILE."""
+    cert, key = settings.tls_cert_file, settings.tls_key_file
+    if cert is None and key is None:
+        if settings.tls_client_ca_file is not None:
+            raise Misconfigured(
+                "ENGRAM_TLS_CLIENT_CA_FILE needs ENGRAM_TLS_CERT_FILE and ENGRAM_TLS_KEY_FILE"
+            )
+        return None
+    if cert is None or key is None:
+        raise Misconfigured("set both ENGRAM_TLS_CERT_FILE and ENGRAM_TLS_KEY_FILE, or neither")
+    return ServerTls(cert, key, settings.tls_client_ca_file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +158,11 @@ class GrpcServer:
             self._server,
         )
         address = f"{self._settings.grpc_host}:{self._settings.grpc_port}"
-        self.port = self._server.add_insecure_port(address)
+        tls = server_tls(self._settings)
+        if tls is None:
+            self.port = self._server.add_insecure_port(address)
+        else:
+            self.port = self._server.add_secure_port(address, server_credentials(tls))
         if self.port == 0:
             raise OSError(f"could not bind gRPC on {address}: is the port in use?")
         await self._server.start()
@@ -132,7 +176,11 @@ class GrpcServer:
         self._watch.start()
         log.info(
             "serving",
-            extra={"addr": f"{self._settings.grpc_host}:{self.port}", "services": names},
+            extra={
+                "addr": f"{self._settings.grpc_host}:{self.port}",
+                "services": names,
+                "tls": "mtls" if tls and tls.client_ca_file else "tls" if tls else "off",
+            },
         )
         return self.port
 

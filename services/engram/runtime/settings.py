@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ByteSize, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
 
 from engram.domain.content import DEFAULT_MAX_DOC_BYTES
 
@@ -44,6 +51,31 @@ class Settings(BaseSettings):
     rate_limit_search_min_spaces: int = Field(default=4, ge=0)
     # Each backend a service needs is probed this often; health follows the answers.
     health_probe_seconds: float = Field(default=2.0, gt=0)
+    # A connection is closed (HTTP/2 GOAWAY) after this long, so clients spread over the
+    # replicas behind a Service again; calls in flight get the grace to finish, new calls
+    # go out on a new connection. 0 = connections live forever.
+    grpc_max_connection_age_seconds: float = Field(default=300.0, ge=0)
+    grpc_max_connection_age_grace_seconds: float = Field(default=30.0, ge=0)
+    # HTTP/2 keepalive pings, by the server and by this process's channels to other
+    # services: a peer that does not answer within the timeout is dropped. 0 = no pings.
+    grpc_keepalive_seconds: float = Field(default=60.0, ge=0)
+    grpc_keepalive_timeout_seconds: float = Field(default=20.0, gt=0)
+
+    # --- TLS (files; the server reloads its own on change) -------------------------------------
+    # The server's certificate chain and key: with both set the gRPC port speaks TLS only.
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    # With this set, clients must present a certificate signed by this CA (mTLS).
+    tls_client_ca_file: Path | None = None
+    # Channels to other services (ENGRAM_*_ADDR) use TLS when this is true or any of the
+    # three below is set; the CA to trust (default: the system's roots), and this
+    # process's client certificate and key for servers that require mTLS.
+    tls_internal: bool = False
+    tls_ca_file: Path | None = None
+    tls_client_cert_file: Path | None = None
+    tls_client_key_file: Path | None = None
+    # The name checked in the other services' certificates, when not their address's host.
+    tls_server_name: str | None = None
 
     # --- embedded mode -----------------------------------------------------------------------
     data_dir: Path = Path(".engram")
@@ -70,8 +102,26 @@ class Settings(BaseSettings):
     # --- identity ----------------------------------------------------------------------------
     jwt_secret: SecretStr | None = None
     jwks_path: Path | None = None
+    # An identity provider's JWKS endpoint: keys cached for jwks_cache_seconds; a token
+    # signed by an unknown key id refetches them, at most once per jwks_refresh_min_seconds.
+    jwks_url: str | None = None
+    jwks_cache_seconds: float = Field(default=300.0, gt=0)
+    jwks_refresh_min_seconds: float = Field(default=30.0, ge=0)
+    jwks_timeout_seconds: float = Field(default=5.0, gt=0)
     jwt_audience: str | None = None
     jwt_issuer: str | None = None
+    # Where the principal is in a JWT's claims: dotted paths into nested claims (a claim
+    # name that itself holds dots, like "https://example.com/tenant", is matched whole).
+    jwt_claim_subject: str = "sub"
+    jwt_claim_tenant: str = "tenant"
+    # A string or a list of strings; with a list the most powerful known role wins.
+    jwt_claim_role: str = "role"
+    jwt_claim_platform_admin: str = "platform_admin"
+    # The provider's role values to engram's roles (viewer, config_editor, member, admin),
+    # JSON: {"engram-admin": "admin"}; values not in the map are taken by name.
+    jwt_role_map: dict[str, Literal["viewer", "config_editor", "member", "admin"]] = Field(
+        default_factory=dict
+    )
     # Token of this process's service principal when it calls other services.
     service_token: SecretStr | None = None
     auth_cache_seconds: float = 30.0
@@ -179,6 +229,24 @@ class Settings(BaseSettings):
     search_addr: str | None = None
     indexer_addr: str | None = None
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Init arguments, then the environment, then `ENGRAM_<NAME>_FILE` for every secret,
+        then the files of ENGRAM_SECRETS_DIR (a mounted Kubernetes Secret)."""
+        return (
+            init_settings,
+            env_settings,
+            SecretFilesSource(settings_cls),
+            secrets_dir_source(settings_cls),
+        )
+
     @model_validator(mode="after")
     def _chunk_overlap_below_size(self) -> Settings:
         if self.chunk_overlap >= self.chunk_size:
@@ -187,3 +255,49 @@ class Settings(BaseSettings):
                 f"ENGRAM_CHUNK_SIZE ({self.chunk_size})"
             )
         return self
+
+
+class SettingsFileError(ValueError):
+    """A setting's file cannot be used; the message names the variable and the path."""
+
+
+def _is_secret(field: FieldInfo) -> bool:
+    annotation = field.annotation
+    return annotation is SecretStr or SecretStr in getattr(annotation, "__args__", ())
+
+
+class SecretFilesSource(PydanticBaseSettingsSource):
+    """`ENGRAM_<NAME>_FILE=/path` for each secret setting: the file's text, without its
+    trailing newline, is the value. Setting both the variable and its `_FILE` is an error."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        variable = f"ENGRAM_{field_name.upper()}"
+        path = os.environ.get(f"{variable}_FILE")
+        if not _is_secret(field) or not path:
+            return None, field_name, False
+        if os.environ.get(variable):
+            raise SettingsFileError(f"set {variable} or {variable}_FILE, not both")
+        try:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read()
+        except (OSError, UnicodeDecodeError) as error:
+            reason = getattr(error, "strerror", None) or str(error)
+            raise SettingsFileError(f"{variable}_FILE: cannot read {path}: {reason}") from None
+        return text.rstrip("\r\n"), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, field in self.settings_cls.model_fields.items():
+            value, key, _ = self.get_field_value(field, name)
+            if value is not None:
+                values[key] = value
+        return values
+
+
+def secrets_dir_source(settings_cls: type[BaseSettings]) -> PydanticBaseSettingsSource:
+    """Files named like the variables (ENGRAM_MONGO_URI, case-insensitive) in
+    ENGRAM_SECRETS_DIR; a directory that does not exist is an error, not a warning."""
+    directory = os.environ.get("ENGRAM_SECRETS_DIR") or None
+    if directory is not None and not Path(directory).is_dir():
+        raise SettingsFileError(f"ENGRAM_SECRETS_DIR: {directory} is not a directory")
+    return SecretsSettingsSource(settings_cls, secrets_dir=directory)
