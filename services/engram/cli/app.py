@@ -17,7 +17,7 @@ from engram.cli import (
     search_commands,
     storage_commands,
 )
-from engram.cli.client import client_tls, console, fail
+from engram.cli.client import console, fail, use_tls
 from engram.domain.errors import EngramError
 from engram.runtime.logs import configure_logging
 from engram.runtime.settings import Settings, SettingsFileError
@@ -37,7 +37,6 @@ mcp_command.register(app)
 
 @app.callback()
 def main_options(
-    context: typer.Context,
     tls: Annotated[
         bool,
         typer.Option("--tls", envvar="ENGRAM_TLS", help="Talk TLS to the server."),
@@ -68,7 +67,7 @@ def main_options(
     ] = None,
 ) -> None:
     """Memory and knowledge spaces for AI agents."""
-    context.obj = client_tls(tls, ca, cert, key, server_name)
+    use_tls(tls, ca, cert, key, server_name)
 
 
 def _settings(**overrides: object) -> Settings:

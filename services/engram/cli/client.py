@@ -6,11 +6,11 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, NoReturn, TypeVar
 
-import click
 import grpc
 import typer
 from rich.console import Console
@@ -89,14 +89,21 @@ def metadata(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
-def client_tls(
+# The global `--tls/--ca/--cert/--key` flags of this invocation (set by the app's callback).
+_client_tls: ContextVar[ClientTls | None] = ContextVar("client_tls", default=None)
+
+
+def use_tls(
     tls: bool, ca: Path | None, cert: Path | None, key: Path | None, server_name: str | None
-) -> ClientTls | None:
-    """The global `--tls/--ca/--cert/--key` flags; any file implies --tls."""
+) -> None:
+    """Every channel of this invocation uses these TLS flags; any file implies --tls."""
     if not (tls or ca or cert or key):
-        return None
+        _client_tls.set(None)
+        return
     try:
-        return ClientTls(ca_file=ca, cert_file=cert, key_file=key, server_name=server_name)
+        _client_tls.set(
+            ClientTls(ca_file=ca, cert_file=cert, key_file=key, server_name=server_name)
+        )
     except ValueError:
         fail("--cert and --key go together (a client certificate for mTLS)")
 
@@ -104,10 +111,8 @@ def client_tls(
 @contextmanager
 def channel(addr: str) -> Iterator[grpc.Channel]:
     """A channel to `addr`, with TLS as the global flags say (`engram --tls --ca ca.pem ...`)."""
-    context = click.get_current_context(silent=True)
-    tls = context.find_object(ClientTls) if context is not None else None
     try:
-        opened = open_sync_channel(addr, ChannelConfig(tls=tls, keepalive_seconds=0))
+        opened = open_sync_channel(addr, ChannelConfig(tls=_client_tls.get(), keepalive_seconds=0))
     except OSError as error:
         fail(str(error))
     with opened:
