@@ -165,6 +165,18 @@ async def test_a_certificate_rotated_on_disk_is_served_without_restart(
         await stub.Check(health_pb2.HealthCheckRequest(), timeout=5)
 
 
+def client_ports(server_port: int) -> set[int]:
+    """Local ports of this host's established TCP connections to `server_port` (Linux; gRPC's
+    dual-stack sockets list IPv4 connections in tcp6)."""
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            local, remote, state = line.split()[1:4]
+            if state == "01" and int(remote.rsplit(":", 1)[1], 16) == server_port:
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
 async def test_a_long_lived_channel_survives_connection_age(
     engram_factory: EngramFactory,
 ) -> None:
@@ -177,10 +189,13 @@ async def test_a_long_lived_channel_survives_connection_age(
         EngramClient(addr(engram), space=NOTES, retries=0, timeout=10) as client,
     ):
         await client.write_document("MEMORY.md", "# aged\n")
-        calls, deadline = 0, time.monotonic() + 3.5
+        calls, deadline, seen = 0, time.monotonic() + 3.5, set[int]()
         while time.monotonic() < deadline and calls < 5000:
+            seen |= client_ports(engram.port)
             # Several calls in flight at once, so some straddle a GOAWAY.
             results = await asyncio.gather(*(client.read_document("MEMORY.md") for _ in range(8)))
             assert all(r.content == "# aged\n" for r in results)
             calls += len(results)
         assert calls >= 80
+        # The channel moved to new connections as the old ones aged out.
+        assert len(seen) >= 2, seen
