@@ -1,9 +1,11 @@
-"""The server interceptor chain: request id, authentication, error mapping, logs, metrics.
+"""The server interceptor chain: tracing, request id, authentication, error mapping, logs,
+metrics.
 
 One interceptor wraps every handler so that each concern happens exactly once per call, in
-this order: request id -> authentication (principal into a ContextVar) -> refusing a body
-that did not decode -> the handler -> domain error to status -> access log and metrics.
-Health and reflection skip authentication, logs and metrics, not the decoding check.
+this order: the call's span (when tracing is on) -> request id -> authentication (principal
+into a ContextVar) -> refusing a body that did not decode -> the handler -> domain error to
+status -> access log and metrics, then the status and error reason on the span. Health and
+reflection skip tracing, authentication, logs and metrics, not the decoding check.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from engram.runtime.context import principal_var, request_id_var
 from engram.runtime.errors import status_code_for, to_grpc_status
 from engram.runtime.metrics import INTERNAL_ERRORS, RPC_SECONDS, RPC_TOTAL
 from engram.runtime.rate_limit import RateLimiter
+from engram.runtime.tracing import enabled as tracing_enabled
+from engram.runtime.tracing import record_rpc_outcome, server_span
 
 log = logging.getLogger("engram.access")
 
@@ -43,12 +47,15 @@ class Authenticator(Protocol):
 
 
 class _CallState:
-    __slots__ = ("method", "started", "code", "anonymous")
+    __slots__ = ("method", "started", "code", "anonymous", "reason", "error")
 
     def __init__(self, method: str) -> None:
         self.method = method
         self.started = time.perf_counter()
         self.code = grpc.StatusCode.OK
+        # The engram error reason (ErrorInfo.reason) and the unexpected error, for the span.
+        self.reason = ""
+        self.error: BaseException | None = None
         # Health and reflection: no credentials, no access log, no metrics.
         self.anonymous = method.startswith(UNAUTHENTICATED_PREFIXES)
 
@@ -127,23 +134,33 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
     ) -> AsyncIterator[None]:
         """Around one call's handler: begin, map a failure to its status, finish."""
         state = _CallState(method)
-        try:
-            await self.begin(context, state, request)
-            yield
-        except grpc.aio.AbortError:
-            state.code = _code_of(context)
-            raise
-        except Exception as error:  # noqa: BLE001 - the one place unexpected errors are mapped
-            await self.fail(error, context, state)
-        finally:
-            self.finish(state, context)
+        metadata = tuple(context.invocation_metadata() or ())
+        traced = tracing_enabled() and not state.anonymous
+        with server_span(method, metadata) if traced else _NO_SPAN as span:
+            try:
+                await self.begin(context, state, metadata, request)
+                if span is not None:
+                    span.set_attribute("engram.request_id", request_id_var.get())
+                yield
+            except grpc.aio.AbortError:
+                state.code = _code_of(context)
+                raise
+            except Exception as error:  # noqa: BLE001 - the one place unexpected errors are mapped
+                await self.fail(error, context, state)
+            finally:
+                self.finish(state, context)
+                if span is not None:
+                    record_rpc_outcome(span, state.code, reason=state.reason, error=state.error)
 
     async def begin(
-        self, context: grpc.aio.ServicerContext[Any, Any], state: _CallState, request: Any
+        self,
+        context: grpc.aio.ServicerContext[Any, Any],
+        state: _CallState,
+        metadata: Sequence[tuple[str, str | bytes]],
+        request: Any,
     ) -> None:
         """Request id, the principal, and the rate limit (before the handler reads anything;
         `request` is the unary request, or the request stream, unread)."""
-        metadata = tuple(context.invocation_metadata() or ())
         request_id = (
             next((str(value) for key, value in metadata if key == "x-request-id" and value), "")
             or uuid.uuid4().hex
@@ -164,12 +181,14 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         """Aborts with the status for `error`; unexpected errors become a bare INTERNAL."""
         if isinstance(error, EngramError):
             state.code = status_code_for(error)
+            state.reason = error.info_reason
             await context.abort_with_status(to_grpc_status(error))
         if isinstance(error, NotImplementedError):
             # A generated servicer base method (e.g. grpc.health.v1.Health/List here).
             state.code = grpc.StatusCode.UNIMPLEMENTED
             await context.abort(state.code, f"{state.method} is not implemented by this server")
         state.code = grpc.StatusCode.INTERNAL
+        state.error = error
         INTERNAL_ERRORS.labels(state.method).inc()
         log.error("unexpected error", exc_info=error, extra={"method": state.method})
         await context.abort(
@@ -196,6 +215,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                     "tenant": principal.tenant if principal else None,
                 },
             )
+
+
+# Health and reflection calls: no span.
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 def _wrap(

@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line, carrying the current request id."""
+"""Structured logs: one JSON object per line, carrying the current request id and, while a
+span is active, its trace_id and span_id."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from datetime import UTC, datetime
 
 from engram.runtime.context import request_id_var
+from engram.runtime.tracing import log_ids
 
 _RESERVED = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 
@@ -20,6 +22,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
             "request_id": getattr(record, "request_id", request_id_var.get()),
+            **log_ids(),
         }
         for key, value in vars(record).items():
             if key not in _RESERVED and key != "request_id":
