@@ -119,6 +119,7 @@ def encode_event(event: DocumentEvent) -> bytes:
         size_bytes=event.size_bytes,
         at=timestamp(event.at),
         document_id=event.document_id,
+        trace_context=dict(event.trace_context),
     ).SerializeToString()
 
 
@@ -134,4 +135,5 @@ def decode_event(payload: bytes) -> DocumentEvent:
         size_bytes=message.size_bytes,
         at=from_timestamp(message.at),
         document_id=message.document_id,
+        trace_context=tuple(sorted(message.trace_context.items())),
     )

@@ -68,6 +68,7 @@ from engram.runtime.interceptors import Authenticator
 from engram.runtime.rate_limit import MongoRateLimitStore, RateLimitStore
 from engram.runtime.server import GrpcServer, ServiceRegistration, serve, stop_on_signals
 from engram.runtime.settings import Settings
+from engram.runtime.tracing import tracing_client_interceptors
 from engram.search.reopen import open_or_keep_trying
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.ports import QuotaGate
@@ -149,7 +150,9 @@ async def storage_on_mongo(
         quota: QuotaGate
         if settings.quota_addr:
             remote = process.required[QuotaClientNeeds]
-            channel = open_channel(remote.quota_addr, components.channels)
+            channel = open_channel(
+                remote.quota_addr, components.channels, interceptors=tracing_client_interceptors()
+            )
             stack.push_async_callback(channel.close)
             quota = GrpcQuotaGate(channel, remote.service_token.get_secret_value())
         else:
@@ -254,7 +257,11 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
         await cache.ensure_indexes()
         keyword = opensearch_index(required[OpenSearchNeeds].opensearch_url, settings)
         vector = vector_index(required.vector)
-        channel = open_channel(storage_client.storage_addr, components.channels)
+        channel = open_channel(
+            storage_client.storage_addr,
+            components.channels,
+            interceptors=tracing_client_interceptors(),
+        )
         stack.push_async_callback(channel.close)
         catalog = RepositoryDocumentSource(
             MongoDocumentRepository(database, retention=components.version_retention)
@@ -376,7 +383,9 @@ async def workspace_on_mongo(
         token = remote.service_token.get_secret_value()
         channels = {}
         for name, addr in (("storage", remote.storage_addr), ("search", remote.search_addr)):
-            channels[name] = open_channel(addr, process.components.channels)
+            channels[name] = open_channel(
+                addr, process.components.channels, interceptors=tracing_client_interceptors()
+            )
             process.stack.push_async_callback(channels[name].close)
         agents = MongoAgentState(process.database)
         await agents.ensure_indexes()

@@ -21,6 +21,7 @@ from engram.cli.client import console, fail, use_tls
 from engram.domain.errors import EngramError
 from engram.runtime.logs import configure_logging
 from engram.runtime.settings import Settings, SettingsFileError
+from engram.runtime.tracing import configure_tracing
 
 app = typer.Typer(
     name="engram",
@@ -70,6 +71,14 @@ def main_options(
     use_tls(tls, ca, cert, key, server_name)
 
 
+def _tracing(service: str) -> None:
+    """OpenTelemetry spans exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set."""
+    try:
+        configure_tracing(service)
+    except EngramError as error:
+        fail(error.message)
+
+
 def _settings(**overrides: object) -> Settings:
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
@@ -110,6 +119,7 @@ def dev(
         data_dir=data_dir, grpc_port=port, grpc_host=host, metrics_port=metrics_port
     )
     configure_logging(settings.log_level, settings.log_format)
+    _tracing("dev")
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -163,6 +173,7 @@ def serve(
         fail(f"unknown service {service!r}; choose one of {', '.join(PROCESSES)}")
     settings = _settings(grpc_port=port, grpc_host=host)
     configure_logging(settings.log_level, settings.log_format)
+    _tracing(service)
     try:
         asyncio.run(run_service(service, settings))
     except EngramError as error:

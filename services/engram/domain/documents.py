@@ -74,6 +74,9 @@ class DocumentEvent:
     size_bytes: int
     at: datetime
     document_id: str
+    # The W3C trace context (key, value) pairs of the write that made the change; () when
+    # tracing is off. Opaque here: the runtime's tracing reads and writes it.
+    trace_context: tuple[tuple[str, str], ...] = ()
 
     @property
     def space_id(self) -> str:
@@ -103,6 +106,8 @@ class DocumentWrite:
     at: datetime
     by: str
     event_id: str
+    # Carried into the event (see DocumentEvent.trace_context).
+    trace_context: tuple[tuple[str, str], ...] = ()
 
     @property
     def new_version(self) -> int:
@@ -119,6 +124,7 @@ class DocumentWrite:
             size_bytes=self.size_bytes,
             at=self.at,
             document_id=self.document_id,
+            trace_context=self.trace_context,
         )
 
     def stored(self, created_at: datetime) -> StoredDocument:
@@ -150,6 +156,8 @@ class DocumentDeletion:
     at: datetime
     by: str
     event_id: str
+    # Carried into the event (see DocumentEvent.trace_context).
+    trace_context: tuple[tuple[str, str], ...] = ()
 
     def event(self) -> DocumentEvent:
         return DocumentEvent(
@@ -162,6 +170,7 @@ class DocumentDeletion:
             size_bytes=self.size_bytes,
             at=self.at,
             document_id=self.document_id,
+            trace_context=self.trace_context,
         )
 
 

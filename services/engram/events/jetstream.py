@@ -108,7 +108,8 @@ class JetStreamPublisher:
                         message.subject,
                         message.payload,
                         stream=STREAM,
-                        headers={"Nats-Msg-Id": message.event_id},
+                        # The write's trace context as W3C headers: consumers continue its trace.
+                        headers={"Nats-Msg-Id": message.event_id, **dict(message.trace_context)},
                     )
                     for message in messages
                 )

@@ -27,6 +27,7 @@ class MongoOutbox:
                     event_id=event_id,
                     subject=event.subject,
                     payload=encode_event(event),
+                    trace_context=event.trace_context,
                 )
             )
         return messages

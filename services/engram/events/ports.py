@@ -15,6 +15,8 @@ class OutboxMessage:
     event_id: str
     subject: str
     payload: bytes
+    # The W3C trace context of the write (sent as message headers); () when untraced.
+    trace_context: tuple[tuple[str, str], ...] = ()
 
 
 class Outbox(Protocol):

@@ -5,8 +5,21 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
+from google.protobuf.message import DecodeError
+
 from engram.backends.sqlite import SqliteDatabase
 from engram.events.ports import OutboxMessage
+from engram.v1 import events_pb2
+
+
+def _trace_context(payload: bytes) -> tuple[tuple[str, str], ...]:
+    """The trace context recorded in an event payload; () for one that does not decode (the
+    consumer dead-letters it)."""
+    try:
+        recorded = events_pb2.DocumentEvent.FromString(payload).trace_context
+    except DecodeError:
+        return ()
+    return tuple(sorted(recorded.items()))
 
 
 class SqliteOutbox:
@@ -20,7 +33,9 @@ class SqliteOutbox:
                 (limit,),
             ).fetchall()
             return [
-                OutboxMessage(str(seq), str(eid), str(subj), bytes(data))
+                OutboxMessage(
+                    str(seq), str(eid), str(subj), bytes(data), trace_context=_trace_context(data)
+                )
                 for seq, eid, subj, data in rows
             ]
 

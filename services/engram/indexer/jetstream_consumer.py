@@ -291,7 +291,7 @@ class JetStreamIndexConsumer:
         try:
             while held:
                 try:
-                    await self._worker.index(space, key[1])
+                    await self._worker.index(space, key[1], traces=_traces(held))
                 except Exception as error:  # noqa: BLE001 - the events are retried or dead-lettered
                     await self._failed(held, error)
                 else:
@@ -401,6 +401,21 @@ class JetStreamReindexQueue:
             for event in reindex_events(documents)
         ]
         await self._publisher.publish(messages)
+
+
+def _traces(held: Sequence[_Held]) -> list[dict[str, str]]:
+    """The trace context of each event: its W3C message headers, else the one recorded in
+    the event (a message published without them)."""
+    carriers = []
+    for item in held:
+        headers = item.msg.headers or {}
+        if "traceparent" in headers:
+            carriers.append(
+                {k: v for k, v in headers.items() if k in ("traceparent", "tracestate")}
+            )
+        elif item.event is not None and item.event.trace_context:
+            carriers.append(dict(item.event.trace_context))
+    return carriers
 
 
 async def _first(*waits: Coroutine[Any, Any, Any]) -> None:

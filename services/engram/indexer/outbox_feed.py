@@ -21,6 +21,7 @@ from engram.indexer.worker import (
     IndexWorker,
     UndecodableEvent,
     coalesce,
+    event_traces,
     observe_lag,
     read_event,
 )
@@ -51,7 +52,8 @@ class OutboxIndexHandler:
                 )
         groups = coalesce(events)
         results = await self._worker.index_many(
-            (group[0].space, path) for (_, path), group in groups.items()
+            ((group[0].space, path) for (_, path), group in groups.items()),
+            traces={key: event_traces(group) for key, group in groups.items()},
         )
         retry: list[Exception] = []
         for key, error in results.items():

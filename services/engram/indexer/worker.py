@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -42,6 +42,7 @@ from engram.indexer.models import IndexModels, ModelTarget
 from engram.indexer.ports import IndexModelMismatch, KeywordIndex, VectorIndex, Vectors
 from engram.indexer.sources import DocumentSource
 from engram.runtime.keyed_locks import KeyedLocks
+from engram.runtime.tracing import consumer_span
 from engram.wire import decode_event
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,11 @@ def coalesce(events: Iterable[DocumentEvent]) -> dict[DocumentKey, list[Document
     return groups
 
 
+def event_traces(events: Iterable[DocumentEvent]) -> list[dict[str, str]]:
+    """The trace contexts the events carry (from the writes that made them)."""
+    return [dict(event.trace_context) for event in events if event.trace_context]
+
+
 def observe_lag(events: Sequence[DocumentEvent]) -> None:
     now = time.time()
     for event in events:
@@ -176,38 +182,59 @@ class IndexWorker:
     def source(self) -> DocumentSource:
         return self._source
 
-    async def index(self, space: SpaceRef, path: str, *, backfill: bool = False) -> Outcome:
+    async def index(
+        self,
+        space: SpaceRef,
+        path: str,
+        *,
+        backfill: bool = False,
+        traces: Sequence[Mapping[str, str]] = (),
+    ) -> Outcome:
         """Makes both indexes hold the current chunks of (space, path), or none if it is
         deleted. With `backfill`, writes only the pending model's collection (a model switch
         filling it); the keyword index and the active collection are left to events.
+        `traces` are the trace contexts of the events this run answers: its span continues
+        the first one's trace and links to all.
 
         Raises IndexSuperseded if storage changed during every pass, and the indexes' or
         the source's errors (IndexUnavailable, Unavailable) for the caller to retry.
         """
         started = time.perf_counter()
-        async with self._locks.hold((space.id, path)):
-            outcome: Outcome | None = None
-            try:
-                outcome = await self._converge(space, path, backfill=backfill)
-            finally:
-                if outcome is None and not _cancelling():
-                    DOCUMENTS.labels("failed").inc()
+        attributes: dict[str, str | int] = {
+            "engram.space_id": space.id,
+            "engram.path": path,
+            "engram.events": len(traces),
+        }
+        with consumer_span("engram.indexer/IndexDocument", traces, attributes) as span:
+            async with self._locks.hold((space.id, path)):
+                outcome: Outcome | None = None
+                try:
+                    outcome = await self._converge(space, path, backfill=backfill)
+                finally:
+                    if outcome is None and not _cancelling():
+                        DOCUMENTS.labels("failed").inc()
+            if span is not None:
+                span.set_attribute("engram.outcome", outcome.value)
         DOCUMENT_SECONDS.observe(time.perf_counter() - started)
         DOCUMENTS.labels(outcome.value).inc()
         return outcome
 
     async def index_many(
-        self, keys: Iterable[tuple[SpaceRef, str]]
+        self,
+        keys: Iterable[tuple[SpaceRef, str]],
+        *,
+        traces: Mapping[DocumentKey, Sequence[Mapping[str, str]]] | None = None,
     ) -> dict[DocumentKey, Exception | None]:
         """Indexes several documents, `concurrency` at a time; the error of each one that
-        failed (None for success), so one bad document never holds up the others."""
+        failed (None for success), so one bad document never holds up the others. `traces`
+        gives each document's events' trace contexts (see `index`)."""
         semaphore = asyncio.Semaphore(self._concurrency)
         results: dict[DocumentKey, Exception | None] = {}
 
         async def one(space: SpaceRef, path: str) -> None:
             async with semaphore:
                 try:
-                    await self.index(space, path)
+                    await self.index(space, path, traces=(traces or {}).get((space.id, path), ()))
                 except Exception as error:  # noqa: BLE001 - reported per document; the caller retries it
                     if not isinstance(error, EngramError):
                         log.error(

@@ -5,6 +5,7 @@ Imports only grpc, so the typed client (`engram.client`) and the CLI use it too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,12 +72,17 @@ def open_channel(
     addr: str,
     config: ChannelConfig,
     extra_options: list[tuple[str, str | int]] | None = None,
+    *,
+    interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
 ) -> grpc.aio.Channel:
-    """A grpc.aio channel to `addr`: TLS when `config.tls` is set, plaintext otherwise."""
+    """A grpc.aio channel to `addr`: TLS when `config.tls` is set, plaintext otherwise;
+    `interceptors` wrap every call (the servers pass tracing's)."""
     options = [*channel_options(config), *(extra_options or [])]
     if config.tls is None:
-        return grpc.aio.insecure_channel(addr, options=options)
-    return grpc.aio.secure_channel(addr, config.tls.credentials(), options=options)
+        return grpc.aio.insecure_channel(addr, options=options, interceptors=interceptors)
+    return grpc.aio.secure_channel(
+        addr, config.tls.credentials(), options=options, interceptors=interceptors
+    )
 
 
 def open_sync_channel(addr: str, config: ChannelConfig) -> grpc.Channel:

@@ -124,7 +124,13 @@ def revision_event(revision: dict[str, Any]) -> DocumentEvent:
         size_bytes=revision["size_bytes"],
         at=revision["at"],
         document_id=revision["document_id"],
+        trace_context=tuple(sorted(revision.get("trace", {}).items())),
     )
+
+
+def _trace_field(trace_context: tuple[tuple[str, str], ...]) -> dict[str, dict[str, str]]:
+    """The revision's `trace` field (the write's trace context for its event), if any."""
+    return {"trace": dict(trace_context)} if trace_context else {}
 
 
 class MongoDocumentRepository:
@@ -387,6 +393,7 @@ class MongoDocumentRepository:
                 "at": change.at,
                 "by": change.by,
                 "event_id": change.event_id,
+                **_trace_field(change.trace_context),
             }
         )
         return change.stored(created_at=created_at)
@@ -462,6 +469,7 @@ class MongoDocumentRepository:
                 "at": deletion.at,
                 "by": deletion.by,
                 "event_id": deletion.event_id,
+                **_trace_field(deletion.trace_context),
             }
         )
 

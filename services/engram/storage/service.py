@@ -58,6 +58,7 @@ from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
 from engram.domain.text_rules import utf8_len
 from engram.runtime.keyed_locks import KeyedLocks
+from engram.runtime.tracing import current_trace_context
 from engram.storage.archive import ArchiveEntry, ArchiveLimits, ArchiveWriter
 from engram.storage.imports import FEED_BATCH_BYTES, ImportStream, InFlightBudget
 from engram.storage.ports import (
@@ -430,6 +431,7 @@ class StorageService:
                         at=self._clock(),
                         by=principal.subject,
                         event_id=uuid.uuid4().hex,
+                        trace_context=current_trace_context(),
                     )
                     await self._repository.delete(deletion)
                     size = current.size_bytes
@@ -552,6 +554,7 @@ class StorageService:
             at=self._clock(),
             by=principal.subject,
             event_id=uuid.uuid4().hex,
+            trace_context=current_trace_context(),
         )
 
     async def _commit(

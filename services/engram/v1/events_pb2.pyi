@@ -3,10 +3,12 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from engram.v1 import space_pb2 as _space_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -46,6 +48,26 @@ class DocumentEvent(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class TraceContextEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     EVENT_ID_FIELD_NUMBER: _builtins.int
     SPACE_FIELD_NUMBER: _builtins.int
     SPACE_ID_FIELD_NUMBER: _builtins.int
@@ -56,6 +78,7 @@ class DocumentEvent(_message.Message):
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     AT_FIELD_NUMBER: _builtins.int
     DOCUMENT_ID_FIELD_NUMBER: _builtins.int
+    TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     event_id: _builtins.str
     """Unique per change; the JetStream Nats-Msg-Id."""
     space_id: _builtins.str
@@ -70,6 +93,12 @@ class DocumentEvent(_message.Message):
     def space(self) -> _space_pb2.SpaceRef: ...
     @_builtins.property
     def at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The W3C trace context (traceparent, tracestate) of the write that made the change,
+        empty when tracing is off; the JetStream message also carries it as headers.
+        """
+
     def __init__(
         self,
         *,
@@ -83,10 +112,11 @@ class DocumentEvent(_message.Message):
         size_bytes: _builtins.int = ...,
         at: _timestamp_pb2.Timestamp | None = ...,
         document_id: _builtins.str = ...,
+        trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "space", b"space"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "document_id", b"document_id", "event_id", b"event_id", "op", b"op", "path", b"path", "sha256", b"sha256", "size_bytes", b"size_bytes", "space", b"space", "space_id", b"space_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "document_id", b"document_id", "event_id", b"event_id", "op", b"op", "path", b"path", "sha256", b"sha256", "size_bytes", b"size_bytes", "space", b"space", "space_id", b"space_id", "trace_context", b"trace_context", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
