@@ -156,8 +156,9 @@ def server_span(method: str, metadata: Sequence[tuple[str, str | bytes]]) -> Ite
         key: value for key, value in metadata if key in _CARRIER_KEYS and isinstance(value, str)
     }
     service, _, name = method.lstrip("/").rpartition("/")
+    # Named as opentelemetry-instrumentation-grpc names its client spans: the full method.
     with tracer.start_as_current_span(
-        method.lstrip("/"),
+        method,
         context=_context_from(carrier),
         kind=SpanKind.SERVER,
         attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},

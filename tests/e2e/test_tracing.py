@@ -1,0 +1,411 @@
+"""Tracing as an operator sees it: a span per RPC with its method, status and engram error
+reason; one trace from a write through the outbox (embedded feed, or NATS JetStream) to the
+indexer's run; one trace across workspace -> storage; spans exported over OTLP/gRPC to a
+collector when OTEL_EXPORTER_OTLP_ENDPOINT is set; the trace id in the JSON log lines."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from pathlib import Path
+
+import grpc
+import nats
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from engram.app.embedded import embedded_engram
+from engram.app.production import indexer_on_backends, storage_on_mongo, workspace_on_mongo
+from engram.runtime import tracing
+from engram.runtime.logs import JsonFormatter
+from engram.v1 import storage_pb2, storage_pb2_grpc, workspace_pb2, workspace_pb2_grpc
+from tests.conftest import EngramFactory
+from tests.support.backends import RealBackends
+from tests.support.grpc_helpers import space, write_request
+from tests.support.settings import server_settings
+from tests.support.tokens import TEST_JWT_SECRET, bearer, mint, service_token
+
+pytestmark = pytest.mark.e2e
+
+WRITE = "/engram.v1.StorageService/WriteDocument"
+READ = "/engram.v1.StorageService/ReadDocument"
+INDEX = "engram.indexer/IndexDocument"
+ANN = bearer(mint("ann", "acme", "member"))
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Tracing on in this process, spans kept in memory (the SDK's own exporter)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider)
+    try:
+        yield exporter
+    finally:
+        tracing.uninstall()
+        provider.shutdown()
+
+
+def named(exporter: InMemorySpanExporter, name: str, **attributes: object) -> list[ReadableSpan]:
+    return [
+        span
+        for span in exporter.get_finished_spans()
+        if span.name == name
+        and all((span.attributes or {}).get(k) == v for k, v in attributes.items())
+    ]
+
+
+async def one_span(
+    exporter: InMemorySpanExporter, name: str, within: float = 60.0, **attributes: object
+) -> ReadableSpan:
+    deadline = time.monotonic() + within
+    while not (found := named(exporter, name, **attributes)):
+        if time.monotonic() > deadline:
+            seen = sorted({s.name for s in exporter.get_finished_spans()})
+            raise AssertionError(f"no {name} span {attributes} within {within}s; saw {seen}")
+        await asyncio.sleep(0.05)
+    return found[0]
+
+
+def trace_of(span: ReadableSpan) -> int:
+    assert span.context is not None
+    return span.context.trace_id
+
+
+def span_id(span: ReadableSpan) -> int:
+    assert span.context is not None
+    return span.context.span_id
+
+
+async def test_an_rpc_on_engram_dev_has_a_server_span(
+    spans: InMemorySpanExporter, engram_factory: EngramFactory
+) -> None:
+    async with (
+        engram_factory() as engram,
+        grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
+    ):
+        stub = storage_pb2_grpc.StorageServiceStub(channel)
+        await stub.WriteDocument(write_request("a.md", "hello"))
+        call = stub.ReadDocument(storage_pb2.ReadDocumentRequest(space=space(), path="a.md"))
+        await call
+        request_id = dict(await call.trailing_metadata())["x-request-id"]
+    read = await one_span(spans, READ)
+    assert read.kind == SpanKind.SERVER
+    attributes = dict(read.attributes or {})
+    assert attributes["rpc.system"] == "grpc"
+    assert attributes["rpc.service"] == "engram.v1.StorageService"
+    assert attributes["rpc.method"] == "ReadDocument"
+    assert attributes["rpc.grpc.status_code"] == grpc.StatusCode.OK.value[0]
+    assert attributes["engram.request_id"] == request_id
+    # Health checks are not traced (probes would drown the real calls).
+    assert not [s for s in spans.get_finished_spans() if s.name.startswith("grpc.health")]
+
+
+async def test_an_error_puts_the_engram_reason_on_the_span(
+    spans: InMemorySpanExporter, channel: grpc.aio.Channel
+) -> None:
+    stub = storage_pb2_grpc.StorageServiceStub(channel)
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.ReadDocument(storage_pb2.ReadDocumentRequest(space=space(), path="none.md"))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    read = await one_span(spans, READ)
+    attributes = dict(read.attributes or {})
+    assert attributes["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
+    assert attributes["engram.error.reason"] == "DOCUMENT_NOT_FOUND"
+    # A caller's mistake is not a server failure (OpenTelemetry's gRPC conventions).
+    assert read.status.status_code == StatusCode.UNSET
+
+
+async def test_a_caller_trace_continues_into_the_server(
+    spans: InMemorySpanExporter, engram: object
+) -> None:
+    port = engram.port  # type: ignore[attr-defined]
+    async with grpc.aio.insecure_channel(
+        f"127.0.0.1:{port}", interceptors=tracing.tracing_client_interceptors()
+    ) as channel:
+        stub = storage_pb2_grpc.StorageServiceStub(channel)
+        await stub.WriteDocument(write_request("b.md", "traced"))
+    client = [s for s in named(spans, WRITE) if s.kind == SpanKind.CLIENT]
+    server = [s for s in named(spans, WRITE) if s.kind == SpanKind.SERVER]
+    assert len(client) == 1 and len(server) == 1
+    assert trace_of(server[0]) == trace_of(client[0])
+    assert server[0].parent is not None and server[0].parent.span_id == span_id(client[0])
+
+
+async def test_the_json_log_line_carries_the_trace_id(
+    spans: InMemorySpanExporter, engram_factory: EngramFactory
+) -> None:
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    keep = Keep()
+    keep.setFormatter(JsonFormatter())
+    access = logging.getLogger("engram.access")
+    access.addHandler(keep)
+    level = access.level
+    access.setLevel(logging.INFO)
+    try:
+        async with (
+            engram_factory(access_log=True) as engram,
+            grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
+        ):
+            stub = storage_pb2_grpc.StorageServiceStub(channel)
+            await stub.WriteDocument(write_request("c.md", "logged"))
+    finally:
+        access.removeHandler(keep)
+        access.setLevel(level)
+    write = await one_span(spans, WRITE)
+    entries = [json.loads(line) for line in lines]
+    logged = [e for e in entries if e.get("method") == WRITE]
+    assert logged, entries
+    assert logged[0]["trace_id"] == format(trace_of(write), "032x")
+    assert logged[0]["span_id"] == format(span_id(write), "016x")
+
+
+async def test_without_tracing_there_are_no_spans_and_no_trace_ids(
+    engram_factory: EngramFactory,
+) -> None:
+    assert not tracing.enabled()
+    assert tracing.tracing_client_interceptors() == []
+    assert tracing.current_trace_context() == ()
+    assert tracing.log_ids() == {}
+
+
+async def test_a_write_trace_reaches_the_embedded_indexer(
+    spans: InMemorySpanExporter, engram_factory: EngramFactory
+) -> None:
+    async with (
+        engram_factory() as engram,
+        grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
+    ):
+        stub = storage_pb2_grpc.StorageServiceStub(channel)
+        await stub.WriteDocument(write_request("indexed.md", "the indexer follows this write"))
+        indexing = await one_span(spans, INDEX, **{"engram.path": "indexed.md"})
+    write = await one_span(spans, WRITE)
+    assert indexing.kind == SpanKind.CONSUMER
+    assert trace_of(indexing) == trace_of(write)
+    assert indexing.parent is not None and indexing.parent.span_id == span_id(write)
+    assert [link.context.span_id for link in indexing.links] == [span_id(write)]
+    assert (indexing.attributes or {})["engram.outcome"] == "indexed"
+
+
+@pytest.mark.real_backend
+@pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning")
+async def test_a_write_trace_reaches_the_indexer_over_jetstream(
+    spans: InMemorySpanExporter, tmp_path: Path, real_backends: RealBackends
+) -> None:
+    run = uuid.uuid4().hex[:10]
+    storage_port = free_port()
+    common = {
+        "mongo_uri": real_backends.url("mongo"),
+        "mongo_db": f"tracing_{run}",
+        "nats_url": real_backends.url("nats"),
+        "jwt_secret": TEST_JWT_SECRET,
+    }
+    indexer_settings = server_settings(
+        tmp_path / "indexer",
+        **common,
+        opensearch_url=real_backends.url("opensearch"),
+        opensearch_index=f"t{run}-chunks",
+        opensearch_replicas=0,
+        qdrant_path=tmp_path / "qdrant",
+        storage_addr=f"127.0.0.1:{storage_port}",
+        service_token=service_token(),
+        indexer_durable=f"indexer-{run}",
+        shutdown_grace_seconds=2.0,
+    )
+    path = f"traced-{run}.md"
+    nats_client = await nats.connect(common["nats_url"])
+    try:
+        async with (
+            storage_on_mongo(
+                server_settings(tmp_path / "storage", grpc_port=storage_port, **common)
+            ) as storage_server,
+            indexer_on_backends(indexer_settings),
+            grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as channel,
+        ):
+            stub = storage_pb2_grpc.StorageServiceStub(channel)
+            await stub.WriteDocument(write_request(path, "carried through NATS"), metadata=ANN)
+            indexing = await one_span(spans, INDEX, **{"engram.path": path})
+            published = await nats_client.jetstream().get_last_msg(
+                "ENGRAM_DOCS", "engram.docs.upsert"
+            )
+        await nats_client.jetstream().delete_consumer("ENGRAM_DOCS", f"indexer-{run}")
+    finally:
+        await nats_client.close()
+    write = await one_span(spans, WRITE)
+    assert trace_of(indexing) == trace_of(write)
+    assert indexing.parent is not None and indexing.parent.span_id == span_id(write)
+    # The JetStream message carries the write's context as a W3C header.
+    traceparent = (published.headers or {}).get("traceparent", "")
+    assert traceparent.split("-")[1:3] == [
+        format(trace_of(write), "032x"),
+        format(span_id(write), "016x"),
+    ]
+    # The indexer read the document back from storage within the same trace.
+    reads = [
+        s for s in spans.get_finished_spans() if s.name == READ and trace_of(s) == trace_of(write)
+    ]
+    assert {s.kind for s in reads} == {SpanKind.CLIENT, SpanKind.SERVER}
+
+
+@pytest.mark.real_backend
+async def test_workspace_to_storage_is_one_trace(
+    spans: InMemorySpanExporter, tmp_path: Path, real_backends: RealBackends
+) -> None:
+    async with embedded_engram(
+        server_settings(tmp_path / "engram", jwt_secret=TEST_JWT_SECRET), require_auth=True
+    ) as engram:
+        backend = f"127.0.0.1:{engram.port}"
+        settings = server_settings(
+            tmp_path / "workspace",
+            jwt_secret=TEST_JWT_SECRET,
+            mongo_uri=real_backends.url("mongo"),
+            mongo_db=f"engram_ws_{uuid.uuid4().hex[:12]}",
+            storage_addr=backend,
+            search_addr=backend,
+            service_token=service_token("workspace"),
+        )
+        async with (
+            workspace_on_mongo(settings) as workspace,
+            grpc.aio.insecure_channel(f"127.0.0.1:{workspace.port}") as channel,
+        ):
+            stub = workspace_pb2_grpc.WorkspaceServiceStub(channel)
+            await stub.MemoryWrite(
+                workspace_pb2.MemoryWriteRequest(space=space("agent"), content="hop"),
+                metadata=ANN,
+            )
+    agent_write = await one_span(spans, "/engram.v1.WorkspaceService/MemoryWrite")
+    hop = [s for s in spans.get_finished_spans() if trace_of(s) == trace_of(agent_write)]
+    kinds = {(s.name, s.kind) for s in hop}
+    assert (WRITE, SpanKind.CLIENT) in kinds and (WRITE, SpanKind.SERVER) in kinds, kinds
+    storage_write = next(s for s in hop if s.name == WRITE and s.kind == SpanKind.SERVER)
+    client_write = next(s for s in hop if s.name == WRITE and s.kind == SpanKind.CLIENT)
+    assert storage_write.parent is not None
+    assert storage_write.parent.span_id == span_id(client_write)
+
+
+# --- OTLP export from a real process ---------------------------------------------------------
+
+
+class Collector(trace_service_pb2_grpc.TraceServiceServicer):
+    """An OTLP/gRPC trace receiver (opentelemetry-proto's service) keeping what it gets."""
+
+    def __init__(self) -> None:
+        self.requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
+
+    async def Export(  # noqa: N802 - the generated service's method name
+        self,
+        request: trace_service_pb2.ExportTraceServiceRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> trace_service_pb2.ExportTraceServiceResponse:
+        self.requests.append(request)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+    def spans(self) -> list[tuple[str, str, str]]:
+        """(service.name, span name, trace id hex) of every received span."""
+        found = []
+        for request in self.requests:
+            for resource_spans in request.resource_spans:
+                service = next(
+                    (
+                        a.value.string_value
+                        for a in resource_spans.resource.attributes
+                        if a.key == "service.name"
+                    ),
+                    "",
+                )
+                for scope in resource_spans.scope_spans:
+                    for span in scope.spans:
+                        found.append((service, span.name, span.trace_id.hex()))
+        return found
+
+
+@pytest.fixture
+async def collector() -> AsyncIterator[tuple[Collector, int]]:
+    receiver = Collector()
+    server = grpc.aio.server()
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield receiver, port
+    finally:
+        await server.stop(None)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def wait_for(check: Callable[[], bool], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within}s: {what}")
+        await asyncio.sleep(0.1)
+
+
+def json_lines(text: str) -> Sequence[dict[str, object]]:
+    entries = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            entries.append(json.loads(line))
+    return entries
+
+
+async def test_engram_dev_exports_spans_over_otlp(
+    tmp_path: Path, collector: tuple[Collector, int]
+) -> None:
+    receiver, collector_port = collector
+    port = free_port()
+    env = {
+        **os.environ,
+        "ENGRAM_METRICS_PORT": "0",
+        "ENGRAM_ACCESS_LOG": "true",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
+    process = subprocess.Popen(  # noqa: ASYNC220 - started once, not awaited on
+        [sys.executable, "-m", "engram", "dev", "--port", str(port), "--data-dir", str(tmp_path)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            await asyncio.wait_for(channel.channel_ready(), 60)
+            stub = storage_pb2_grpc.StorageServiceStub(channel)
+            await stub.WriteDocument(write_request("otlp.md", "exported"), wait_for_ready=True)
+        await wait_for(
+            lambda: any(name == WRITE for _, name, _ in receiver.spans()),
+            30,
+            "the write's span at the collector",
+        )
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=30)
+    services = {service for service, _, _ in receiver.spans()}
+    assert services == {"engram-dev"}
+    write_trace = next(trace for _, name, trace in receiver.spans() if name == WRITE)
+    logged = [e for e in json_lines(stderr) if e.get("method") == WRITE]
+    assert logged and logged[0]["trace_id"] == write_trace, stderr[-2000:]
