@@ -30,7 +30,14 @@ from engram.app.embedded import embedded_engram
 from engram.app.production import indexer_on_backends, storage_on_mongo, workspace_on_mongo
 from engram.runtime import tracing
 from engram.runtime.logs import JsonFormatter
-from engram.v1 import storage_pb2, storage_pb2_grpc, workspace_pb2, workspace_pb2_grpc
+from engram.v1 import (
+    indexer_pb2,
+    indexer_pb2_grpc,
+    storage_pb2,
+    storage_pb2_grpc,
+    workspace_pb2,
+    workspace_pb2_grpc,
+)
 from tests.conftest import EngramFactory
 from tests.support.backends import RealBackends
 from tests.support.grpc_helpers import space, write_request
@@ -203,6 +210,27 @@ async def test_a_write_trace_reaches_the_embedded_indexer(
     assert indexing.parent is not None and indexing.parent.span_id == span_id(write)
     assert [link.context.span_id for link in indexing.links] == [span_id(write)]
     assert (indexing.attributes or {})["engram.outcome"] == "indexed"
+
+
+async def test_a_reindex_call_traces_the_runs_it_queues(
+    spans: InMemorySpanExporter, engram_factory: EngramFactory
+) -> None:
+    async with (
+        engram_factory() as engram,
+        grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
+    ):
+        stub = storage_pb2_grpc.StorageServiceStub(channel)
+        await stub.WriteDocument(write_request("again.md", "indexed twice"))
+        await one_span(spans, INDEX, **{"engram.path": "again.md"})
+        indexer = indexer_pb2_grpc.IndexerServiceStub(channel)
+        await indexer.Reindex(indexer_pb2.ReindexRequest(spaces=[space()]))
+        reindex = await one_span(spans, "/engram.v1.IndexerService/Reindex")
+        deadline = time.monotonic() + 60
+        while not [s for s in named(spans, INDEX) if trace_of(s) == trace_of(reindex)]:
+            assert time.monotonic() < deadline, "no indexing run in the Reindex call's trace"
+            await asyncio.sleep(0.05)
+    run = next(s for s in named(spans, INDEX) if trace_of(s) == trace_of(reindex))
+    assert run.parent is not None and run.parent.span_id == span_id(reindex)
 
 
 @pytest.mark.real_backend

@@ -397,6 +397,7 @@ class JetStreamReindexQueue:
                 event_id=event.event_id,
                 subject=REINDEX_SUBJECT,
                 payload=encode_event(event),
+                trace_context=event.trace_context,
             )
             for event in reindex_events(documents)
         ]

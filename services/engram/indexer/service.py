@@ -26,6 +26,7 @@ from engram.domain.spaces import SpaceRef
 from engram.indexer.models import IndexModels
 from engram.indexer.ports import VectorIndex
 from engram.indexer.sources import DocumentSource
+from engram.runtime.tracing import TraceContext, current_trace_context
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +52,11 @@ class IndexStatus:
     collections: list[str]
 
 
-def reindex_event(space: SpaceRef, path: str, at: datetime) -> DocumentEvent:
+def reindex_event(
+    space: SpaceRef, path: str, at: datetime, trace_context: TraceContext = ()
+) -> DocumentEvent:
     """The event a reindex request queues for one document: it names the document only (the
-    worker reads the current content anyway)."""
+    worker reads the current content anyway), and the requester's trace."""
     return DocumentEvent(
         event_id=f"{REINDEX_EVENT_PREFIX}{uuid.uuid4().hex}",
         space=space,
@@ -64,12 +67,14 @@ def reindex_event(space: SpaceRef, path: str, at: datetime) -> DocumentEvent:
         size_bytes=0,
         at=at,
         document_id="",
+        trace_context=trace_context,
     )
 
 
 def reindex_events(documents: Sequence[tuple[SpaceRef, str]]) -> list[DocumentEvent]:
     at = datetime.now(UTC)
-    return [reindex_event(space, path, at) for space, path in documents]
+    trace_context = current_trace_context()
+    return [reindex_event(space, path, at, trace_context) for space, path in documents]
 
 
 class IndexerService:
