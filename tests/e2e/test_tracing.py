@@ -9,7 +9,6 @@ import asyncio
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,8 +25,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from engram.app.embedded import embedded_engram
-from engram.app.production import indexer_on_backends, storage_on_mongo, workspace_on_mongo
+from engram.app.embedded import EmbeddedEngram
+from engram.app.production import storage_on_mongo
 from engram.runtime import tracing
 from engram.runtime.logs import JsonFormatter
 from engram.v1 import (
@@ -38,11 +37,16 @@ from engram.v1 import (
     workspace_pb2,
     workspace_pb2_grpc,
 )
+from engram.wire import decode_event
 from tests.conftest import EngramFactory
+from tests.e2e.test_indexer_jetstream import Deployment, free_port
+
+# Two WorkspaceService processes on MongoDB calling an engram over gRPC (started after `spans`,
+# so their client channels trace).
+from tests.e2e.test_workspace_processes import replicas  # noqa: F401, F811
 from tests.support.backends import RealBackends
 from tests.support.grpc_helpers import space, write_request
-from tests.support.settings import server_settings
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint, service_token
+from tests.support.tokens import bearer, mint
 
 pytestmark = pytest.mark.e2e
 
@@ -98,17 +102,13 @@ def span_id(span: ReadableSpan) -> int:
 
 
 async def test_an_rpc_on_engram_dev_has_a_server_span(
-    spans: InMemorySpanExporter, engram_factory: EngramFactory
+    spans: InMemorySpanExporter, channel: grpc.aio.Channel
 ) -> None:
-    async with (
-        engram_factory() as engram,
-        grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
-    ):
-        stub = storage_pb2_grpc.StorageServiceStub(channel)
-        await stub.WriteDocument(write_request("a.md", "hello"))
-        call = stub.ReadDocument(storage_pb2.ReadDocumentRequest(space=space(), path="a.md"))
-        await call
-        request_id = dict(await call.trailing_metadata())["x-request-id"]
+    stub = storage_pb2_grpc.StorageServiceStub(channel)
+    await stub.WriteDocument(write_request("a.md", "hello"))
+    call = stub.ReadDocument(storage_pb2.ReadDocumentRequest(space=space(), path="a.md"))
+    await call
+    request_id = dict(await call.trailing_metadata())["x-request-id"]
     read = await one_span(spans, READ)
     assert read.kind == SpanKind.SERVER
     attributes = dict(read.attributes or {})
@@ -137,11 +137,10 @@ async def test_an_error_puts_the_engram_reason_on_the_span(
 
 
 async def test_a_caller_trace_continues_into_the_server(
-    spans: InMemorySpanExporter, engram: object
+    spans: InMemorySpanExporter, engram: EmbeddedEngram
 ) -> None:
-    port = engram.port  # type: ignore[attr-defined]
     async with grpc.aio.insecure_channel(
-        f"127.0.0.1:{port}", interceptors=tracing.tracing_client_interceptors()
+        f"127.0.0.1:{engram.port}", interceptors=tracing.tracing_client_interceptors()
     ) as channel:
         stub = storage_pb2_grpc.StorageServiceStub(channel)
         await stub.WriteDocument(write_request("b.md", "traced"))
@@ -185,9 +184,7 @@ async def test_the_json_log_line_carries_the_trace_id(
     assert logged[0]["span_id"] == format(span_id(write), "016x")
 
 
-async def test_without_tracing_there_are_no_spans_and_no_trace_ids(
-    engram_factory: EngramFactory,
-) -> None:
+async def test_without_tracing_there_are_no_spans_and_no_trace_ids() -> None:
     assert not tracing.enabled()
     assert tracing.tracing_client_interceptors() == []
     assert tracing.current_trace_context() == ()
@@ -195,15 +192,11 @@ async def test_without_tracing_there_are_no_spans_and_no_trace_ids(
 
 
 async def test_a_write_trace_reaches_the_embedded_indexer(
-    spans: InMemorySpanExporter, engram_factory: EngramFactory
+    spans: InMemorySpanExporter, channel: grpc.aio.Channel
 ) -> None:
-    async with (
-        engram_factory() as engram,
-        grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
-    ):
-        stub = storage_pb2_grpc.StorageServiceStub(channel)
-        await stub.WriteDocument(write_request("indexed.md", "the indexer follows this write"))
-        indexing = await one_span(spans, INDEX, **{"engram.path": "indexed.md"})
+    stub = storage_pb2_grpc.StorageServiceStub(channel)
+    await stub.WriteDocument(write_request("indexed.md", "the indexer follows this write"))
+    indexing = await one_span(spans, INDEX, **{"engram.path": "indexed.md"})
     write = await one_span(spans, WRITE)
     assert indexing.kind == SpanKind.CONSUMER
     assert trace_of(indexing) == trace_of(write)
@@ -213,22 +206,18 @@ async def test_a_write_trace_reaches_the_embedded_indexer(
 
 
 async def test_a_reindex_call_traces_the_runs_it_queues(
-    spans: InMemorySpanExporter, engram_factory: EngramFactory
+    spans: InMemorySpanExporter, channel: grpc.aio.Channel
 ) -> None:
-    async with (
-        engram_factory() as engram,
-        grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
-    ):
-        stub = storage_pb2_grpc.StorageServiceStub(channel)
-        await stub.WriteDocument(write_request("again.md", "indexed twice"))
-        await one_span(spans, INDEX, **{"engram.path": "again.md"})
-        indexer = indexer_pb2_grpc.IndexerServiceStub(channel)
-        await indexer.Reindex(indexer_pb2.ReindexRequest(spaces=[space()]))
-        reindex = await one_span(spans, "/engram.v1.IndexerService/Reindex")
-        deadline = time.monotonic() + 60
-        while not [s for s in named(spans, INDEX) if trace_of(s) == trace_of(reindex)]:
-            assert time.monotonic() < deadline, "no indexing run in the Reindex call's trace"
-            await asyncio.sleep(0.05)
+    stub = storage_pb2_grpc.StorageServiceStub(channel)
+    await stub.WriteDocument(write_request("again.md", "indexed twice"))
+    await one_span(spans, INDEX, **{"engram.path": "again.md"})
+    indexer = indexer_pb2_grpc.IndexerServiceStub(channel)
+    await indexer.Reindex(indexer_pb2.ReindexRequest(spaces=[space()]))
+    reindex = await one_span(spans, "/engram.v1.IndexerService/Reindex")
+    deadline = time.monotonic() + 60
+    while not [s for s in named(spans, INDEX) if trace_of(s) == trace_of(reindex)]:
+        assert time.monotonic() < deadline, "no indexing run in the Reindex call's trace"
+        await asyncio.sleep(0.05)
     run = next(s for s in named(spans, INDEX) if trace_of(s) == trace_of(reindex))
     assert run.parent is not None and run.parent.span_id == span_id(reindex)
 
@@ -238,34 +227,13 @@ async def test_a_reindex_call_traces_the_runs_it_queues(
 async def test_a_write_trace_reaches_the_indexer_over_jetstream(
     spans: InMemorySpanExporter, tmp_path: Path, real_backends: RealBackends
 ) -> None:
-    run = uuid.uuid4().hex[:10]
-    storage_port = free_port()
-    common = {
-        "mongo_uri": real_backends.url("mongo"),
-        "mongo_db": f"tracing_{run}",
-        "nats_url": real_backends.url("nats"),
-        "jwt_secret": TEST_JWT_SECRET,
-    }
-    indexer_settings = server_settings(
-        tmp_path / "indexer",
-        **common,
-        opensearch_url=real_backends.url("opensearch"),
-        opensearch_index=f"t{run}-chunks",
-        opensearch_replicas=0,
-        qdrant_path=tmp_path / "qdrant",
-        storage_addr=f"127.0.0.1:{storage_port}",
-        service_token=service_token(),
-        indexer_durable=f"indexer-{run}",
-        shutdown_grace_seconds=2.0,
-    )
-    path = f"traced-{run}.md"
-    nats_client = await nats.connect(common["nats_url"])
+    deployment = Deployment(tmp_path, real_backends)
+    path = f"traced-{uuid.uuid4().hex[:10]}.md"
+    nats_client = await nats.connect(deployment.common["nats_url"])
     try:
         async with (
-            storage_on_mongo(
-                server_settings(tmp_path / "storage", grpc_port=storage_port, **common)
-            ) as storage_server,
-            indexer_on_backends(indexer_settings),
+            storage_on_mongo(deployment.storage_settings()) as storage_server,
+            deployment.indexer(),
             grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as channel,
         ):
             stub = storage_pb2_grpc.StorageServiceStub(channel)
@@ -274,9 +242,12 @@ async def test_a_write_trace_reaches_the_indexer_over_jetstream(
             published = await nats_client.jetstream().get_last_msg(
                 "ENGRAM_DOCS", "engram.docs.upsert"
             )
-        await nats_client.jetstream().delete_consumer("ENGRAM_DOCS", f"indexer-{run}")
+        await nats_client.jetstream().delete_consumer(
+            "ENGRAM_DOCS", deployment.indexer_settings.indexer_durable
+        )
     finally:
         await nats_client.close()
+    assert decode_event(published.data).path == path
     write = await one_span(spans, WRITE)
     assert trace_of(indexing) == trace_of(write)
     assert indexing.parent is not None and indexing.parent.span_id == span_id(write)
@@ -295,30 +266,12 @@ async def test_a_write_trace_reaches_the_indexer_over_jetstream(
 
 @pytest.mark.real_backend
 async def test_workspace_to_storage_is_one_trace(
-    spans: InMemorySpanExporter, tmp_path: Path, real_backends: RealBackends
+    spans: InMemorySpanExporter,
+    replicas: list[workspace_pb2_grpc.WorkspaceServiceStub],  # noqa: F811 - the imported fixture
 ) -> None:
-    async with embedded_engram(
-        server_settings(tmp_path / "engram", jwt_secret=TEST_JWT_SECRET), require_auth=True
-    ) as engram:
-        backend = f"127.0.0.1:{engram.port}"
-        settings = server_settings(
-            tmp_path / "workspace",
-            jwt_secret=TEST_JWT_SECRET,
-            mongo_uri=real_backends.url("mongo"),
-            mongo_db=f"engram_ws_{uuid.uuid4().hex[:12]}",
-            storage_addr=backend,
-            search_addr=backend,
-            service_token=service_token("workspace"),
-        )
-        async with (
-            workspace_on_mongo(settings) as workspace,
-            grpc.aio.insecure_channel(f"127.0.0.1:{workspace.port}") as channel,
-        ):
-            stub = workspace_pb2_grpc.WorkspaceServiceStub(channel)
-            await stub.MemoryWrite(
-                workspace_pb2.MemoryWriteRequest(space=space("agent"), content="hop"),
-                metadata=ANN,
-            )
+    await replicas[0].MemoryWrite(
+        workspace_pb2.MemoryWriteRequest(space=space("agent"), content="hop"), metadata=ANN
+    )
     agent_write = await one_span(spans, "/engram.v1.WorkspaceService/MemoryWrite")
     hop = [s for s in spans.get_finished_spans() if trace_of(s) == trace_of(agent_write)]
     kinds = {(s.name, s.kind) for s in hop}
@@ -376,12 +329,6 @@ async def collector() -> AsyncIterator[tuple[Collector, int]]:
         yield receiver, port
     finally:
         await server.stop(None)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def wait_for(check: Callable[[], bool], within: float, what: str) -> None:
