@@ -45,7 +45,7 @@ from tests.e2e.test_indexer_jetstream import Deployment, free_port
 # so their client channels trace).
 from tests.e2e.test_workspace_processes import replicas  # noqa: F401, F811
 from tests.support.backends import RealBackends
-from tests.support.grpc_helpers import space, write_request
+from tests.support.grpc_helpers import fails, space, write_request
 from tests.support.tokens import bearer, mint
 
 pytestmark = pytest.mark.e2e
@@ -280,6 +280,26 @@ async def test_workspace_to_storage_is_one_trace(
     client_write = next(s for s in hop if s.name == WRITE and s.kind == SpanKind.CLIENT)
     assert storage_write.parent is not None
     assert storage_write.parent.span_id == span_id(client_write)
+
+
+@pytest.mark.real_backend
+async def test_a_remote_refusal_keeps_its_code_through_a_traced_channel(
+    spans: InMemorySpanExporter,
+    replicas: list[workspace_pb2_grpc.WorkspaceServiceStub],  # noqa: F811 - the imported fixture
+) -> None:
+    await fails(
+        replicas[0].MemoryRead(
+            workspace_pb2.MemoryReadRequest(space=space("agent"), path="none.md"), metadata=ANN
+        ),
+        grpc.StatusCode.NOT_FOUND,
+        "DOCUMENT_NOT_FOUND",
+    )
+    client_read = next(s for s in named(spans, READ) if s.kind == SpanKind.CLIENT)
+    storage_read = next(s for s in named(spans, READ) if s.kind == SpanKind.SERVER)
+    code = grpc.StatusCode.NOT_FOUND.value[0]
+    assert (client_read.attributes or {})["rpc.grpc.status_code"] == code
+    assert (storage_read.attributes or {})["engram.error.reason"] == "DOCUMENT_NOT_FOUND"
+    assert trace_of(client_read) == trace_of(storage_read)
 
 
 # --- OTLP export from a real process ---------------------------------------------------------
