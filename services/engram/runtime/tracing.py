@@ -102,6 +102,7 @@ def configure_tracing(service: str, environ: Mapping[str, str] | None = None) ->
     attributes: dict[str, str] = {SERVICE_VERSION: __version__}
     if not env.get("OTEL_SERVICE_NAME"):
         attributes[SERVICE_NAME] = f"engram-{service}"
+    # The SDK flushes the batch and shuts the exporter down at interpreter exit.
     provider = TracerProvider(resource=Resource.create(attributes))
     provider.add_span_processor(BatchSpanProcessor(exporter))
     install(provider)
@@ -123,14 +124,6 @@ def uninstall() -> None:
     global _provider, _tracer
     _provider = None
     _tracer = None
-
-
-def shutdown() -> None:
-    """Flushes and stops the exporter (the SDK also does this at interpreter exit)."""
-    provider = _provider
-    uninstall()
-    if provider is not None:
-        provider.shutdown()
 
 
 # --- RPCs ------------------------------------------------------------------------------------
