@@ -1,0 +1,329 @@
+"""Workspace benchmark: MemoryWrite (daily-log append) and MemorySearch latency through gRPC.
+
+    python bench/workspace_bench.py                       # starts `engram dev`, load from ghz
+    python bench/workspace_bench.py --client python       # asyncio client instead of ghz
+    python bench/workspace_bench.py --addr HOST:PORT [--token T]   # a server already running
+
+It starts `engram dev` on a fresh data directory, seeds one workspace (SeedWorkspace), loads
+a modest corpus of notes into it (`--docs` documents of ~3 chunks of synthetic English,
+through StorageService), waits until the indexer has caught up, then measures, per RPC, p50
+and p99 at concurrency 1 and 16 (`--count` calls each, capped at `--time-cap` seconds):
+
+- MemoryWrite with target daily_log (append, the default): at concurrency 1 every entry goes
+  to today's `daily/YYYY-MM-DD.md`; at concurrency 16 each of 16 sessions appends to its own
+  `daily/YYYY-MM-DD-<session>.md` (what concurrent surfaces of one agent do). Every entry is
+  new text, so the in-process indexer embeds during the write rows as it would in use.
+- MemorySearch (limit 5), after waiting for the writes to be indexed; every query is a
+  distinct sentence, so each call embeds its query (no query-cache hits).
+
+Rate limit: workspace writes are limited per agent (20/min, 200/h by default), which would
+refuse a benchmark after 20 calls. The server started here gets
+ENGRAM_WORKSPACE_WRITES_PER_MINUTE / _PER_HOUR = 10,000,000: the limiter still counts every
+write in its SQLite windows (its cost is measured), it just never refuses. Against `--addr`
+the server's own limits apply.
+
+Load comes from ghz when it is installed (`python bench/storage_bench.py` installs it), so
+that on a 2-core machine the client does not take the server's CPU; every loop is bounded by
+a count and a time cap. Figures go to bench/RESULTS.md by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+from benchlib import closed_loop, free_port
+from search_bench import GHZ, distinct_queries, percentile, sentence, server_env, server_process
+
+from engram.v1 import (
+    indexer_pb2,
+    indexer_pb2_grpc,
+    space_pb2,
+    storage_pb2,
+    storage_pb2_grpc,
+    workspace_pb2,
+    workspace_pb2_grpc,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="workspace-bench")
+SEED = 20261201
+# High enough never to refuse a run, so the limiter still counts every write.
+BENCH_WRITE_LIMIT = 10_000_000
+SESSIONS = 16
+SEARCH_LIMIT = 5
+WARMUP = 30
+INDEX_WAIT_SECONDS = 300.0
+
+Row = tuple[str, ...]
+
+
+def corpus(documents: int) -> list[tuple[str, str]]:
+    """(path, content) of `documents` notes of about three 500-character chunks each."""
+    rng = random.Random(SEED)
+    notes = []
+    for number in range(documents):
+        paragraphs = [" ".join(sentence(rng) for _ in range(6)) for _ in range(4)]
+        title = f"# Notes {number}"
+        notes.append(
+            (f"notes/{number // 50:02d}/note-{number:04d}.md", "\n\n".join([title, *paragraphs]))
+        )
+    return notes
+
+
+async def wait_until_indexed(
+    channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]
+) -> float:
+    """Waits for the indexer's backlog to drain; returns the seconds waited."""
+    stub = indexer_pb2_grpc.IndexerServiceStub(channel)
+    started = time.perf_counter()
+    deadline = started + INDEX_WAIT_SECONDS
+    while time.perf_counter() < deadline:
+        status = await stub.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), metadata=metadata)
+        if status.backlog == 0:
+            return time.perf_counter() - started
+        await asyncio.sleep(0.1)
+    raise SystemExit(f"the indexer still has a backlog after {INDEX_WAIT_SECONDS:.0f} s")
+
+
+async def prepare(addr: str, metadata: tuple[tuple[str, str], ...], documents: int) -> None:
+    """Seeds the workspace, loads the corpus and waits until both are indexed."""
+    async with grpc.aio.insecure_channel(addr) as channel:
+        workspace = workspace_pb2_grpc.WorkspaceServiceStub(channel)
+        seeded = await workspace.SeedWorkspace(
+            workspace_pb2.SeedWorkspaceRequest(space=SPACE), metadata=metadata
+        )
+        storage = storage_pb2_grpc.StorageServiceStub(channel)
+        notes = corpus(documents)
+        started = time.perf_counter()
+        pending = list(reversed(notes))
+
+        async def loader() -> None:
+            while pending:
+                path, content = pending.pop()
+                await storage.WriteDocument(
+                    storage_pb2.WriteDocumentRequest(space=SPACE, path=path, content=content),
+                    metadata=metadata,
+                )
+
+        await asyncio.gather(*(loader() for _ in range(8)))
+        loaded = time.perf_counter() - started
+        waited = await wait_until_indexed(channel, metadata)
+        chars = sum(len(content) for _, content in notes)
+        print(
+            f"seeded {len(seeded.created_paths)} templates; loaded {len(notes)} notes "
+            f"({chars / 1000:.0f} kB) in {loaded:.1f} s, indexed {waited:.1f} s later",
+            flush=True,
+        )
+
+
+def write_message(i: int, *, concurrency: int) -> dict[str, Any]:
+    """MemoryWrite as JSON (ghz) - the same message the Python client sends."""
+    message: dict[str, Any] = {
+        "space": {"visibility": "VISIBILITY_PRIVATE", "name": SPACE.name},
+        "target": "MEMORY_TARGET_DAILY_LOG",
+        "content": f"entry {i}: {sentence(random.Random(SEED + i))}",
+    }
+    if concurrency > 1:
+        message["session"] = f"s{i % SESSIONS:02d}"
+    return message
+
+
+def search_message(query: str) -> dict[str, Any]:
+    return {
+        "space": {"visibility": "VISIBILITY_PRIVATE", "name": SPACE.name},
+        "query": query,
+        "limit": SEARCH_LIMIT,
+    }
+
+
+def run_ghz(
+    addr: str, token: str, method: str, messages: list[dict[str, Any]], concurrency: int, cap: float
+) -> list[float]:
+    """Latencies (ms) of one ghz run sending each of `messages` once; exits on a failed call
+    or when the run takes longer than `cap` (ghz's own duration flag would ignore the count)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as data:
+        json.dump(messages, data)
+    command = [
+        str(GHZ),
+        "--insecure",
+        "--proto",
+        str(ROOT / "protos/engram/v1/workspace.proto"),
+        "--import-paths",
+        str(ROOT / "protos"),
+        "--call",
+        f"engram.v1.WorkspaceService.{method}",
+        "--data-file",
+        data.name,
+        "-c",
+        str(concurrency),
+        "-n",
+        str(len(messages)),
+        "--format",
+        "json",
+        addr,
+    ]
+    if token:
+        command[1:1] = ["--metadata", json.dumps({"authorization": f"Bearer {token}"})]
+    try:
+        completed = subprocess.run(command, capture_output=True, text=True, check=True, timeout=cap)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(
+            f"{method} at concurrency {concurrency} passed {cap:.0f} s: lower --count"
+        ) from None
+    finally:
+        os.unlink(data.name)
+    report: dict[str, Any] = json.loads(completed.stdout)
+    codes = report.get("statusCodeDistribution", {})
+    if set(codes) != {"OK"}:
+        raise SystemExit(f"{method} failed: {codes} {report.get('errorDistribution')}")
+    return [detail["latency"] / 1e6 for detail in report["details"]]
+
+
+async def run_python(
+    addr: str, token: str, method: str, messages: list[dict[str, Any]], concurrency: int, cap: float
+) -> list[float]:
+    """The same run with the asyncio client (closed loop)."""
+    from google.protobuf import json_format
+
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    kind = (
+        workspace_pb2.MemoryWriteRequest
+        if method == "MemoryWrite"
+        else workspace_pb2.MemorySearchRequest
+    )
+    requests = [json_format.ParseDict(message, kind()) for message in messages]
+    async with grpc.aio.insecure_channel(addr) as channel:
+        call: Callable[..., Awaitable[object]] = getattr(
+            workspace_pb2_grpc.WorkspaceServiceStub(channel), method
+        )
+
+        async def one(i: int) -> object:
+            return await call(requests[i], metadata=metadata)
+
+        latencies, _ = await closed_loop(one, count=len(requests), concurrency=concurrency, cap=cap)
+    return latencies
+
+
+async def measure(args: argparse.Namespace, addr: str, token: str) -> list[Row]:
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    queries = distinct_queries(WARMUP + 2 * args.count, SEED)
+    rows: list[Row] = []
+
+    async def phase(method: str, messages: list[dict[str, Any]], concurrency: int) -> list[float]:
+        if args.client == "ghz":
+            return await asyncio.to_thread(
+                run_ghz, addr, token, method, messages, concurrency, args.time_cap
+            )
+        return await run_python(addr, token, method, messages, concurrency, args.time_cap)
+
+    def row(method: str, concurrency: int, latencies: list[float]) -> Row:
+        return (
+            method,
+            str(concurrency),
+            str(len(latencies)),
+            f"{statistics.median(latencies):.2f}",
+            f"{percentile(latencies, 99):.2f}",
+        )
+
+    await phase("MemoryWrite", [write_message(-i - 1, concurrency=1) for i in range(WARMUP)], 1)
+    offset = 0
+    for concurrency in (1, 16):
+        messages = [write_message(offset + i, concurrency=concurrency) for i in range(args.count)]
+        offset += args.count
+        rows.append(
+            row("MemoryWrite", concurrency, await phase("MemoryWrite", messages, concurrency))
+        )
+    async with grpc.aio.insecure_channel(addr) as channel:
+        waited = await wait_until_indexed(channel, metadata)
+    print(f"the bench's daily-log entries were indexed {waited:.1f} s after the last write")
+    await phase("MemorySearch", [search_message(q) for q in queries[:WARMUP]], 1)
+    for number, concurrency in enumerate((1, 16)):
+        start = WARMUP + number * args.count
+        messages = [search_message(q) for q in queries[start : start + args.count]]
+        rows.append(
+            row("MemorySearch", concurrency, await phase("MemorySearch", messages, concurrency))
+        )
+    return rows
+
+
+@contextlib.asynccontextmanager
+async def dev_server(workdir: Path) -> AsyncIterator[str]:
+    port = free_port()
+    env = {
+        **server_env(),
+        "ENGRAM_WORKSPACE_WRITES_PER_MINUTE": str(BENCH_WRITE_LIMIT),
+        "ENGRAM_WORKSPACE_WRITES_PER_HOUR": str(BENCH_WRITE_LIMIT),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "engram",
+        "dev",
+        "--port",
+        str(port),
+        "--data-dir",
+        str(workdir / "engram"),
+    ]
+    async with server_process(command, env, workdir / "server.log", port) as addr:
+        yield addr
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--count", type=int, default=1000, help="calls per row")
+    parser.add_argument("--time-cap", type=float, default=60.0, help="seconds per row")
+    parser.add_argument("--docs", type=int, default=300, help="notes loaded before measuring")
+    parser.add_argument("--client", choices=("ghz", "python"), default="ghz")
+    parser.add_argument("--addr", help="measure a server already running (its limits apply)")
+    parser.add_argument("--token", default="")
+    args = parser.parse_args()
+    if args.client == "ghz" and not GHZ.exists():
+        print(f"no ghz at {GHZ} (`python bench/storage_bench.py` installs it): --client python")
+        args.client = "python"
+    load_before = os.getloadavg()
+    started = datetime.now(UTC)
+    with tempfile.TemporaryDirectory(prefix="engram-workspace-bench-") as tmp:
+        async with contextlib.AsyncExitStack() as stack:
+            if args.addr:
+                addr = args.addr
+                print(f"server: {addr} (its own workspace write limits apply)")
+            else:
+                addr = await stack.enter_async_context(dev_server(Path(tmp)))
+                print(
+                    f"server: engram dev on {addr}, workspace write limit raised to "
+                    f"{BENCH_WRITE_LIMIT:,}/min and /h (ENGRAM_WORKSPACE_WRITES_PER_MINUTE/"
+                    "_PER_HOUR) so the bench is counted but never refused"
+                )
+            metadata = (("authorization", f"Bearer {args.token}"),) if args.token else ()
+            await prepare(addr, metadata, args.docs)
+            rows = await measure(args, addr, args.token)
+    load_after = os.getloadavg()
+    print(
+        f"\n{started:%Y-%m-%d %H:%M} UTC, client {args.client}, {args.count} calls per row "
+        f"(cap {args.time_cap:.0f} s); load average (1 min) {load_before[0]:.1f} before, "
+        f"{load_after[0]:.1f} after\n"
+    )
+    print("| RPC | concurrency | calls | p50 ms | p99 ms |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print("\ntargets: MemoryWrite p50 <= 5 ms, MemorySearch p50 <= 15 ms")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
