@@ -134,9 +134,22 @@ def test_engram_dev_demo_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
                 break
         output = "".join(lines)
         assert f"serving on 127.0.0.1:{port}" in output
-        assert "wrote MEMORY.md v1" in output and "daily/" in output
-        assert "The user prefers concise answers" in output, "MEMORY.md was read back"
-        assert "search: 'ERR_4021'" in output and "best: MEMORY.md" in output, output
+        assert "seeded private:demo: AGENTS.md" in output, output
+        assert "memory_write memory: appended to MEMORY.md" in output
+        assert "memory_write daily_log: appended to daily/" in output
+        assert "memory_search: 'ERR_4021'" in output and "best: MEMORY.md" in output, output
+        prompt = output[output.index("system prompt") :]
+        headings = [
+            "## Agent Instructions",
+            "## Core Values",
+            "## User Context",
+            "## Identity",
+            "## Long-Term Memory",
+            "## Today's Notes",
+        ]
+        positions = [prompt.index(heading) for heading in headings]
+        assert positions == sorted(positions), prompt
+        assert "The user prefers concise answers" in prompt, "the fact reached the prompt"
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             health = health_pb2_grpc.HealthStub(channel)
             assert health.Check(health_pb2.HealthCheckRequest()).status == (

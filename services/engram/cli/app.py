@@ -14,6 +14,7 @@ from engram.cli import (
     admin_commands,
     indexer_commands,
     mcp_command,
+    memory_commands,
     search_commands,
     storage_commands,
 )
@@ -34,6 +35,7 @@ admin_commands.register(app)
 indexer_commands.register(app)
 search_commands.register(app)
 mcp_command.register(app)
+memory_commands.register(app)
 
 
 @app.callback()

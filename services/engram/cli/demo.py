@@ -1,37 +1,29 @@
-"""The short demo `engram dev --demo` runs against itself over gRPC, for newcomers."""
+"""The short demo `engram dev --demo` runs against itself over gRPC, for newcomers: an agent's
+workspace seeded, written and searched through the memory tools, and its system prompt."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from datetime import UTC, datetime
 
 import grpc
 from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
 
-from engram.v1 import (
-    indexer_pb2,
-    indexer_pb2_grpc,
-    search_pb2,
-    search_pb2_grpc,
-    space_pb2,
-    storage_pb2,
-    storage_pb2_grpc,
-)
+from engram.cli.memory_commands import add_tree_nodes
+from engram.client import EngramClient, Space
+from engram.domain.errors import NotFound
+from engram.v1 import indexer_pb2, indexer_pb2_grpc
 
-DEMO_SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="demo")
+DEMO_SPACE = Space(visibility="private", name="demo")
 
-MEMORY = """# MEMORY
-
-- The user prefers concise answers with code examples.
+FACTS = """- The user prefers concise answers with code examples.
 - Project codename: engram. Deploys go out on Tuesdays.
-
-## Incidents
-
-- 2026-03-03: the nightly build failed with ERR_4021 until the cache volume was resized.
-"""
+- 2026-03-03: the nightly build failed with ERR_4021 until the cache volume was resized."""
+LOG_ENTRY = "Started the engram demo; stored three facts in MEMORY.md."
 
 # Hybrid searches: a question in other words than the notes use, and a bare identifier.
 DEMO_SEARCHES = ("when do we ship releases?", "ERR_4021")
@@ -40,76 +32,73 @@ INDEX_WAIT_SECONDS = 20.0
 
 
 async def run_demo(address: str, console: Console, *, token: str = "") -> None:
-    """Writes MEMORY.md and a daily log, lists and reads them back, then searches them."""
-    metadata = (("authorization", f"Bearer {token}"),) if token else ()
-    today = datetime.now(UTC).date().isoformat()
-    daily = f"daily/{today}.md"
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = storage_pb2_grpc.StorageServiceStub(channel)
-        written = await stub.WriteDocument(
-            storage_pb2.WriteDocumentRequest(space=DEMO_SPACE, path="MEMORY.md", content=MEMORY),
-            metadata=metadata,
-        )
+    """Seeds the workspace `private:demo`, writes a fact and a daily-log entry through the
+    memory tools, searches them, and prints the system prompt they assemble into."""
+    async with EngramClient(address, token=token, space=DEMO_SPACE) as client:
+        seeded = await client.seed_workspace()
         console.print(
-            f"[green]wrote[/] MEMORY.md v{written.document.version} "
-            f"({written.document.size_bytes} B)"
+            "[green]seeded[/] private:demo: "
+            + (", ".join(seeded.created_paths) or "nothing new (already seeded)"),
+            highlight=False,
         )
-        stamp = datetime.now(UTC).strftime("%H:%M:%S")
-        for entry in ("Started the engram demo.", "Stored MEMORY.md and this log."):
-            appended = await stub.WriteDocument(
-                storage_pb2.WriteDocumentRequest(
-                    space=DEMO_SPACE,
-                    path=daily,
-                    content=f"[{stamp}] {entry}\n",
-                    mode=storage_pb2.WRITE_MODE_APPEND,
-                ),
-                metadata=metadata,
+        if FACTS.splitlines()[0] in await _memory_md(client):
+            console.print("MEMORY.md already holds the demo's facts", highlight=False)
+        else:
+            written = await client.memory_write(FACTS, target="memory")
+            console.print(
+                f"[green]memory_write[/] memory: appended to {written.path} v{written.version} "
+                f"(+{written.content_length} B)",
+                highlight=False,
             )
-        console.print(f"[green]appended[/] 2 entries to {daily} (v{appended.document.version})")
-        listing = await stub.ListDocuments(
-            storage_pb2.ListDocumentsRequest(space=DEMO_SPACE, recursive=True), metadata=metadata
+        logged = await client.memory_write(LOG_ENTRY, target="daily_log")
+        console.print(
+            f"[green]memory_write[/] daily_log: appended to {logged.path} v{logged.version}",
+            highlight=False,
         )
-        console.print("[bold]documents:[/] " + ", ".join(e.path for e in listing.entries))
-        for path in ("MEMORY.md", daily):
-            read = await stub.ReadDocument(
-                storage_pb2.ReadDocumentRequest(space=DEMO_SPACE, path=path), metadata=metadata
-            )
-            console.print(Panel(read.document.content.rstrip(), title=path, expand=False))
-        await _wait_until_indexed(indexer_pb2_grpc.IndexerServiceStub(channel), metadata)
-        await _search(search_pb2_grpc.SearchServiceStub(channel), console, metadata)
+        tree = Tree("[bold]memory_tree[/] (depth 2)")
+        add_tree_nodes(tree, await client.memory_tree(depth=2))
+        console.print(tree)
+        await _wait_until_indexed(address, token)
+        for query in DEMO_SEARCHES:
+            await _search(client, console, query)
+        prompt = await client.system_prompt()
+    console.print(
+        Panel(
+            Text(prompt.text.rstrip()),
+            title=f"system prompt: {len(prompt.sections)} sections, {len(prompt.text)} chars",
+            expand=False,
+        )
+    )
 
 
-async def _wait_until_indexed(
-    stub: indexer_pb2_grpc.IndexerServiceAsyncStub, metadata: tuple[tuple[str, str], ...]
-) -> None:
+async def _memory_md(client: EngramClient) -> str:
+    try:
+        return (await client.memory_read("MEMORY.md")).content
+    except NotFound:  # deleted by someone since it was seeded
+        return ""
+
+
+async def _wait_until_indexed(address: str, token: str) -> None:
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
     deadline = time.monotonic() + INDEX_WAIT_SECONDS
-    while time.monotonic() < deadline:
-        status = await stub.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), metadata=metadata)
-        if status.backlog == 0:
-            return
-        await asyncio.sleep(0.05)
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = indexer_pb2_grpc.IndexerServiceStub(channel)
+        while time.monotonic() < deadline:
+            request = indexer_pb2.GetIndexStatusRequest()
+            status = await stub.GetIndexStatus(request, metadata=metadata)
+            if status.backlog == 0:
+                return
+            await asyncio.sleep(0.05)
 
 
-async def _search(
-    stub: search_pb2_grpc.SearchServiceAsyncStub,
-    console: Console,
-    metadata: tuple[tuple[str, str], ...],
-) -> None:
-    for query in DEMO_SEARCHES:
-        request = search_pb2.SearchRequest(spaces=[DEMO_SPACE], query=query, limit=3)
-        response = await stub.Search(request, metadata=metadata)
-        table = Table(title=f"search: {query!r}", title_justify="left")
-        for column in ("path", "chunk", "score", "bm25 rank", "vector rank"):
-            table.add_column(column)
-        for result in response.results:
-            table.add_row(
-                result.path,
-                str(result.chunk_index),
-                f"{result.score:.2f}",
-                str(result.bm25_rank or "-"),
-                str(result.vector_rank or "-"),
-            )
-        console.print(table)
-        if response.results:
-            best = response.results[0]
-            console.print(Panel(best.content.rstrip(), title=f"best: {best.path}", expand=False))
+async def _search(client: EngramClient, console: Console, query: str) -> None:
+    found = await client.memory_search(query, limit=3)
+    table = Table(title=f"memory_search: {query!r}", title_justify="left")
+    for column in ("path", "score", "keywords and meaning"):
+        table.add_column(column)
+    for hit in found.results:
+        table.add_row(Text(hit.path), f"{hit.score:.2f}", "yes" if hit.is_hybrid_match else "")
+    console.print(table)
+    if found.results:
+        best = found.results[0]
+        console.print(Panel(Text(best.content.rstrip()), title=f"best: {best.path}", expand=False))

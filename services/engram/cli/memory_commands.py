@@ -1,0 +1,327 @@
+"""`engram memory ...`: an agent's workspace through WorkspaceService (the memory tools),
+over the typed client `engram.client`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Annotated, NoReturn, TypeVar
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from engram.cli.client import (
+    VISIBILITIES,
+    AddrOption,
+    BotOption,
+    NameOption,
+    ProjectOption,
+    TenantOption,
+    TokenOption,
+    UserOption,
+    VisibilityOption,
+    console,
+    err_console,
+    fail,
+    read_input,
+)
+from engram.client import EngramClient, Space, TreeNode
+from engram.domain.errors import EngramError, Unavailable
+from engram.runtime.errors import status_code_for
+from engram.runtime.sizes import format_size
+
+T = TypeVar("T")
+
+TARGETS = ("memory", "daily_log", "heartbeat")
+TARGET_HELP = "memory (MEMORY.md), daily_log (today's log), heartbeat (HEARTBEAT.md) or a .md path"
+TzOption = Annotated[
+    str, typer.Option("--tz", help="IANA time zone for the daily log's date (default UTC).")
+]
+SessionOption = Annotated[
+    str, typer.Option("--session", help="Write to daily/YYYY-MM-DD-<session>.md instead.")
+]
+
+memory_app = typer.Typer(
+    help="An agent's workspace: memory, daily logs, search, the system prompt.",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(memory_app, name="memory")
+
+
+def _space(visibility: str, name: str, project: str, bot: str, user: str, tenant: str) -> Space:
+    if visibility not in VISIBILITIES:
+        fail(f"--visibility must be one of {', '.join(VISIBILITIES)}")
+    return Space(
+        visibility=visibility, name=name, project=project, bot=bot, user=user, tenant=tenant
+    )
+
+
+def _failed(error: EngramError) -> NoReturn:
+    """Prints `CODE: message [reason]` (never a traceback) and exits 1."""
+    text = f"{status_code_for(error).name}: {error.message} [{error.info_reason}]"
+    if isinstance(error, Unavailable) and "peer" in error.metadata:
+        # The server itself did not answer (no engram status came back).
+        text += " (is the server running? see --addr)"
+    fail(text, code=1)
+
+
+def _run(addr: str, token: str, space: Space, call: Callable[[EngramClient], Awaitable[T]]) -> T:
+    """Runs `call` with a client of `addr` for `space`; a failure is printed, exit code 1."""
+
+    async def main() -> T:
+        async with EngramClient(addr, token=token, space=space) as client:
+            return await call(client)
+
+    try:
+        return asyncio.run(main())
+    except EngramError as error:
+        _failed(error)
+
+
+@memory_app.command("write")
+def write(
+    content: Annotated[str, typer.Argument(help="What to write; '-' reads stdin.")],
+    target: Annotated[str, typer.Option("--target", "-t", help=TARGET_HELP)] = "daily_log",
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Replace the document instead of appending.")
+    ] = False,
+    tz: TzOption = "",
+    session: SessionOption = "",
+    visibility: VisibilityOption = "private",
+    name: NameOption = "default",
+    project: ProjectOption = "",
+    bot: BotOption = "",
+    user: UserOption = "",
+    tenant: TenantOption = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    token: TokenOption = "",
+) -> None:
+    """Write to MEMORY.md, today's daily log (default), HEARTBEAT.md or a path; appends."""
+    text = read_input("-") if content == "-" else content
+    space = _space(visibility, name, project, bot, user, tenant)
+    result = _run(
+        addr,
+        token,
+        space,
+        lambda client: client.memory_write(
+            text, target=target, append=not replace, time_zone=tz, session=session
+        ),
+    )
+    verb = "appended to" if result.append else "replaced"
+    console.print(
+        f"{result.status}: {verb} [bold]{result.path}[/] v{result.version} "
+        f"(+{result.content_length} B, now {format_size(result.size_bytes)}) "
+        f"sha256 {result.sha256[:12]}",
+        highlight=False,
+    )
+
+
+@memory_app.command("log")
+def log(
+    entry: Annotated[str, typer.Argument(help="The entry; '-' reads stdin.")],
+    tz: TzOption = "",
+    session: SessionOption = "",
+    visibility: VisibilityOption = "private",
+    name: NameOption = "default",
+    project: ProjectOption = "",
+    bot: BotOption = "",
+    user: UserOption = "",
+    tenant: TenantOption = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    token: TokenOption = "",
+) -> None:
+    """Append one timestamped entry ([HH:MM:SS] ...) to today's daily log."""
+    text = read_input("-") if entry == "-" else entry
+    space = _space(visibility, name, project, bot, user, tenant)
+    result = _run(
+        addr,
+        token,
+        space,
+        lambda client: client.append_daily_log(text, time_zone=tz, session=session),
+    )
+    console.print(
+        f"appended to [bold]{result.path}[/] v{result.version} (+{result.content_length} B)",
+        highlight=False,
+    )
+
+
+@memory_app.command("read")
+def read(
+    path: Annotated[str, typer.Argument(help="Document path, e.g. MEMORY.md")],
+    meta: Annotated[bool, typer.Option("--meta", help="Print metadata to stderr too.")] = False,
+    visibility: VisibilityOption = "private",
+    name: NameOption = "default",
+    project: ProjectOption = "",
+    bot: BotOption = "",
+    user: UserOption = "",
+    tenant: TenantOption = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    token: TokenOption = "",
+) -> None:
+    """Print a workspace document to stdout."""
+    space = _space(visibility, name, project, bot, user, tenant)
+    document = _run(addr, token, space, lambda client: client.memory_read(path))
+    if meta:
+        err_console.print(
+            f"{document.path} v{document.version} {document.word_count} words "
+            f"sha256 {document.sha256} updated {_when(document.updated_at)}",
+            highlight=False,
+        )
+    typer.echo(document.content, nl=not document.content.endswith("\n"))
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.isoformat(timespec="seconds") if moment else "-"
+
+
+def add_tree_nodes(parent: Tree, nodes: Sequence[TreeNode]) -> None:
+    """Adds memory_tree's nodes under `parent`, directories in bold."""
+    for node in nodes:
+        if node.is_dir:
+            add_tree_nodes(parent.add(f"[bold blue]{escape(node.name)}[/]"), node.children)
+        else:
+            parent.add(Text(node.name))
+
+
+@memory_app.command("tree")
+def tree(
+    path: Annotated[str, typer.Option("--path", help="Directory to show ('' = root).")] = "",
+    depth: Annotated[int, typer.Option("--depth", "-d", help="Levels, 1 to 10.")] = 1,
+    visibility: VisibilityOption = "private",
+    name: NameOption = "default",
+    project: ProjectOption = "",
+    bot: BotOption = "",
+    user: UserOption = "",
+    tenant: TenantOption = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    token: TokenOption = "",
+) -> None:
+    """Show the workspace (or a directory of it) as a tree, to a depth."""
+    space = _space(visibility, name, project, bot, user, tenant)
+    nodes = _run(addr, token, space, lambda client: client.memory_tree(path, depth=depth))
+    root = Tree(f"[bold]{visibility}:{name}[/]" + (f"/{path}" if path else ""))
+    add_tree_nodes(root, nodes)
+    console.print(root)
+
+
+@memory_app.command("search")
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    limit: Annotated[int, typer.Option("--limit", "-l", help="Results, 1 to 20.")] = 5,
+    visibility: VisibilityOption = "private",
+    name: NameOption = "default",
+    project: ProjectOption = "",
+    bot: BotOption = "",
+    user: UserOption = "",
+    tenant: TenantOption = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    token: TokenOption = "",
+) -> None:
+    """Search the workspace by keywords and meaning together (memory_search)."""
+    space = _space(visibility, name, project, bot, user, tenant)
+    found = _run(addr, token, space, lambda client: client.memory_search(query, limit=limit))
+    table = Table()
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("path", no_wrap=True)
+    table.add_column("score", justify="right", no_wrap=True)
+    table.add_column("both", justify="center", no_wrap=True)
+    table.add_column("text", no_wrap=True, overflow="ellipsis", max_width=80)
+    for number, hit in enumerate(found.results, start=1):
+        table.add_row(
+            str(number),
+            Text(hit.path),
+            f"{hit.score:.3f}",
+            "yes" if hit.is_hybrid_match else "",
+            Text(" ".join(hit.content.split())),
+        )
+    if found.results:
+        console.print(table)
+    for reason in found.degraded_reasons:
+        console.print(f"[yellow]degraded:[/] {reason}", highlight=False)
+    console.print(f"[dim]{found.result_count} result(s) for {found.query!r}[/]")
+
+
+@memory_app.command("prompt")
+def prompt(
+    group: Annotated[
+        bool, typer.Option("--group", help="A group context: leaves MEMORY.md out.")
+    ] = False,
+    tz: TzOption = "",
+    sections: Annotated[
+        bool, typer.Option("--sections", help="List the sections (path, sha256) instead.")
+    ] = False,
+    visibility: VisibilityOption = "private",
+    name: NameOption = "default",
+    project: ProjectOption = "",
+    bot: BotOption = "",
+    user: UserOption = "",
+    tenant: TenantOption = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    token: TokenOption = "",
+) -> None:
+    """Print the assembled system prompt (identity files, memory, recent daily logs)."""
+    space = _space(visibility, name, project, bot, user, tenant)
+    assembled = _run(
+        addr,
+        token,
+        space,
+        lambda client: client.system_prompt(group_context=group, time_zone=tz),
+    )
+    if not sections:
+        typer.echo(assembled.text, nl=not assembled.text.endswith("\n"))
+        return
+    table = Table("section", "path", "sha256")
+    for section in assembled.sections:
+        table.add_row(Text(section.name), Text(section.path), section.sha256)
+    console.print(table)
+    if assembled.bootstrapping:
+        console.print("bootstrapping: BOOTSTRAP.md is in the prompt", highlight=False)
+    if assembled.soul_changed:
+        console.print("SOUL.md changed since the previous prompt", highlight=False)
+
+
+@memory_app.command("seed")
+def seed(
+    visibility: VisibilityOption = "private",
+    name: NameOption = "default",
+    project: ProjectOption = "",
+    bot: BotOption = "",
+    user: UserOption = "",
+    tenant: TenantOption = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    token: TokenOption = "",
+) -> None:
+    """Copy the default templates into the workspace; never overwrites a file."""
+    space = _space(visibility, name, project, bot, user, tenant)
+    result = _run(addr, token, space, lambda client: client.seed_workspace())
+    for path in result.created_paths:
+        console.print(f"[green]created[/] {path}", highlight=False)
+    for path in result.existing_paths:
+        console.print(f"[dim]exists[/]  {path}", highlight=False)
+    console.print(
+        f"[dim]{len(result.created_paths)} created, {len(result.existing_paths)} left alone[/]"
+    )
+
+
+@memory_app.command("bootstrap-done")
+def bootstrap_done(
+    visibility: VisibilityOption = "private",
+    name: NameOption = "default",
+    project: ProjectOption = "",
+    bot: BotOption = "",
+    user: UserOption = "",
+    tenant: TenantOption = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    token: TokenOption = "",
+) -> None:
+    """End onboarding: archive BOOTSTRAP.md, so prompts no longer carry it."""
+    space = _space(visibility, name, project, bot, user, tenant)
+    archived = _run(addr, token, space, lambda client: client.complete_bootstrap())
+    console.print(f"archived BOOTSTRAP.md as [bold]{archived}[/]", highlight=False)
