@@ -29,9 +29,8 @@ from engram.cli.client import (
     fail,
     read_input,
 )
-from engram.client import EngramClient, Space, TreeNode
+from engram.client import EngramClient, Space, TreeNode, explain
 from engram.domain.errors import EngramError, Unavailable
-from engram.runtime.errors import status_code_for
 from engram.runtime.sizes import format_size
 
 T = TypeVar("T")
@@ -65,7 +64,7 @@ def _space(visibility: str, name: str, project: str, bot: str, user: str, tenant
 
 def _failed(error: EngramError) -> NoReturn:
     """Prints `CODE: message [reason]` (never a traceback) and exits 1."""
-    text = f"{status_code_for(error).name}: {error.message} [{error.info_reason}]"
+    text = explain(error)
     if isinstance(error, Unavailable) and "peer" in error.metadata:
         # The server itself did not answer (no engram status came back).
         text += " (is the server running? see --addr)"
@@ -111,7 +110,7 @@ def write(
         token,
         space,
         lambda client: client.memory_write(
-            text, target=target, append=not replace, time_zone=tz, session=session
+            text, target=target, append=False if replace else None, time_zone=tz, session=session
         ),
     )
     verb = "appended to" if result.append else "replaced"
