@@ -42,17 +42,17 @@ async def test_seed_creates_templates_once(cli: Cli) -> None:
         assert f"created {path}" in first
     assert "HEARTBEAT.md" not in first
     assert "6 created, 0 left alone" in first
-    await cli("memory", "write", "- likes tea", "--target", "memory")
+    await cli("memory", "write", "likes tea", "--target", "memory")
     second = await cli("memory", "seed")
     assert "created" not in second.replace("0 created", "")
     assert "exists  MEMORY.md" in second and "0 created, 6 left alone" in second
-    assert "- likes tea" in await cli("memory", "read", "MEMORY.md"), "seeding kept the edit"
+    assert "likes tea" in await cli("memory", "read", "MEMORY.md"), "seeding kept the edit"
 
 
 async def test_write_targets_read_and_tree(cli: Cli) -> None:
-    written = await cli("memory", "write", "- likes tea", "--target", "memory")
+    written = await cli("memory", "write", "likes tea", "--target", "memory")
     assert "written: appended to MEMORY.md v1" in written
-    assert "- likes tea" in await cli("memory", "read", "MEMORY.md")
+    assert "likes tea" in await cli("memory", "read", "MEMORY.md")
     await cli("memory", "write", "-", "--target", "notes/project.md", stdin="# Project\n\nv1")
     replaced = await cli(
         "memory", "write", "# Project\n\nv2", "--target", "notes/project.md", "--replace"
@@ -95,7 +95,7 @@ async def test_search_finds_a_written_fact(cli: Cli) -> None:
     await cli(
         "memory",
         "write",
-        "- Deploys go out on Tuesdays; ERR_4021 means the cache volume is full.",
+        "Deploys go out on Tuesdays; ERR_4021 means the cache volume is full.",
         "--target",
         "memory",
     )
@@ -113,12 +113,12 @@ async def test_search_finds_a_written_fact(cli: Cli) -> None:
 
 async def test_prompt_sections_and_bootstrap_done(cli: Cli) -> None:
     await cli("memory", "seed")
-    await cli("memory", "write", "- likes tea", "--target", "memory")
+    await cli("memory", "write", "likes tea", "--target", "memory")
     await cli("memory", "log", "started")
     prompt = await cli("memory", "prompt")
     positions = [prompt.index(heading) for heading in HEADINGS]
     assert positions == sorted(positions), prompt
-    assert "- likes tea" in prompt and "started" in prompt
+    assert "likes tea" in prompt and "started" in prompt
     group = await cli("memory", "prompt", "--group", "--tz", "Europe/Berlin")
     assert "## Long-Term Memory" not in group and "likes tea" not in group
     assert "## Agent Instructions" in group

@@ -29,6 +29,7 @@ from engram.cli.client import (
     fail,
     read_input,
 )
+from engram.cli.search_commands import snippet
 from engram.client import EngramClient, Space, TreeNode, explain
 from engram.domain.errors import EngramError, Unavailable
 from engram.runtime.sizes import format_size
@@ -231,14 +232,14 @@ def search(
     table.add_column("path", no_wrap=True)
     table.add_column("score", justify="right", no_wrap=True)
     table.add_column("both", justify="center", no_wrap=True)
-    table.add_column("text", no_wrap=True, overflow="ellipsis", max_width=80)
+    table.add_column("text")
     for number, hit in enumerate(found.results, start=1):
         table.add_row(
             str(number),
             Text(hit.path),
             f"{hit.score:.3f}",
             "yes" if hit.is_hybrid_match else "",
-            Text(" ".join(hit.content.split())),
+            Text(snippet(hit.content)),
         )
     if found.results:
         console.print(table)

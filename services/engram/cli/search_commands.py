@@ -80,7 +80,8 @@ def space_label(space_id: str) -> str:
     return f"{visibility}:" + "/".join(p for p in (project, bot, user, name) if p)
 
 
-def _snippet(text: str) -> str:
+def snippet(text: str) -> str:
+    """A result's text on one line, cut to SNIPPET_CHARS."""
     flat = " ".join(text.split())
     return flat if len(flat) <= SNIPPET_CHARS else flat[: SNIPPET_CHARS - 1] + "…"
 
@@ -150,7 +151,7 @@ def register(app: typer.Typer) -> None:
                 f"{result.score:.3f}",
                 f"#{result.bm25_rank}" if result.bm25_rank else "-",
                 f"#{result.vector_rank}" if result.vector_rank else "-",
-                _snippet(result.content),
+                snippet(result.content),
             )
         if response.results:
             console.print(table)
