@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from engram.v1 import storage_pb2, storage_pb2_grpc
 from tests.conftest import EngramFactory
+from tests.e2e.test_cli_memory import HEADINGS as PROMPT_HEADINGS
 from tests.support.grpc_helpers import space, write_request
 
 pytestmark = pytest.mark.e2e
@@ -138,16 +139,8 @@ def test_engram_dev_demo_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert "memory_write memory: appended to MEMORY.md" in output
         assert "memory_write daily_log: appended to daily/" in output
         assert "memory_search: 'ERR_4021'" in output and "best: MEMORY.md" in output, output
-        prompt = output[output.index("system prompt") :]
-        headings = [
-            "## Agent Instructions",
-            "## Core Values",
-            "## User Context",
-            "## Identity",
-            "## Long-Term Memory",
-            "## Today's Notes",
-        ]
-        positions = [prompt.index(heading) for heading in headings]
+        prompt = output[output.index("system prompt: ") :]
+        positions = [prompt.index(heading) for heading in PROMPT_HEADINGS]
         assert positions == sorted(positions), prompt
         assert "The user prefers concise answers" in prompt, "the fact reached the prompt"
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
