@@ -255,7 +255,7 @@ def prompt(
     ] = False,
     tz: TzOption = "",
     sections: Annotated[
-        bool, typer.Option("--sections", help="List the sections (path, sha256) instead.")
+        bool, typer.Option("--sections", help="List the sections (sha256, path, name) instead.")
     ] = False,
     visibility: VisibilityOption = "private",
     name: NameOption = "default",
@@ -277,10 +277,9 @@ def prompt(
     if not sections:
         typer.echo(assembled.text, nl=not assembled.text.endswith("\n"))
         return
-    table = Table("section", "path", "sha256")
+    # One line per section in sha256sum's shape, so a script can compare them.
     for section in assembled.sections:
-        table.add_row(Text(section.name), Text(section.path), section.sha256)
-    console.print(table)
+        console.print(Text(f"{section.sha256}  {section.path}  {section.name}"))
     if assembled.bootstrapping:
         console.print("bootstrapping: BOOTSTRAP.md is in the prompt", highlight=False)
     if assembled.soul_changed:
