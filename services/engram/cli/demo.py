@@ -67,7 +67,8 @@ async def run_demo(address: str, console: Console, *, token: str = "") -> None:
             Text(prompt.text.rstrip()),
             title=f"system prompt: {len(prompt.sections)} sections, {len(prompt.text)} chars",
             expand=False,
-        )
+        ),
+        soft_wrap=False,  # wrap long lines inside the panel instead of cutting them
     )
 
 
@@ -101,4 +102,5 @@ async def _search(client: EngramClient, console: Console, query: str) -> None:
     console.print(table)
     if found.results:
         best = found.results[0]
-        console.print(Panel(Text(best.content.rstrip()), title=f"best: {best.path}", expand=False))
+        panel = Panel(Text(best.content.rstrip()), title=f"best: {best.path}", expand=False)
+        console.print(panel, soft_wrap=False)
