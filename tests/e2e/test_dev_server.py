@@ -138,7 +138,9 @@ def test_engram_dev_demo_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert "seeded private:demo: AGENTS.md" in output, output
         assert "memory_write memory: appended to MEMORY.md" in output
         assert "memory_write daily_log: appended to daily/" in output
-        assert "memory_search: 'ERR_4021'" in output and "best: MEMORY.md" in output, output
+        found = output[output.index("memory_search: 'ERR_4021'") : output.index("system prompt: ")]
+        rows = [line for line in found.splitlines() if line.startswith("│")]
+        assert "MEMORY.md" in rows[0], found
         prompt = output[output.index("system prompt: ") :]
         positions = [prompt.index(heading) for heading in PROMPT_HEADINGS]
         assert positions == sorted(positions), prompt

@@ -9,11 +9,10 @@ import time
 import grpc
 from rich.console import Console
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from engram.cli.memory_commands import add_tree_nodes
+from engram.cli.memory_commands import add_tree_nodes, hits_table
 from engram.client import EngramClient, Space
 from engram.domain.errors import NotFound
 from engram.v1 import indexer_pb2, indexer_pb2_grpc
@@ -60,7 +59,8 @@ async def run_demo(address: str, console: Console, *, token: str = "") -> None:
         console.print(tree)
         await _wait_until_indexed(address, token)
         for query in DEMO_SEARCHES:
-            await _search(client, console, query)
+            found = await client.memory_search(query, limit=3)
+            console.print(hits_table(found, title=f"memory_search: {query!r}"))
         prompt = await client.system_prompt()
     console.print(
         Panel(
@@ -90,17 +90,3 @@ async def _wait_until_indexed(address: str, token: str) -> None:
             if status.backlog == 0:
                 return
             await asyncio.sleep(0.05)
-
-
-async def _search(client: EngramClient, console: Console, query: str) -> None:
-    found = await client.memory_search(query, limit=3)
-    table = Table(title=f"memory_search: {query!r}", title_justify="left")
-    for column in ("path", "score", "keywords and meaning"):
-        table.add_column(column)
-    for hit in found.results:
-        table.add_row(Text(hit.path), f"{hit.score:.2f}", "yes" if hit.is_hybrid_match else "")
-    console.print(table)
-    if found.results:
-        best = found.results[0]
-        panel = Panel(Text(best.content.rstrip()), title=f"best: {best.path}", expand=False)
-        console.print(panel, soft_wrap=False)

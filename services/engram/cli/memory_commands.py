@@ -30,7 +30,7 @@ from engram.cli.client import (
     read_input,
 )
 from engram.cli.search_commands import snippet
-from engram.client import EngramClient, Space, TreeNode, explain
+from engram.client import EngramClient, SearchResults, Space, TreeNode, explain
 from engram.domain.errors import EngramError, Unavailable
 from engram.runtime.sizes import format_size
 
@@ -211,6 +211,25 @@ def tree(
     console.print(root)
 
 
+def hits_table(found: SearchResults, title: str = "") -> Table:
+    """memory_search's results, best first: path, score, found by both legs, a snippet."""
+    table = Table(title=title or None, title_justify="left")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("path", no_wrap=True)
+    table.add_column("score", justify="right", no_wrap=True)
+    table.add_column("hybrid", justify="center", no_wrap=True)
+    table.add_column("text")
+    for number, hit in enumerate(found.results, start=1):
+        table.add_row(
+            str(number),
+            Text(hit.path),
+            f"{hit.score:.3f}",
+            "yes" if hit.is_hybrid_match else "",
+            Text(snippet(hit.content)),
+        )
+    return table
+
+
 @memory_app.command("search")
 def search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
@@ -227,20 +246,7 @@ def search(
     """Search the workspace by keywords and meaning together (memory_search)."""
     space = _space(visibility, name, project, bot, user, tenant)
     found = _run(addr, token, space, lambda client: client.memory_search(query, limit=limit))
-    table = Table()
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("path", no_wrap=True)
-    table.add_column("score", justify="right", no_wrap=True)
-    table.add_column("both", justify="center", no_wrap=True)
-    table.add_column("text")
-    for number, hit in enumerate(found.results, start=1):
-        table.add_row(
-            str(number),
-            Text(hit.path),
-            f"{hit.score:.3f}",
-            "yes" if hit.is_hybrid_match else "",
-            Text(snippet(hit.content)),
-        )
+    table = hits_table(found)
     if found.results:
         console.print(table)
     for reason in found.degraded_reasons:
