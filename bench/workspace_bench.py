@@ -15,6 +15,10 @@ and p99 at concurrency 1 and 16 (`--count` calls each, capped at `--time-cap` se
   new text, so the in-process indexer embeds during the write rows as it would in use.
 - MemorySearch (limit 5), after waiting for the writes to be indexed; every query is a
   distinct sentence, so each call embeds its query (no query-cache hits).
+- Baselines at concurrency 1 on the same server: StorageService.WriteDocument appending
+  the same kind of entry, and SearchService.Search with the same kind of query: what the
+  workspace calls underneath, so its own cost (authorization, the write limiter's two
+  counters, the daily-log path and header) shows as the difference.
 
 Rate limit: workspace writes are limited per agent (20/min, 200/h by default), which would
 refuse a benchmark after 20 calls. The server started here gets
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -41,17 +46,22 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import grpc
 from benchlib import closed_loop, free_port
+from google.protobuf import json_format
+from google.protobuf.message import Message
 from search_bench import GHZ, distinct_queries, percentile, sentence, server_env, server_process
 
 from engram.v1 import (
     indexer_pb2,
     indexer_pb2_grpc,
+    search_pb2,
+    search_pb2_grpc,
     space_pb2,
     storage_pb2,
     storage_pb2_grpc,
@@ -131,28 +141,92 @@ async def prepare(addr: str, metadata: tuple[tuple[str, str], ...], documents: i
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Method:
+    """An RPC the bench calls, for ghz (proto file, full name) and for the Python client."""
+
+    label: str
+    proto: str
+    call: str
+    request: type[Message]
+    stub: Callable[[grpc.aio.Channel], Any]
+
+
+MEMORY_WRITE = Method(
+    "MemoryWrite (daily log)",
+    "workspace.proto",
+    "engram.v1.WorkspaceService.MemoryWrite",
+    workspace_pb2.MemoryWriteRequest,
+    workspace_pb2_grpc.WorkspaceServiceStub,
+)
+MEMORY_SEARCH = Method(
+    "MemorySearch",
+    "workspace.proto",
+    "engram.v1.WorkspaceService.MemorySearch",
+    workspace_pb2.MemorySearchRequest,
+    workspace_pb2_grpc.WorkspaceServiceStub,
+)
+# Baselines: what the workspace calls underneath, straight through StorageService and
+# SearchService on the same server, so the workspace layer's own cost shows.
+STORAGE_APPEND = Method(
+    "baseline: WriteDocument append",
+    "storage.proto",
+    "engram.v1.StorageService.WriteDocument",
+    storage_pb2.WriteDocumentRequest,
+    storage_pb2_grpc.StorageServiceStub,
+)
+SEARCH = Method(
+    "baseline: Search (hybrid)",
+    "search.proto",
+    "engram.v1.SearchService.Search",
+    search_pb2.SearchRequest,
+    search_pb2_grpc.SearchServiceStub,
+)
+SPACE_JSON = {"visibility": "VISIBILITY_PRIVATE", "name": SPACE.name}
+
+
+def entry(i: int) -> str:
+    return f"entry {i}: {sentence(random.Random(SEED + i))}"
+
+
 def write_message(i: int, *, concurrency: int) -> dict[str, Any]:
-    """MemoryWrite as JSON (ghz) - the same message the Python client sends."""
+    """MemoryWrite as JSON (ghz and the Python client send the same messages)."""
     message: dict[str, Any] = {
-        "space": {"visibility": "VISIBILITY_PRIVATE", "name": SPACE.name},
+        "space": SPACE_JSON,
         "target": "MEMORY_TARGET_DAILY_LOG",
-        "content": f"entry {i}: {sentence(random.Random(SEED + i))}",
+        "content": entry(i),
     }
     if concurrency > 1:
         message["session"] = f"s{i % SESSIONS:02d}"
     return message
 
 
-def search_message(query: str) -> dict[str, Any]:
+def append_message(i: int) -> dict[str, Any]:
+    """The storage append a daily-log MemoryWrite makes, to a log of its own."""
+    day = datetime.now(UTC).date().isoformat()
     return {
-        "space": {"visibility": "VISIBILITY_PRIVATE", "name": SPACE.name},
-        "query": query,
-        "limit": SEARCH_LIMIT,
+        "space": SPACE_JSON,
+        "path": f"daily/{day}-baseline.md",
+        "content": f"[{datetime.now(UTC):%H:%M:%S}] {entry(i)}",
+        "mode": "WRITE_MODE_APPEND",
     }
 
 
+def search_message(query: str) -> dict[str, Any]:
+    return {"space": SPACE_JSON, "query": query, "limit": SEARCH_LIMIT}
+
+
+def baseline_search_message(query: str) -> dict[str, Any]:
+    return {"spaces": [SPACE_JSON], "query": query, "limit": SEARCH_LIMIT}
+
+
 def run_ghz(
-    addr: str, token: str, method: str, messages: list[dict[str, Any]], concurrency: int, cap: float
+    addr: str,
+    token: str,
+    method: Method,
+    messages: list[dict[str, Any]],
+    concurrency: int,
+    cap: float,
 ) -> list[float]:
     """Latencies (ms) of one ghz run sending each of `messages` once; exits on a failed call
     or when the run takes longer than `cap` (ghz's own duration flag would ignore the count)."""
@@ -162,11 +236,11 @@ def run_ghz(
         str(GHZ),
         "--insecure",
         "--proto",
-        str(ROOT / "protos/engram/v1/workspace.proto"),
+        str(ROOT / "protos/engram/v1" / method.proto),
         "--import-paths",
         str(ROOT / "protos"),
         "--call",
-        f"engram.v1.WorkspaceService.{method}",
+        method.call,
         "--data-file",
         data.name,
         "-c",
@@ -183,33 +257,31 @@ def run_ghz(
         completed = subprocess.run(command, capture_output=True, text=True, check=True, timeout=cap)
     except subprocess.TimeoutExpired:
         raise SystemExit(
-            f"{method} at concurrency {concurrency} passed {cap:.0f} s: lower --count"
+            f"{method.call} at concurrency {concurrency} passed {cap:.0f} s: lower --count"
         ) from None
     finally:
         os.unlink(data.name)
     report: dict[str, Any] = json.loads(completed.stdout)
     codes = report.get("statusCodeDistribution", {})
     if set(codes) != {"OK"}:
-        raise SystemExit(f"{method} failed: {codes} {report.get('errorDistribution')}")
+        raise SystemExit(f"{method.call} failed: {codes} {report.get('errorDistribution')}")
     return [detail["latency"] / 1e6 for detail in report["details"]]
 
 
 async def run_python(
-    addr: str, token: str, method: str, messages: list[dict[str, Any]], concurrency: int, cap: float
+    addr: str,
+    token: str,
+    method: Method,
+    messages: list[dict[str, Any]],
+    concurrency: int,
+    cap: float,
 ) -> list[float]:
     """The same run with the asyncio client (closed loop)."""
-    from google.protobuf import json_format
-
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
-    kind = (
-        workspace_pb2.MemoryWriteRequest
-        if method == "MemoryWrite"
-        else workspace_pb2.MemorySearchRequest
-    )
-    requests = [json_format.ParseDict(message, kind()) for message in messages]
+    requests = [json_format.ParseDict(message, method.request()) for message in messages]
     async with grpc.aio.insecure_channel(addr) as channel:
         call: Callable[..., Awaitable[object]] = getattr(
-            workspace_pb2_grpc.WorkspaceServiceStub(channel), method
+            method.stub(channel), method.call.rsplit(".", 1)[1]
         )
 
         async def one(i: int) -> object:
@@ -220,44 +292,52 @@ async def run_python(
 
 
 async def measure(args: argparse.Namespace, addr: str, token: str) -> list[Row]:
+    """Writes (and the storage baseline), then, once they are indexed, searches."""
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
-    queries = distinct_queries(WARMUP + 2 * args.count, SEED)
+    queries = iter(distinct_queries(2 * WARMUP + 3 * args.count, SEED))
     rows: list[Row] = []
 
-    async def phase(method: str, messages: list[dict[str, Any]], concurrency: int) -> list[float]:
+    async def phase(
+        method: Method, messages: list[dict[str, Any]], concurrency: int, *, warm: bool = False
+    ) -> None:
         if args.client == "ghz":
-            return await asyncio.to_thread(
+            latencies = await asyncio.to_thread(
                 run_ghz, addr, token, method, messages, concurrency, args.time_cap
             )
-        return await run_python(addr, token, method, messages, concurrency, args.time_cap)
-
-    def row(method: str, concurrency: int, latencies: list[float]) -> Row:
-        return (
-            method,
-            str(concurrency),
-            str(len(latencies)),
-            f"{statistics.median(latencies):.2f}",
-            f"{percentile(latencies, 99):.2f}",
-        )
-
-    await phase("MemoryWrite", [write_message(-i - 1, concurrency=1) for i in range(WARMUP)], 1)
-    offset = 0
-    for concurrency in (1, 16):
-        messages = [write_message(offset + i, concurrency=concurrency) for i in range(args.count)]
-        offset += args.count
+        else:
+            latencies = await run_python(addr, token, method, messages, concurrency, args.time_cap)
+        if warm:  # connections, caches, the first embedding: not counted
+            return
+        median, p99 = statistics.median(latencies), percentile(latencies, 99)
         rows.append(
-            row("MemoryWrite", concurrency, await phase("MemoryWrite", messages, concurrency))
+            (method.label, str(concurrency), str(len(latencies)), f"{median:.2f}", f"{p99:.2f}")
         )
+
+    count = args.count
+    numbers = itertools.count()
+
+    def writes(n: int, concurrency: int = 1) -> list[dict[str, Any]]:
+        return [write_message(next(numbers), concurrency=concurrency) for _ in range(n)]
+
+    def appends(n: int) -> list[dict[str, Any]]:
+        return [append_message(next(numbers)) for _ in range(n)]
+
+    def searches(n: int, shape: Callable[[str], dict[str, Any]]) -> list[dict[str, Any]]:
+        return [shape(next(queries)) for _ in range(n)]
+
+    await phase(MEMORY_WRITE, writes(WARMUP), 1, warm=True)
+    await phase(STORAGE_APPEND, appends(WARMUP), 1, warm=True)
+    await phase(MEMORY_WRITE, writes(count), 1)
+    await phase(STORAGE_APPEND, appends(count), 1)
+    await phase(MEMORY_WRITE, writes(count, 16), 16)
     async with grpc.aio.insecure_channel(addr) as channel:
         waited = await wait_until_indexed(channel, metadata)
     print(f"the bench's daily-log entries were indexed {waited:.1f} s after the last write")
-    await phase("MemorySearch", [search_message(q) for q in queries[:WARMUP]], 1)
-    for number, concurrency in enumerate((1, 16)):
-        start = WARMUP + number * args.count
-        messages = [search_message(q) for q in queries[start : start + args.count]]
-        rows.append(
-            row("MemorySearch", concurrency, await phase("MemorySearch", messages, concurrency))
-        )
+    await phase(MEMORY_SEARCH, searches(WARMUP, search_message), 1, warm=True)
+    await phase(SEARCH, searches(WARMUP, baseline_search_message), 1, warm=True)
+    await phase(MEMORY_SEARCH, searches(count, search_message), 1)
+    await phase(SEARCH, searches(count, baseline_search_message), 1)
+    await phase(MEMORY_SEARCH, searches(count, search_message), 16)
     return rows
 
 
