@@ -36,7 +36,6 @@ from engram.runtime.sizes import format_size
 
 T = TypeVar("T")
 
-TARGETS = ("memory", "daily_log", "heartbeat")
 TARGET_HELP = "memory (MEMORY.md), daily_log (today's log), heartbeat (HEARTBEAT.md) or a .md path"
 TzOption = Annotated[
     str, typer.Option("--tz", help="IANA time zone for the daily log's date (default UTC).")
