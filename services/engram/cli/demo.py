@@ -22,7 +22,7 @@ DEMO_SPACE = Space(visibility="private", name="demo")
 FACTS = """- The user prefers concise answers with code examples.
 - Project codename: engram. Deploys go out on Tuesdays.
 - 2026-03-03: the nightly build failed with ERR_4021 until the cache volume was resized."""
-LOG_ENTRY = "Started the engram demo; stored three facts in MEMORY.md."
+LOG_ENTRY = "Ran the engram demo: seeded this workspace, searched it, assembled the prompt."
 
 # Hybrid searches: a question in other words than the notes use, and a bare identifier.
 DEMO_SEARCHES = ("when do we ship releases?", "ERR_4021")
