@@ -367,7 +367,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--count", type=int, default=1000, help="calls per row")
     parser.add_argument("--time-cap", type=float, default=60.0, help="seconds per row")
-    parser.add_argument("--docs", type=int, default=300, help="notes loaded before measuring")
+    parser.add_argument("--docs", type=int, default=200, help="notes loaded before measuring")
     parser.add_argument("--client", choices=("ghz", "python"), default="ghz")
     parser.add_argument("--addr", help="measure a server already running (its limits apply)")
     parser.add_argument("--token", default="")
