@@ -15,7 +15,7 @@ and p99 at concurrency 1 and 16 (`--count` calls each, capped at `--time-cap` se
   new text, so the in-process indexer embeds during the write rows as it would in use.
 - MemorySearch (limit 5), after waiting for the writes to be indexed; every query is a
   distinct sentence, so each call embeds its query (no query-cache hits).
-- Baselines at concurrency 1 on the same server: StorageService.WriteDocument appending
+- Baselines at concurrency 1 and 16 on the same server: StorageService.WriteDocument appending
   the same kind of entry, and SearchService.Search with the same kind of query: what the
   workspace calls underneath, so its own cost (authorization, the write limiter's two
   counters, the daily-log path and header) shows as the difference.
@@ -201,12 +201,13 @@ def write_message(i: int, *, concurrency: int) -> dict[str, Any]:
     return message
 
 
-def append_message(i: int) -> dict[str, Any]:
-    """The storage append a daily-log MemoryWrite makes, to a log of its own."""
+def append_message(i: int, *, concurrency: int) -> dict[str, Any]:
+    """The storage append a daily-log MemoryWrite makes, to logs of its own."""
     day = datetime.now(UTC).date().isoformat()
+    session = f"-s{i % SESSIONS:02d}" if concurrency > 1 else ""
     return {
         "space": SPACE_JSON,
-        "path": f"daily/{day}-baseline.md",
+        "path": f"daily/{day}-baseline{session}.md",
         "content": f"[{datetime.now(UTC):%H:%M:%S}] {entry(i)}",
         "mode": "WRITE_MODE_APPEND",
     }
@@ -227,9 +228,9 @@ def run_ghz(
     messages: list[dict[str, Any]],
     concurrency: int,
     cap: float,
-) -> list[float]:
-    """Latencies (ms) of one ghz run sending each of `messages` once; exits on a failed call
-    or when the run takes longer than `cap` (ghz's own duration flag would ignore the count)."""
+) -> tuple[list[float], float]:
+    """Latencies (ms) and calls/s of one ghz run sending each of `messages` once; exits on a
+    failed call or when the run takes longer than `cap` (ghz's duration flag ignores counts)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as data:
         json.dump(messages, data)
     command = [
@@ -265,7 +266,7 @@ def run_ghz(
     codes = report.get("statusCodeDistribution", {})
     if set(codes) != {"OK"}:
         raise SystemExit(f"{method.call} failed: {codes} {report.get('errorDistribution')}")
-    return [detail["latency"] / 1e6 for detail in report["details"]]
+    return [detail["latency"] / 1e6 for detail in report["details"]], float(report["rps"])
 
 
 async def run_python(
@@ -275,7 +276,7 @@ async def run_python(
     messages: list[dict[str, Any]],
     concurrency: int,
     cap: float,
-) -> list[float]:
+) -> tuple[list[float], float]:
     """The same run with the asyncio client (closed loop)."""
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
     requests = [json_format.ParseDict(message, method.request()) for message in messages]
@@ -287,30 +288,41 @@ async def run_python(
         async def one(i: int) -> object:
             return await call(requests[i], metadata=metadata)
 
-        latencies, _ = await closed_loop(one, count=len(requests), concurrency=concurrency, cap=cap)
-    return latencies
+        latencies, elapsed = await closed_loop(
+            one, count=len(requests), concurrency=concurrency, cap=cap
+        )
+    return latencies, len(latencies) / elapsed
 
 
 async def measure(args: argparse.Namespace, addr: str, token: str) -> list[Row]:
     """Writes (and the storage baseline), then, once they are indexed, searches."""
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
-    queries = iter(distinct_queries(2 * WARMUP + 3 * args.count, SEED))
+    queries = iter(distinct_queries(2 * WARMUP + 4 * args.count, SEED))
     rows: list[Row] = []
 
     async def phase(
         method: Method, messages: list[dict[str, Any]], concurrency: int, *, warm: bool = False
     ) -> None:
         if args.client == "ghz":
-            latencies = await asyncio.to_thread(
+            latencies, rate = await asyncio.to_thread(
                 run_ghz, addr, token, method, messages, concurrency, args.time_cap
             )
         else:
-            latencies = await run_python(addr, token, method, messages, concurrency, args.time_cap)
+            latencies, rate = await run_python(
+                addr, token, method, messages, concurrency, args.time_cap
+            )
         if warm:  # connections, caches, the first embedding: not counted
             return
         median, p99 = statistics.median(latencies), percentile(latencies, 99)
         rows.append(
-            (method.label, str(concurrency), str(len(latencies)), f"{median:.2f}", f"{p99:.2f}")
+            (
+                method.label,
+                str(concurrency),
+                str(len(latencies)),
+                f"{median:.2f}",
+                f"{p99:.2f}",
+                f"{rate:,.0f}",
+            )
         )
 
     count = args.count
@@ -319,8 +331,8 @@ async def measure(args: argparse.Namespace, addr: str, token: str) -> list[Row]:
     def writes(n: int, concurrency: int = 1) -> list[dict[str, Any]]:
         return [write_message(next(numbers), concurrency=concurrency) for _ in range(n)]
 
-    def appends(n: int) -> list[dict[str, Any]]:
-        return [append_message(next(numbers)) for _ in range(n)]
+    def appends(n: int, concurrency: int = 1) -> list[dict[str, Any]]:
+        return [append_message(next(numbers), concurrency=concurrency) for _ in range(n)]
 
     def searches(n: int, shape: Callable[[str], dict[str, Any]]) -> list[dict[str, Any]]:
         return [shape(next(queries)) for _ in range(n)]
@@ -330,6 +342,7 @@ async def measure(args: argparse.Namespace, addr: str, token: str) -> list[Row]:
     await phase(MEMORY_WRITE, writes(count), 1)
     await phase(STORAGE_APPEND, appends(count), 1)
     await phase(MEMORY_WRITE, writes(count, 16), 16)
+    await phase(STORAGE_APPEND, appends(count, 16), 16)
     async with grpc.aio.insecure_channel(addr) as channel:
         waited = await wait_until_indexed(channel, metadata)
     print(f"the bench's daily-log entries were indexed {waited:.1f} s after the last write")
@@ -338,6 +351,7 @@ async def measure(args: argparse.Namespace, addr: str, token: str) -> list[Row]:
     await phase(MEMORY_SEARCH, searches(count, search_message), 1)
     await phase(SEARCH, searches(count, baseline_search_message), 1)
     await phase(MEMORY_SEARCH, searches(count, search_message), 16)
+    await phase(SEARCH, searches(count, baseline_search_message), 16)
     return rows
 
 
@@ -398,8 +412,8 @@ async def main() -> None:
         f"(cap {args.time_cap:.0f} s); load average (1 min) {load_before[0]:.1f} before, "
         f"{load_after[0]:.1f} after\n"
     )
-    print("| RPC | concurrency | calls | p50 ms | p99 ms |")
-    print("|---|---|---|---|---|")
+    print("| RPC | concurrency | calls | p50 ms | p99 ms | calls/s |")
+    print("|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
     print("\ntargets: MemoryWrite p50 <= 5 ms, MemorySearch p50 <= 15 ms")
