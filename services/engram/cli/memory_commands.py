@@ -15,7 +15,6 @@ from rich.text import Text
 from rich.tree import Tree
 
 from engram.cli.client import (
-    VISIBILITIES,
     AddrOption,
     BotOption,
     NameOption,
@@ -55,11 +54,10 @@ def register(app: typer.Typer) -> None:
 
 
 def _space(visibility: str, name: str, project: str, bot: str, user: str, tenant: str) -> Space:
-    if visibility not in VISIBILITIES:
-        fail(f"--visibility must be one of {', '.join(VISIBILITIES)}")
-    return Space(
-        visibility=visibility, name=name, project=project, bot=bot, user=user, tenant=tenant
-    )
+    try:
+        return Space(visibility, name, project, bot, user, tenant)
+    except EngramError as error:  # an unknown visibility
+        fail(error.message)
 
 
 def _failed(error: EngramError) -> NoReturn:
