@@ -38,7 +38,10 @@ def register(app: typer.Typer) -> None:
         time_zone: Annotated[
             str,
             typer.Option(
-                "--time-zone", envvar="ENGRAM_TIME_ZONE", help="IANA zone of daily logs (UTC)."
+                "--time-zone",
+                "--tz",
+                envvar="ENGRAM_TIME_ZONE",
+                help="IANA zone of daily logs (UTC).",
             ),
         ] = "",
         session: Annotated[

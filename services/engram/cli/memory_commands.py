@@ -37,7 +37,13 @@ T = TypeVar("T")
 
 TARGET_HELP = "memory (MEMORY.md), daily_log (today's log), heartbeat (HEARTBEAT.md) or a .md path"
 TzOption = Annotated[
-    str, typer.Option("--tz", help="IANA time zone for the daily log's date (default UTC).")
+    str,
+    typer.Option(
+        "--time-zone",
+        "--tz",
+        envvar="ENGRAM_TIME_ZONE",
+        help="IANA time zone for the daily log's date (default UTC).",
+    ),
 ]
 SessionOption = Annotated[
     str, typer.Option("--session", help="Write to daily/YYYY-MM-DD-<session>.md instead.")
