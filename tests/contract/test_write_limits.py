@@ -128,3 +128,27 @@ async def test_racing_writers_are_never_admitted_past_the_limit(store: RateLimit
     admitted = await asyncio.gather(*(write(n) for n in range(40)))
     assert sum(admitted) == 20
     await replicas[0].check(BOB, "s1")  # another agent is not affected
+
+
+async def test_on_sqlite_a_write_the_hour_refuses_uses_no_minute_slot(tmp_path: Path) -> None:
+    """One transaction for both windows: a refused write is counted in neither, so once the
+    hour ends the agent has its whole minute budget."""
+    database = SqliteDatabase(tmp_path / "limits.db")
+    await database.open([SCHEMA])
+    try:
+        clock = Clock()
+        limiter = WorkspaceWriteLimiter(
+            SqliteRateLimitStore(database), WriteLimits(per_minute=3, per_hour=2), clock=clock
+        )
+        for _ in range(2):
+            await limiter.check(ANN, "s1")
+        for _ in range(5):
+            assert "2 per hour" in (await refused(limiter, ANN, "s1")).message
+        minute = await database.read(
+            lambda connection: connection.execute(
+                "SELECT count FROM rate_windows WHERE key LIKE '%/minute'"
+            ).fetchall()
+        )
+        assert minute == [(2,)]
+    finally:
+        await database.close()

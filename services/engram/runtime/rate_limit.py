@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -42,6 +42,12 @@ CREATE TABLE IF NOT EXISTS rate_windows (
 class RateLimitStore(Protocol):
     async def hit(self, key: str, window: int, limit: int) -> bool:
         """Counts one call in (key, window); False if `limit` calls were already counted."""
+        ...
+
+    async def hit_all(self, hits: Sequence[tuple[str, int, int]]) -> int | None:
+        """Counts one call in each (key, window, limit), in order; returns the index of the
+        first one already full (None when every one admitted the call). Windows before the
+        full one have counted the call (on SQLite none has: one transaction)."""
         ...
 
 
@@ -114,6 +120,31 @@ class SqliteRateLimitStore:
         result: bool = await self._database.write(count)
         return result
 
+    async def hit_all(self, hits: Sequence[tuple[str, int, int]]) -> int | None:
+        """All windows in one write transaction: a call one window refuses is counted in
+        none (one SQLite write per call instead of one per window)."""
+
+        def count(connection: sqlite3.Connection) -> int | None:
+            for index, (key, window, limit) in enumerate(hits):
+                row = connection.execute(
+                    "SELECT count FROM rate_windows WHERE key = ? AND window = ?", (key, window)
+                ).fetchone()
+                if row is not None and row[0] >= limit:
+                    return index
+            for key, window, _ in hits:
+                connection.execute(
+                    "INSERT INTO rate_windows (key, window, count) VALUES (?, ?, 1) "
+                    "ON CONFLICT (key, window) DO UPDATE SET count = count + 1",
+                    (key, window),
+                )
+                connection.execute(
+                    "DELETE FROM rate_windows WHERE key = ? AND window < ?", (key, window)
+                )
+            return None
+
+        result: int | None = await self._database.write(count)
+        return result
+
 
 class MongoRateLimitStore:
     """MongoDB (and FerretDB, whose updates are not atomic): call n of a window inserts the
@@ -142,3 +173,11 @@ class MongoRateLimitStore:
                     continue
                 return True
         return False
+
+    async def hit_all(self, hits: Sequence[tuple[str, int, int]]) -> int | None:
+        """One window after the other (no multi-document transactions on FerretDB): a call
+        a later window refuses stays counted in the earlier ones."""
+        for index, (key, window, limit) in enumerate(hits):
+            if not await self.hit(key, window, limit):
+                return index
+        return None

@@ -4,10 +4,12 @@ Two fixed windows, a minute and an hour, counted in the same RateLimitStore as t
 expensive-RPC limits (SQLite embedded, MongoDB in production; atomic, no lost increments).
 The limit belongs to the tool surface: it applies to every principal, admins included.
 
-The minute window is counted first: a write the minute window refuses never uses an hour
-slot, so a burst of refused writes cannot eat the hour's budget. A write the hour window
-refuses has used a minute slot, which costs nothing: minute windows lie inside hour windows
-(3600 is a multiple of 60), so that minute ends before the hour window admits anything again.
+Both windows are counted in one store call, the minute first: a write the minute window
+refuses never uses an hour slot, so a burst of refused writes cannot eat the hour's budget.
+On SQLite the call is one transaction (a write refused by either window counts in neither);
+on MongoDB a write the hour window refuses has used a minute slot, which costs nothing:
+minute windows lie inside hour windows (3600 is a multiple of 60), so that minute ends
+before the hour window admits anything again.
 """
 
 from __future__ import annotations
@@ -48,19 +50,27 @@ class WorkspaceWriteLimiter:
         """Counts one write of `principal` in `space_id`; raises RateLimited past a limit."""
         now = self._clock()
         agent = f"workspace-write/{principal.tenant}/{principal.subject}/{space_id}"
-        for limit, seconds, unit, setting in (
-            (self._limits.per_minute, MINUTE, "minute", "ENGRAM_WORKSPACE_WRITES_PER_MINUTE"),
-            (self._limits.per_hour, HOUR, "hour", "ENGRAM_WORKSPACE_WRITES_PER_HOUR"),
-        ):
-            if limit <= 0:
-                continue
-            window = int(now // seconds)
-            if await self._store.hit(f"{agent}/{unit}", window, limit):
-                continue
-            retry = max(1, math.ceil((window + 1) * seconds - now))
-            raise RateLimited(
-                f"workspace writes are limited to {limit} per {unit} per agent ({setting}); "
-                f"retry in {retry} s",
-                metadata={"limit": str(limit), "window": unit},
-                retry_after_seconds=retry,
+        windows = [
+            (limit, seconds, unit, setting)
+            for limit, seconds, unit, setting in (
+                (self._limits.per_minute, MINUTE, "minute", "ENGRAM_WORKSPACE_WRITES_PER_MINUTE"),
+                (self._limits.per_hour, HOUR, "hour", "ENGRAM_WORKSPACE_WRITES_PER_HOUR"),
             )
+            if limit > 0
+        ]
+        if not windows:
+            return
+        refused = await self._store.hit_all(
+            [(f"{agent}/{unit}", int(now // seconds), limit) for limit, seconds, unit, _ in windows]
+        )
+        if refused is None:
+            return
+        limit, seconds, unit, setting = windows[refused]
+        window = int(now // seconds)
+        retry = max(1, math.ceil((window + 1) * seconds - now))
+        raise RateLimited(
+            f"workspace writes are limited to {limit} per {unit} per agent ({setting}); "
+            f"retry in {retry} s",
+            metadata={"limit": str(limit), "window": unit},
+            retry_after_seconds=retry,
+        )
