@@ -84,8 +84,23 @@ test: ## Install, build the backends and helm, then run the checks and every sui
 
 checks: protos-check lint typecheck ## buf lint/breaking, generated code fresh, ruff, mypy --strict
 
-suites: $(STAMP) ## pytest: unit, contract, e2e, load and deploy suites (needs `make backends-install helm-install`)
+# Two pytest sessions side by side (each with its own real backends): most of a suite's time
+# is waiting on servers, indexes and child processes, not CPU. PYTEST_ARGS runs one session.
+SUITES_SERVICES := tests/unit tests/contract tests/e2e
+SUITES_SYSTEM := tests/deploy tests/load tests/fuzz
+
+suites: $(STAMP) ## pytest: unit, contract, e2e, load, fuzz and deploy suites (needs `make backends-install helm-install`)
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(MAKE) --no-print-directory -j2 --output-sync=line suites-services suites-system
+else
 	$(BIN)/pytest $(PYTEST_ARGS)
+endif
+
+suites-services: $(STAMP)
+	$(BIN)/pytest $(SUITES_SERVICES)
+
+suites-system: $(STAMP)
+	$(BIN)/pytest $(SUITES_SYSTEM)
 
 test-fresh: ## `make test` from a clean clone on an empty HOME (FRESH_ARGS="--busy 2" adds CPU hogs)
 	deploy/local/fresh-check.sh $(FRESH_ARGS)
@@ -107,4 +122,4 @@ bench: $(STAMP) ## Run the benchmarks (figures go to bench/RESULTS.md by hand)
 
 all: protos format lint typecheck test ## Everything
 
-.PHONY: help install install-check helm-install helm-lint protos protos-check format lint typecheck backends-install checks suites test test-fresh run backends backends-stop bench all
+.PHONY: suites-services suites-system help install install-check helm-install helm-lint protos protos-check format lint typecheck backends-install checks suites test test-fresh run backends backends-stop bench all
