@@ -1,0 +1,321 @@
+"""The chart's configuration produces a working system: helm/engram rendered with loopback
+values, every Deployment run as its own `engram serve` process with the command and
+environment from the manifests (deploy/local/cluster.py), on the real backends of
+deploy/local, each service calling the others over gRPC with the chart's service token.
+
+The tests share one system and run in order: the last ones restart storage and stop
+everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+
+from engram.v1 import (
+    authz_pb2,
+    authz_pb2_grpc,
+    quota_pb2,
+    quota_pb2_grpc,
+    search_pb2,
+    search_pb2_grpc,
+    space_pb2,
+    storage_pb2,
+    storage_pb2_grpc,
+    workspace_pb2,
+    workspace_pb2_grpc,
+)
+from tests.deploy.chart import Helm
+from tests.support.backends import RealBackends
+from tests.support.grpc_helpers import fails, space, write_request
+from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
+
+pytestmark = [pytest.mark.e2e, pytest.mark.real_backend]
+
+SERVICES = {"storage", "quota", "authz", "indexer", "search", "workspace"}
+ANN = bearer(mint("ann", "acme", "member"))
+ADMIN = bearer(mint("root", "acme", "admin"))
+NOTES = space("cluster-notes")
+T = TypeVar("T")
+
+
+def _load_cluster() -> ModuleType:
+    name = "engram_local_cluster"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[2] / "deploy" / "local" / "cluster.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+cluster_py = _load_cluster()
+
+
+@pytest.fixture(scope="module")
+def system(
+    helm: Helm, real_backends: RealBackends, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    backends = cluster_py.Backends(
+        nats=real_backends.url("nats"),
+        mongo=real_backends.url("mongo"),
+        opensearch=real_backends.url("opensearch"),
+    )
+    plan = cluster_py.local_plan(
+        helm,
+        backends,
+        tmp_path_factory.mktemp("cluster"),
+        secret=TEST_JWT_SECRET,
+        database=f"engram_cluster_{uuid.uuid4().hex[:10]}",
+    )
+    cluster = cluster_py.Cluster(plan)
+    try:
+        cluster.start_all()
+        yield cluster
+    finally:
+        cluster.stop(grace=15)
+
+
+@pytest.fixture
+async def channels(system: Any) -> AsyncIterator[dict[str, grpc.aio.Channel]]:
+    opened = {
+        name: grpc.aio.insecure_channel(spec.address) for name, spec in system.plan.specs.items()
+    }
+    try:
+        yield opened
+    finally:
+        for channel in opened.values():
+            await channel.close()
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], within: float, what: str) -> T:
+    """Polls `probe` until it returns a value (bounded by `within` seconds)."""
+    deadline = time.monotonic() + within
+    while True:
+        found = await probe()
+        if found is not None:
+            return found
+        assert time.monotonic() < deadline, f"{what}: not within {within:.0f}s"
+        await asyncio.sleep(0.3)
+
+
+async def search_paths(channel: grpc.aio.Channel, query: str) -> set[str]:
+    answer = await search_pb2_grpc.SearchServiceStub(channel).Search(
+        search_pb2.SearchRequest(spaces=[NOTES], query=query, limit=10), metadata=ANN, timeout=10
+    )
+    return {hit.path for hit in answer.results}
+
+
+def test_every_deployment_runs_as_its_own_process_with_the_charts_settings(system: Any) -> None:
+    specs = system.plan.specs
+    assert set(specs) == SERVICES
+    for name, spec in specs.items():
+        assert spec.argv == ["engram", "serve", name]
+        assert system.procs[name].poll() is None
+        # Only loopback changed: ports, bind hosts, peers' DNS names, mounted directories.
+        assert set(spec.changes) <= {
+            "ENGRAM_GRPC_HOST",
+            "ENGRAM_GRPC_PORT",
+            "ENGRAM_METRICS_HOST",
+            "ENGRAM_METRICS_PORT",
+            "ENGRAM_DATA_DIR",
+            "ENGRAM_STORAGE_ADDR",
+            "ENGRAM_SEARCH_ADDR",
+            "ENGRAM_QUOTA_ADDR",
+        }, spec.changes
+    # The chart's wiring reached the processes: remote quota, and service tokens where the
+    # chart gives them (indexer, workspace, storage with remoteQuota), from its Secret.
+    assert specs["storage"].env["ENGRAM_QUOTA_ADDR"] == specs["quota"].address
+    assert specs["workspace"].env["ENGRAM_STORAGE_ADDR"] == specs["storage"].address
+    assert specs["workspace"].env["ENGRAM_SEARCH_ADDR"] == specs["search"].address
+    assert specs["indexer"].env["ENGRAM_STORAGE_ADDR"] == specs["storage"].address
+    for name in ("storage", "indexer", "workspace"):
+        assert specs[name].env["ENGRAM_SERVICE_TOKEN"] == system.plan.token
+    assert "ENGRAM_SERVICE_TOKEN" not in specs["search"].env
+
+
+async def test_written_documents_are_found_by_search(
+    channels: dict[str, grpc.aio.Channel],
+) -> None:
+    storage = storage_pb2_grpc.StorageServiceStub(channels["storage"])
+    for path, text in {
+        "ops/runbook.md": "Rotate the zebracorn credentials every quarter.",
+        "ops/oncall.md": "The pager rotation starts on Mondays.",
+    }.items():
+        await storage.WriteDocument(write_request(path, text, ref=NOTES), metadata=ANN)
+
+    # Storage published through NATS; the indexer process read the documents back from
+    # storage (service token) and indexed them in OpenSearch; search reads OpenSearch.
+    async def found() -> set[str] | None:
+        paths = await search_paths(channels["search"], "zebracorn credentials")
+        return paths or None
+
+    assert await eventually(found, 90, "indexed through NATS") == {"ops/runbook.md"}
+
+
+async def test_workspace_calls_storage_and_search_over_grpc(
+    channels: dict[str, grpc.aio.Channel],
+) -> None:
+    workspace = workspace_pb2_grpc.WorkspaceServiceStub(channels["workspace"])
+    agent = space("cluster-agent")
+    written = await workspace.MemoryWrite(
+        workspace_pb2.MemoryWriteRequest(
+            space=agent,
+            target=workspace_pb2.MEMORY_TARGET_MEMORY,
+            content="The customer prefers quokka-themed release names.",
+        ),
+        metadata=ANN,
+    )
+    assert written.path == "MEMORY.md"
+    # Written by the storage process, on the workspace's service principal.
+    stored = await storage_pb2_grpc.StorageServiceStub(channels["storage"]).ReadDocument(
+        storage_pb2.ReadDocumentRequest(space=agent, path="MEMORY.md"), metadata=ANN
+    )
+    assert "quokka-themed" in stored.document.content
+
+    async def hits() -> list[str] | None:
+        answer = await workspace.MemorySearch(
+            workspace_pb2.MemorySearchRequest(space=agent, query="quokka release names"),
+            metadata=ANN,
+        )
+        return [h.path for h in answer.hits] or None
+
+    assert await eventually(hits, 90, "memory_search") == ["MEMORY.md"]
+    prompt = await workspace.GetSystemPrompt(
+        workspace_pb2.GetSystemPromptRequest(space=agent), metadata=ANN
+    )
+    assert "## Long-Term Memory" in prompt.prompt and "quokka-themed" in prompt.prompt
+
+
+async def test_a_quota_set_through_quota_is_enforced_by_storage(
+    channels: dict[str, grpc.aio.Channel],
+) -> None:
+    admin = bearer(mint("boss", "tight", "admin", platform_admin=True))
+    member = bearer(mint("meg", "tight", "member"))
+    quota = quota_pb2_grpc.QuotaServiceStub(channels["quota"])
+    await quota.SetTenantQuota(
+        quota_pb2.SetTenantQuotaRequest(tenant="tight", quota_bytes=1000), metadata=admin
+    )
+    storage = storage_pb2_grpc.StorageServiceStub(channels["storage"])
+    await storage.WriteDocument(write_request("small.md", "x" * 400), metadata=member)
+    refused = await fails(
+        storage.WriteDocument(write_request("big.md", "y" * 800), metadata=member),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    )
+    assert "quota" in refused.message.lower()
+    # Storage charged the quota process: its counter holds the accepted write only.
+    usage = await quota.GetUsage(
+        quota_pb2.QuotaServiceGetUsageRequest(tenant="tight"), metadata=admin
+    )
+    assert (usage.tenant_used_bytes, usage.tenant_quota_bytes) == (400, 1000)
+
+
+async def test_tokens_created_through_authz_are_honoured_by_storage(
+    channels: dict[str, grpc.aio.Channel],
+) -> None:
+    authz = authz_pb2_grpc.AuthzServiceStub(channels["authz"])
+    storage = storage_pb2_grpc.StorageServiceStub(channels["storage"])
+    tokens = {
+        role: (
+            await authz.CreateToken(
+                authz_pb2.CreateTokenRequest(role=role, ttl_seconds=600, description="cluster"),
+                metadata=ADMIN,
+            )
+        ).token
+        for role in (authz_pb2.ROLE_MEMBER, authz_pb2.ROLE_VIEWER)
+    }
+    shared = space("cluster-team", visibility=space_pb2.VISIBILITY_PROJECT, project="ops")
+    member = bearer(tokens[authz_pb2.ROLE_MEMBER])
+    viewer = bearer(tokens[authz_pb2.ROLE_VIEWER])
+    await storage.WriteDocument(write_request("plan.md", "ship it", ref=shared), metadata=member)
+    read = await storage.ReadDocument(
+        storage_pb2.ReadDocumentRequest(space=shared, path="plan.md"), metadata=viewer
+    )
+    assert read.document.content == "ship it"
+    await fails(
+        storage.WriteDocument(write_request("plan.md", "no", ref=shared), metadata=viewer),
+        grpc.StatusCode.PERMISSION_DENIED,
+    )
+    await fails(
+        storage.ReadDocument(
+            storage_pb2.ReadDocumentRequest(space=shared, path="plan.md"),
+            metadata=bearer("egm_not-a-token"),
+        ),
+        grpc.StatusCode.UNAUTHENTICATED,
+    )
+
+
+async def test_storage_killed_and_restarted_the_others_recover(
+    system: Any, channels: dict[str, grpc.aio.Channel]
+) -> None:
+    storage = storage_pb2_grpc.StorageServiceStub(channels["storage"])
+    workspace = workspace_pb2_grpc.WorkspaceServiceStub(channels["workspace"])
+    acknowledged = await storage.WriteDocument(
+        write_request("before-kill.md", "Acknowledged before the crash.", ref=NOTES), metadata=ANN
+    )
+    system.kill("storage")
+    await fails(
+        workspace.MemoryRead(
+            workspace_pb2.MemoryReadRequest(space=NOTES, path="before-kill.md"),
+            metadata=ANN,
+            timeout=10,
+        ),
+        grpc.StatusCode.UNAVAILABLE,
+    )
+    system.start("storage")  # the same command, environment and port
+    await asyncio.to_thread(system.wait_serving, ["storage"], 60)
+
+    read = await storage.ReadDocument(
+        storage_pb2.ReadDocumentRequest(space=NOTES, path="before-kill.md"), metadata=ANN
+    )
+    assert read.document.sha256 == acknowledged.document.sha256
+
+    # The workspace and the indexer were not restarted: their channels reconnect.
+    async def through_workspace() -> str | None:
+        try:
+            answer = await workspace.MemoryRead(
+                workspace_pb2.MemoryReadRequest(space=NOTES, path="before-kill.md"),
+                metadata=ANN,
+                timeout=10,
+            )
+        except grpc.aio.AioRpcError as error:
+            assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+            return None
+        return answer.content
+
+    assert await eventually(through_workspace, 30, "workspace reaches storage") == (
+        "Acknowledged before the crash."
+    )
+    await storage.WriteDocument(
+        write_request("after-restart.md", "Wombat migrations resume.", ref=NOTES), metadata=ANN
+    )
+
+    async def indexed() -> set[str] | None:
+        return await search_paths(channels["search"], "wombat migrations") or None
+
+    assert await eventually(indexed, 90, "the indexer reads the restarted storage") == {
+        "after-restart.md"
+    }
+    assert sorted(system.alive()) == sorted(SERVICES)
+
+
+def test_sigterm_stops_every_process_cleanly(system: Any) -> None:
+    grace = float(system.plan.specs["storage"].env["ENGRAM_SHUTDOWN_GRACE_SECONDS"])
+    started = time.monotonic()
+    codes = system.stop(grace=grace + 10)
+    assert codes == dict.fromkeys(SERVICES, 0), "\n".join(
+        system.log_tail(n) for n, c in codes.items() if c
+    )
+    assert time.monotonic() - started < grace + 10
+    assert system.alive() == []
