@@ -49,6 +49,7 @@ import grpc  # noqa: E402
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 
 from tests.deploy.chart import CHART, NAMESPACE, Helm, Manifest, helm_binary, processes  # noqa: E402
+from tests.support.certs import TestCa  # noqa: E402
 from tests.support.tokens import mint, service_token  # noqa: E402
 
 LOOPBACK_VALUES = CHART / "ci" / "loopback-values.yaml"
@@ -86,12 +87,31 @@ class Spec:
         return f"127.0.0.1:{self.grpc_port}"
 
 
+@dataclass(frozen=True)
+class ClientTls:
+    """What a client of the local system needs when the chart turns TLS on."""
+
+    ca: bytes
+    cert: bytes | None = None
+    key: bytes | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(self.ca, self.key, self.cert)
+
+
 @dataclass
 class Plan:
     specs: dict[str, Spec]
     secret: str
     token: str
     workdir: Path
+    tls: ClientTls | None = None
+
+    def channel(self, name: str) -> grpc.Channel:
+        address = self.specs[name].address
+        if self.tls is None:
+            return grpc.insecure_channel(address)
+        return grpc.secure_channel(address, self.tls.credentials())
 
 
 def free_ports(n: int) -> list[int]:
@@ -127,8 +147,11 @@ def render(
     return helm.render(list(values), overrides, tmp=workdir)
 
 
-def _volume_files(volume: Mapping[str, Any], docs: Sequence[Manifest]) -> dict[str, bytes]:
-    """The files a ConfigMap or Secret volume holds (an emptyDir holds none)."""
+def _volume_files(
+    volume: Mapping[str, Any], docs: Sequence[Manifest], existing: Mapping[str, Mapping[str, bytes]]
+) -> dict[str, bytes]:
+    """The files a ConfigMap or Secret volume holds (an emptyDir holds none); a Secret the
+    chart does not render (an existingSecret) comes from `existing`."""
     if "configMap" in volume or "secret" in volume:
         kind, source = (
             ("ConfigMap", volume["configMap"])
@@ -136,10 +159,15 @@ def _volume_files(volume: Mapping[str, Any], docs: Sequence[Manifest]) -> dict[s
             else ("Secret", volume["secret"])
         )
         name = source.get("name") or source.get("secretName")
-        (doc,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
-        data = {k: v.encode() for k, v in (doc.get("data") or {}).items()}
-        if kind == "Secret":
-            data = {k: base64.b64decode(v) for k, v in data.items()}
+        found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+        if kind == "Secret" and not found and name in existing:
+            data = dict(existing[name])
+        elif len(found) == 1:
+            data = {k: v.encode() for k, v in (found[0].get("data") or {}).items()}
+            if kind == "Secret":
+                data = {k: base64.b64decode(v) for k, v in data.items()}
+        else:
+            raise ValueError(f"volume {volume['name']}: {kind} {name} is not rendered or given")
         items = source.get("items")
         if items:
             return {item["path"]: data[item["key"]] for item in items}
@@ -149,8 +177,17 @@ def _volume_files(volume: Mapping[str, Any], docs: Sequence[Manifest]) -> dict[s
     raise ValueError(f"volume {volume['name']}: only emptyDir, configMap and secret run here")
 
 
-def plan(docs: Sequence[Manifest], workdir: Path, *, secret: str, token: str) -> Plan:
-    """Each rendered Deployment as a process on loopback (see the module's docstring)."""
+def plan(
+    docs: Sequence[Manifest],
+    workdir: Path,
+    *,
+    secret: str,
+    token: str,
+    existing: Mapping[str, Mapping[str, bytes]] | None = None,
+    tls: ClientTls | None = None,
+) -> Plan:
+    """Each rendered Deployment as a process on loopback (see the module's docstring).
+    `existing` holds the files of Secrets the chart refers to but does not create."""
     found = processes(docs)
     ports = iter(free_ports(2 * len(found)))
     specs = {
@@ -189,7 +226,8 @@ def plan(docs: Sequence[Manifest], workdir: Path, *, secret: str, token: str) ->
         for mount in container.get("volumeMounts", []):
             local = workdir / name / mount["name"]
             local.mkdir(parents=True, exist_ok=True)
-            for relative, content in _volume_files(volumes[mount["name"]], docs).items():
+            files = _volume_files(volumes[mount["name"]], docs, existing or {})
+            for relative, content in files.items():
                 (local / relative).parent.mkdir(parents=True, exist_ok=True)
                 (local / relative).write_bytes(content)
             mounts[mount["mountPath"].rstrip("/")] = local
@@ -216,7 +254,7 @@ def plan(docs: Sequence[Manifest], workdir: Path, *, secret: str, token: str) ->
         left = [f"{k}={v}" for k, v in spec.env.items() if ".svc" in v]
         if left:
             raise ValueError(f"{name}: a cluster address has no local process: {left}")
-    return Plan(specs, secret, token, workdir)
+    return Plan(specs, secret, token, workdir, tls)
 
 
 def _die_with_parent() -> None:
@@ -265,7 +303,7 @@ class Cluster:
 
     def serving(self, name: str, timeout: float = 2.0) -> bool:
         """One grpc.health.v1 Check of the whole server."""
-        with grpc.insecure_channel(self.plan.specs[name].address) as channel:
+        with self.plan.channel(name) as channel:
             try:
                 answer = health_pb2_grpc.HealthStub(channel).Check(
                     health_pb2.HealthCheckRequest(service=""), timeout=timeout
@@ -335,11 +373,29 @@ def local_plan(
     database: str = "engram_local",
 ) -> Plan:
     """A service token for the secret (a fresh one by default), the chart rendered and
-    planned."""
+    planned. When the values turn TLS on, the TLS Secret they name is made here, as an
+    operator (or cert-manager) would: a CA and one certificate for 127.0.0.1 and
+    localhost, usable as server and client certificate (mTLS)."""
     secret = secret or secrets.token_urlsafe(48)
     token = service_token("engram-services", secret=secret)
     docs = render(helm, backends, workdir, secret=secret, token=token, database=database)
-    return plan(docs, workdir, secret=secret, token=token)
+    existing: dict[str, dict[str, bytes]] = {}
+    tls = None
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    for volume in deployment["spec"]["template"]["spec"].get("volumes", []):
+        if volume["name"] == "tls":
+            directory = workdir / "certificates"
+            directory.mkdir(parents=True, exist_ok=True)
+            ca = TestCa(directory)
+            pair = ca.issue("engram", server=True, client=True)
+            files = {
+                "ca.crt": ca.path.read_bytes(),
+                "tls.crt": pair.cert.read_bytes(),
+                "tls.key": pair.key.read_bytes(),
+            }
+            existing[volume["secret"]["secretName"]] = files
+            tls = ClientTls(files["ca.crt"], files["tls.crt"], files["tls.key"])
+    return plan(docs, workdir, secret=secret, token=token, existing=existing, tls=tls)
 
 
 @contextlib.contextmanager
@@ -382,6 +438,11 @@ def main(argv: list[str] | None = None) -> int:
             admin = mint("admin", "acme", "admin", secret=local.secret, ttl=86400)
             print(f"\nadmin of tenant acme (24 h):\n  export ENGRAM_TOKEN={admin}")
             print(f"  export ENGRAM_ADDR={local.specs['storage'].address}")
+            if local.tls is not None:
+                certificates = workdir / "certificates"
+                print(f"  export ENGRAM_TLS_CA_FILE={certificates / 'ca.pem'}")
+                print(f"  export ENGRAM_TLS_CLIENT_CERT_FILE={certificates / 'engram.crt'}")
+                print(f"  export ENGRAM_TLS_CLIENT_KEY_FILE={certificates / 'engram.key'}")
             print("\nCtrl-C stops everything.", flush=True)
             while not (gone := [n for n in local.specs if n not in cluster.alive()]):
                 time.sleep(1)

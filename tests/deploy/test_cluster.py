@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import subprocess
 import sys
 import time
 import uuid
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engram.v1 import (
     authz_pb2,
@@ -89,8 +91,10 @@ def system(
 
 @pytest.fixture
 async def channels(system: Any) -> AsyncIterator[dict[str, grpc.aio.Channel]]:
+    credentials = system.plan.tls.credentials()
     opened = {
-        name: grpc.aio.insecure_channel(spec.address) for name, spec in system.plan.specs.items()
+        name: grpc.aio.secure_channel(spec.address, credentials)
+        for name, spec in system.plan.specs.items()
     }
     try:
         yield opened
@@ -133,7 +137,12 @@ def test_every_deployment_runs_as_its_own_process_with_the_charts_settings(syste
             "ENGRAM_STORAGE_ADDR",
             "ENGRAM_SEARCH_ADDR",
             "ENGRAM_QUOTA_ADDR",
+            *(f"ENGRAM_TLS_{f}_FILE" for f in ("CERT", "KEY", "CLIENT_CA", "CA")),
+            *(f"ENGRAM_TLS_CLIENT_{f}_FILE" for f in ("CERT", "KEY")),
         }, spec.changes
+        # TLS and mTLS as the chart sets them: the files of the mounted Secret.
+        assert spec.env["ENGRAM_TLS_CERT_FILE"].endswith("/tls/tls.crt")
+        assert spec.env["ENGRAM_TLS_CLIENT_CA_FILE"].endswith("/tls/ca.crt")
     # The chart's wiring reached the processes: remote quota, and service tokens where the
     # chart gives them (indexer, workspace, storage with remoteQuota), from its Secret.
     assert specs["storage"].env["ENGRAM_QUOTA_ADDR"] == specs["quota"].address
@@ -143,6 +152,46 @@ def test_every_deployment_runs_as_its_own_process_with_the_charts_settings(syste
     for name in ("storage", "indexer", "workspace"):
         assert specs[name].env["ENGRAM_SERVICE_TOKEN"] == system.plan.token
     assert "ENGRAM_SERVICE_TOKEN" not in specs["search"].env
+    for name in ("storage", "indexer", "workspace"):
+        assert specs[name].env["ENGRAM_TLS_INTERNAL"] == "true"
+        assert specs[name].env["ENGRAM_TLS_CLIENT_CERT_FILE"].endswith("/tls/tls.crt")
+
+
+async def test_every_port_speaks_tls_only_and_requires_a_client_certificate(system: Any) -> None:
+    tls = system.plan.tls
+    for name, spec in system.plan.specs.items():
+        for credentials in (
+            None,  # plaintext
+            grpc.ssl_channel_credentials(tls.ca),  # TLS without a client certificate
+        ):
+            channel = (
+                grpc.aio.secure_channel(spec.address, credentials)
+                if credentials
+                else grpc.aio.insecure_channel(spec.address)
+            )
+            async with channel:
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(), timeout=5
+                    )
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, name
+
+
+def test_the_helm_test_script_checks_every_service_over_mtls(system: Any) -> None:
+    certificates = system.plan.workdir / "certificates"
+    script = Path(__file__).resolve().parents[2] / "helm" / "engram" / "files" / "health_check.py"
+    tls = ["--ca", certificates / "ca.pem"]
+    tls += ["--cert", certificates / "engram.crt", "--key", certificates / "engram.key"]
+    addresses = [spec.address for spec in system.plan.specs.values()]
+    checked = subprocess.run(
+        [sys.executable, script, "--timeout", "20", *tls, *addresses],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.count(": SERVING") == len(SERVICES)
 
 
 async def test_written_documents_are_found_by_search(
