@@ -99,6 +99,9 @@ run: $(STAMP) ## Install, start `engram dev` with a short demo (Ctrl-C stops it)
 backends: $(STAMP) ## Start NATS, FerretDB and OpenSearch on loopback (deploy/local)
 	$(BIN)/python deploy/local/backends.py start
 
+settings-doc: $(STAMP) ## Regenerate README.md's settings reference from the settings model
+	$(BIN)/python deploy/settings_reference.py
+
 cluster-local: $(STAMP) $(HELM) ## Every service as its own process on loopback, configured by the rendered chart (Ctrl-C stops all)
 	$(BIN)/python deploy/local/cluster.py $(CLUSTER_ARGS)
 
