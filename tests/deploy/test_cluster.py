@@ -10,14 +10,12 @@ everything.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any, TypeVar
 
 import grpc
@@ -40,6 +38,7 @@ from engram.v1 import (
 from tests.deploy.chart import Helm
 from tests.support.backends import RealBackends
 from tests.support.grpc_helpers import fails, space, write_request
+from tests.support.scripts import load_script
 from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_backend]
@@ -51,18 +50,7 @@ NOTES = space("cluster-notes")
 T = TypeVar("T")
 
 
-def _load_cluster() -> ModuleType:
-    name = "engram_local_cluster"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[2] / "deploy" / "local" / "cluster.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-cluster_py = _load_cluster()
+cluster_py = load_script("deploy/local/cluster.py")
 
 
 @pytest.fixture(scope="module")
