@@ -357,6 +357,10 @@ def test_tls_mounts_the_secret_and_probes_readiness_over_http(helm: Helm, tmp_pa
     (test_pod,) = [d for d in docs if d["kind"] == "Pod"]
     command = test_pod["spec"]["containers"][0]["command"]
     assert command[command.index("--ca") + 1] == "/etc/engram/tls/ca.crt" and "--cert" in command
+    values = tmp_path / "tls.yaml"
+    values.write_text(yaml.safe_dump(tls))
+    notes = _notes(helm, tmp_path / "notes", [values])
+    assert f"engram --ca ca.crt --tls-server-name engram-storage.{NAMESPACE}.svc" in notes
 
 
 def _pod_peer(docs: list[Manifest], component: str) -> Peer:
