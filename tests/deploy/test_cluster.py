@@ -347,6 +347,30 @@ async def test_storage_killed_and_restarted_the_others_recover(
     assert sorted(system.alive()) == sorted(SERVICES)
 
 
+async def test_search_restarted_finds_the_indexers_vectors(
+    system: Any, channels: dict[str, grpc.aio.Channel]
+) -> None:
+    """The vector index the chart configures here (ENGRAM_VECTOR_DIR, shared by indexer and
+    search on one host) holds what the indexer process embedded; a search process sees it
+    when it opens the directory, so search is restarted by SIGTERM, as a rollout would."""
+    assert system.stop(["search"], grace=20) == {"search": 0}
+    system.start("search")
+    await asyncio.to_thread(system.wait_serving, ["search"], 90)
+    answer = await search_pb2_grpc.SearchServiceStub(channels["search"]).Search(
+        search_pb2.SearchRequest(
+            spaces=[NOTES],
+            query="how often are the zebracorn secrets changed",
+            limit=3,
+            mode=search_pb2.SEARCH_MODE_SEMANTIC,
+        ),
+        metadata=ANN,
+        timeout=30,
+    )
+    assert not answer.degraded, answer.degraded_reasons
+    assert answer.results[0].path == "ops/runbook.md"
+    assert answer.results[0].vector_rank == 1
+
+
 def test_sigterm_stops_every_process_cleanly(system: Any) -> None:
     grace = float(system.plan.specs["storage"].env["ENGRAM_SHUTDOWN_GRACE_SECONDS"])
     started = time.monotonic()
