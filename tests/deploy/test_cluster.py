@@ -187,7 +187,7 @@ async def test_written_documents_are_found_by_search(
 ) -> None:
     storage = storage_pb2_grpc.StorageServiceStub(channels["storage"])
     for path, text in {
-        "ops/runbook.md": "Rotate the zebracorn credentials every quarter.",
+        "ops/runbook.md": "The zebracorn dashboard shows the build farm.",
         "ops/oncall.md": "The pager rotation starts on Mondays.",
     }.items():
         await storage.WriteDocument(write_request(path, text, ref=NOTES), metadata=ANN)
@@ -195,7 +195,7 @@ async def test_written_documents_are_found_by_search(
     # Storage published through NATS; the indexer process read the documents back from
     # storage (service token) and indexed them in OpenSearch; search reads OpenSearch.
     async def found() -> set[str] | None:
-        paths = await search_paths(channels["search"], "zebracorn credentials")
+        paths = await search_paths(channels["search"], "zebracorn dashboard")
         return paths or None
 
     assert await eventually(found, 90, "indexed through NATS") == {"ops/runbook.md"}
@@ -353,13 +353,22 @@ async def test_search_restarted_finds_the_indexers_vectors(
     """The vector index the chart configures here (ENGRAM_VECTOR_DIR, shared by indexer and
     search on one host) holds what the indexer process embedded; a search process sees it
     when it opens the directory, so search is restarted by SIGTERM, as a rollout would."""
+    await storage_pb2_grpc.StorageServiceStub(channels["storage"]).WriteDocument(
+        write_request("ops/keys.md", "Rotate the narwhal signing keys every quarter.", ref=NOTES),
+        metadata=ANN,
+    )
+
+    async def indexed() -> set[str] | None:
+        return await search_paths(channels["search"], "narwhal signing keys") or None
+
+    assert await eventually(indexed, 90, "indexed through NATS") == {"ops/keys.md"}
     assert system.stop(["search"], grace=20) == {"search": 0}
     system.start("search")
     await asyncio.to_thread(system.wait_serving, ["search"], 90)
     answer = await search_pb2_grpc.SearchServiceStub(channels["search"]).Search(
         search_pb2.SearchRequest(
             spaces=[NOTES],
-            query="how often are the zebracorn secrets changed",
+            query="how often are the narwhal secrets changed",
             limit=3,
             mode=search_pb2.SEARCH_MODE_SEMANTIC,
         ),
@@ -367,7 +376,7 @@ async def test_search_restarted_finds_the_indexers_vectors(
         timeout=30,
     )
     assert not answer.degraded, answer.degraded_reasons
-    assert answer.results[0].path == "ops/runbook.md"
+    assert answer.results[0].path == "ops/keys.md"
     assert answer.results[0].vector_rank == 1
 
 
