@@ -79,7 +79,10 @@ class Spec:
     env: dict[str, str]
     grpc_port: int
     metrics_port: int
-    # Every setting changed from the rendered value: name -> (rendered, local).
+    # False for a process serving HTTP (the MCP server): its port is `grpc_port` anyway.
+    grpc: bool = True
+    # Every setting (or `--flag` argument) changed from the rendered value: name ->
+    # (rendered, local).
     changes: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
@@ -141,6 +144,8 @@ def render(
         "nats": {"url": backends.nats},
         "opensearch": {"url": backends.opensearch, "index": f"{database}-chunks"},
         "auth": {"jwtSecret": secret, "serviceToken": token},
+        # The MCP server's own principal, when the values enable it.
+        "mcp": {"token": mint("mcp-agent", "acme", "member", secret=secret)},
         "config": {"ENGRAM_VECTOR_DIR": str(workdir / "vectors")},
     }
     # helm merges maps key by key: the values files' other settings stay.
@@ -231,12 +236,20 @@ def plan(
                 (local / relative).parent.mkdir(parents=True, exist_ok=True)
                 (local / relative).write_bytes(content)
             mounts[mount["mountPath"].rstrip("/")] = local
-        local_env = {
-            "ENGRAM_GRPC_HOST": "127.0.0.1",
-            "ENGRAM_GRPC_PORT": str(spec.grpc_port),
-            "ENGRAM_METRICS_HOST": "127.0.0.1",
-            "ENGRAM_METRICS_PORT": str(spec.metrics_port),
-        }
+        spec.grpc = any(port.get("name") == "grpc" for port in container.get("ports", []))
+        local_env = {}
+        if spec.grpc:
+            local_env = {
+                "ENGRAM_GRPC_HOST": "127.0.0.1",
+                "ENGRAM_GRPC_PORT": str(spec.grpc_port),
+                "ENGRAM_METRICS_HOST": "127.0.0.1",
+                "ENGRAM_METRICS_PORT": str(spec.metrics_port),
+            }
+        for flag, value in (("--host", "127.0.0.1"), ("--port", str(spec.grpc_port))):
+            if flag in spec.argv[:-1]:
+                at = spec.argv.index(flag) + 1
+                spec.changes[flag] = (spec.argv[at], value)
+                spec.argv[at] = value
         for variable, value in spec.env.items():
             new = peer_pattern.sub(lambda m: peers[m.group(0)], value)
             for mount_path, local in sorted(mounts.items(), key=lambda m: -len(m[0])):
@@ -302,7 +315,15 @@ class Cluster:
         self.exit_codes.pop(name, None)
 
     def serving(self, name: str, timeout: float = 2.0) -> bool:
-        """One grpc.health.v1 Check of the whole server."""
+        """One grpc.health.v1 Check of the whole server (an HTTP server: it listens)."""
+        if not self.plan.specs[name].grpc:
+            try:
+                socket.create_connection(
+                    ("127.0.0.1", self.plan.specs[name].grpc_port), timeout
+                ).close()
+            except OSError:
+                return False
+            return True
         with self.plan.channel(name) as channel:
             try:
                 answer = health_pb2_grpc.HealthStub(channel).Check(

@@ -10,6 +10,7 @@ everything.
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from mcp import Client
 
 from engram.v1 import (
     authz_pb2,
@@ -44,6 +46,7 @@ from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
 pytestmark = [pytest.mark.e2e, pytest.mark.real_backend]
 
 SERVICES = {"storage", "quota", "authz", "indexer", "search", "workspace"}
+PROCESSES = SERVICES | {"mcp"}
 ANN = bearer(mint("ann", "acme", "member"))
 ADMIN = bearer(mint("root", "acme", "admin"))
 NOTES = space("cluster-notes")
@@ -83,6 +86,7 @@ async def channels(system: Any) -> AsyncIterator[dict[str, grpc.aio.Channel]]:
     opened = {
         name: grpc.aio.secure_channel(spec.address, credentials)
         for name, spec in system.plan.specs.items()
+        if spec.grpc
     }
     try:
         yield opened
@@ -111,8 +115,19 @@ async def search_paths(channel: grpc.aio.Channel, query: str) -> set[str]:
 
 def test_every_deployment_runs_as_its_own_process_with_the_charts_settings(system: Any) -> None:
     specs = system.plan.specs
-    assert set(specs) == SERVICES
-    for name, spec in specs.items():
+    assert set(specs) == PROCESSES
+    assert specs["mcp"].argv[:4] == ["engram", "mcp", "--transport", "http"]
+    assert set(specs["mcp"].changes) == {
+        "--host",
+        "--port",
+        "ENGRAM_ADDR",
+        "ENGRAM_TLS_CA_FILE",
+        "ENGRAM_TLS_CLIENT_CERT_FILE",
+        "ENGRAM_TLS_CLIENT_KEY_FILE",
+    }
+    assert specs["mcp"].env["ENGRAM_ADDR"] == specs["workspace"].address
+    assert specs["mcp"].env["ENGRAM_TLS_CLIENT_CERT_FILE"].endswith("/tls/tls.crt")
+    for name, spec in ((n, s) for n, s in specs.items() if n != "mcp"):
         assert spec.argv == ["engram", "serve", name]
         assert system.procs[name].poll() is None
         # Only loopback changed: ports, bind hosts, peers' DNS names, mounted directories.
@@ -147,7 +162,7 @@ def test_every_deployment_runs_as_its_own_process_with_the_charts_settings(syste
 
 async def test_every_port_speaks_tls_only_and_requires_a_client_certificate(system: Any) -> None:
     tls = system.plan.tls
-    for name, spec in system.plan.specs.items():
+    for name, spec in ((n, s) for n, s in system.plan.specs.items() if s.grpc):
         for credentials in (
             None,  # plaintext
             grpc.ssl_channel_credentials(tls.ca),  # TLS without a client certificate
@@ -170,7 +185,7 @@ def test_the_helm_test_script_checks_every_service_over_mtls(system: Any) -> Non
     script = Path(__file__).resolve().parents[2] / "helm" / "engram" / "files" / "health_check.py"
     tls = ["--ca", certificates / "ca.pem"]
     tls += ["--cert", certificates / "engram.crt", "--key", certificates / "engram.key"]
-    addresses = [spec.address for spec in system.plan.specs.values()]
+    addresses = [spec.address for spec in system.plan.specs.values() if spec.grpc]
     checked = subprocess.run(
         [sys.executable, script, "--timeout", "20", *tls, *addresses],
         capture_output=True,
@@ -233,6 +248,27 @@ async def test_workspace_calls_storage_and_search_over_grpc(
         workspace_pb2.GetSystemPromptRequest(space=agent), metadata=ANN
     )
     assert "## Long-Term Memory" in prompt.prompt and "quokka-themed" in prompt.prompt
+
+
+async def test_the_mcp_server_works_through_the_workspace(
+    system: Any, channels: dict[str, grpc.aio.Channel]
+) -> None:
+    """`engram mcp --transport http` as the chart runs it: its own token, the space from
+    the values, the workspace over mTLS."""
+    url = f"http://{system.plan.specs['mcp'].address}/mcp"
+    async with Client(url, read_timeout_seconds=60) as client:
+        result = await client.call_tool(
+            "memory_write", {"content": "The offsite moved to Lisbon.", "target": "memory"}
+        )
+        assert not result.is_error, result.content
+        assert result.structured_content is not None
+        assert result.structured_content["path"] == "MEMORY.md"
+    agents = space("memory", visibility=space_pb2.VISIBILITY_PROJECT, project="agents")
+    stored = await storage_pb2_grpc.StorageServiceStub(channels["storage"]).ReadDocument(
+        storage_pb2.ReadDocumentRequest(space=agents, path="MEMORY.md"), metadata=ANN
+    )
+    assert "moved to Lisbon" in stored.document.content
+    assert stored.document.updated_by == "engram-services"  # the workspace's principal
 
 
 async def test_a_quota_set_through_quota_is_enforced_by_storage(
@@ -344,7 +380,7 @@ async def test_storage_killed_and_restarted_the_others_recover(
     assert await eventually(indexed, 90, "the indexer reads the restarted storage") == {
         "after-restart.md"
     }
-    assert sorted(system.alive()) == sorted(SERVICES)
+    assert sorted(system.alive()) == sorted(PROCESSES)
 
 
 async def test_search_restarted_finds_the_indexers_vectors(
@@ -384,8 +420,9 @@ def test_sigterm_stops_every_process_cleanly(system: Any) -> None:
     grace = float(system.plan.specs["storage"].env["ENGRAM_SHUTDOWN_GRACE_SECONDS"])
     started = time.monotonic()
     codes = system.stop(grace=grace + 10)
-    assert codes == dict.fromkeys(SERVICES, 0), "\n".join(
-        system.log_tail(n) for n, c in codes.items() if c
-    )
+    # The MCP server's uvicorn shuts down gracefully, then re-raises the SIGTERM it caught
+    # (so it ends by the signal, as its parent asked); a SIGKILL after the grace is -9.
+    wanted = {**dict.fromkeys(SERVICES, 0), "mcp": -signal.SIGTERM}
+    assert codes == wanted, "\n".join(system.log_tail(n) for n, c in codes.items() if c)
     assert time.monotonic() - started < grace + 10
     assert system.alive() == []
