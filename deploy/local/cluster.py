@@ -7,7 +7,8 @@ Deployment becomes one process: the container's command and arguments, run from 
 virtualenv, with the environment its ConfigMap and Secret give it. Only what loopback
 requires is changed, and each change is listed in `Plan.changes`:
 
-* every process binds 127.0.0.1 on ports of its own (the chart gives them all 50051/9464);
+* every process binds 127.0.0.1 on ports of its own (the chart gives them all 50051/9464;
+  the MCP server's `--host`/`--port` arguments likewise);
 * a peer's Kubernetes DNS name (`engram-storage.memory.svc:50051`) becomes its local port;
 * a volume's mount path becomes a directory of the process's own (an emptyDir an empty one,
   a ConfigMap or Secret volume its files), in environment values that name it.
@@ -455,7 +456,12 @@ def main(argv: list[str] | None = None) -> int:
             cluster.start_all()
             print(f"\nengram is running as {len(local.specs)} processes (logs in {workdir}):")
             for name, spec in local.specs.items():
-                print(f"  {name:<10} {spec.address}  metrics http://127.0.0.1:{spec.metrics_port}")
+                if spec.grpc:
+                    print(
+                        f"  {name:<10} {spec.address}  metrics http://127.0.0.1:{spec.metrics_port}"
+                    )
+                else:
+                    print(f"  {name:<10} http://{spec.address}/mcp")
             admin = mint("admin", "acme", "admin", secret=local.secret, ttl=86400)
             print(f"\nadmin of tenant acme (24 h):\n  export ENGRAM_TOKEN={admin}")
             print(f"  export ENGRAM_ADDR={local.specs['storage'].address}")
