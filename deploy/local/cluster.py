@@ -447,6 +447,10 @@ def main(argv: list[str] | None = None) -> int:
     if binary is None:
         print("helm is not installed: run `make helm-install`", file=sys.stderr)
         return 1
+    # Ctrl-C, and SIGTERM (or SIGINT where a shell started us in the background with it
+    # ignored), stop everything the same way.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="engram-cluster-"))
     workdir.mkdir(parents=True, exist_ok=True)
     with _backends(workdir / "backends") as backends:
