@@ -114,6 +114,12 @@ run: $(STAMP) ## Install, start `engram dev` with a short demo (Ctrl-C stops it)
 backends: $(STAMP) ## Start NATS, FerretDB and OpenSearch on loopback (deploy/local)
 	$(BIN)/python deploy/local/backends.py start
 
+settings-doc: $(STAMP) ## Regenerate README.md's settings reference from the settings model
+	$(BIN)/python deploy/settings_reference.py
+
+cluster-local: $(STAMP) $(HELM) ## Every service as its own process on loopback, configured by the rendered chart (Ctrl-C stops all)
+	$(BIN)/python deploy/local/cluster.py $(CLUSTER_ARGS)
+
 backends-stop: ## Stop what `make backends` started
 	$(PYTHON) deploy/local/backends.py stop
 
@@ -122,4 +128,4 @@ bench: $(STAMP) ## Run the benchmarks (figures go to bench/RESULTS.md by hand)
 
 all: protos format lint typecheck test ## Everything
 
-.PHONY: suites-services suites-system help install install-check helm-install helm-lint protos protos-check format lint typecheck backends-install checks suites test test-fresh run backends backends-stop bench all
+.PHONY: suites-services suites-system help install install-check helm-install helm-lint protos protos-check format lint typecheck backends-install checks suites test test-fresh run backends backends-stop cluster-local settings-doc bench all

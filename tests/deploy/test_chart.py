@@ -333,6 +333,36 @@ def test_config_change_rolls_the_pods(helm: Helm, tmp_path: Path) -> None:
 # --- network policy ---------------------------------------------------------------------------
 
 
+def test_tls_mounts_the_secret_and_probes_readiness_over_http(helm: Helm, tmp_path: Path) -> None:
+    """Kubernetes' gRPC probe speaks plaintext only: with TLS on, readiness is /readyz."""
+    tls = {"tls": {"enabled": True, "existingSecret": "engram-tls", "mtls": True}}
+    docs = helm.render(overrides={**tls, "mcp": {"enabled": True}}, tmp=tmp_path)
+    found = processes(docs)
+    for name, deployment in of_kind(docs, "Deployment").items():
+        container = _container(deployment)
+        assert {"name": "tls", "mountPath": "/etc/engram/tls", "readOnly": True} in container[
+            "volumeMounts"
+        ], name
+        volume = next(v for v in _pod(deployment)["volumes"] if v["name"] == "tls")
+        assert volume["secret"]["secretName"] == "engram-tls"
+        if name in GRPC_SERVICES:
+            assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+            assert found[name].env["ENGRAM_TLS_CERT_FILE"] == "/etc/engram/tls/tls.crt"
+            assert found[name].env["ENGRAM_TLS_CLIENT_CA_FILE"] == "/etc/engram/tls/ca.crt"
+    # Callers trust the CA and present the pod's certificate; the others make no calls.
+    for name in ("indexer", "workspace", "mcp"):
+        assert found[name].env["ENGRAM_TLS_CA_FILE"] == "/etc/engram/tls/ca.crt"
+        assert found[name].env["ENGRAM_TLS_CLIENT_CERT_FILE"] == "/etc/engram/tls/tls.crt"
+    assert "ENGRAM_TLS_INTERNAL" not in found["search"].env
+    (test_pod,) = [d for d in docs if d["kind"] == "Pod"]
+    command = test_pod["spec"]["containers"][0]["command"]
+    assert command[command.index("--ca") + 1] == "/etc/engram/tls/ca.crt" and "--cert" in command
+    values = tmp_path / "tls.yaml"
+    values.write_text(yaml.safe_dump(tls))
+    notes = _notes(helm, tmp_path / "notes", [values])
+    assert f"engram --ca ca.crt --tls-server-name engram-storage.{NAMESPACE}.svc" in notes
+
+
 def _pod_peer(docs: list[Manifest], component: str) -> Peer:
     return Peer(labels=_labels(docs, component))
 
@@ -544,6 +574,7 @@ def test_each_process_environment_is_valid_settings(
             {"storage": {"autoscaling": {"minReplicas": 5, "maxReplicas": 3}}},
             r"minReplicas \(5\) is above maxReplicas \(3\)",
         ),
+        ({"tls": {"enabled": True}}, r"tls.*existingSecret"),
     ],
     ids=[
         "pull-policy",
@@ -557,6 +588,7 @@ def test_each_process_environment_is_valid_settings(
         "owned-port",
         "hpa-no-target",
         "hpa-min-above-max",
+        "tls-without-secret",
     ],
 )
 def test_invalid_values_are_rejected_with_a_clear_message(

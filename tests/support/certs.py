@@ -60,8 +60,14 @@ class TestCa:
         self.path = directory / f"{name}.pem"
         self.path.write_bytes(self.certificate.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, name: str, *, server: bool, into: Path | None = None) -> Pair:
-        """A leaf certificate for `name` (a server's: SANs 127.0.0.1 and localhost)."""
+    def issue(
+        self, name: str, *, server: bool, into: Path | None = None, client: bool = False
+    ) -> Pair:
+        """A leaf certificate for `name` (a server's: SANs 127.0.0.1 and localhost; with
+        `client` also usable as a client certificate, as one pod's certificate is for mTLS)."""
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+        if client or not server:
+            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         builder = (
@@ -72,12 +78,7 @@ class TestCa:
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(
-                x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
-                ),
-                critical=False,
-            )
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         )
         if server:
             builder = builder.add_extension(

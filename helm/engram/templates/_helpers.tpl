@@ -171,6 +171,22 @@ annotations:
 {{- $_ := set $s (printf "ENGRAM_%s_ADDR" (upper $callee)) (include "engram.address" (dict "root" $.root "component" $callee)) -}}
 {{- end -}}
 {{- end -}}
+{{- if $v.tls.enabled -}}
+{{- if ne .component "mcp" -}}
+{{- $_ := set $s "ENGRAM_TLS_CERT_FILE" "/etc/engram/tls/tls.crt" -}}
+{{- $_ := set $s "ENGRAM_TLS_KEY_FILE" "/etc/engram/tls/tls.key" -}}
+{{- if $v.tls.mtls }}{{- $_ := set $s "ENGRAM_TLS_CLIENT_CA_FILE" "/etc/engram/tls/ca.crt" -}}{{- end -}}
+{{- end -}}
+{{- if include "engram.callees" . | fromJsonArray -}}
+{{- if ne .component "mcp" }}{{- $_ := set $s "ENGRAM_TLS_INTERNAL" "true" -}}{{- end -}}
+{{- $_ := set $s "ENGRAM_TLS_CA_FILE" "/etc/engram/tls/ca.crt" -}}
+{{- if $v.tls.mtls -}}
+{{- $_ := set $s "ENGRAM_TLS_CLIENT_CERT_FILE" "/etc/engram/tls/tls.crt" -}}
+{{- $_ := set $s "ENGRAM_TLS_CLIENT_KEY_FILE" "/etc/engram/tls/tls.key" -}}
+{{- end -}}
+{{- with $v.tls.serverName }}{{- $_ := set $s "ENGRAM_TLS_SERVER_NAME" . -}}{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if and (eq .component "workspace") $values.templates -}}
 {{- $_ := set $s "ENGRAM_WORKSPACE_TEMPLATES" "/etc/engram/templates" -}}
 {{- end -}}

@@ -108,6 +108,11 @@ def use_tls(
         fail("--cert and --key go together (a client certificate for mTLS)")
 
 
+def tls_flags() -> ClientTls | None:
+    """The global TLS flags of this invocation (None: plaintext)."""
+    return _client_tls.get()
+
+
 @contextmanager
 def channel(addr: str) -> Iterator[grpc.Channel]:
     """A channel to `addr`, with TLS as the global flags say (`engram --tls --ca ca.pem ...`)."""

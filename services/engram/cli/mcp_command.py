@@ -19,6 +19,7 @@ from engram.cli.client import (
     VisibilityOption,
     err_console,
     fail,
+    tls_flags,
 )
 from engram.domain.errors import EngramError
 
@@ -75,7 +76,9 @@ def register(app: typer.Typer) -> None:
             fail(error.message)
 
         async def main() -> None:
-            async with EngramClient(addr, token=token, space=space) as client:
+            # The global --tls/--ca/--cert/--key flags (ENGRAM_TLS_*) reach the server too.
+            tls = tls_flags() or False
+            async with EngramClient(addr, token=token, space=space, tls=tls) as client:
                 if transport == "http":
                     err_console.print(
                         f"engram mcp: streamable HTTP on http://{host}:{port}{HTTP_PATH} "

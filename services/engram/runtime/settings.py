@@ -23,211 +23,285 @@ GIB = 1024 * MIB
 
 class Settings(BaseSettings):
     """Every knob of every service; each is `ENGRAM_<NAME>` in the environment. Sizes
-    (`ByteSize`) read as bytes or with a unit: 500MB, 512MiB, 2GB (10^9), 2GiB (2^30)."""
+    (`ByteSize`) read as bytes or with a unit: 500MB, 512MiB, 2GB (10^9), 2GiB (2^30).
 
-    model_config = SettingsConfigDict(env_prefix="ENGRAM_", extra="ignore")
+    Each field's docstring is its description in the README's settings reference
+    (deploy/settings_reference.py renders it; a test fails when one is missing)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ENGRAM_", extra="ignore", use_attribute_docstrings=True
+    )
 
     # --- serving -----------------------------------------------------------------------------
     grpc_host: str = "127.0.0.1"
+    """Address the gRPC server binds (0.0.0.0 in a container)."""
     grpc_port: int = 50051
+    """gRPC port (`engram serve --port` wins)."""
     metrics_host: str = "127.0.0.1"
-    # 0 disables the Prometheus endpoint.
+    """Address of the HTTP side port (/metrics, /healthz, /readyz)."""
     metrics_port: int = 9464
+    """Port of /metrics, /healthz and /readyz; 0 disables it."""
     shutdown_grace_seconds: float = 10.0
+    """On SIGTERM, calls in flight get this long to finish (and pulled events to be acked)."""
     log_level: str = "INFO"
+    """Log level (DEBUG, INFO, WARNING, ERROR)."""
     log_format: Literal["json", "text"] = "json"
+    """One JSON object per line (with request and trace ids), or text for a terminal."""
     access_log: bool = True
-    # Server-wide limits (issue 13): message size both ways, HTTP/2 streams per connection,
-    # calls in progress per process (beyond: RESOURCE_EXHAUSTED; 0 = unbounded).
+    """Log one line per call (method, code, duration, principal)."""
     max_message_bytes: ByteSize = Field(default=ByteSize(16 * MIB), ge=1024)
-    # As many as max_concurrent_rpcs: a client's burst on a new connection that reaches the
-    # server before its SETTINGS frame does is refused with REFUSED_STREAM (UNAVAILABLE).
+    """Largest gRPC message, both ways."""
     max_concurrent_streams: int = Field(default=1000, ge=1)
+    """HTTP/2 streams per connection. As many as max_concurrent_rpcs: a burst on a new
+    connection that arrives before the server's SETTINGS frame is refused with UNAVAILABLE."""
     max_concurrent_rpcs: int = Field(default=1000, ge=0)
-    # Expensive calls (import, export, reindex, search over more than
-    # rate_limit_search_min_spaces spaces) per principal per method per minute, counted in
-    # the store so replicas share it; 0 = no limit.
+    """Calls in progress per process; beyond, RESOURCE_EXHAUSTED (0 = unbounded)."""
     rate_limit_per_minute: int = Field(default=60, ge=0)
+    """Expensive calls (import, export, reindex, search over more than
+    rate_limit_search_min_spaces spaces) per principal per method per minute, counted in the
+    store so replicas share it; 0 = no limit."""
     rate_limit_search_min_spaces: int = Field(default=4, ge=0)
-    # Each backend a service needs is probed this often; health follows the answers.
+    """A search over more spaces than this counts as an expensive call."""
     health_probe_seconds: float = Field(default=2.0, gt=0)
-    # A connection is closed (HTTP/2 GOAWAY) after this long, so clients spread over the
-    # replicas behind a Service again; calls in flight get the grace to finish, new calls
-    # go out on a new connection. 0 = connections live forever.
+    """How often each backend a service needs is probed; gRPC health follows the answers."""
     grpc_max_connection_age_seconds: float = Field(default=300.0, ge=0)
+    """A connection is closed (HTTP/2 GOAWAY) after this long, so clients spread over the
+    replicas behind a Service again; new calls go out on a new connection. 0 = forever."""
     grpc_max_connection_age_grace_seconds: float = Field(default=30.0, ge=0)
-    # HTTP/2 keepalive pings, by the server and by this process's channels to other
-    # services: a peer that does not answer within the timeout is dropped. 0 = no pings.
+    """Calls in flight on an aged connection get this long to finish."""
     grpc_keepalive_seconds: float = Field(default=60.0, ge=0)
+    """HTTP/2 keepalive pings, by the server and by this process's channels to other
+    services. 0 = no pings."""
     grpc_keepalive_timeout_seconds: float = Field(default=20.0, gt=0)
+    """A peer that does not answer a keepalive ping within this is dropped."""
 
     # --- TLS (files; the server reloads its own on change) -------------------------------------
-    # The server's certificate chain and key: with both set the gRPC port speaks TLS only.
     tls_cert_file: Path | None = None
+    """The server's certificate chain (PEM); with tls_key_file the gRPC port speaks TLS only."""
     tls_key_file: Path | None = None
-    # With this set, clients must present a certificate signed by this CA (mTLS).
+    """The server's private key (PEM)."""
     tls_client_ca_file: Path | None = None
-    # Channels to other services (ENGRAM_*_ADDR) use TLS when this is true or any of the
-    # three below is set; the CA to trust (default: the system's roots), and this
-    # process's client certificate and key for servers that require mTLS.
+    """With this set, clients must present a certificate signed by this CA (mTLS)."""
     tls_internal: bool = False
+    """Channels to other services (ENGRAM_*_ADDR) use TLS; implied by any of the three
+    settings below."""
     tls_ca_file: Path | None = None
+    """CA the channels to other services trust (default: the system's roots)."""
     tls_client_cert_file: Path | None = None
+    """This process's client certificate, for servers that require mTLS."""
     tls_client_key_file: Path | None = None
-    # The name checked in the other services' certificates, when not their address's host.
+    """The key of tls_client_cert_file."""
     tls_server_name: str | None = None
+    """The name checked in the other services' certificates, when not their address's host."""
 
     # --- embedded mode -----------------------------------------------------------------------
     data_dir: Path = Path(".engram")
+    """State directory of `engram dev` (the embedded backends)."""
 
     # --- documents ---------------------------------------------------------------------------
     max_doc_bytes: ByteSize = Field(default=ByteSize(DEFAULT_MAX_DOC_BYTES), ge=0)
+    """Largest document."""
     version_retention: int = Field(default=50, ge=0)
+    """Previous versions kept per document."""
     max_import_bytes: ByteSize = Field(default=ByteSize(256 * MIB), ge=0)
+    """Largest ImportSpace archive."""
     max_import_entries: int = Field(default=10_000, ge=1)
-    # Bytes all running imports of one principal may hold at once, per process.
+    """Most files in one ImportSpace archive."""
     max_import_inflight_bytes: ByteSize = Field(default=ByteSize(512 * MIB), ge=0)
+    """Bytes all running imports of one principal may hold at once, per process."""
 
     # --- quotas (bytes; ARCHITECTURE §2) -----------------------------------------------------
     quota_private: ByteSize = Field(default=ByteSize(64 * MIB), ge=0)
+    """Quota of each private space."""
     quota_bot: ByteSize = Field(default=ByteSize(256 * MIB), ge=0)
+    """Quota of each bot space."""
     quota_project: ByteSize = Field(default=ByteSize(256 * MIB), ge=0)
+    """Quota of each project space."""
     quota_cross_project: ByteSize = Field(default=ByteSize(512 * MIB), ge=0)
+    """Quota of each cross-project space."""
     quota_user: ByteSize = Field(default=ByteSize(128 * MIB), ge=0)
+    """Quota of each user space."""
     quota_org: ByteSize = Field(default=ByteSize(1 * GIB), ge=0)
+    """Quota of each org space."""
     quota_global: ByteSize = Field(default=ByteSize(0), ge=0)
+    """Quota of each global space (0 = only the instance total applies)."""
     quota_tenant_total: ByteSize = Field(default=ByteSize(1 * GIB), ge=0)
+    """Default aggregate of a tenant (SetTenantQuota overrides it per tenant)."""
     quota_instance_total: ByteSize = Field(default=ByteSize(1 * GIB), ge=0)
+    """Aggregate of all global spaces."""
 
     # --- identity ----------------------------------------------------------------------------
     jwt_secret: SecretStr | None = None
+    """HS256 secret of bearer JWTs."""
     jwks_path: Path | None = None
-    # An identity provider's JWKS endpoint: keys cached for jwks_cache_seconds; a token
-    # signed by an unknown key id refetches them, at most once per jwks_refresh_min_seconds.
+    """A JWKS file with the public keys of bearer JWTs (RS256/ES256)."""
     jwks_url: str | None = None
+    """An identity provider's JWKS endpoint: keys cached for jwks_cache_seconds; a token
+    signed by an unknown key id refetches them, at most once per jwks_refresh_min_seconds."""
     jwks_cache_seconds: float = Field(default=300.0, gt=0)
+    """How long keys fetched from jwks_url are used."""
     jwks_refresh_min_seconds: float = Field(default=30.0, ge=0)
+    """Least time between two fetches of jwks_url."""
     jwks_timeout_seconds: float = Field(default=5.0, gt=0)
+    """Deadline of one fetch of jwks_url."""
     jwt_audience: str | None = None
+    """Required `aud` of bearer JWTs (unset = not checked)."""
     jwt_issuer: str | None = None
-    # Where the principal is in a JWT's claims: dotted paths into nested claims (a claim
-    # name that itself holds dots, like "https://example.com/tenant", is matched whole).
+    """Required `iss` of bearer JWTs (unset = not checked)."""
     jwt_claim_subject: str = "sub"
+    """Where the principal's name is in a JWT's claims: a dotted path into nested claims (a
+    claim name that itself holds dots, like "https://example.com/tenant", is matched whole)."""
     jwt_claim_tenant: str = "tenant"
-    # A string or a list of strings; with a list the most powerful known role wins.
+    """Where the tenant is in a JWT's claims (a dotted path, as jwt_claim_subject)."""
     jwt_claim_role: str = "role"
+    """Where the role is: a string or a list of strings (with a list the most powerful known
+    role wins)."""
     jwt_claim_platform_admin: str = "platform_admin"
-    # The provider's role values to engram's roles (viewer, config_editor, member, admin),
-    # JSON: {"engram-admin": "admin"}; values not in the map are taken by name.
+    """Where the platform-admin flag (true) is in a JWT's claims."""
     jwt_role_map: dict[str, Literal["viewer", "config_editor", "member", "admin"]] = Field(
         default_factory=dict
     )
-    # Token of this process's service principal when it calls other services.
+    """The provider's role values to engram's roles, JSON: {"engram-admin": "admin"}; values
+    not in the map are taken by name."""
     service_token: SecretStr | None = None
+    """Token of this process's service principal when it calls other services."""
     auth_cache_seconds: float = 30.0
-    # Admins may create personal tokens for other users (acting as them), audited.
+    """How long an authenticated token is cached per process (a revoked personal access
+    token may still pass for this long)."""
     allow_act_as: bool = False
+    """Admins may create personal tokens for other users (acting as them), audited."""
 
     # --- production backends -----------------------------------------------------------------
     mongo_uri: SecretStr | None = None
+    """MongoDB URI: documents, usage, tokens, audit, outbox."""
     mongo_db: str = "engram"
+    """MongoDB database."""
     nats_url: str | None = None
+    """NATS server with JetStream: document events from storage to the indexer."""
     opensearch_url: str | None = None
+    """OpenSearch: the BM25 chunk index."""
     qdrant_url: str | None = None
+    """Qdrant server: the vector chunk index."""
     qdrant_api_key: SecretStr | None = None
-    # Qdrant local mode (a directory; one process only, brute-force scans: tests and tiny
-    # single-host setups). ENGRAM_QDRANT_URL wins when both are set.
+    """Qdrant API key."""
     qdrant_path: Path | None = None
-    # The embedded vector index (NumpyVectorIndex) for a single-host `engram serve indexer`:
-    # several indexer processes may share it (SQLite); readers see others' writes on reopen.
+    """Qdrant local mode (a directory; one process only, brute-force scans: tests and tiny
+    single-host setups). ENGRAM_QDRANT_URL wins when both are set."""
     vector_dir: Path | None = None
+    """The embedded vector index, for indexer and search on one host: several processes may
+    share the directory; a reader sees the others' writes when it reopens it."""
 
     # --- embeddings (ARCHITECTURE §4) --------------------------------------------------------
-    # "local" runs all-MiniLM-L6-v2 int8 in-process; the others call an HTTP provider.
     embedder_provider: Literal["local", "openai", "ollama"] = "local"
-    # Token limit per text for the local model (longer texts are truncated).
+    """"local" runs all-MiniLM-L6-v2 int8 in-process; the others call an HTTP provider."""
     embed_max_length: int = Field(default=256, ge=8, le=512)
+    """Token limit per text for the local model (longer texts are truncated)."""
     embed_batch_size: int = Field(default=32, ge=1, le=2048)
-    # onnxruntime intra-op threads of the local model.
+    """Texts embedded per batch."""
     embed_threads: int = Field(default=2, ge=1)
-    # Indexing work (the indexer's local model, the tantivy writer) runs this much nicer
-    # than the process (Linux, per thread): it takes the CPU that requests leave. 0 = same
-    # priority. Search's query embedder always runs at the process's priority.
+    """onnxruntime intra-op threads of the local model."""
     indexing_nice: int = Field(default=19, ge=0, le=19)
+    """Indexing work (the indexer's local model, the tantivy writer) runs this much nicer
+    than the process (Linux, per thread), taking the CPU that requests leave; 0 = same
+    priority. Search's query embedder always runs at the process's priority."""
     embed_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Deadline of one call to an HTTP embedding provider."""
     embed_max_retries: int = Field(default=4, ge=0)
-    # POST {openai_base_url}/v1/embeddings; any OpenAI-compatible server.
+    """Retries of a failed call to an HTTP embedding provider."""
     openai_base_url: str = "https://api.openai.com"
+    """POST {openai_base_url}/v1/embeddings; any OpenAI-compatible server."""
     openai_api_key: SecretStr | None = None
+    """API key of the OpenAI-compatible provider."""
     openai_model: str = "text-embedding-3-small"
-    # None = discovered from the first response.
+    """Embedding model of the OpenAI-compatible provider."""
     openai_dimension: int | None = Field(default=None, ge=1)
+    """Its vector dimension (unset = discovered from the first response)."""
     ollama_url: str = "http://127.0.0.1:11434"
+    """Ollama server."""
     ollama_model: str = "nomic-embed-text"
+    """Ollama embedding model."""
     ollama_dimension: int | None = Field(default=None, ge=1)
+    """Its vector dimension (unset = discovered from the first response)."""
 
     # --- chunking and the keyword index (ARCHITECTURE §4) ------------------------------------
     chunk_size: int = Field(default=500, ge=50)
+    """Characters per chunk."""
     chunk_overlap: int = Field(default=50, ge=0)
-    # Alias (and index-name prefix) of the OpenSearch chunk index.
+    """Characters two neighbouring chunks share (below chunk_size)."""
     opensearch_index: str = "engram-chunks"
+    """Alias (and index-name prefix) of the OpenSearch chunk index."""
     opensearch_shards: int = Field(default=1, ge=1)
+    """Primary shards of a new chunk index."""
     opensearch_replicas: int = Field(default=1, ge=0)
-    # Periodic refresh of the chunk index; writes refresh on their own (see below).
+    """Replicas of each shard of the chunk index."""
     opensearch_refresh_interval: str = "1s"
-    # "true" refreshes on every write (measured ~15 ms to visible); "wait_for" waits for the
-    # periodic refresh (~200 ms with a 200ms interval).
+    """Periodic refresh of the chunk index; writes refresh on their own (see below)."""
     opensearch_write_refresh: Literal["true", "wait_for"] = "true"
+    """"true" refreshes on every write (measured ~15 ms to visible); "wait_for" waits for
+    the periodic refresh (~200 ms with a 200ms interval)."""
     opensearch_timeout_seconds: float = Field(default=10.0, gt=0)
-    # Embedded keyword index: `<data_dir>/keyword` unless set.
+    """Deadline of one OpenSearch request."""
     tantivy_dir: Path | None = None
+    """Embedded keyword index (unset = `<data_dir>/keyword`)."""
     tantivy_writer_heap_bytes: ByteSize = Field(default=ByteSize(50_000_000), ge=15_000_000)
+    """Memory of the embedded keyword index's writer."""
     tantivy_search_threads: int = Field(default=2, ge=1)
+    """Threads searching the embedded keyword index."""
 
     # --- search (ARCHITECTURE §4) ------------------------------------------------------------
-    # Candidates each index returns for fusion (at least the request's limit is fetched).
     search_candidate_depth: int = Field(default=50, ge=1, le=1000)
-    # Deadline of each backend leg (query embedding + vector search; BM25 search); one that
-    # fails or overruns degrades the answer to the other.
+    """Candidates each index returns for fusion (at least the request's limit is fetched)."""
     search_backend_timeout_seconds: float = Field(default=1.0, gt=0)
-    # Query embeddings kept in memory, per process (0 = no cache).
+    """Deadline of each backend leg (query embedding + vector search; BM25 search); one
+    that fails or overruns degrades the answer to the other."""
     search_query_cache_size: int = Field(default=1024, ge=0)
-    # onnxruntime threads of search's own local query embedder (queries are short: one
-    # thread is as fast at the median and leaves a core to the BM25 leg).
+    """Query embeddings kept in memory, per process (0 = no cache)."""
     search_embed_threads: int = Field(default=1, ge=1)
+    """onnxruntime threads of search's own local query embedder (queries are short: one
+    thread is as fast at the median and leaves a core to the BM25 leg)."""
 
     # --- indexer worker (ARCHITECTURE §4) ------------------------------------------------------
-    # The durable JetStream pull consumer every indexer replica shares.
     indexer_durable: str = "indexer"
-    # Unacknowledged for this long (a crashed or stuck worker), an event is redelivered;
-    # a live worker extends it while indexing a large document.
+    """The durable JetStream pull consumer every indexer replica shares."""
     indexer_ack_wait_seconds: float = Field(default=30.0, gt=0)
-    # Attempts per event before it goes to the dead-letter subject (engram.deadletter.docs).
+    """Unacknowledged for this long (a crashed or stuck worker), an event is redelivered; a
+    live worker extends it while indexing a large document."""
     indexer_max_deliver: int = Field(default=8, ge=1)
-    # Retry delay after a failed attempt: base * 2^(attempt-1), capped, with jitter.
+    """Attempts per event before it goes to the dead-letter subject (engram.deadletter.docs)."""
     indexer_retry_base_seconds: float = Field(default=0.5, gt=0)
+    """Retry delay after a failed attempt: base * 2^(attempt-1), capped, with jitter."""
     indexer_retry_max_seconds: float = Field(default=30.0, gt=0)
-    # Events pulled per fetch, and documents indexed at once, per process.
+    """Cap of the retry delay."""
     indexer_fetch_batch: int = Field(default=64, ge=1, le=1024)
+    """Events pulled per fetch, per process."""
     indexer_concurrency: int = Field(default=8, ge=1, le=256)
-    # After a model switch, the old collection is dropped this long after the alias moved,
-    # so searches that read the old alias just before can still finish.
+    """Documents indexed at once, per process."""
     indexer_model_drop_grace_seconds: float = Field(default=30.0, ge=0)
+    """After a model switch, the old collection is dropped this long after the alias
+    moved, so searches that read the old alias just before can still finish."""
 
     # --- workspace (ARCHITECTURE §5) ----------------------------------------------------------
-    # Workspace writes per agent (principal + space), counted in the store so replicas share
-    # them; 0 = no limit.
     workspace_writes_per_minute: int = Field(default=20, ge=0)
+    """Workspace writes per agent (principal + space) per minute, counted in the store so
+    replicas share them; 0 = no limit."""
     workspace_writes_per_hour: int = Field(default=200, ge=0)
-    # A directory of templates (AGENTS.md, SOUL.md, ...) replacing the packaged ones by name.
+    """Workspace writes per agent per hour; 0 = no limit."""
     workspace_templates: Path | None = None
+    """A directory of templates (AGENTS.md, SOUL.md, ...) replacing the packaged ones by
+    name."""
 
     # --- other services (distributed mode) ---------------------------------------------------
     storage_addr: str | None = None
+    """host:port of StorageService."""
     quota_addr: str | None = None
+    """host:port of QuotaService; with it storage charges bytes there instead of
+    in-process."""
     authz_addr: str | None = None
+    """host:port of AuthzService (reserved: no service calls it over gRPC yet)."""
     search_addr: str | None = None
+    """host:port of SearchService."""
     indexer_addr: str | None = None
+    """host:port of IndexerService (reserved: no service calls it over gRPC yet)."""
 
     @classmethod
     def settings_customise_sources(

@@ -1,0 +1,428 @@
+"""The chart's configuration produces a working system: helm/engram rendered with loopback
+values, every Deployment run as its own `engram serve` process with the command and
+environment from the manifests (deploy/local/cluster.py), on the real backends of
+deploy/local, each service calling the others over gRPC with the chart's service token.
+
+The tests share one system and run in order: the last ones restart storage and stop
+everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from mcp import Client
+
+from engram.v1 import (
+    authz_pb2,
+    authz_pb2_grpc,
+    quota_pb2,
+    quota_pb2_grpc,
+    search_pb2,
+    search_pb2_grpc,
+    space_pb2,
+    storage_pb2,
+    storage_pb2_grpc,
+    workspace_pb2,
+    workspace_pb2_grpc,
+)
+from tests.deploy.chart import Helm
+from tests.support.backends import RealBackends
+from tests.support.grpc_helpers import fails, space, write_request
+from tests.support.scripts import load_script
+from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
+
+pytestmark = [pytest.mark.e2e, pytest.mark.real_backend]
+
+SERVICES = {"storage", "quota", "authz", "indexer", "search", "workspace"}
+PROCESSES = SERVICES | {"mcp"}
+ANN = bearer(mint("ann", "acme", "member"))
+ADMIN = bearer(mint("root", "acme", "admin"))
+NOTES = space("cluster-notes")
+T = TypeVar("T")
+
+
+cluster_py = load_script("deploy/local/cluster.py")
+
+
+@pytest.fixture(scope="module")
+def system(
+    helm: Helm, real_backends: RealBackends, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    backends = cluster_py.Backends(
+        nats=real_backends.url("nats"),
+        mongo=real_backends.url("mongo"),
+        opensearch=real_backends.url("opensearch"),
+    )
+    plan = cluster_py.local_plan(
+        helm,
+        backends,
+        tmp_path_factory.mktemp("cluster"),
+        secret=TEST_JWT_SECRET,
+        database=f"engram_cluster_{uuid.uuid4().hex[:10]}",
+    )
+    cluster = cluster_py.Cluster(plan)
+    try:
+        cluster.start_all()
+        yield cluster
+    finally:
+        cluster.stop(grace=15)
+
+
+@pytest.fixture
+async def channels(system: Any) -> AsyncIterator[dict[str, grpc.aio.Channel]]:
+    credentials = system.plan.tls.credentials()
+    opened = {
+        name: grpc.aio.secure_channel(spec.address, credentials)
+        for name, spec in system.plan.specs.items()
+        if spec.grpc
+    }
+    try:
+        yield opened
+    finally:
+        for channel in opened.values():
+            await channel.close()
+
+
+async def eventually(probe: Callable[[], Awaitable[T | None]], within: float, what: str) -> T:
+    """Polls `probe` until it returns a value (bounded by `within` seconds)."""
+    deadline = time.monotonic() + within
+    while True:
+        found = await probe()
+        if found is not None:
+            return found
+        assert time.monotonic() < deadline, f"{what}: not within {within:.0f}s"
+        await asyncio.sleep(0.3)
+
+
+async def search_paths(channel: grpc.aio.Channel, query: str) -> set[str]:
+    answer = await search_pb2_grpc.SearchServiceStub(channel).Search(
+        search_pb2.SearchRequest(spaces=[NOTES], query=query, limit=10), metadata=ANN, timeout=10
+    )
+    return {hit.path for hit in answer.results}
+
+
+def test_every_deployment_runs_as_its_own_process_with_the_charts_settings(system: Any) -> None:
+    specs = system.plan.specs
+    assert set(specs) == PROCESSES
+    assert specs["mcp"].argv[:4] == ["engram", "mcp", "--transport", "http"]
+    assert set(specs["mcp"].changes) == {
+        "--host",
+        "--port",
+        "ENGRAM_ADDR",
+        "ENGRAM_TLS_CA_FILE",
+        "ENGRAM_TLS_CLIENT_CERT_FILE",
+        "ENGRAM_TLS_CLIENT_KEY_FILE",
+    }
+    assert specs["mcp"].env["ENGRAM_ADDR"] == specs["workspace"].address
+    assert specs["mcp"].env["ENGRAM_TLS_CLIENT_CERT_FILE"].endswith("/tls/tls.crt")
+    for name, spec in ((n, s) for n, s in specs.items() if n != "mcp"):
+        assert spec.argv == ["engram", "serve", name]
+        assert system.procs[name].poll() is None
+        # Only loopback changed: ports, bind hosts, peers' DNS names, mounted directories.
+        assert set(spec.changes) <= {
+            "ENGRAM_GRPC_HOST",
+            "ENGRAM_GRPC_PORT",
+            "ENGRAM_METRICS_HOST",
+            "ENGRAM_METRICS_PORT",
+            "ENGRAM_DATA_DIR",
+            "ENGRAM_STORAGE_ADDR",
+            "ENGRAM_SEARCH_ADDR",
+            "ENGRAM_QUOTA_ADDR",
+            *(f"ENGRAM_TLS_{f}_FILE" for f in ("CERT", "KEY", "CLIENT_CA", "CA")),
+            *(f"ENGRAM_TLS_CLIENT_{f}_FILE" for f in ("CERT", "KEY")),
+        }, spec.changes
+        # TLS and mTLS as the chart sets them: the files of the mounted Secret.
+        assert spec.env["ENGRAM_TLS_CERT_FILE"].endswith("/tls/tls.crt")
+        assert spec.env["ENGRAM_TLS_CLIENT_CA_FILE"].endswith("/tls/ca.crt")
+    # The chart's wiring reached the processes: remote quota, and service tokens where the
+    # chart gives them (indexer, workspace, storage with remoteQuota), from its Secret.
+    assert specs["storage"].env["ENGRAM_QUOTA_ADDR"] == specs["quota"].address
+    assert specs["workspace"].env["ENGRAM_STORAGE_ADDR"] == specs["storage"].address
+    assert specs["workspace"].env["ENGRAM_SEARCH_ADDR"] == specs["search"].address
+    assert specs["indexer"].env["ENGRAM_STORAGE_ADDR"] == specs["storage"].address
+    for name in ("storage", "indexer", "workspace"):
+        assert specs[name].env["ENGRAM_SERVICE_TOKEN"] == system.plan.token
+    assert "ENGRAM_SERVICE_TOKEN" not in specs["search"].env
+    for name in ("storage", "indexer", "workspace"):
+        assert specs[name].env["ENGRAM_TLS_INTERNAL"] == "true"
+        assert specs[name].env["ENGRAM_TLS_CLIENT_CERT_FILE"].endswith("/tls/tls.crt")
+
+
+async def test_every_port_speaks_tls_only_and_requires_a_client_certificate(system: Any) -> None:
+    tls = system.plan.tls
+    for name, spec in ((n, s) for n, s in system.plan.specs.items() if s.grpc):
+        for credentials in (
+            None,  # plaintext
+            grpc.ssl_channel_credentials(tls.ca),  # TLS without a client certificate
+        ):
+            channel = (
+                grpc.aio.secure_channel(spec.address, credentials)
+                if credentials
+                else grpc.aio.insecure_channel(spec.address)
+            )
+            async with channel:
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await health_pb2_grpc.HealthStub(channel).Check(
+                        health_pb2.HealthCheckRequest(), timeout=5
+                    )
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, name
+
+
+def test_the_helm_test_script_checks_every_service_over_mtls(system: Any) -> None:
+    certificates = system.plan.workdir / "certificates"
+    script = Path(__file__).resolve().parents[2] / "helm" / "engram" / "files" / "health_check.py"
+    tls = ["--ca", certificates / "ca.pem"]
+    tls += ["--cert", certificates / "engram.crt", "--key", certificates / "engram.key"]
+    addresses = [spec.address for spec in system.plan.specs.values() if spec.grpc]
+    checked = subprocess.run(
+        [sys.executable, script, "--timeout", "20", *tls, *addresses],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.count(": SERVING") == len(SERVICES)
+
+
+async def test_written_documents_are_found_by_search(
+    channels: dict[str, grpc.aio.Channel],
+) -> None:
+    storage = storage_pb2_grpc.StorageServiceStub(channels["storage"])
+    for path, text in {
+        "ops/runbook.md": "The zebracorn dashboard shows the build farm.",
+        "ops/oncall.md": "The pager rotation starts on Mondays.",
+    }.items():
+        await storage.WriteDocument(write_request(path, text, ref=NOTES), metadata=ANN)
+
+    # Storage published through NATS; the indexer process read the documents back from
+    # storage (service token) and indexed them in OpenSearch; search reads OpenSearch.
+    async def found() -> set[str] | None:
+        paths = await search_paths(channels["search"], "zebracorn dashboard")
+        return paths or None
+
+    assert await eventually(found, 90, "indexed through NATS") == {"ops/runbook.md"}
+
+
+async def test_workspace_calls_storage_and_search_over_grpc(
+    channels: dict[str, grpc.aio.Channel],
+) -> None:
+    workspace = workspace_pb2_grpc.WorkspaceServiceStub(channels["workspace"])
+    agent = space("cluster-agent")
+    written = await workspace.MemoryWrite(
+        workspace_pb2.MemoryWriteRequest(
+            space=agent,
+            target=workspace_pb2.MEMORY_TARGET_MEMORY,
+            content="The customer prefers quokka-themed release names.",
+        ),
+        metadata=ANN,
+    )
+    assert written.path == "MEMORY.md"
+    # Written by the storage process, on the workspace's service principal.
+    stored = await storage_pb2_grpc.StorageServiceStub(channels["storage"]).ReadDocument(
+        storage_pb2.ReadDocumentRequest(space=agent, path="MEMORY.md"), metadata=ANN
+    )
+    assert "quokka-themed" in stored.document.content
+
+    async def hits() -> list[str] | None:
+        answer = await workspace.MemorySearch(
+            workspace_pb2.MemorySearchRequest(space=agent, query="quokka release names"),
+            metadata=ANN,
+        )
+        return [h.path for h in answer.hits] or None
+
+    assert await eventually(hits, 90, "memory_search") == ["MEMORY.md"]
+    prompt = await workspace.GetSystemPrompt(
+        workspace_pb2.GetSystemPromptRequest(space=agent), metadata=ANN
+    )
+    assert "## Long-Term Memory" in prompt.prompt and "quokka-themed" in prompt.prompt
+
+
+async def test_the_mcp_server_works_through_the_workspace(
+    system: Any, channels: dict[str, grpc.aio.Channel]
+) -> None:
+    """`engram mcp --transport http` as the chart runs it: its own token, the space from
+    the values, the workspace over mTLS."""
+    url = f"http://{system.plan.specs['mcp'].address}/mcp"
+    async with Client(url, read_timeout_seconds=60) as client:
+        result = await client.call_tool(
+            "memory_write", {"content": "The offsite moved to Lisbon.", "target": "memory"}
+        )
+        assert not result.is_error, result.content
+        assert result.structured_content is not None
+        assert result.structured_content["path"] == "MEMORY.md"
+    agents = space("memory", visibility=space_pb2.VISIBILITY_PROJECT, project="agents")
+    stored = await storage_pb2_grpc.StorageServiceStub(channels["storage"]).ReadDocument(
+        storage_pb2.ReadDocumentRequest(space=agents, path="MEMORY.md"), metadata=ANN
+    )
+    assert "moved to Lisbon" in stored.document.content
+    assert stored.document.updated_by == "engram-services"  # the workspace's principal
+
+
+async def test_a_quota_set_through_quota_is_enforced_by_storage(
+    channels: dict[str, grpc.aio.Channel],
+) -> None:
+    admin = bearer(mint("boss", "tight", "admin", platform_admin=True))
+    member = bearer(mint("meg", "tight", "member"))
+    quota = quota_pb2_grpc.QuotaServiceStub(channels["quota"])
+    await quota.SetTenantQuota(
+        quota_pb2.SetTenantQuotaRequest(tenant="tight", quota_bytes=1000), metadata=admin
+    )
+    storage = storage_pb2_grpc.StorageServiceStub(channels["storage"])
+    await storage.WriteDocument(write_request("small.md", "x" * 400), metadata=member)
+    refused = await fails(
+        storage.WriteDocument(write_request("big.md", "y" * 800), metadata=member),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    )
+    assert "quota" in refused.message.lower()
+    # Storage charged the quota process: its counter holds the accepted write only.
+    usage = await quota.GetUsage(
+        quota_pb2.QuotaServiceGetUsageRequest(tenant="tight"), metadata=admin
+    )
+    assert (usage.tenant_used_bytes, usage.tenant_quota_bytes) == (400, 1000)
+
+
+async def test_tokens_created_through_authz_are_honoured_by_storage(
+    channels: dict[str, grpc.aio.Channel],
+) -> None:
+    authz = authz_pb2_grpc.AuthzServiceStub(channels["authz"])
+    storage = storage_pb2_grpc.StorageServiceStub(channels["storage"])
+    tokens = {
+        role: (
+            await authz.CreateToken(
+                authz_pb2.CreateTokenRequest(role=role, ttl_seconds=600, description="cluster"),
+                metadata=ADMIN,
+            )
+        ).token
+        for role in (authz_pb2.ROLE_MEMBER, authz_pb2.ROLE_VIEWER)
+    }
+    shared = space("cluster-team", visibility=space_pb2.VISIBILITY_PROJECT, project="ops")
+    member = bearer(tokens[authz_pb2.ROLE_MEMBER])
+    viewer = bearer(tokens[authz_pb2.ROLE_VIEWER])
+    await storage.WriteDocument(write_request("plan.md", "ship it", ref=shared), metadata=member)
+    read = await storage.ReadDocument(
+        storage_pb2.ReadDocumentRequest(space=shared, path="plan.md"), metadata=viewer
+    )
+    assert read.document.content == "ship it"
+    await fails(
+        storage.WriteDocument(write_request("plan.md", "no", ref=shared), metadata=viewer),
+        grpc.StatusCode.PERMISSION_DENIED,
+    )
+    await fails(
+        storage.ReadDocument(
+            storage_pb2.ReadDocumentRequest(space=shared, path="plan.md"),
+            metadata=bearer("egm_not-a-token"),
+        ),
+        grpc.StatusCode.UNAUTHENTICATED,
+    )
+
+
+async def test_storage_killed_and_restarted_the_others_recover(
+    system: Any, channels: dict[str, grpc.aio.Channel]
+) -> None:
+    storage = storage_pb2_grpc.StorageServiceStub(channels["storage"])
+    workspace = workspace_pb2_grpc.WorkspaceServiceStub(channels["workspace"])
+    acknowledged = await storage.WriteDocument(
+        write_request("before-kill.md", "Acknowledged before the crash.", ref=NOTES), metadata=ANN
+    )
+    system.kill("storage")
+    await fails(
+        workspace.MemoryRead(
+            workspace_pb2.MemoryReadRequest(space=NOTES, path="before-kill.md"),
+            metadata=ANN,
+            timeout=10,
+        ),
+        grpc.StatusCode.UNAVAILABLE,
+    )
+    system.start("storage")  # the same command, environment and port
+    await asyncio.to_thread(system.wait_serving, ["storage"], 60)
+
+    read = await storage.ReadDocument(
+        storage_pb2.ReadDocumentRequest(space=NOTES, path="before-kill.md"), metadata=ANN
+    )
+    assert read.document.sha256 == acknowledged.document.sha256
+
+    # The workspace and the indexer were not restarted: their channels reconnect.
+    async def through_workspace() -> str | None:
+        try:
+            answer = await workspace.MemoryRead(
+                workspace_pb2.MemoryReadRequest(space=NOTES, path="before-kill.md"),
+                metadata=ANN,
+                timeout=10,
+            )
+        except grpc.aio.AioRpcError as error:
+            assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+            return None
+        return answer.content
+
+    assert await eventually(through_workspace, 30, "workspace reaches storage") == (
+        "Acknowledged before the crash."
+    )
+    await storage.WriteDocument(
+        write_request("after-restart.md", "Wombat migrations resume.", ref=NOTES), metadata=ANN
+    )
+
+    async def indexed() -> set[str] | None:
+        return await search_paths(channels["search"], "wombat migrations") or None
+
+    assert await eventually(indexed, 90, "the indexer reads the restarted storage") == {
+        "after-restart.md"
+    }
+    assert sorted(system.alive()) == sorted(PROCESSES)
+
+
+async def test_search_restarted_finds_the_indexers_vectors(
+    system: Any, channels: dict[str, grpc.aio.Channel]
+) -> None:
+    """The vector index the chart configures here (ENGRAM_VECTOR_DIR, shared by indexer and
+    search on one host) holds what the indexer process embedded; a search process sees it
+    when it opens the directory, so search is restarted by SIGTERM, as a rollout would."""
+    await storage_pb2_grpc.StorageServiceStub(channels["storage"]).WriteDocument(
+        write_request("ops/keys.md", "Rotate the narwhal signing keys every quarter.", ref=NOTES),
+        metadata=ANN,
+    )
+
+    async def indexed() -> set[str] | None:
+        return await search_paths(channels["search"], "narwhal signing keys") or None
+
+    assert await eventually(indexed, 90, "indexed through NATS") == {"ops/keys.md"}
+    assert system.stop(["search"], grace=20) == {"search": 0}
+    system.start("search")
+    await asyncio.to_thread(system.wait_serving, ["search"], 90)
+    answer = await search_pb2_grpc.SearchServiceStub(channels["search"]).Search(
+        search_pb2.SearchRequest(
+            spaces=[NOTES],
+            query="how often are the narwhal secrets changed",
+            limit=3,
+            mode=search_pb2.SEARCH_MODE_SEMANTIC,
+        ),
+        metadata=ANN,
+        timeout=30,
+    )
+    assert not answer.degraded, answer.degraded_reasons
+    assert answer.results[0].path == "ops/keys.md"
+    assert answer.results[0].vector_rank == 1
+
+
+def test_sigterm_stops_every_process_cleanly(system: Any) -> None:
+    grace = float(system.plan.specs["storage"].env["ENGRAM_SHUTDOWN_GRACE_SECONDS"])
+    started = time.monotonic()
+    codes = system.stop(grace=grace + 10)
+    # The MCP server's uvicorn shuts down gracefully, then re-raises the SIGTERM it caught
+    # (so it ends by the signal, as its parent asked); a SIGKILL after the grace is -9.
+    wanted = {**dict.fromkeys(SERVICES, 0), "mcp": -signal.SIGTERM}
+    assert codes == wanted, "\n".join(system.log_tail(n) for n, c in codes.items() if c)
+    assert time.monotonic() - started < grace + 10
+    assert system.alive() == []

@@ -1,0 +1,102 @@
+"""README.md's settings reference is generated from the settings model and cannot go stale:
+every setting has a description, the table in README.md is the one the model gives, and the
+"read by" column follows the code that wires each process."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from engram.runtime.settings import Settings
+from tests.support.scripts import ROOT, load_script
+
+pytestmark = pytest.mark.unit
+
+reference = load_script("deploy/settings_reference.py")
+SERVE = ["storage", "quota", "authz", "indexer", "search", "workspace"]
+
+
+def test_every_setting_has_a_description() -> None:
+    missing = [name for name, info in Settings.model_fields.items() if not info.description]
+    assert missing == [], "give these settings a docstring in runtime/settings.py"
+
+
+def test_the_readme_holds_the_current_reference() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert reference.render(readme) == readme, "README.md is stale: run `make settings-doc`"
+
+
+def test_a_changed_setting_makes_the_readme_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+    readme = (ROOT / "README.md").read_text()
+    field = Settings.model_fields["chunk_size"]
+    monkeypatch.setattr(field, "description", "Characters per chunk, now said differently.")
+    rendered = reference.render(readme)
+    assert rendered != readme and "now said differently" in rendered
+    assert reference.render(rendered) == rendered
+
+
+def test_every_setting_is_a_row_with_its_default_type_and_readers() -> None:
+    cells = [
+        [c.strip() for c in re.split(r"(?<!\\)\|", line)]
+        for line in reference.table().splitlines()[2:]
+    ]
+    rows = {row[1].split()[0].strip("`"): row for row in cells}
+    assert set(rows) == {f"ENGRAM_{name.upper()}" for name in Settings.model_fields}
+    assert rows["ENGRAM_MAX_MESSAGE_BYTES"][2:4] == ["16.0 MiB", "size"]
+    assert rows["ENGRAM_LOG_FORMAT"][3] == "`json` \\| `text`"
+    assert "ENGRAM_MONGO_URI_FILE" in rows["ENGRAM_MONGO_URI"][1]
+    assert rows["ENGRAM_MONGO_URI"][3] == "secret"
+    assert rows["ENGRAM_NATS_URL"][4] == "storage, indexer"
+
+
+def test_readers_follow_the_wiring() -> None:
+    read = reference.readers()
+    # What every server reads, and what only `engram dev` does.
+    assert read["grpc_port"] == [*SERVE, "dev"]
+    assert read["data_dir"] == ["dev"]
+    assert read["tantivy_dir"] == ["dev"]
+    # Backends: only the processes that open them.
+    assert read["nats_url"] == ["storage", "indexer"]
+    assert read["opensearch_url"] == ["indexer", "search"]
+    assert read["mongo_uri"] == SERVE
+    # The vector index is required by indexer and search only (a flag of `require`);
+    # `engram dev` has its own embedded one.
+    assert read["qdrant_url"] == ["indexer", "search"]
+    # Peers and the service principal: the callers only.
+    assert read["storage_addr"] == ["indexer", "workspace"]
+    assert read["search_addr"] == ["workspace"]
+    assert read["quota_addr"] == ["storage"]
+    assert read["service_token"] == ["storage", "indexer", "workspace"]
+    assert read["tls_client_cert_file"] == ["storage", "indexer", "workspace"]
+    # One service's tuning, through the component built from it.
+    assert read["workspace_writes_per_minute"] == ["workspace", "dev"]
+    assert read["search_candidate_depth"] == ["search", "dev"]
+    assert read["indexer_durable"] == ["indexer"]
+
+
+def _settings_reads(path: Path) -> list[str]:
+    fields = set(Settings.model_fields)
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.attr}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute)
+        and node.attr in fields
+        and "settings" in reference._terminal(node.value)
+    ]
+
+
+def test_no_code_outside_the_scanned_modules_reads_the_settings() -> None:
+    """The reference sees reads in the composition root only; anything else must take a
+    typed config built there (STYLE.md), or the "read by" column would miss it."""
+    scanned = {path.resolve() for path in reference.SCANNED}
+    package = ROOT / "services" / "engram"
+    outside = [
+        read
+        for path in sorted(package.rglob("*.py"))
+        if path.resolve() not in scanned and path.name != "settings.py"
+        for read in _settings_reads(path)
+    ]
+    assert outside == []
