@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import ctypes
 import os
 import re
 import secrets
@@ -271,10 +270,17 @@ def plan(
     return Plan(specs, secret, token, workdir, tls)
 
 
-def _die_with_parent() -> None:
-    """A started process dies with the one that started it (Linux), even on SIGKILL."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+# Execs its arguments after asking the kernel to SIGKILL it when its parent dies (Linux), so
+# a started process dies with the one that started it, even on SIGKILL. A separate program
+# rather than Popen's preexec_fn: running Python between fork and exec in a parent whose
+# gRPC threads are busy lets gRPC's fork handlers abort the child (seen: SIGABRT on a
+# restart, "epoll_wait error: Bad file descriptor"); without preexec_fn Popen uses vfork.
+DIE_WITH_PARENT = (
+    "import contextlib, ctypes, os, signal, sys\n"
+    "with contextlib.suppress(OSError, AttributeError):\n"
+    f"    ctypes.CDLL(None, use_errno=True).prctl({PR_SET_PDEATHSIG}, signal.SIGKILL)\n"
+    "os.execv(sys.argv[1], sys.argv[1:])\n"
+)
 
 
 class Cluster:
@@ -305,13 +311,12 @@ class Cluster:
         env.update(spec.env)
         with self.log(name).open("ab") as log:
             self.procs[name] = subprocess.Popen(
-                [program, *spec.argv[1:]],
+                [sys.executable, "-c", DIE_WITH_PARENT, program, *spec.argv[1:]],
                 env=env,
                 cwd=self.plan.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
             )
         self.exit_codes.pop(name, None)
 

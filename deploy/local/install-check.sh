@@ -148,7 +148,10 @@ until "$VENV/engram" ls --addr "$ADDR" >/dev/null 2>&1; do
 done
 SERVING=$SECONDS
 
-as_user "$VENV/python" "$ROOT/helm/engram/files/health_check.py" --timeout 60 "$ADDR" \
+# A copy the user can read: the source tree may sit under a directory it cannot enter (a
+# clone under /root, or a mktemp -d one), as the image's user never sees the build context.
+install -m 0644 "$ROOT/helm/engram/files/health_check.py" "$WORK/health_check.py"
+as_user "$VENV/python" "$WORK/health_check.py" --timeout 60 "$ADDR" \
   >"$WORK/health.log" 2>&1 || die "grpc.health.v1 is not SERVING: $(cat "$WORK/health.log")"
 "$VENV/python" -c "
 import sys, urllib.request
