@@ -102,6 +102,8 @@ def principal_from_proto(message: authz_pb2.Principal) -> Principal:
 _OP_TO_PROTO = {
     EventOp.UPSERT: events_pb2.DOCUMENT_OP_UPSERT,
     EventOp.DELETE: events_pb2.DOCUMENT_OP_DELETE,
+    EventOp.PURGE: events_pb2.DOCUMENT_OP_PURGE,
+    EventOp.SPACE_DELETE: events_pb2.DOCUMENT_OP_SPACE_DELETE,
 }
 _OP_FROM_PROTO = {v: k for k, v in _OP_TO_PROTO.items()}
 

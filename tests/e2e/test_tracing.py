@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from engram.app.embedded import EmbeddedEngram
 from engram.app.production import storage_on_mongo
+from engram.domain.documents import space_subject_token
 from engram.runtime import tracing
 from engram.runtime.logs import JsonFormatter
 from engram.v1 import (
@@ -237,10 +238,13 @@ async def test_a_write_trace_reaches_the_indexer_over_jetstream(
             grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as channel,
         ):
             stub = storage_pb2_grpc.StorageServiceStub(channel)
-            await stub.WriteDocument(write_request(path, "carried through NATS"), metadata=ANN)
+            written = await stub.WriteDocument(
+                write_request(path, "carried through NATS"), metadata=ANN
+            )
             indexing = await one_span(spans, INDEX, **{"engram.path": path})
             published = await nats_client.jetstream().get_last_msg(
-                "ENGRAM_DOCS", "engram.docs.upsert"
+                "ENGRAM_DOCS",
+                f"engram.docs.upsert.{space_subject_token(written.document.space_id)}",
             )
         await nats_client.jetstream().delete_consumer(
             "ENGRAM_DOCS", deployment.indexer_settings.indexer_durable

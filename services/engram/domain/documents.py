@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -59,6 +60,21 @@ class PathEntry:
 class EventOp(StrEnum):
     UPSERT = "upsert"
     DELETE = "delete"
+    # The document and every kept version were erased (PurgeDocument).
+    PURGE = "purge"
+    # The whole space was erased (DeleteSpace); the event's path is empty.
+    SPACE_DELETE = "space_delete"
+
+
+def space_subject_token(space_id: str) -> str:
+    """The space's token in event subjects: a space id may hold characters a NATS subject
+    token may not ('.', '*', '>', spaces), so its hash stands in for it."""
+    return hashlib.sha256(space_id.encode()).hexdigest()[:32]
+
+
+def space_subject_filter(space_id: str) -> str:
+    """The subject filter that matches every event of one space (the change feed's)."""
+    return f"engram.docs.*.{space_subject_token(space_id)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +100,9 @@ class DocumentEvent:
 
     @property
     def subject(self) -> str:
-        """The JetStream subject: engram.docs.<op>."""
-        return f"engram.docs.{self.op.value}"
+        """The JetStream subject: engram.docs.<op>.<space token>, so one space's events can
+        be read alone (the change feed) while the indexer takes `engram.docs.>`."""
+        return f"engram.docs.{self.op.value}.{space_subject_token(self.space_id)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,3 +195,17 @@ class DocumentDeletion:
 class SpaceUsage:
     used_bytes: int
     document_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceSummary:
+    """A space that holds documents: how many, how large, and its latest change."""
+
+    space: SpaceRef
+    document_count: int
+    used_bytes: int
+    last_write_at: datetime
+
+    @property
+    def space_id(self) -> str:
+        return self.space.id

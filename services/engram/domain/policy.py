@@ -166,6 +166,13 @@ _MUTATE = {
     Target.GLOBAL: Who.PLATFORM_ADMIN,
 }
 
+# Tenant admins of the space's tenant, platform admins anywhere; never a service.
+_ERASE = {
+    Target.OWN: Who.TENANT_ADMIN,
+    Target.OTHER: Who.TENANT_ADMIN,
+    Target.GLOBAL: Who.PLATFORM_ADMIN,
+}
+
 
 def _every(who: Who, targets: tuple[Target, ...] = (Target.OWN,)) -> dict[Target, Who]:
     return dict.fromkeys(targets, who)
@@ -180,6 +187,26 @@ RPC_POLICY: dict[str, dict[Target, Who]] = {
     "/engram.v1.StorageService/WriteDocument": _MUTATE,
     "/engram.v1.StorageService/DeleteDocument": _MUTATE,
     "/engram.v1.StorageService/ImportSpace": _MUTATE,
+    # Erasing for good (no version kept) is an admin's call, never a service's.
+    "/engram.v1.StorageService/PurgeDocument": _ERASE,
+    "/engram.v1.StorageService/DeleteSpace": _ERASE,
+    "/engram.v1.StorageService/ListSpaces": {
+        Target.OWN: Who.TENANT_MEMBER,
+        Target.OTHER: Who.PLATFORM_ADMIN_OR_SERVICE,
+        Target.GLOBAL: Who.ANYONE,
+    },
+    "/engram.v1.StorageService/WatchSpace": _READ,
+    "/engram.v1.MaintenanceService/ListJobRuns": {
+        **_READ,
+        Target.INSTANCE: Who.PLATFORM_ADMIN,
+    },
+    "/engram.v1.MaintenanceService/RunJob": {
+        Target.OWN: Who.TENANT_ADMIN_OR_SERVICE,
+        Target.OTHER: Who.TENANT_ADMIN_OR_SERVICE,
+        Target.GLOBAL: Who.PLATFORM_ADMIN_OR_SERVICE,
+    },
+    "/engram.v1.MaintenanceService/GetSpaceMaintenance": _READ,
+    "/engram.v1.MaintenanceService/SetSpaceMaintenance": _ERASE,
     "/engram.v1.SearchService/Search": _READ,
     "/engram.v1.WorkspaceService/MemoryRead": _READ,
     "/engram.v1.WorkspaceService/MemoryTree": _READ,

@@ -33,6 +33,7 @@ from engram.domain.documents import (
     DocumentWrite,
     EventOp,
     PathEntry,
+    SpaceSummary,
     SpaceUsage,
     StoredDocument,
 )
@@ -363,6 +364,42 @@ class MongoDocumentRepository:
             )
             rows = await cursor.to_list(length=None)
         return {str(row["_id"]): int(row["used"]) for row in rows}
+
+    async def list_spaces(
+        self, aggregate_owner: str, *, after: str, limit: int
+    ) -> list[SpaceSummary]:
+        with mongo_errors("listing spaces"):
+            cursor = await self._heads.aggregate(
+                [
+                    {
+                        "$match": {
+                            "tenant": aggregate_owner,
+                            "deleted": False,
+                            "space_id": {"$gt": after},
+                        }
+                    },
+                    {
+                        "$group": {
+                            "_id": "$space_id",
+                            "count": {"$sum": 1},
+                            "used": {"$sum": "$size_bytes"},
+                            "last": {"$max": "$updated_at"},
+                        }
+                    },
+                    {"$sort": {"_id": 1}},
+                    {"$limit": limit},
+                ]
+            )
+            rows = await cursor.to_list(length=None)
+        return [
+            SpaceSummary(
+                space=parse_space_id(str(row["_id"])),
+                document_count=int(row["count"]),
+                used_bytes=int(row["used"]),
+                last_write_at=row["last"],
+            )
+            for row in rows
+        ]
 
     # --- changes -----------------------------------------------------------------------------
 

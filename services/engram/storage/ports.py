@@ -10,6 +10,7 @@ from engram.domain.documents import (
     DocumentVersion,
     DocumentWrite,
     PathEntry,
+    SpaceSummary,
     SpaceUsage,
     StoredDocument,
 )
@@ -72,6 +73,13 @@ class DocumentRepository(Protocol):
 
     async def usage_by_space(self, aggregate_owner: str) -> dict[str, int]:
         """Bytes per space of a tenant ("instance" = global spaces), from stored documents."""
+        ...
+
+    async def list_spaces(
+        self, aggregate_owner: str, *, after: str, limit: int
+    ) -> list[SpaceSummary]:
+        """The spaces of a tenant ("instance" = global spaces) holding live documents, with
+        space id > `after`, in space id order."""
         ...
 
 

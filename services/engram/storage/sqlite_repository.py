@@ -19,6 +19,7 @@ from engram.domain.documents import (
     DocumentVersion,
     DocumentWrite,
     PathEntry,
+    SpaceSummary,
     SpaceUsage,
     StoredDocument,
 )
@@ -402,5 +403,26 @@ class SqliteDocumentRepository:
                 (aggregate_owner,),
             ).fetchall()
             return {str(space_id): int(total) for space_id, total in rows}
+
+        return await self._db.read(work)
+
+    async def list_spaces(
+        self, aggregate_owner: str, *, after: str, limit: int
+    ) -> list[SpaceSummary]:
+        def work(connection: sqlite3.Connection) -> list[SpaceSummary]:
+            rows = connection.execute(
+                "SELECT space_id, COUNT(*), SUM(size_bytes), MAX(updated_us) FROM documents "
+                "WHERE tenant = ? AND space_id > ? GROUP BY space_id ORDER BY space_id LIMIT ?",
+                (aggregate_owner, after, limit),
+            ).fetchall()
+            return [
+                SpaceSummary(
+                    space=parse_space_id(str(space_id)),
+                    document_count=int(count),
+                    used_bytes=int(used),
+                    last_write_at=from_micros(int(last)),
+                )
+                for space_id, count, used, last in rows
+            ]
 
         return await self._db.read(work)

@@ -26,7 +26,7 @@ from engram.v1 import space_pb2 as engram_dot_v1_dot_space__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x65ngram/v1/events.proto\x12\tengram.v1\x1a\x15\x65ngram/v1/space.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n\rDocumentEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\"\n\x05space\x18\x02 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x10\n\x08space_id\x18\x03 \x01(\t\x12\x0c\n\x04path\x18\x04 \x01(\t\x12!\n\x02op\x18\x05 \x01(\x0e\x32\x15.engram.v1.DocumentOp\x12\x0f\n\x07version\x18\x06 \x01(\x03\x12\x0e\n\x06sha256\x18\x07 \x01(\t\x12\x12\n\nsize_bytes\x18\x08 \x01(\x03\x12&\n\x02\x61t\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x64ocument_id\x18\n \x01(\t\x12\x41\n\rtrace_context\x18\x0b \x03(\x0b\x32*.engram.v1.DocumentEvent.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*Y\n\nDocumentOp\x12\x1b\n\x17\x44OCUMENT_OP_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44OCUMENT_OP_UPSERT\x10\x01\x12\x16\n\x12\x44OCUMENT_OP_DELETE\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x65ngram/v1/events.proto\x12\tengram.v1\x1a\x15\x65ngram/v1/space.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf2\x02\n\rDocumentEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\"\n\x05space\x18\x02 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x10\n\x08space_id\x18\x03 \x01(\t\x12\x0c\n\x04path\x18\x04 \x01(\t\x12!\n\x02op\x18\x05 \x01(\x0e\x32\x15.engram.v1.DocumentOp\x12\x0f\n\x07version\x18\x06 \x01(\x03\x12\x0e\n\x06sha256\x18\x07 \x01(\t\x12\x12\n\nsize_bytes\x18\x08 \x01(\x03\x12&\n\x02\x61t\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x64ocument_id\x18\n \x01(\t\x12\x41\n\rtrace_context\x18\x0b \x03(\x0b\x32*.engram.v1.DocumentEvent.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*\x8e\x01\n\nDocumentOp\x12\x1b\n\x17\x44OCUMENT_OP_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44OCUMENT_OP_UPSERT\x10\x01\x12\x16\n\x12\x44OCUMENT_OP_DELETE\x10\x02\x12\x15\n\x11\x44OCUMENT_OP_PURGE\x10\x03\x12\x1c\n\x18\x44OCUMENT_OP_SPACE_DELETE\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DOCUMENTEVENT_TRACECONTEXTENTRY']._loaded_options = None
   _globals['_DOCUMENTEVENT_TRACECONTEXTENTRY']._serialized_options = b'8\001'
-  _globals['_DOCUMENTOP']._serialized_start=466
-  _globals['_DOCUMENTOP']._serialized_end=555
+  _globals['_DOCUMENTOP']._serialized_start=467
+  _globals['_DOCUMENTOP']._serialized_end=609
   _globals['_DOCUMENTEVENT']._serialized_start=94
   _globals['_DOCUMENTEVENT']._serialized_end=464
   _globals['_DOCUMENTEVENT_TRACECONTEXTENTRY']._serialized_start=413

@@ -30,6 +30,10 @@ class _DocumentOpEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_DocumentOp
     DOCUMENT_OP_UNSPECIFIED: _DocumentOp.ValueType  # 0
     DOCUMENT_OP_UPSERT: _DocumentOp.ValueType  # 1
     DOCUMENT_OP_DELETE: _DocumentOp.ValueType  # 2
+    DOCUMENT_OP_PURGE: _DocumentOp.ValueType  # 3
+    """The document and every kept version were erased (PurgeDocument)."""
+    DOCUMENT_OP_SPACE_DELETE: _DocumentOp.ValueType  # 4
+    """The whole space was erased (DeleteSpace); path is empty."""
 
 class DocumentOp(_DocumentOp, metaclass=_DocumentOpEnumTypeWrapper):
     """DocumentOp is the kind of change."""
@@ -37,6 +41,10 @@ class DocumentOp(_DocumentOp, metaclass=_DocumentOpEnumTypeWrapper):
 DOCUMENT_OP_UNSPECIFIED: DocumentOp.ValueType  # 0
 DOCUMENT_OP_UPSERT: DocumentOp.ValueType  # 1
 DOCUMENT_OP_DELETE: DocumentOp.ValueType  # 2
+DOCUMENT_OP_PURGE: DocumentOp.ValueType  # 3
+"""The document and every kept version were erased (PurgeDocument)."""
+DOCUMENT_OP_SPACE_DELETE: DocumentOp.ValueType  # 4
+"""The whole space was erased (DeleteSpace); path is empty."""
 Global___DocumentOp: _TypeAlias = DocumentOp  # noqa: Y015
 
 @_typing.final

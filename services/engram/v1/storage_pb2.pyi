@@ -22,6 +22,34 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _ChangeKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ChangeKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ChangeKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CHANGE_KIND_UNSPECIFIED: _ChangeKind.ValueType  # 0
+    CHANGE_KIND_WRITTEN: _ChangeKind.ValueType  # 1
+    """Created, replaced or appended to."""
+    CHANGE_KIND_DELETED: _ChangeKind.ValueType  # 2
+    CHANGE_KIND_PURGED: _ChangeKind.ValueType  # 3
+    """Erased with every kept version (PurgeDocument)."""
+    CHANGE_KIND_SPACE_DELETED: _ChangeKind.ValueType  # 4
+    """The whole space was erased (DeleteSpace); path is empty."""
+
+class ChangeKind(_ChangeKind, metaclass=_ChangeKindEnumTypeWrapper):
+    """ChangeKind is the kind of change the feed reports."""
+
+CHANGE_KIND_UNSPECIFIED: ChangeKind.ValueType  # 0
+CHANGE_KIND_WRITTEN: ChangeKind.ValueType  # 1
+"""Created, replaced or appended to."""
+CHANGE_KIND_DELETED: ChangeKind.ValueType  # 2
+CHANGE_KIND_PURGED: ChangeKind.ValueType  # 3
+"""Erased with every kept version (PurgeDocument)."""
+CHANGE_KIND_SPACE_DELETED: ChangeKind.ValueType  # 4
+"""The whole space was erased (DeleteSpace); path is empty."""
+Global___ChangeKind: _TypeAlias = ChangeKind  # noqa: Y015
+
 class _WriteMode:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -604,3 +632,312 @@ class ImportedEntry(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ImportedEntry: _TypeAlias = ImportedEntry  # noqa: Y015
+
+@_typing.final
+class PurgeDocumentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    @_builtins.property
+    def space(self) -> _space_pb2.SpaceRef: ...
+    def __init__(
+        self,
+        *,
+        space: _space_pb2.SpaceRef | None = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "space", b"space"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeDocumentRequest: _TypeAlias = PurgeDocumentRequest  # noqa: Y015
+
+@_typing.final
+class PurgeDocumentResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PURGED_FIELD_NUMBER: _builtins.int
+    VERSIONS_ERASED_FIELD_NUMBER: _builtins.int
+    REFUNDED_BYTES_FIELD_NUMBER: _builtins.int
+    purged: _builtins.bool
+    """False when nothing (no document, no kept version) was stored at the path."""
+    versions_erased: _builtins.int
+    """Kept versions erased (the current document not counted)."""
+    refunded_bytes: _builtins.int
+    """Bytes credited back to the quota (the current document's size, if any)."""
+    def __init__(
+        self,
+        *,
+        purged: _builtins.bool = ...,
+        versions_erased: _builtins.int = ...,
+        refunded_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["purged", b"purged", "refunded_bytes", b"refunded_bytes", "versions_erased", b"versions_erased"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeDocumentResponse: _TypeAlias = PurgeDocumentResponse  # noqa: Y015
+
+@_typing.final
+class DeleteSpaceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_FIELD_NUMBER: _builtins.int
+    CONFIRM_SPACE_ID_FIELD_NUMBER: _builtins.int
+    confirm_space_id: _builtins.str
+    """Must equal the space's id (`engram spaces` lists it), as a confirmation."""
+    @_builtins.property
+    def space(self) -> _space_pb2.SpaceRef: ...
+    def __init__(
+        self,
+        *,
+        space: _space_pb2.SpaceRef | None = ...,
+        confirm_space_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["confirm_space_id", b"confirm_space_id", "space", b"space"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteSpaceRequest: _TypeAlias = DeleteSpaceRequest  # noqa: Y015
+
+@_typing.final
+class DeleteSpaceResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_ID_FIELD_NUMBER: _builtins.int
+    DOCUMENTS_ERASED_FIELD_NUMBER: _builtins.int
+    VERSIONS_ERASED_FIELD_NUMBER: _builtins.int
+    REFUNDED_BYTES_FIELD_NUMBER: _builtins.int
+    space_id: _builtins.str
+    documents_erased: _builtins.int
+    """Documents erased (live ones; deleted paths with kept versions count too)."""
+    versions_erased: _builtins.int
+    """Kept versions erased."""
+    refunded_bytes: _builtins.int
+    """Bytes credited back to the quota."""
+    def __init__(
+        self,
+        *,
+        space_id: _builtins.str = ...,
+        documents_erased: _builtins.int = ...,
+        versions_erased: _builtins.int = ...,
+        refunded_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents_erased", b"documents_erased", "refunded_bytes", b"refunded_bytes", "space_id", b"space_id", "versions_erased", b"versions_erased"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteSpaceResponse: _TypeAlias = DeleteSpaceResponse  # noqa: Y015
+
+@_typing.final
+class ListSpacesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    GLOBAL_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    """The tenant whose spaces to list; empty = the caller's. Naming another tenant
+    needs a platform admin.
+    """
+    page_size: _builtins.int
+    """0 = default (100); larger than the maximum (1000) is clamped; negative is refused."""
+    page_token: _builtins.str
+    """From a previous response's next_page_token, with the same tenant and global."""
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["global", b"global", "page_size", b"page_size", "page_token", b"page_token", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSpacesRequest: _TypeAlias = ListSpacesRequest  # noqa: Y015
+
+@_typing.final
+class ListSpacesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty when there is nothing more."""
+    @_builtins.property
+    def spaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___SpaceSummary]: ...
+    def __init__(
+        self,
+        *,
+        spaces: _abc.Iterable[Global___SpaceSummary] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "spaces", b"spaces"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSpacesResponse: _TypeAlias = ListSpacesResponse  # noqa: Y015
+
+@_typing.final
+class SpaceSummary(_message.Message):
+    """SpaceSummary describes one space that holds documents."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_FIELD_NUMBER: _builtins.int
+    SPACE_ID_FIELD_NUMBER: _builtins.int
+    DOCUMENT_COUNT_FIELD_NUMBER: _builtins.int
+    USED_BYTES_FIELD_NUMBER: _builtins.int
+    LAST_WRITE_AT_FIELD_NUMBER: _builtins.int
+    space_id: _builtins.str
+    document_count: _builtins.int
+    """Live documents."""
+    used_bytes: _builtins.int
+    """Bytes of the live documents."""
+    @_builtins.property
+    def space(self) -> _space_pb2.SpaceRef: ...
+    @_builtins.property
+    def last_write_at(self) -> _timestamp_pb2.Timestamp:
+        """The latest change (write or delete) of any of its documents."""
+
+    def __init__(
+        self,
+        *,
+        space: _space_pb2.SpaceRef | None = ...,
+        space_id: _builtins.str = ...,
+        document_count: _builtins.int = ...,
+        used_bytes: _builtins.int = ...,
+        last_write_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_write_at", b"last_write_at", "space", b"space"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document_count", b"document_count", "last_write_at", b"last_write_at", "space", b"space", "space_id", b"space_id", "used_bytes", b"used_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpaceSummary: _TypeAlias = SpaceSummary  # noqa: Y015
+
+@_typing.final
+class WatchSpaceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_FIELD_NUMBER: _builtins.int
+    CURSOR_FIELD_NUMBER: _builtins.int
+    FROM_START_FIELD_NUMBER: _builtins.int
+    cursor: _builtins.str
+    """The cursor of the last change received; empty starts with the next change
+    (or with the oldest retained one when from_start is set).
+    """
+    from_start: _builtins.bool
+    """With an empty cursor: replay every retained change first."""
+    @_builtins.property
+    def space(self) -> _space_pb2.SpaceRef: ...
+    def __init__(
+        self,
+        *,
+        space: _space_pb2.SpaceRef | None = ...,
+        cursor: _builtins.str = ...,
+        from_start: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "from_start", b"from_start", "space", b"space"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchSpaceRequest: _TypeAlias = WatchSpaceRequest  # noqa: Y015
+
+@_typing.final
+class WatchSpaceResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHANGE_FIELD_NUMBER: _builtins.int
+    CAUGHT_UP_FIELD_NUMBER: _builtins.int
+    caught_up: _builtins.bool
+    """True once, when every stored change up to now has been sent; what follows
+    happens live.
+    """
+    @_builtins.property
+    def change(self) -> Global___SpaceChange:
+        """A change; unset in the one message that says the replay has caught up."""
+
+    def __init__(
+        self,
+        *,
+        change: Global___SpaceChange | None = ...,
+        caught_up: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["change", b"change"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["caught_up", b"caught_up", "change", b"change"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchSpaceResponse: _TypeAlias = WatchSpaceResponse  # noqa: Y015
+
+@_typing.final
+class SpaceChange(_message.Message):
+    """SpaceChange is one change to a space, as the change feed reports it. It never
+    carries content: read the document for that.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CURSOR_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    DOCUMENT_ID_FIELD_NUMBER: _builtins.int
+    EVENT_ID_FIELD_NUMBER: _builtins.int
+    cursor: _builtins.str
+    """Opaque; pass it back as WatchSpaceRequest.cursor to resume after this change."""
+    kind: Global___ChangeKind.ValueType
+    path: _builtins.str
+    version: _builtins.int
+    """The document's version after the change (the deleted version for DELETED)."""
+    sha256: _builtins.str
+    size_bytes: _builtins.int
+    document_id: _builtins.str
+    event_id: _builtins.str
+    """The change's event id (the same id the indexer sees)."""
+    @_builtins.property
+    def at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        cursor: _builtins.str = ...,
+        kind: Global___ChangeKind.ValueType = ...,
+        path: _builtins.str = ...,
+        version: _builtins.int = ...,
+        sha256: _builtins.str = ...,
+        size_bytes: _builtins.int = ...,
+        at: _timestamp_pb2.Timestamp | None = ...,
+        document_id: _builtins.str = ...,
+        event_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at", b"at", "cursor", b"cursor", "document_id", b"document_id", "event_id", b"event_id", "kind", b"kind", "path", b"path", "sha256", b"sha256", "size_bytes", b"size_bytes", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpaceChange: _TypeAlias = SpaceChange  # noqa: Y015

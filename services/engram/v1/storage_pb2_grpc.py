@@ -75,6 +75,26 @@ class StorageServiceStub:
                 request_serializer=engram_dot_v1_dot_storage__pb2.ImportSpaceRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_storage__pb2.ImportSpaceResponse.FromString,
                 _registered_method=True)
+        self.PurgeDocument = channel.unary_unary(
+                '/engram.v1.StorageService/PurgeDocument',
+                request_serializer=engram_dot_v1_dot_storage__pb2.PurgeDocumentRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_storage__pb2.PurgeDocumentResponse.FromString,
+                _registered_method=True)
+        self.DeleteSpace = channel.unary_unary(
+                '/engram.v1.StorageService/DeleteSpace',
+                request_serializer=engram_dot_v1_dot_storage__pb2.DeleteSpaceRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_storage__pb2.DeleteSpaceResponse.FromString,
+                _registered_method=True)
+        self.ListSpaces = channel.unary_unary(
+                '/engram.v1.StorageService/ListSpaces',
+                request_serializer=engram_dot_v1_dot_storage__pb2.ListSpacesRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_storage__pb2.ListSpacesResponse.FromString,
+                _registered_method=True)
+        self.WatchSpace = channel.unary_stream(
+                '/engram.v1.StorageService/WatchSpace',
+                request_serializer=engram_dot_v1_dot_storage__pb2.WatchSpaceRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_storage__pb2.WatchSpaceResponse.FromString,
+                _registered_method=True)
 
 
 class StorageServiceServicer:
@@ -138,6 +158,40 @@ class StorageServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PurgeDocument(self, request, context):
+        """Erases a document for good: its content, every kept version and its chunks in
+        every index; refunds its bytes and leaves an audit row (path, not content).
+        Idempotent: purging a path with nothing stored succeeds with purged=false.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSpace(self, request, context):
+        """Erases a whole space the same way (tenant admin; platform admin for global
+        spaces). confirm_space_id must name the space's id. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSpaces(self, request, context):
+        """Lists a tenant's spaces that hold documents, with their size and last write,
+        in space id order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchSpace(self, request, context):
+        """Streams every change to a space after `cursor`, in order, then every new one
+        as it happens. Resume after a disconnect from the last cursor received:
+        nothing is missed or repeated.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StorageServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -180,6 +234,26 @@ def add_StorageServiceServicer_to_server(servicer, server):
                     servicer.ImportSpace,
                     request_deserializer=engram_dot_v1_dot_storage__pb2.ImportSpaceRequest.FromString,
                     response_serializer=engram_dot_v1_dot_storage__pb2.ImportSpaceResponse.SerializeToString,
+            ),
+            'PurgeDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeDocument,
+                    request_deserializer=engram_dot_v1_dot_storage__pb2.PurgeDocumentRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_storage__pb2.PurgeDocumentResponse.SerializeToString,
+            ),
+            'DeleteSpace': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSpace,
+                    request_deserializer=engram_dot_v1_dot_storage__pb2.DeleteSpaceRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_storage__pb2.DeleteSpaceResponse.SerializeToString,
+            ),
+            'ListSpaces': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSpaces,
+                    request_deserializer=engram_dot_v1_dot_storage__pb2.ListSpacesRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_storage__pb2.ListSpacesResponse.SerializeToString,
+            ),
+            'WatchSpace': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchSpace,
+                    request_deserializer=engram_dot_v1_dot_storage__pb2.WatchSpaceRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_storage__pb2.WatchSpaceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -399,6 +473,114 @@ class StorageService:
             '/engram.v1.StorageService/ImportSpace',
             engram_dot_v1_dot_storage__pb2.ImportSpaceRequest.SerializeToString,
             engram_dot_v1_dot_storage__pb2.ImportSpaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.StorageService/PurgeDocument',
+            engram_dot_v1_dot_storage__pb2.PurgeDocumentRequest.SerializeToString,
+            engram_dot_v1_dot_storage__pb2.PurgeDocumentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSpace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.StorageService/DeleteSpace',
+            engram_dot_v1_dot_storage__pb2.DeleteSpaceRequest.SerializeToString,
+            engram_dot_v1_dot_storage__pb2.DeleteSpaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSpaces(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.StorageService/ListSpaces',
+            engram_dot_v1_dot_storage__pb2.ListSpacesRequest.SerializeToString,
+            engram_dot_v1_dot_storage__pb2.ListSpacesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchSpace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/engram.v1.StorageService/WatchSpace',
+            engram_dot_v1_dot_storage__pb2.WatchSpaceRequest.SerializeToString,
+            engram_dot_v1_dot_storage__pb2.WatchSpaceResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -51,6 +51,24 @@ class StorageServiceStub:
     """Imports a gzipped tar into a space. The first message carries space and
     strategy, the next ones data. The archive is validated whole first.
     """
+    PurgeDocument: _grpc.UnaryUnaryMultiCallable[_storage_pb2.PurgeDocumentRequest, _storage_pb2.PurgeDocumentResponse]
+    """Erases a document for good: its content, every kept version and its chunks in
+    every index; refunds its bytes and leaves an audit row (path, not content).
+    Idempotent: purging a path with nothing stored succeeds with purged=false.
+    """
+    DeleteSpace: _grpc.UnaryUnaryMultiCallable[_storage_pb2.DeleteSpaceRequest, _storage_pb2.DeleteSpaceResponse]
+    """Erases a whole space the same way (tenant admin; platform admin for global
+    spaces). confirm_space_id must name the space's id. Idempotent.
+    """
+    ListSpaces: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ListSpacesRequest, _storage_pb2.ListSpacesResponse]
+    """Lists a tenant's spaces that hold documents, with their size and last write,
+    in space id order.
+    """
+    WatchSpace: _grpc.UnaryStreamMultiCallable[_storage_pb2.WatchSpaceRequest, _storage_pb2.WatchSpaceResponse]
+    """Streams every change to a space after `cursor`, in order, then every new one
+    as it happens. Resume after a disconnect from the last cursor received:
+    nothing is missed or repeated.
+    """
 
 @_typing.type_check_only
 class StorageServiceAsyncStub(StorageServiceStub):
@@ -74,6 +92,24 @@ class StorageServiceAsyncStub(StorageServiceStub):
     ImportSpace: _aio.StreamUnaryMultiCallable[_storage_pb2.ImportSpaceRequest, _storage_pb2.ImportSpaceResponse]  # type: ignore[assignment]
     """Imports a gzipped tar into a space. The first message carries space and
     strategy, the next ones data. The archive is validated whole first.
+    """
+    PurgeDocument: _aio.UnaryUnaryMultiCallable[_storage_pb2.PurgeDocumentRequest, _storage_pb2.PurgeDocumentResponse]  # type: ignore[assignment]
+    """Erases a document for good: its content, every kept version and its chunks in
+    every index; refunds its bytes and leaves an audit row (path, not content).
+    Idempotent: purging a path with nothing stored succeeds with purged=false.
+    """
+    DeleteSpace: _aio.UnaryUnaryMultiCallable[_storage_pb2.DeleteSpaceRequest, _storage_pb2.DeleteSpaceResponse]  # type: ignore[assignment]
+    """Erases a whole space the same way (tenant admin; platform admin for global
+    spaces). confirm_space_id must name the space's id. Idempotent.
+    """
+    ListSpaces: _aio.UnaryUnaryMultiCallable[_storage_pb2.ListSpacesRequest, _storage_pb2.ListSpacesResponse]  # type: ignore[assignment]
+    """Lists a tenant's spaces that hold documents, with their size and last write,
+    in space id order.
+    """
+    WatchSpace: _aio.UnaryStreamMultiCallable[_storage_pb2.WatchSpaceRequest, _storage_pb2.WatchSpaceResponse]  # type: ignore[assignment]
+    """Streams every change to a space after `cursor`, in order, then every new one
+    as it happens. Resume after a disconnect from the last cursor received:
+    nothing is missed or repeated.
     """
 
 class StorageServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -143,6 +179,48 @@ class StorageServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_storage_pb2.ImportSpaceResponse, _abc.Awaitable[_storage_pb2.ImportSpaceResponse]]:
         """Imports a gzipped tar into a space. The first message carries space and
         strategy, the next ones data. The archive is validated whole first.
+        """
+
+    @_abc_1.abstractmethod
+    def PurgeDocument(
+        self,
+        request: _storage_pb2.PurgeDocumentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.PurgeDocumentResponse, _abc.Awaitable[_storage_pb2.PurgeDocumentResponse]]:
+        """Erases a document for good: its content, every kept version and its chunks in
+        every index; refunds its bytes and leaves an audit row (path, not content).
+        Idempotent: purging a path with nothing stored succeeds with purged=false.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteSpace(
+        self,
+        request: _storage_pb2.DeleteSpaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.DeleteSpaceResponse, _abc.Awaitable[_storage_pb2.DeleteSpaceResponse]]:
+        """Erases a whole space the same way (tenant admin; platform admin for global
+        spaces). confirm_space_id must name the space's id. Idempotent.
+        """
+
+    @_abc_1.abstractmethod
+    def ListSpaces(
+        self,
+        request: _storage_pb2.ListSpacesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.ListSpacesResponse, _abc.Awaitable[_storage_pb2.ListSpacesResponse]]:
+        """Lists a tenant's spaces that hold documents, with their size and last write,
+        in space id order.
+        """
+
+    @_abc_1.abstractmethod
+    def WatchSpace(
+        self,
+        request: _storage_pb2.WatchSpaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_storage_pb2.WatchSpaceResponse], _abc.AsyncIterator[_storage_pb2.WatchSpaceResponse]]:
+        """Streams every change to a space after `cursor`, in order, then every new one
+        as it happens. Resume after a disconnect from the last cursor received:
+        nothing is missed or repeated.
         """
 
 def add_StorageServiceServicer_to_server(servicer: StorageServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
