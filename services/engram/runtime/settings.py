@@ -290,6 +290,27 @@ class Settings(BaseSettings):
     """A directory of templates (AGENTS.md, SOUL.md, ...) replacing the packaged ones by
     name."""
 
+    # --- dreaming (maintenance worker) -------------------------------------------------------
+    dream_enabled: bool = False
+    """Runs the "dream" job on the spaces that opted in (SetSpaceMaintenance / `engram jobs
+    settings --dream`): the new parts of their daily logs are consolidated into MEMORY.md by
+    the chat model below. Needs ENGRAM_LLM_BASE_URL and ENGRAM_LLM_MODEL."""
+    dream_interval_hours: float = Field(default=24.0, gt=0)
+    """Hours between two dream runs on one space."""
+    dream_max_input_chars: int = Field(default=48_000, ge=1000)
+    """Characters of daily logs sent to the model per run; the rest waits for the next run."""
+    llm_base_url: str | None = None
+    """Chat model server for dreaming, OpenAI-compatible: POST {llm_base_url}/v1/chat/completions
+    (OpenAI, Ollama, vLLM, llama.cpp's server); a URL ending in /v1 is used as it is."""
+    llm_model: str | None = None
+    """Chat model name on that server (e.g. gpt-4o-mini, llama3.1:8b)."""
+    llm_api_key: SecretStr | None = None
+    """API key of the chat model server (unset for servers that need none)."""
+    llm_timeout_seconds: float = Field(default=120.0, gt=0)
+    """Deadline of one chat model call (each of its retries)."""
+    llm_max_tokens: int = Field(default=1024, ge=16)
+    """Longest answer the chat model may give; an answer cut there is not written."""
+
     # --- other services (distributed mode) ---------------------------------------------------
     storage_addr: str | None = None
     """host:port of StorageService."""
@@ -320,6 +341,15 @@ class Settings(BaseSettings):
             SecretFilesSource(settings_cls),
             secrets_dir_source(settings_cls),
         )
+
+    @model_validator(mode="after")
+    def _dreaming_has_a_model(self) -> Settings:
+        if self.dream_enabled and not (self.llm_base_url and self.llm_model):
+            raise ValueError(
+                "ENGRAM_DREAM_ENABLED needs ENGRAM_LLM_BASE_URL and ENGRAM_LLM_MODEL "
+                "(an OpenAI-compatible chat model server)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _chunk_overlap_below_size(self) -> Settings:
