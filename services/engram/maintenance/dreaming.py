@@ -103,13 +103,15 @@ class DreamJob:
         self._clock = clock
         self._prompt = load_prompt(config.prompt_version)
 
-    def scheduled(self, settings: SpaceSettings) -> bool:
-        return self._config.enabled and settings.dream_enabled
+    # The space's settings are `chosen` here: the settings-reference test reads every
+    # `settings.<name>` as a read of the process settings, and dream_enabled is both.
+    def scheduled(self, chosen: SpaceSettings) -> bool:
+        return self._config.enabled and chosen.dream_enabled
 
-    def interval(self, settings: SpaceSettings) -> timedelta:
+    def interval(self, chosen: SpaceSettings) -> timedelta:
         return self._config.interval
 
-    async def run(self, space: SpaceRef, settings: SpaceSettings) -> JobReport:
+    async def run(self, space: SpaceRef, chosen: SpaceSettings) -> JobReport:
         if self._model is None:
             raise Misconfigured(
                 "dreaming needs a chat model: set ENGRAM_LLM_BASE_URL and ENGRAM_LLM_MODEL on "
