@@ -71,8 +71,8 @@ class Gate:
     entered: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
 
-    async def wait_entered(self, timeout: float = 30.0) -> None:
-        if not await asyncio.to_thread(self.entered.wait, timeout):
+    async def wait_entered(self) -> None:
+        if not await asyncio.to_thread(self.entered.wait, MAX_WAIT_SECONDS):
             raise TimeoutError("no request reached the held chat model")
 
     def release(self) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from engram.domain.dreaming import (
     NOTHING_TO_PROMOTE,
+    Excerpted,
     LogExcerpt,
     LogMark,
     UnusableAnswer,
@@ -29,6 +30,10 @@ from engram.maintenance.dreaming import load_prompt
 pytestmark = pytest.mark.unit
 
 LOG = "# Daily Log - 2026-12-01\n\n[09:00:00] chose Postgres\n[10:00:00] Ann prefers tea\n"
+
+
+def parts(taken: Excerpted) -> tuple[LogExcerpt | None, LogMark | None, bool]:
+    return taken.excerpt, taken.mark, taken.complete
 
 
 def mark_of(content: str) -> LogMark:
@@ -53,49 +58,54 @@ def test_daily_logs_are_taken_oldest_day_first_and_nothing_else() -> None:
 
 
 def test_a_log_never_sent_is_sent_whole_and_marked_to_its_end() -> None:
-    excerpt, mark = take_excerpt("daily/2026-12-01.md", LOG, None, 10_000)
-    assert excerpt == LogExcerpt("daily/2026-12-01.md", 0, LOG)
-    assert mark == mark_of(LOG)
+    taken = take_excerpt("daily/2026-12-01.md", LOG, None, 10_000)
+    assert taken == Excerpted(LogExcerpt("daily/2026-12-01.md", 0, LOG), mark_of(LOG), True)
 
 
 def test_only_the_appended_tail_is_sent_after_a_mark() -> None:
     grown = LOG + "[11:00:00] deploys on Fridays are banned\n"
-    excerpt, mark = take_excerpt("daily/2026-12-01.md", grown, mark_of(LOG), 10_000)
-    assert excerpt is not None
+    excerpt, mark, complete = parts(
+        take_excerpt("daily/2026-12-01.md", grown, mark_of(LOG), 10_000)
+    )
+    assert excerpt is not None and complete
     assert excerpt.text == "[11:00:00] deploys on Fridays are banned\n"
     assert excerpt.start == len(LOG) and not excerpt.rewritten
     assert mark == mark_of(grown)
 
 
 def test_a_log_with_nothing_new_sends_nothing_and_keeps_its_mark() -> None:
-    assert take_excerpt("daily/x.md", LOG, mark_of(LOG), 10_000) == (None, mark_of(LOG))
+    assert take_excerpt("daily/x.md", LOG, mark_of(LOG), 10_000) == Excerpted(
+        None, mark_of(LOG), complete=True
+    )
 
 
 def test_a_rewritten_log_is_sent_again_from_its_start() -> None:
     edited = LOG.replace("Postgres", "MySQL")
-    excerpt, mark = take_excerpt("daily/2026-12-01.md", edited, mark_of(LOG), 10_000)
+    excerpt, mark, _ = parts(take_excerpt("daily/2026-12-01.md", edited, mark_of(LOG), 10_000))
     assert excerpt is not None and excerpt.rewritten and excerpt.text == edited
     assert mark == mark_of(edited)
     shortened = LOG[:20]
-    excerpt, _ = take_excerpt("daily/2026-12-01.md", shortened, mark_of(LOG), 10_000)
+    excerpt = take_excerpt("daily/2026-12-01.md", shortened, mark_of(LOG), 10_000).excerpt
     assert excerpt is not None and excerpt.rewritten and excerpt.text == shortened
 
 
 def test_a_tail_over_the_budget_is_cut_at_a_line_end_and_the_rest_sent_next_time() -> None:
     budget = len("# Daily Log - 2026-12-01\n\n[09:00:00] chose Postgres\n") + 5
-    first, mark = take_excerpt("daily/d.md", LOG, None, budget)
-    assert first is not None and first.text.endswith("Postgres\n")
-    second, final = take_excerpt("daily/d.md", LOG, mark, 10_000)
+    first, mark, complete = parts(take_excerpt("daily/d.md", LOG, None, budget))
+    assert first is not None and first.text.endswith("Postgres\n") and not complete
+    second, final, complete = parts(take_excerpt("daily/d.md", LOG, mark, 10_000))
     assert second is not None and first.text + second.text == LOG, "nothing skipped or repeated"
-    assert final == mark_of(LOG)
+    assert final == mark_of(LOG) and complete
 
 
 def test_a_single_line_longer_than_the_budget_is_cut_at_the_budget() -> None:
     line = "x" * 100
-    excerpt, mark = take_excerpt("daily/d.md", line, None, 30)
-    assert excerpt is not None and excerpt.text == "x" * 30
+    excerpt, mark, complete = parts(take_excerpt("daily/d.md", line, None, 30))
+    assert excerpt is not None and excerpt.text == "x" * 30 and not complete
     assert mark == mark_of("x" * 30)
-    assert take_excerpt("daily/d.md", line, None, 0) == (None, None)
+    assert take_excerpt("daily/d.md", line, None, 0) == Excerpted(None, None, complete=False)
+    later = take_excerpt("daily/d.md", line, None, 30, split_line=False)
+    assert later == Excerpted(None, None, complete=False), "waits for a whole budget"
 
 
 def test_the_key_names_the_input_exactly() -> None:

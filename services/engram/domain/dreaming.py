@@ -97,14 +97,25 @@ def dream_logs(paths: Iterable[str]) -> list[str]:
     return [path for _, _, path in sorted(dated)]
 
 
-def take_excerpt(
-    path: str, content: str, mark: LogMark | None, budget: int
-) -> tuple[LogExcerpt | None, LogMark | None]:
-    """The new part of one log, at most `budget` characters, and the log's mark once it is
-    sent (the old mark when nothing is new or the budget is spent).
+@dataclass(frozen=True, slots=True)
+class Excerpted:
+    """What one log gives a run: its new part (None when nothing is sent), its mark once
+    that is sent, and whether the log is then sent to its end (False: the budget ran out)."""
 
-    A cut tail ends at the last line break inside the budget when there is one, so the
-    model sees whole entries and the next run continues at a line start.
+    excerpt: LogExcerpt | None
+    mark: LogMark | None
+    complete: bool
+
+
+def take_excerpt(
+    path: str, content: str, mark: LogMark | None, budget: int, *, split_line: bool = True
+) -> Excerpted:
+    """The new part of one log, at most `budget` characters.
+
+    A cut tail ends at the last line break inside the budget, so the model sees whole
+    entries and the next run continues at a line start. Only a line longer than the budget
+    is cut inside, and only with `split_line` (the run's first excerpt: otherwise the line
+    waits for a run with the whole budget).
     """
     start = 0
     rewritten = False
@@ -114,14 +125,19 @@ def take_excerpt(
         else:
             rewritten = True
     tail = content[start:]
-    if not tail or budget <= 0:
-        return None, mark
+    if not tail:
+        return Excerpted(None, mark, complete=True)
     if len(tail) > budget:
-        cut = tail.rfind("\n", 0, budget)
+        cut = tail.rfind("\n", 0, max(budget, 0))
+        if cut < 0 and (budget <= 0 or not split_line):
+            return Excerpted(None, mark, complete=False)
         tail = tail[: cut + 1] if cut >= 0 else tail[:budget]
     end = start + len(tail)
-    excerpt = LogExcerpt(path=path, start=start, text=tail, rewritten=rewritten)
-    return excerpt, LogMark(length=end, sha256=text_sha256(content[:end]))
+    return Excerpted(
+        LogExcerpt(path=path, start=start, text=tail, rewritten=rewritten),
+        LogMark(length=end, sha256=text_sha256(content[:end])),
+        complete=end == len(content),
+    )
 
 
 def dream_key(excerpts: Iterable[LogExcerpt]) -> str:

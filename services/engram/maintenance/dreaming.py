@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from importlib import resources
 from typing import ClassVar
 
@@ -196,22 +197,24 @@ class DreamJob:
         excerpts: list[LogExcerpt] = []
         sent: dict[str, LogMark] = {}
         for path in logs:
-            if budget <= 0:
-                break
             try:
                 document, _ = await self._storage.read(self._principal, space, path)
             except DocumentNotFound:
                 continue  # deleted since the listing; its mark goes with it
-            mark = watermark.logs.get(path)
             # Hashing a long log's prefix is CPU work: off the event loop.
-            excerpt, new_mark = await asyncio.to_thread(
-                take_excerpt, path, document.content, mark, budget
+            taken = await asyncio.to_thread(
+                partial(take_excerpt, split_line=not excerpts),
+                path,
+                document.content,
+                watermark.logs.get(path),
+                budget,
             )
-            if excerpt is None or new_mark is None:
-                continue
-            excerpts.append(excerpt)
-            sent[path] = new_mark
-            budget -= len(excerpt.text)
+            if taken.excerpt is not None and taken.mark is not None:
+                excerpts.append(taken.excerpt)
+                sent[path] = taken.mark
+                budget -= len(taken.excerpt.text)
+            if not taken.complete:
+                break  # the budget is spent: later logs wait for the next run, in order
         return excerpts, sent
 
     async def _read_memory(self, space: SpaceRef) -> _Memory:
