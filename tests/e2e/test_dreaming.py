@@ -18,7 +18,7 @@ import pytest
 
 from engram.app.embedded import EmbeddedEngram, embedded_engram
 from engram.domain.dreaming import LogMark, ModelUnavailable, Watermark
-from engram.domain.errors import Misconfigured, SecretInContent, Unavailable
+from engram.domain.errors import Misconfigured, PermissionDenied, SecretInContent, Unavailable
 from engram.domain.maintenance import JobReport, SpaceSettings
 from engram.domain.principals import LOCAL_ADMIN, Principal, Role
 from engram.domain.spaces import SpaceRef, Visibility
@@ -353,3 +353,8 @@ async def test_the_schedule_needs_the_worker_switch_and_the_space_opt_in(
     )
     with pytest.raises(Misconfigured, match="ENGRAM_LLM_BASE_URL"):
         await no_model.run(SPACE, ENABLED)
+    shared = SpaceRef.create(Visibility.GLOBAL, tenant="", name="handbook")
+    await d.engram.storage.write(LOCAL_ADMIN, shared, DAY1, "# Daily Log\n\n[09:00:00] x\n")
+    with pytest.raises(PermissionDenied, match="platform admin"):
+        await on.run(shared, ENABLED)
+    assert d.model.requests == [], "refused before the model is called"

@@ -40,7 +40,8 @@ from engram.domain.dreaming import (
 )
 from engram.domain.errors import DocumentNotFound, EtagMismatch, Misconfigured
 from engram.domain.maintenance import JobReport, SpaceSettings
-from engram.domain.principals import Principal
+from engram.domain.policy import decide
+from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
 from engram.domain.workspace import DAILY_DIR, MEMORY_PATH
 from engram.maintenance.chat import ChatModel
@@ -118,6 +119,8 @@ class DreamJob:
                 "dreaming needs a chat model: set ENGRAM_LLM_BASE_URL and ENGRAM_LLM_MODEL on "
                 "the maintenance worker"
             )
+        # Refused up front (a global space needs a platform admin), not after the model call.
+        decide(self._principal, Action.WRITE, space).require()
         watermark = await self._watermarks.load(space.id)
         listed = await self._daily_logs(space)
         excerpts, sent = await self._excerpts(space, listed, watermark)
