@@ -38,6 +38,7 @@ SECRET_VALUES = {
     "auth": {"jwtSecret": "jwt-secret", "serviceToken": "service-token", "jwks": '{"keys": []}'},
     "embedder": {"provider": "openai", "openaiApiKey": "openai-key"},
     "mcp": {"enabled": True, "token": "mcp-token"},
+    "dreaming": {"llmApiKey": "llm-key"},
 }
 # Settings the chart sets itself from typed values (config may not set them).
 CHART_OWNED = {
@@ -147,7 +148,7 @@ def test_other_switches_render_valid_manifests(helm: Helm, tmp_path: Path, toggl
         (secret,) = [d for d in docs if d["kind"] == "Secret"]
         assert set(secret["data"]) == {
             "ENGRAM_MONGO_URI", "ENGRAM_JWT_SECRET", "jwks.json", "ENGRAM_SERVICE_TOKEN",
-            "ENGRAM_QDRANT_API_KEY", "ENGRAM_OPENAI_API_KEY", "ENGRAM_TOKEN",
+            "ENGRAM_QDRANT_API_KEY", "ENGRAM_OPENAI_API_KEY", "ENGRAM_TOKEN", "ENGRAM_LLM_API_KEY",
         }  # fmt: skip
         for deployment in deployments.values():
             for var in _container(deployment)["env"]:

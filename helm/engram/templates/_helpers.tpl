@@ -128,6 +128,7 @@ annotations:
 {{- if has "embedder" $backends -}}{{- $_ := set $env "ENGRAM_OPENAI_API_KEY" $keys.openaiApiKey -}}{{- end -}}
 {{- if and $callees (ne .component "mcp") -}}{{- $_ := set $env "ENGRAM_SERVICE_TOKEN" $keys.serviceToken -}}{{- end -}}
 {{- if eq .component "mcp" -}}{{- $_ := set $env "ENGRAM_TOKEN" $keys.mcpToken -}}{{- end -}}
+{{- if eq .component "maintenance" -}}{{- $_ := set $env "ENGRAM_LLM_API_KEY" $keys.llmApiKey -}}{{- end -}}
 {{- $env | toJson -}}
 {{- end -}}
 
@@ -211,6 +212,7 @@ annotations:
   "ENGRAM_QDRANT_API_KEY" "set qdrant.apiKey or auth.existingSecret"
   "ENGRAM_OPENAI_API_KEY" "set embedder.openaiApiKey or auth.existingSecret"
   "ENGRAM_TOKEN" "set mcp.token or auth.existingSecret"
+  "ENGRAM_LLM_API_KEY" "set dreaming.llmApiKey or auth.existingSecret"
   "ENGRAM_JWKS_PATH" "set auth.jwks or auth.existingSecret (mounted as a file)" -}}
 {{- $sources := dict "config" .Values.config -}}
 {{- range $c := include "engram.components" . | fromJsonArray -}}
