@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from engram.app.embedded import EmbeddedEngram, embedded_engram
-from engram.domain.dreaming import LogMark, ModelUnavailable, Watermark
+from engram.domain.dreaming import LogMark, ModelUnavailable, UnusableAnswer, Watermark
 from engram.domain.errors import Misconfigured, PermissionDenied, SecretInContent, Unavailable
 from engram.domain.maintenance import JobReport, SpaceSettings
 from engram.domain.principals import LOCAL_ADMIN, Principal, Role
@@ -200,6 +200,10 @@ async def test_a_failed_model_call_leaves_the_watermark_and_the_logs_are_sent_ag
     d.model.script(Stall(seconds=10))
     with pytest.raises(ModelUnavailable, match="did not answer within 0.5 s"):
         await d.run(timeout_seconds=0.5)
+
+    d.model.script(ChatReply("- Billing runs on Postg", finish_reason="length"))
+    with pytest.raises(UnusableAnswer, match="cut at the token limit"):
+        await d.run()
 
     assert await d.watermark() == Watermark(), "no failure moved the watermark"
     assert await d.memory() == MEMORY

@@ -19,12 +19,14 @@ from engram.domain.dreaming import (
     dream_key,
     dream_logs,
     dreamed_section,
+    memory_excerpt,
     parse_prompt_template,
     promoted_text,
     render_prompt,
     take_excerpt,
     text_sha256,
 )
+from engram.maintenance.chat import api_base
 from engram.maintenance.dreaming import load_prompt
 
 pytestmark = pytest.mark.unit
@@ -174,6 +176,7 @@ def test_the_packaged_prompt_renders_memory_and_logs_and_names_the_literal() -> 
         memory="# Memory\n- Ann prefers tea",
         excerpts=[LogExcerpt("daily/2026-12-01.md", 40, "[11:00:00] chose Postgres\n")],
         today=date(2026, 12, 2),
+        max_memory_chars=1000,
     )
     assert NOTHING_TO_PROMOTE in system and NOTHING_TO_PROMOTE in user
     assert "- Ann prefers tea" in user and "[11:00:00] chose Postgres" in user
@@ -186,3 +189,20 @@ def test_a_template_without_its_parts_is_refused() -> None:
         parse_prompt_template("dream-x", "just text $memory $logs")
     with pytest.raises(ValueError, match=r"\$memory and \$logs"):
         parse_prompt_template("dream-x", "<!-- system -->\nS\n<!-- user -->\n$logs")
+
+
+def test_the_chat_base_url_may_name_v1_or_not() -> None:
+    assert api_base("http://127.0.0.1:11434") == "http://127.0.0.1:11434/v1"
+    assert api_base("https://api.openai.com/v1/") == "https://api.openai.com/v1"
+    assert api_base("http://gw/llm/") == "http://gw/llm/v1"
+
+
+def test_a_long_memory_is_sent_from_its_newest_lines() -> None:
+    memory = "# Memory\n" + "".join(f"- fact {i}\n" for i in range(100))
+    assert memory_excerpt(memory, 10_000) == memory.strip()
+    sent = memory_excerpt(memory, 40)
+    assert sent.endswith("- fact 99") and "- fact 0\n" not in sent
+    note, rest = sent.split("\n", 1)
+    assert rest.startswith("- fact") and len(rest) <= 40
+    assert note == f"(the first {len(memory.strip()) - len(rest)} characters are left out)"
+    assert memory_excerpt("  \n", 10) == "(MEMORY.md is empty)"

@@ -170,12 +170,30 @@ def render_logs(excerpts: Iterable[LogExcerpt]) -> str:
     return "\n".join(blocks)
 
 
+def memory_excerpt(memory: str, max_chars: int) -> str:
+    """MEMORY.md as the model reads it: whole, or its last `max_chars` characters from a
+    line start (the newest sections, the likeliest to be repeated) after a note."""
+    text = memory.strip()
+    if len(text) <= max_chars:
+        return text or "(MEMORY.md is empty)"
+    tail = text[-max_chars:]
+    newline = tail.find("\n")
+    if 0 <= newline < len(tail) - 1:
+        tail = tail[newline + 1 :]
+    return f"(the first {len(text) - len(tail)} characters are left out)\n{tail}"
+
+
 def render_prompt(
-    template: PromptTemplate, *, memory: str, excerpts: Iterable[LogExcerpt], today: date
+    template: PromptTemplate,
+    *,
+    memory: str,
+    excerpts: Iterable[LogExcerpt],
+    today: date,
+    max_memory_chars: int,
 ) -> tuple[str, str]:
     """(system, user) messages of one run."""
     user = string.Template(template.user).safe_substitute(
-        memory=memory.strip() or "(MEMORY.md is empty)",
+        memory=memory_excerpt(memory, max_memory_chars),
         logs=render_logs(excerpts),
         today=today.isoformat(),
         nothing=NOTHING_TO_PROMOTE,

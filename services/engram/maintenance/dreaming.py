@@ -52,6 +52,7 @@ PROMPT_VERSION = "dream-v1"
 DEFAULT_INTERVAL = timedelta(hours=24)
 DEFAULT_MAX_INPUT_CHARS = 48_000
 DEFAULT_MAX_ANSWER_CHARS = 16_000
+DEFAULT_MAX_MEMORY_CHARS = 32_000
 # Appends that lost to an edit of MEMORY.md before the run gives up (and retries next time).
 WRITE_ATTEMPTS = 5
 LIST_PAGE = 1000
@@ -64,6 +65,8 @@ class DreamConfig:
     interval: timedelta = DEFAULT_INTERVAL
     # Characters of daily logs sent per run; the rest waits for the next run.
     max_input_chars: int = DEFAULT_MAX_INPUT_CHARS
+    # Characters of MEMORY.md sent with them (its end when it is longer).
+    max_memory_chars: int = DEFAULT_MAX_MEMORY_CHARS
     # The longest answer appended to MEMORY.md.
     max_answer_chars: int = DEFAULT_MAX_ANSWER_CHARS
     prompt_version: str = PROMPT_VERSION
@@ -150,7 +153,11 @@ class DreamJob:
             )
         today = self._clock().date()
         system, user = render_prompt(
-            self._prompt, memory=memory.content, excerpts=excerpts, today=today
+            self._prompt,
+            memory=memory.content,
+            excerpts=excerpts,
+            today=today,
+            max_memory_chars=self._config.max_memory_chars,
         )
         answer = await self._model.complete(system, user)
         facts = promoted_text(
