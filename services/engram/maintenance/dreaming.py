@@ -134,12 +134,11 @@ class DreamJob:
             "bytes_appended": 0,
         }
         details = tuple(f"{e.path} [{e.start}, {e.end})" for e in excerpts)
+        marks = advanced_marks(watermark, listed, sent)
         if not excerpts:
-            marks = advanced_marks(watermark, listed, sent)
-            if marks != dict(watermark.logs):
+            if marks != dict(watermark.logs):  # marks of deleted or archived logs dropped
                 await self._advance(space, watermark, marks)
             return JobReport(counts=counts, message="no new daily log content")
-        marks = advanced_marks(watermark, listed, sent)
         key = dream_key(excerpts)
         memory = await self._read_memory(space)
         version = self._prompt.version
