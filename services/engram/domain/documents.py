@@ -192,6 +192,58 @@ class DocumentDeletion:
 
 
 @dataclass(frozen=True, slots=True)
+class Erasure:
+    """A hard delete: the document at `path` (PurgeDocument) or, with an empty path, every
+    document of the space (DeleteSpace), each with every kept version. Nothing is kept."""
+
+    space: SpaceRef
+    # "" = the whole space.
+    path: str
+    at: datetime
+    by: str
+    event_id: str
+    trace_context: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def whole_space(self) -> bool:
+        return not self.path
+
+    def event(
+        self, *, document_id: str = "", version: int = 0, sha256: str = "", size_bytes: int = 0
+    ) -> DocumentEvent:
+        """The PURGE event (for the erased document's last state) or the SPACE_DELETE one."""
+        return DocumentEvent(
+            event_id=self.event_id,
+            space=self.space,
+            path=self.path,
+            op=EventOp.SPACE_DELETE if self.whole_space else EventOp.PURGE,
+            version=version,
+            sha256=sha256,
+            size_bytes=size_bytes,
+            at=self.at,
+            document_id=document_id,
+            trace_context=self.trace_context,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureResult:
+    """What an erasure removed. Zero everywhere when nothing was stored (a repeated call)."""
+
+    # Paths that held anything: a live document or kept versions.
+    paths: int = 0
+    # Live documents among them, and their bytes (what the quota gets back).
+    live_documents: int = 0
+    live_bytes: int = 0
+    # Kept (non-current) versions erased.
+    versions: int = 0
+
+    @property
+    def erased(self) -> bool:
+        return self.paths > 0
+
+
+@dataclass(frozen=True, slots=True)
 class SpaceUsage:
     used_bytes: int
     document_count: int

@@ -67,6 +67,10 @@ class KeywordIndex(Protocol):
 
     async def delete_chunks(self, space_id: str, path: str) -> None: ...
 
+    async def delete_space(self, space_id: str) -> None:
+        """Removes every chunk of the space (DeleteSpace), gone from search on return."""
+        ...
+
     async def search(
         self, space_ids: Sequence[str], query: str, *, limit: int, path_prefix: str = ""
     ) -> list[ScoredChunk]:
@@ -111,6 +115,10 @@ class VectorIndex(Protocol):
 
     async def delete_chunks(self, space_id: str, path: str) -> None:
         """Removes the path's chunks from every collection."""
+        ...
+
+    async def delete_space(self, space_id: str) -> None:
+        """Removes every chunk of the space from every collection (DeleteSpace)."""
         ...
 
     async def search(

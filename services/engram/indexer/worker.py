@@ -15,6 +15,12 @@ harmless, and after quiescence the indexes equal the store:
 * Each replace makes the path hold exactly the new chunks, so chunks beyond a shrunken
   document's count, or of an earlier document at the same path, go with it.
 
+A SPACE_DELETE event names the space with an empty path: the worker removes every chunk of
+the space from the keyword index and every vector collection, then indexes whatever the
+space holds now (a write that raced the deletion), so the erasure cannot remove a later
+document's chunks for good. A PURGE event is a deletion for the worker: the document reads
+as gone, and its chunks go.
+
 Within a process, work on one (space, path) is serialised; across replicas the re-read
 carries correctness. Callers acknowledge an event only after `index` returned for its
 document, having started after the event arrived.
@@ -71,6 +77,10 @@ LAG_SECONDS = Histogram(
     "engram_indexer_lag_seconds",
     "From a document change (its event time) to both indexes holding it.",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+SPACES_ERASED = Counter(
+    "engram_indexer_spaces_erased_total",
+    "Spaces whose chunks were removed from both indexes (DeleteSpace).",
 )
 DEAD_LETTERS = Counter(
     "engram_indexer_dead_letters_total",
@@ -196,9 +206,13 @@ class IndexWorker:
         `traces` are the trace contexts of the events this run answers: its span continues
         the first one's trace and links to all.
 
+        An empty `path` (a SPACE_DELETE event) erases the whole space from both indexes.
+
         Raises IndexSuperseded if storage changed during every pass, and the indexes' or
         the source's errors (IndexUnavailable, Unavailable) for the caller to retry.
         """
+        if not path:
+            return await self._erase_space(space, traces)
         started = time.perf_counter()
         attributes: dict[str, str | int] = {
             "engram.space_id": space.id,
@@ -248,6 +262,25 @@ class IndexWorker:
 
         await asyncio.gather(*(one(space, path) for space, path in keys))
         return results
+
+    async def _erase_space(self, space: SpaceRef, traces: Sequence[Mapping[str, str]]) -> Outcome:
+        attributes: dict[str, str | int] = {
+            "engram.space_id": space.id,
+            "engram.events": len(traces),
+        }
+        with consumer_span("engram.indexer/EraseSpace", traces, attributes):
+            async with self._locks.hold((space.id, "")):
+                await self._keyword.delete_space(space.id)
+                await self._vector.delete_space(space.id)
+                # Documents stored now were written after the erasure (or raced it).
+                remaining = [
+                    (found, path) async for found, path in self._source.documents(space.id)
+                ]
+            for error in (await self.index_many(remaining)).values():
+                if error is not None:
+                    raise error
+        SPACES_ERASED.inc()
+        return Outcome.DELETED
 
     # --- one document ------------------------------------------------------------------------
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from engram.domain.documents import DocumentVersion, StoredDocument
+from engram.domain.documents import DocumentVersion, SpaceSummary, StoredDocument
 from engram.storage.service import (
     DirectoryItem,
     ImportOutcome,
     ImportResult,
     ImportStrategy,
+    PurgeResult,
+    SpaceDeletion,
     SpaceUsageReport,
     WriteMode,
     WriteResult,
@@ -107,4 +109,31 @@ def import_response(result: ImportResult) -> storage_pb2.ImportSpaceResponse:
             )
             for entry in result.entries
         ],
+    )
+
+
+def purge_response(result: PurgeResult) -> storage_pb2.PurgeDocumentResponse:
+    return storage_pb2.PurgeDocumentResponse(
+        purged=result.purged,
+        versions_erased=result.versions_erased,
+        refunded_bytes=result.refunded_bytes,
+    )
+
+
+def delete_space_response(result: SpaceDeletion) -> storage_pb2.DeleteSpaceResponse:
+    return storage_pb2.DeleteSpaceResponse(
+        space_id=result.space_id,
+        documents_erased=result.documents_erased,
+        versions_erased=result.versions_erased,
+        refunded_bytes=result.refunded_bytes,
+    )
+
+
+def space_summary_to_proto(summary: SpaceSummary) -> storage_pb2.SpaceSummary:
+    return storage_pb2.SpaceSummary(
+        space=space_to_proto(summary.space),
+        space_id=summary.space_id,
+        document_count=summary.document_count,
+        used_bytes=summary.used_bytes,
+        last_write_at=timestamp(summary.last_write_at),
     )

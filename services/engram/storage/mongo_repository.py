@@ -13,6 +13,15 @@ revision, guarded by `rev`; readers probe `rev + 1` by _id and roll a lagging he
 Reads, writes, deletes and version history use only _id lookups and inserts - FerretDB v1
 serves nothing else without scanning a collection; listing, export and usage query
 secondary indexes, which real MongoDB uses (FerretDB scans them).
+
+Erasure (PurgeDocument) commits like any change: a content-free PURGE revision at `rev + 1`
+with its outbox pointer. From that insert on the path reads as gone (no version is read past
+a PURGE revision); then every earlier revision and its unpublished pointers are deleted. A
+whole space (DeleteSpace) commits one SPACE_DELETE revision under the reserved empty path
+`""`, then tombstones and erases each path the same way (without an event each). If the
+process dies after the commit, the relay finishes the erasure before it publishes the event
+(`finish_erasure`), and a repeated call finishes it too; until then reads already see
+nothing of a purged path (of a deleted space: of the paths already tombstoned).
 """
 
 from __future__ import annotations
@@ -31,6 +40,8 @@ from engram.domain.documents import (
     DocumentEvent,
     DocumentVersion,
     DocumentWrite,
+    Erasure,
+    ErasureResult,
     EventOp,
     PathEntry,
     SpaceSummary,
@@ -43,6 +54,18 @@ from engram.storage.ports import ConcurrentModification
 
 UPSERT = "upsert"
 DELETE = "delete"
+# A content-free tombstone: everything at or before it is erased (or being erased).
+PURGE = "purge"
+# Under the reserved path "": the whole space was erased up to this revision's time.
+SPACE_DELETE = "space_delete"
+_OPS = {
+    UPSERT: EventOp.UPSERT,
+    DELETE: EventOp.DELETE,
+    PURGE: EventOp.PURGE,
+    SPACE_DELETE: EventOp.SPACE_DELETE,
+}
+# A tombstone insert lost to concurrent writes this many times in a row gives up (retry).
+_TOMBSTONE_ATTEMPTS = 20
 # An outbox pointer whose revision has not appeared after this long belongs to a write
 # that lost its race or crashed before committing.
 ABANDONED_POINTER = timedelta(seconds=60)
@@ -119,7 +142,7 @@ def revision_event(revision: dict[str, Any]) -> DocumentEvent:
         event_id=revision["event_id"],
         space=parse_space_id(revision["space_id"]),
         path=revision["path"],
-        op=EventOp.UPSERT if revision["op"] == UPSERT else EventOp.DELETE,
+        op=_OPS[revision["op"]],
         version=revision["version"],
         sha256=revision["sha256"],
         size_bytes=revision["size_bytes"],
@@ -132,6 +155,32 @@ def revision_event(revision: dict[str, Any]) -> DocumentEvent:
 def _trace_field(trace_context: tuple[tuple[str, str], ...]) -> dict[str, dict[str, str]]:
     """The revision's `trace` field (the write's trace context for its event), if any."""
     return {"trace": dict(trace_context)} if trace_context else {}
+
+
+# Heads read per page while a space is erased.
+_ERASE_PAGE = 500
+
+
+def _erased(revisions: Sequence[dict[str, Any]], *, live: dict[str, Any] | None) -> ErasureResult:
+    """What erasing one path removed: its revisions (the live one among them, if any)."""
+    contents = sum(1 for r in revisions if r["op"] == UPSERT)
+    if not revisions and live is None:
+        return ErasureResult()
+    return ErasureResult(
+        paths=1,
+        live_documents=1 if live is not None else 0,
+        live_bytes=int(live["size_bytes"]) if live is not None else 0,
+        versions=contents - (1 if live is not None else 0),
+    )
+
+
+def _sum(a: ErasureResult, b: ErasureResult) -> ErasureResult:
+    return ErasureResult(
+        paths=a.paths + b.paths,
+        live_documents=a.live_documents + b.live_documents,
+        live_bytes=a.live_bytes + b.live_bytes,
+        versions=a.versions + b.versions,
+    )
 
 
 class MongoDocumentRepository:
@@ -180,11 +229,12 @@ class MongoDocumentRepository:
     async def _apply_head(self, revision: dict[str, Any]) -> None:
         """Writes the head for `revision` unless a newer head is in place. Heads stay small
         (no content): FerretDB v1 decodes every document of a collection on each update."""
-        deleted = revision["op"] == DELETE
+        deleted = revision["op"] != UPSERT
         head: dict[str, Any] = {
             "space_id": revision["space_id"],
             "path": revision["path"],
             "rev": revision["rev"],
+            "op": revision["op"],
             "tenant": aggregate_owner(parse_space_id(revision["space_id"])),
             "deleted": deleted,
             "version": revision["version"],
@@ -235,6 +285,8 @@ class MongoDocumentRepository:
         if chain.latest is None:
             return None, []
         kept: list[tuple[dict[str, Any], bool]] = []
+        if chain.latest["op"] == PURGE:
+            return chain.latest, kept  # erased: nothing before it is readable
         newer_op = chain.latest["op"]
         rev = chain.rev - 1
         floor = chain.rev - self._retention
@@ -242,8 +294,8 @@ class MongoDocumentRepository:
             floor -= 1  # a deleted document's last version is a kept version
         while rev >= max(1, floor):
             revision = await self._revision(space_id, path, rev)
-            if revision is None:
-                break  # pruned: nothing older is kept
+            if revision is None or revision["op"] == PURGE:
+                break  # pruned or erased: nothing older is kept
             if revision["op"] == UPSERT:
                 kept.append((revision, newer_op == DELETE))
             newer_op = revision["op"]
@@ -510,18 +562,163 @@ class MongoDocumentRepository:
             }
         )
 
-    async def _commit(self, revision: dict[str, Any]) -> None:
+    async def _commit(self, revision: dict[str, Any], *, announce: bool = True) -> None:
+        """Records the event pointer (unless `announce` is off: a space's per-path
+        tombstones), then inserts the revision: the commit."""
         with mongo_errors("writing a document"):
-            await self._outbox.insert_one(
-                {"_id": revision["event_id"], "revision": revision["_id"], "at": datetime.now(UTC)}
-            )
+            if announce:
+                await self._outbox.insert_one(
+                    {
+                        "_id": revision["event_id"],
+                        "revision": revision["_id"],
+                        "at": datetime.now(UTC),
+                    }
+                )
             try:
                 await self._revisions.insert_one(revision)
             except DuplicateKeyError:
-                await self._outbox.delete_one({"_id": revision["event_id"]})
+                if announce:
+                    await self._outbox.delete_one({"_id": revision["event_id"]})
                 raise ConcurrentModification(f"{revision['path']!r} changed concurrently") from None
         await self._apply_head(revision)
         await self._prune(revision["space_id"], revision["path"], int(revision["rev"]))
+
+    # --- erasure -----------------------------------------------------------------------------
+
+    async def erase(self, erasure: Erasure) -> ErasureResult:
+        if erasure.whole_space:
+            return await self._erase_space(erasure)
+        return await self._purge(erasure)
+
+    async def _purge(self, erasure: Erasure) -> ErasureResult:
+        space_id, path = erasure.space.id, erasure.path
+        chain = await self._chain(space_id, path)
+        latest = chain.latest
+        if latest is None or latest["op"] == PURGE:
+            # Nothing stored, or purged already: finish what a crash may have left.
+            leftovers = await self._erase_below(space_id, path, chain.rev)
+            return _erased(leftovers, live=None)
+        live = latest if chain.alive else None
+        await self._commit(self._tombstone(erasure, chain.rev + 1, latest, erasure.event_id))
+        erased = await self._erase_below(space_id, path, chain.rev + 1)
+        return _erased(erased, live=live)
+
+    @staticmethod
+    def _tombstone(
+        erasure: Erasure, rev: int, latest: dict[str, Any] | None, event_id: str
+    ) -> dict[str, Any]:
+        """The content-free revision that erases `path` up to `rev` (or marks the space
+        erased, under path ""), carrying the last state the path held for its event."""
+        alive = latest is not None and latest["op"] == UPSERT
+        path = erasure.path
+        return {
+            "_id": revision_id(erasure.space.id, path, rev),
+            "space_id": erasure.space.id,
+            "path": path,
+            "rev": rev,
+            "op": PURGE if path else SPACE_DELETE,
+            "document_id": latest["document_id"] if latest else "",
+            "version": latest["version"] if latest else 0,
+            "sha256": latest["sha256"] if latest else "",
+            "size_bytes": latest["size_bytes"] if alive and latest else 0,
+            "created_at": latest["created_at"] if latest else erasure.at,
+            "at": erasure.at,
+            "by": erasure.by,
+            "event_id": event_id,
+            **_trace_field(erasure.trace_context),
+        }
+
+    async def _erase_below(self, space_id: str, path: str, rev: int) -> list[dict[str, Any]]:
+        """Deletes every revision of the path before `rev`, and their unpublished event
+        pointers (an erased change is never announced); returns what was deleted."""
+        query = {
+            "_id": {"$gt": revision_id(space_id, path, 0), "$lt": revision_id(space_id, path, rev)}
+        }
+        with mongo_errors("erasing versions"):
+            found = await self._revisions.find(
+                query, projection={"op": 1, "event_id": 1, "size_bytes": 1}
+            ).to_list(length=None)
+            if found:
+                await self._outbox.delete_many(
+                    {"_id": {"$in": [r["event_id"] for r in found if r.get("event_id")]}}
+                )
+                await self._revisions.delete_many({"_id": {"$in": [r["_id"] for r in found]}})
+        return found
+
+    async def _erase_space(self, erasure: Erasure) -> ErasureResult:
+        space_id = erasure.space.id
+        with mongo_errors("reading a space"):
+            standing = await self._heads.find_one(
+                {"space_id": space_id, "path": {"$ne": ""}, "op": {"$ne": PURGE}},
+                projection={"_id": 1},
+            )
+        if standing is None:
+            # Nothing stored, or erased already: finish what a crash may have left.
+            marker = (await self._chain(space_id, "")).latest
+            if marker is None:
+                return ErasureResult()
+            return await self._erase_paths(erasure.space.id, marker)
+        for _ in range(_TOMBSTONE_ATTEMPTS):
+            chain = await self._chain(space_id, "")
+            marker = self._tombstone(erasure, chain.rev + 1, None, erasure.event_id)
+            try:
+                await self._commit(marker)
+            except ConcurrentModification:
+                continue  # another DeleteSpace of this space committed first
+            return await self._erase_paths(space_id, marker)
+        raise ConcurrentModification("the space was being deleted concurrently")
+
+    async def finish_erasure(self, revision: dict[str, Any]) -> None:
+        """Completes the erasure a PURGE or SPACE_DELETE revision committed (idempotent):
+        the relay calls this before publishing its event, so a crash in between is
+        finished within a relay pass."""
+        if revision["op"] == PURGE:
+            await self._erase_below(revision["space_id"], revision["path"], int(revision["rev"]))
+        elif revision["op"] == SPACE_DELETE:
+            await self._erase_paths(revision["space_id"], revision)
+
+    async def _erase_paths(self, space_id: str, marker: dict[str, Any]) -> ErasureResult:
+        """Tombstones and erases every path of the space last changed at or before the
+        marker (a path written after it keeps that write); a page of heads at a time."""
+        total = ErasureResult()
+        after = head_id(space_id, "")
+        while True:
+            with mongo_errors("listing a space"):
+                heads = (
+                    await self._heads.find(
+                        {"space_id": space_id, "_id": {"$gt": after}}, projection={"path": 1}
+                    )
+                    .sort("_id", ASCENDING)
+                    .limit(_ERASE_PAGE)
+                    .to_list(length=_ERASE_PAGE)
+                )
+            for head in heads:
+                total = _sum(total, await self._erase_path(space_id, head["path"], marker))
+            if len(heads) < _ERASE_PAGE:
+                return total
+            after = heads[-1]["_id"]
+
+    async def _erase_path(self, space_id: str, path: str, marker: dict[str, Any]) -> ErasureResult:
+        space = parse_space_id(space_id)
+        for _ in range(_TOMBSTONE_ATTEMPTS):
+            chain = await self._chain(space_id, path)
+            latest = chain.latest
+            if latest is None or latest["op"] == PURGE:
+                return _erased(await self._erase_below(space_id, path, chain.rev), live=None)
+            if latest["at"] > marker["at"]:
+                return ErasureResult()  # written after the space was deleted
+            erasure = Erasure(space=space, path=path, at=marker["at"], by=marker["by"], event_id="")
+            # Per-path tombstones of a space erasure record no event of their own.
+            tombstone = self._tombstone(
+                erasure, chain.rev + 1, latest, f"{marker['event_id']}:{chain.rev + 1}"
+            )
+            try:
+                await self._commit(tombstone, announce=False)
+            except ConcurrentModification:
+                continue
+            erased = await self._erase_below(space_id, path, chain.rev + 1)
+            return _erased(erased, live=latest if chain.alive else None)
+        raise ConcurrentModification(f"{path!r} kept changing while its space was deleted")
 
     # --- the outbox --------------------------------------------------------------------------
 
@@ -561,6 +758,9 @@ class MongoDocumentRepository:
             await self.clear_events(orphans)
         for space_id, path in await self._heads_behind(aged):
             await self.refresh(space_id, path)
+        for _, revision in found:
+            if revision["op"] in (PURGE, SPACE_DELETE):
+                await self.finish_erasure(revision)
         return found
 
     async def _heads_behind(self, revisions: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:

@@ -9,6 +9,8 @@ from engram.domain.documents import (
     DocumentDeletion,
     DocumentVersion,
     DocumentWrite,
+    Erasure,
+    ErasureResult,
     PathEntry,
     SpaceSummary,
     SpaceUsage,
@@ -80,6 +82,13 @@ class DocumentRepository(Protocol):
     ) -> list[SpaceSummary]:
         """The spaces of a tenant ("instance" = global spaces) holding live documents, with
         space id > `after`, in space id order."""
+        ...
+
+    async def erase(self, erasure: Erasure) -> ErasureResult:
+        """Erases the document at erasure.path (or, for an empty path, every document of the
+        space) with every kept version, recording a PURGE (SPACE_DELETE) event with it.
+        Nothing stored: changes nothing, records no event, returns zeros (idempotent).
+        Raises ConcurrentModification if a write raced it; retry."""
         ...
 
 

@@ -35,13 +35,17 @@ from engram.domain.documents import (
     DocumentDeletion,
     DocumentVersion,
     DocumentWrite,
+    Erasure,
+    ErasureResult,
     PathEntry,
+    SpaceSummary,
     StoredDocument,
 )
 from engram.domain.errors import (
     DocumentNotFound,
     EtagMismatch,
     InvalidArgument,
+    PermissionDenied,
     VersionNotFound,
     WriteContention,
     quoted,
@@ -53,9 +57,11 @@ from engram.domain.paths import (
     validate_directory,
     validate_document_path,
 )
+from engram.domain.policy import RPC_POLICY, TENANT_MISMATCH, Target, admits
 from engram.domain.ports import AuditRecord, AuditSink, AuthorizedSpace, Authorizer, UsageReport
 from engram.domain.principals import Action, Principal
-from engram.domain.spaces import SpaceRef
+from engram.domain.quotas import INSTANCE
+from engram.domain.spaces import SpaceRef, validate_field
 from engram.domain.text_rules import utf8_len
 from engram.runtime.keyed_locks import KeyedLocks
 from engram.runtime.tracing import current_trace_context
@@ -77,6 +83,11 @@ EXPORT_BATCH = 200
 MAX_WRITE_ATTEMPTS = 100
 IMPORT_ATTEMPTS = 5
 MAX_RENAME_ATTEMPTS = 1000
+SPACES_PAGE = PageSize(default=100, maximum=1000)
+PURGE_RPC = "/engram.v1.StorageService/PurgeDocument"
+DELETE_SPACE_RPC = "/engram.v1.StorageService/DeleteSpace"
+LIST_SPACES_RPC = "/engram.v1.StorageService/ListSpaces"
+ADMIN_ROLE_REQUIRED = "admin_role_required"
 
 
 class WriteMode(StrEnum):
@@ -135,6 +146,23 @@ class SpaceUsageReport:
     tenant_used_bytes: int
     tenant_quota_bytes: int
     document_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeResult:
+    # False when nothing (no document, no kept version) was stored at the path.
+    purged: bool
+    versions_erased: int
+    refunded_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceDeletion:
+    space_id: str
+    # Paths erased: live documents, and deleted paths that still had kept versions.
+    documents_erased: int
+    versions_erased: int
+    refunded_bytes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,6 +471,147 @@ class StorageService:
         await self._credit(granted.space, size)
         await self._record_audit(granted, principal, path, -size)
         return size
+
+    # --- erasure and space administration ----------------------------------------------------
+
+    async def purge(self, principal: Principal, space: SpaceRef, path: str) -> PurgeResult:
+        """Erases the document at `path` with every kept version (its chunks follow through
+        the PURGE event); refunds its bytes; leaves an audit row (path, never content)."""
+        granted = await self._authorize_erasure(principal, space, PURGE_RPC)
+        validate_document_path(path)
+        async with self._document_locks.hold((granted.space.id, path)):
+            result = await self._erase(granted.space, principal, path)
+        await self._credit(granted.space, result.live_bytes)
+        await self._record_erasure("memory.purge", granted, principal, path, result.live_bytes)
+        return PurgeResult(
+            purged=result.erased,
+            versions_erased=result.versions,
+            refunded_bytes=result.live_bytes,
+        )
+
+    async def delete_space(
+        self, principal: Principal, space: SpaceRef, confirm_space_id: str
+    ) -> SpaceDeletion:
+        """Erases every document of the space with every kept version (the chunks follow
+        through the SPACE_DELETE event) and gives the space's whole usage back."""
+        granted = await self._authorize_erasure(principal, space, DELETE_SPACE_RPC)
+        if confirm_space_id != granted.space.id:
+            raise InvalidArgument(
+                f"confirm_space_id must be this space's id {granted.space.id!r} "
+                "(`engram spaces` lists it)",
+                field="confirm_space_id",
+            )
+        result = await self._erase(granted.space, principal, "")
+        # The space's whole counter, not just what was found: it ends at zero.
+        refund = (await self._quota.usage(granted.space)).space_used_bytes
+        await self._credit(granted.space, refund)
+        await self._record_erasure("memory.space_delete", granted, principal, "", refund)
+        return SpaceDeletion(
+            space_id=granted.space.id,
+            documents_erased=result.paths,
+            versions_erased=result.versions,
+            refunded_bytes=refund,
+        )
+
+    async def list_spaces(
+        self,
+        principal: Principal,
+        tenant: str,
+        *,
+        global_: bool,
+        page_size: int,
+        page_token: str,
+    ) -> Page[SpaceSummary]:
+        """A tenant's spaces holding documents (or the global ones), in space id order."""
+        if global_:
+            if tenant:
+                raise InvalidArgument("set tenant or global, not both", field="tenant")
+            owner, target = INSTANCE, Target.GLOBAL
+        else:
+            owner = tenant or principal.tenant
+            validate_field("tenant", owner, required=True)
+            if owner == INSTANCE:
+                raise InvalidArgument(
+                    f"tenant {INSTANCE!r} is reserved; set global to list the global spaces",
+                    field="tenant",
+                )
+            target = Target.OWN if owner == principal.tenant else Target.OTHER
+        if not admits(RPC_POLICY[LIST_SPACES_RPC][target], principal, target):
+            raise PermissionDenied(
+                "listing another tenant's spaces needs a platform admin", rule=TENANT_MISMATCH
+            )
+        limit = SPACES_PAGE.resolve(page_size)
+        scope = ("spaces", owner)
+        position = decode_page_token(page_token, scope) or {"after": ""}
+        found = await self._repository.list_spaces(
+            owner, after=str(position["after"]), limit=limit + 1
+        )
+        items = found[:limit]
+        token = ""
+        if len(found) > limit:
+            token = encode_page_token(scope, {"after": items[-1].space_id})
+        return Page(items=items, next_page_token=token)
+
+    async def _authorize_erasure(
+        self, principal: Principal, space: SpaceRef, rpc: str
+    ) -> AuthorizedSpace:
+        """The mutation rules (stamping, tenant), then the erasure row of the policy table:
+        a tenant admin of the space's tenant or a platform admin, never a service."""
+        granted = await self._authorize(principal, Action.DELETE, space)
+        if granted.space.is_global:
+            target = Target.GLOBAL
+        else:
+            target = Target.OWN if granted.space.tenant == principal.tenant else Target.OTHER
+        if not admits(RPC_POLICY[rpc][target], principal, target):
+            raise PermissionDenied(
+                "erasing for good needs a tenant admin (a service may not)",
+                rule=ADMIN_ROLE_REQUIRED,
+            )
+        return granted
+
+    async def _erase(self, space: SpaceRef, principal: Principal, path: str) -> ErasureResult:
+        try:
+            async for attempt in _on_conflict(MAX_WRITE_ATTEMPTS):
+                with attempt:
+                    result = await self._repository.erase(
+                        Erasure(
+                            space=space,
+                            path=path,
+                            at=self._clock(),
+                            by=principal.subject,
+                            event_id=uuid.uuid4().hex,
+                            trace_context=current_trace_context(),
+                        )
+                    )
+        except RetryError:
+            what = quoted(path) if path else "the space"
+            raise WriteContention(
+                f"{what} kept changing while it was being erased; try again"
+            ) from None
+        if result.erased:
+            self._notifier.changed()
+        return result
+
+    async def _record_erasure(
+        self,
+        action: str,
+        granted: AuthorizedSpace,
+        principal: Principal,
+        path: str,
+        refunded: int,
+    ) -> None:
+        """Every erasure request leaves a row: who, when (the sink stamps it), which space
+        and path, the bytes given back. Never content."""
+        await self._audit.record(
+            AuditRecord(
+                action=action,
+                subject=principal.subject,
+                tenant=principal.tenant,
+                space_id=granted.space.id,
+                path=path,
+                bytes_delta=-refunded,
+            )
+        )
 
     async def begin_import(
         self, principal: Principal, space: SpaceRef, strategy: ImportStrategy

@@ -136,3 +136,34 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         finally:
             stream.close()
         return mapping.import_response(result)
+
+    async def PurgeDocument(
+        self, request: storage_pb2.PurgeDocumentRequest, context: Context
+    ) -> storage_pb2.PurgeDocumentResponse:
+        result = await self._service.purge(
+            current_principal(), requested_space(request.space), request.path
+        )
+        return mapping.purge_response(result)
+
+    async def DeleteSpace(
+        self, request: storage_pb2.DeleteSpaceRequest, context: Context
+    ) -> storage_pb2.DeleteSpaceResponse:
+        result = await self._service.delete_space(
+            current_principal(), requested_space(request.space), request.confirm_space_id
+        )
+        return mapping.delete_space_response(result)
+
+    async def ListSpaces(
+        self, request: storage_pb2.ListSpacesRequest, context: Context
+    ) -> storage_pb2.ListSpacesResponse:
+        page = await self._service.list_spaces(
+            current_principal(),
+            request.tenant,
+            global_=getattr(request, "global"),  # a Python keyword
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        return storage_pb2.ListSpacesResponse(
+            spaces=[mapping.space_summary_to_proto(summary) for summary in page.items],
+            next_page_token=page.next_page_token,
+        )

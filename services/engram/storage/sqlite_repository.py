@@ -18,6 +18,8 @@ from engram.domain.documents import (
     DocumentEvent,
     DocumentVersion,
     DocumentWrite,
+    Erasure,
+    ErasureResult,
     PathEntry,
     SpaceSummary,
     SpaceUsage,
@@ -273,6 +275,48 @@ class SqliteDocumentRepository:
             _enqueue(connection, deletion.event())
 
         await self._db.write(work)
+
+    async def erase(self, erasure: Erasure) -> ErasureResult:
+        """One transaction: the documents, every kept version and the event (nothing to
+        erase: no event)."""
+        scope = "space_id = ?" + ("" if erasure.whole_space else " AND path = ?")
+        params = (erasure.space.id,) if erasure.whole_space else (erasure.space.id, erasure.path)
+
+        def work(connection: sqlite3.Connection) -> ErasureResult:
+            live = connection.execute(
+                f"SELECT path, document_id, version, sha256, size_bytes FROM documents "
+                f"WHERE {scope}",
+                params,
+            ).fetchall()
+            kept = connection.execute(
+                f"SELECT path, document_id, version, sha256, size_bytes FROM document_versions "
+                f"WHERE {scope} ORDER BY seq",
+                params,
+            ).fetchall()
+            if not live and not kept:
+                return ErasureResult()
+            connection.execute(f"DELETE FROM documents WHERE {scope}", params)
+            connection.execute(f"DELETE FROM document_versions WHERE {scope}", params)
+            if erasure.whole_space:
+                event = erasure.event()
+            else:
+                # The last state the path held: the live document, else its newest version.
+                _, document_id, version, sha256, size_bytes = live[0] if live else kept[-1]
+                event = erasure.event(
+                    document_id=str(document_id),
+                    version=int(version),
+                    sha256=str(sha256),
+                    size_bytes=int(size_bytes),
+                )
+            _enqueue(connection, event)
+            return ErasureResult(
+                paths=len({row[0] for row in live} | {row[0] for row in kept}),
+                live_documents=len(live),
+                live_bytes=sum(int(row[4]) for row in live),
+                versions=len(kept),
+            )
+
+        return await self._db.write(work)
 
     async def list_paths(
         self, space_id: str, *, directory: str, start: str, inclusive: bool, limit: int

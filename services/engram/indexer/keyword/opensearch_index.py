@@ -267,6 +267,20 @@ class OpenSearchKeywordIndex:
     async def delete_chunks(self, space_id: str, path: str) -> None:
         await self.replace_chunks(space_id, path, ())
 
+    async def delete_space(self, space_id: str) -> None:
+        """Deletes the space's chunks by query (routed to its shard), refreshing so they
+        are gone from search on return; a chunk written meanwhile is deleted too
+        (conflicts proceed), which the indexer's re-read after the erasure restores."""
+        client = self._open_client()
+        async with _mapped("delete space"):
+            await client.delete_by_query(
+                index=self._alias,
+                body={"query": {"term": {"space_id": space_id}}},
+                routing=routing_key(space_id),
+                conflicts="proceed",
+                refresh=True,
+            )
+
     async def _stale(
         self,
         client: Any,

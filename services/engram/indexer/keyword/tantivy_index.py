@@ -66,6 +66,8 @@ class _Write:
     space_id: str
     path: str
     chunks: tuple[Chunk, ...]
+    # Removes every chunk of the space (path and chunks unused).
+    whole_space: bool = False
 
 
 class TantivyKeywordIndex:
@@ -192,6 +194,9 @@ class TantivyKeywordIndex:
     async def delete_chunks(self, space_id: str, path: str) -> None:
         await self._write(_Write(space_id, path, ()))
 
+    async def delete_space(self, space_id: str) -> None:
+        await self._write(_Write(space_id, "", (), whole_space=True))
+
     async def _write(self, write: _Write) -> None:
         self._check_open()
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -247,11 +252,23 @@ class TantivyKeywordIndex:
         searcher = self._index.searcher()
         # (space_id, path) -> (document_id, doc_version) written earlier in this batch.
         written: dict[tuple[str, str], tuple[str, int] | None] = {}
+        # Spaces erased earlier in this batch: the searcher still sees their old chunks, so a
+        # later write there is never stale against them.
+        erased: set[str] = set()
         for write in writes:
+            if write.whole_space:
+                writer.delete_documents_by_query(
+                    tantivy.Query.term_query(schema, "space_id", write.space_id)
+                )
+                erased.add(write.space_id)
+                written = {k: v for k, v in written.items() if k[0] != write.space_id}
+                continue
             key = (write.space_id, write.path)
             if write.chunks:
                 head = write.chunks[0]
-                if self._is_stale(searcher, written, key, head.document_id, head.doc_version):
+                if (key in written or write.space_id not in erased) and self._is_stale(
+                    searcher, written, key, head.document_id, head.doc_version
+                ):
                     continue
                 written[key] = (head.document_id, head.doc_version)
             else:

@@ -408,6 +408,17 @@ class NumpyVectorIndex:
                 if space is not None:
                     space.remove(path)
 
+    async def delete_space(self, space_id: str) -> None:
+        self._check_open()
+
+        def delete(connection: sqlite3.Connection) -> None:
+            connection.execute("DELETE FROM vector_chunks WHERE space_id = ?", (space_id,))
+
+        async with self._space_lock(space_id):
+            for collection in list(self._collections.values()):
+                await self._guard(collection.database.write(delete))
+                collection.spaces.pop(space_id, None)
+
     async def search(
         self,
         space_ids: Sequence[str],

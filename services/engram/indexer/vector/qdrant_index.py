@@ -244,6 +244,18 @@ class QdrantVectorIndex:
                     self.collection_name(model.model_id), points_selector=selector, wait=True
                 )
 
+    async def delete_space(self, space_id: str) -> None:
+        selector = qm.FilterSelector(
+            filter=qm.Filter(
+                must=[qm.FieldCondition(key="space_id", match=qm.MatchValue(value=space_id))]
+            )
+        )
+        for model in await self.collections():
+            async with self._errors("delete space"):
+                await self._client.delete(
+                    self.collection_name(model.model_id), points_selector=selector, wait=True
+                )
+
     async def search(
         self,
         space_ids: Sequence[str],
