@@ -420,38 +420,52 @@ class MongoDocumentRepository:
     async def list_spaces(
         self, aggregate_owner: str, *, after: str, limit: int
     ) -> list[SpaceSummary]:
+        """One accumulator per $group and no $max: FerretDB v1 computes only the first
+        accumulator and implements neither $max nor $last. So: the page of spaces with their
+        counts, then their bytes, then each one's newest head."""
+        match: dict[str, Any] = {"tenant": aggregate_owner, "deleted": False}
         with mongo_errors("listing spaces"):
-            cursor = await self._heads.aggregate(
-                [
-                    {
-                        "$match": {
-                            "tenant": aggregate_owner,
-                            "deleted": False,
-                            "space_id": {"$gt": after},
-                        }
-                    },
-                    {
-                        "$group": {
-                            "_id": "$space_id",
-                            "count": {"$sum": 1},
-                            "used": {"$sum": "$size_bytes"},
-                            "last": {"$max": "$updated_at"},
-                        }
-                    },
-                    {"$sort": {"_id": 1}},
-                    {"$limit": limit},
-                ]
-            )
-            rows = await cursor.to_list(length=None)
-        return [
-            SpaceSummary(
-                space=parse_space_id(str(row["_id"])),
-                document_count=int(row["count"]),
-                used_bytes=int(row["used"]),
-                last_write_at=row["last"],
-            )
-            for row in rows
-        ]
+            counted = await (
+                await self._heads.aggregate(
+                    [
+                        {"$match": {**match, "space_id": {"$gt": after}}},
+                        {"$group": {"_id": "$space_id", "count": {"$sum": 1}}},
+                        {"$sort": {"_id": 1}},
+                        {"$limit": limit},
+                    ]
+                )
+            ).to_list(length=None)
+            if not counted:
+                return []
+            ids = [str(row["_id"]) for row in counted]
+            sized = await (
+                await self._heads.aggregate(
+                    [
+                        {"$match": {**match, "space_id": {"$in": ids}}},
+                        {"$group": {"_id": "$space_id", "used": {"$sum": "$size_bytes"}}},
+                    ]
+                )
+            ).to_list(length=None)
+            used = {str(row["_id"]): int(row["used"]) for row in sized}
+            summaries: list[SpaceSummary] = []
+            for row in counted:
+                space_id = str(row["_id"])
+                newest = await self._heads.find_one(
+                    {**match, "space_id": space_id},
+                    projection={"updated_at": 1},
+                    sort=[("updated_at", -1)],
+                )
+                if newest is None:
+                    continue  # emptied meanwhile
+                summaries.append(
+                    SpaceSummary(
+                        space=parse_space_id(space_id),
+                        document_count=int(row["count"]),
+                        used_bytes=used.get(space_id, 0),
+                        last_write_at=newest["updated_at"],
+                    )
+                )
+        return summaries
 
     # --- changes -----------------------------------------------------------------------------
 
