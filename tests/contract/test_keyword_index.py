@@ -489,3 +489,18 @@ def test_adapters_are_built_from_settings(tmp_path: Path) -> None:
     assert opensearch_index(url, settings).alias == "engram-chunks"
     with pytest.raises(MissingSetting, match="ENGRAM_OPENSEARCH_URL"):
         require(Settings(opensearch_url=None), [OpenSearchNeeds])
+
+
+async def test_delete_space_removes_every_chunk_of_that_space_only(index: KeywordIndex) -> None:
+    gone, stays = space("erased"), space("stays")
+    await put(index, gone, "a.md", ["walnut tart", "walnut bread"])
+    await put(index, gone, "dir/b.md", ["walnut oil"])
+    kept = await put(index, stays, "a.md", ["walnut cake"])
+    await index.delete_space(gone)
+    assert await index.chunks_of(gone, "a.md") == []
+    assert await index.chunks_of(gone, "dir/b.md") == []
+    assert await hit_ids(index, [gone, stays], "walnut") == [kept[0].chunk_id]
+    # Erasing an empty space is not an error, and the space takes new chunks afterwards.
+    await index.delete_space(gone)
+    again = await put(index, gone, "a.md", ["walnut again"], document_id="new")
+    assert await index.chunks_of(gone, "a.md") == again

@@ -435,3 +435,20 @@ def test_qdrant_names_and_keys_are_stable() -> None:
     )
     assert index.collection_name("a:b") != index.collection_name("a-b")
     assert point_id("doc:1") == point_id("doc:1") != point_id("doc:2")
+
+
+async def test_delete_space_removes_the_space_from_every_collection(index: VectorIndex) -> None:
+    await index.ensure_collection(OTHER)
+    await put(index, "gone", "a.md", 3, seed=60)
+    await put(index, "gone", "dir/b.md", 2, seed=61)
+    await put(index, "gone", "a.md", 2, seed=62, model=OTHER)
+    kept, kept_vectors = await put(index, "stays", "a.md", 2, seed=63)
+    await index.delete_space("gone")
+    for model in (MODEL, OTHER):
+        for path in ("a.md", "dir/b.md"):
+            assert await index.chunks_of("gone", path, model_id=model.model_id) == []
+    assert await index.search(["gone"], kept_vectors[0], limit=10) == []
+    assert await index.chunks_of("stays", "a.md") == kept
+    await index.delete_space("gone")
+    again, _ = await put(index, "gone", "a.md", 1, seed=64)
+    assert await index.chunks_of("gone", "a.md") == again
