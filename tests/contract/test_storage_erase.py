@@ -213,6 +213,41 @@ async def test_purge_erases_the_document_and_every_version(store: Store) -> None
     again = await stub.PurgeDocument(purge("a.md"), metadata=ADMIN)
     assert (again.purged, again.versions_erased, again.refunded_bytes) == (False, 0, 0)
     assert (await usage(stub)).used_bytes == after.used_bytes
+    assert "memory.purge" in await store.raw(), "the audit row"
+
+
+async def test_a_platform_admin_purges_in_any_tenant(store: Store) -> None:
+    stub = store.stub
+    await write(stub, "a.md", "acme's\n")
+    result = await stub.PurgeDocument(purge("a.md", space(tenant="acme")), metadata=PLATFORM)
+    assert result.purged and result.refunded_bytes == len("acme's\n")
+    assert (await usage(stub)).used_bytes == 0
+
+
+async def test_erasures_leave_audit_rows_without_content(tmp_path: Path) -> None:
+    from engram.v1 import authz_pb2, authz_pb2_grpc
+
+    settings = server_settings(tmp_path / "engram", jwt_secret=TEST_JWT_SECRET)
+    secret = marker()
+    async with (
+        embedded_engram(settings, require_auth=True) as engram,
+        grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
+    ):
+        stub = Stub(channel)
+        await write(stub, "a.md", f"{secret}\n")
+        await write(stub, "b.md", "bee\n")
+        await stub.PurgeDocument(purge("a.md"), metadata=ADMIN)
+        await stub.DeleteSpace(delete_space(NOTES_ID), metadata=ADMIN)
+        listed = await authz_pb2_grpc.AuthzServiceStub(channel).ListAuditEvents(
+            authz_pb2.ListAuditEventsRequest(), metadata=PLATFORM
+        )
+    rows = [e for e in listed.events if e.action.startswith(("memory.purge", "memory.space"))]
+    assert [(e.action, e.subject, e.tenant, e.space_id, e.path, e.bytes_delta) for e in rows] == [
+        ("memory.purge", "root", "acme", NOTES_ID, "a.md", -len(f"{secret}\n")),
+        ("memory.space_delete", "root", "acme", NOTES_ID, "", -len("bee\n")),
+    ]
+    assert all(e.at.seconds > 0 for e in rows)
+    assert secret not in repr(listed)
 
 
 async def test_purge_erases_a_deleted_documents_kept_versions(store: Store) -> None:
@@ -318,6 +353,7 @@ async def test_delete_space_erases_the_whole_space(store: Store) -> None:
     assert (await usage(stub, other)).used_bytes == len("other space\n")
     assert secret not in await store.raw()
     assert "other space" in await store.raw()
+    assert "memory.space_delete" in await store.raw(), "the audit row"
     spaces = await stub.ListSpaces(storage_pb2.ListSpacesRequest(), metadata=MEMBER)
     assert [s.space_id for s in spaces.spaces] == ["v1:private:acme::::keep"]
 

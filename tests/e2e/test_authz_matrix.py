@@ -174,6 +174,21 @@ def calls(deployment: Deployment) -> dict[str, Call]:
         ),
         "/engram.v1.StorageService/ExportSpace": export,
         "/engram.v1.StorageService/ImportSpace": import_,
+        "/engram.v1.StorageService/PurgeDocument": lambda t, s, md, _: storage.PurgeDocument(
+            storage_pb2.PurgeDocumentRequest(space=S(t, s), path="never.md"), metadata=md
+        ),
+        # A wrong confirmation: INVALID_ARGUMENT once authorized, and nothing is erased.
+        "/engram.v1.StorageService/DeleteSpace": lambda t, s, md, _: storage.DeleteSpace(
+            storage_pb2.DeleteSpaceRequest(space=S(t, s), confirm_space_id="not-this-one"),
+            metadata=md,
+        ),
+        "/engram.v1.StorageService/ListSpaces": lambda t, s, md, _: storage.ListSpaces(
+            storage_pb2.ListSpacesRequest(
+                tenant="" if t is Target.GLOBAL else target_tenant(t, s),
+                **{"global": t is Target.GLOBAL},
+            ),
+            metadata=md,
+        ),
         "/engram.v1.SearchService/Search": lambda t, s, md, _: search.Search(
             search_pb2.SearchRequest(spaces=[S(t, s)], query="matrix"), metadata=md
         ),

@@ -61,7 +61,7 @@ from engram.domain.policy import RPC_POLICY, TENANT_MISMATCH, Target, admits
 from engram.domain.ports import AuditRecord, AuditSink, AuthorizedSpace, Authorizer, UsageReport
 from engram.domain.principals import Action, Principal
 from engram.domain.quotas import INSTANCE
-from engram.domain.spaces import SpaceRef, validate_field
+from engram.domain.spaces import SpaceRef, Visibility, validate_field, validate_space_ref
 from engram.domain.text_rules import utf8_len
 from engram.runtime.keyed_locks import KeyedLocks
 from engram.runtime.tracing import current_trace_context
@@ -555,19 +555,26 @@ class StorageService:
     async def _authorize_erasure(
         self, principal: Principal, space: SpaceRef, rpc: str
     ) -> AuthorizedSpace:
-        """The mutation rules (stamping, tenant), then the erasure row of the policy table:
-        a tenant admin of the space's tenant or a platform admin, never a service."""
-        granted = await self._authorize(principal, Action.DELETE, space)
-        if granted.space.is_global:
+        """The erasure row of the policy table first (a tenant admin of the space's tenant,
+        a platform admin anywhere, never a service), then the mutation rules: stamping and
+        the tenant check. A platform admin naming another tenant's space gets it as named
+        (stamping would refuse another tenant)."""
+        if space.visibility is Visibility.GLOBAL:
             target = Target.GLOBAL
+        elif space.tenant and space.tenant != principal.tenant:
+            target = Target.OTHER
         else:
-            target = Target.OWN if granted.space.tenant == principal.tenant else Target.OTHER
+            target = Target.OWN
         if not admits(RPC_POLICY[rpc][target], principal, target):
             raise PermissionDenied(
-                "erasing for good needs a tenant admin (a service may not)",
+                "erasing for good needs an admin of the space's tenant (a service may not)",
                 rule=ADMIN_ROLE_REQUIRED,
             )
-        return granted
+        if target is Target.OTHER:
+            named = space.with_identity(tenant=space.tenant, user=space.user)
+            validate_space_ref(named)
+            return AuthorizedSpace(space=named)
+        return await self._authorize(principal, Action.DELETE, space)
 
     async def _erase(self, space: SpaceRef, principal: Principal, path: str) -> ErasureResult:
         try:
