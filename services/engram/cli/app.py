@@ -16,6 +16,7 @@ from engram.cli import (
     mcp_command,
     memory_commands,
     search_commands,
+    space_commands,
     storage_commands,
 )
 from engram.cli.client import console, fail, use_tls
@@ -36,6 +37,7 @@ indexer_commands.register(app)
 search_commands.register(app)
 mcp_command.register(app)
 memory_commands.register(app)
+space_commands.register(app)
 
 
 @app.callback()
