@@ -435,6 +435,30 @@ async def test_list_spaces_global(store: Store) -> None:
     await fails(stub.ListSpaces(both, metadata=MEMBER), INVALID)
 
 
+async def test_sqlite_file_keeps_no_byte_of_a_purged_document(tmp_path: Path) -> None:
+    """Not only the tables: the freed pages of the database file are zeroed too (large
+    documents live in overflow pages, which a plain delete leaves on the free list when the
+    SQLite build does not default to secure_delete; Debian's does)."""
+    settings = server_settings(tmp_path / "engram", jwt_secret=TEST_JWT_SECRET)
+    secret = marker()
+    async with (
+        embedded_engram(settings, require_auth=True) as engram,
+        grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
+    ):
+        stub = Stub(channel)
+        await write(stub, "big.md", f"{secret} " * 2000)
+        await write(stub, "big.md", f"{secret}! " * 2000)
+        await write(stub, "small.md", f"{secret}\n")
+        await write(stub, "other.md", "stays\n" * 500)
+        await stub.PurgeDocument(purge("big.md"), metadata=ADMIN)
+        await stub.PurgeDocument(purge("small.md"), metadata=ADMIN)
+    # Stopped: the last connection checkpointed the WAL into the file.
+    files = sorted(settings.data_dir.glob(f"{DATABASE_FILE}*"))
+    data = b"".join(path.read_bytes() for path in files)
+    assert b"stays" in data
+    assert secret.encode() not in data
+
+
 # --- MongoDB: a crash between the commit and the erasure -----------------------------------
 
 SPACE = SpaceRef.create(Visibility.PRIVATE, tenant="acme", name="notes")

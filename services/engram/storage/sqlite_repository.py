@@ -278,11 +278,22 @@ class SqliteDocumentRepository:
 
     async def erase(self, erasure: Erasure) -> ErasureResult:
         """One transaction: the documents, every kept version and the event (nothing to
-        erase: no event)."""
+        erase: no event). With secure_delete on for it, SQLite zeroes the freed bytes, so
+        the content does not linger in free pages of the file (the WAL frames that held it
+        are overwritten as the WAL is reused; the file is clean from the next checkpoint)."""
         scope = "space_id = ?" + ("" if erasure.whole_space else " AND path = ?")
         params = (erasure.space.id,) if erasure.whole_space else (erasure.space.id, erasure.path)
 
         def work(connection: sqlite3.Connection) -> ErasureResult:
+            # Many builds default to on; others do not. Whatever it was is restored after.
+            (before,) = connection.execute("PRAGMA secure_delete").fetchone()
+            connection.execute("PRAGMA secure_delete=ON")
+            try:
+                return erase(connection)
+            finally:
+                connection.execute(f"PRAGMA secure_delete={int(before)}")
+
+        def erase(connection: sqlite3.Connection) -> ErasureResult:
             live = connection.execute(
                 f"SELECT path, document_id, version, sha256, size_bytes FROM documents "
                 f"WHERE {scope}",
