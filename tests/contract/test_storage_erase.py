@@ -364,6 +364,35 @@ async def test_delete_space_erases_the_whole_space(store: Store) -> None:
     assert (await usage(stub)).used_bytes == len("new life\n")
 
 
+async def test_delete_space_racing_writes_leaves_a_consistent_space(store: Store) -> None:
+    """Writes keep landing while the space is deleted: whatever survives is readable,
+    writable and exactly what the quota counts (no charge lost or refunded twice)."""
+    stub = store.stub
+    paths = [f"p{i}.md" for i in range(4)]
+    for path in paths:
+        await write(stub, path, f"{path} before\n")
+
+    async def writer(n: int) -> None:
+        for round_ in range(15):
+            path = paths[(n + round_) % len(paths)]
+            with contextlib.suppress(grpc.aio.AioRpcError):  # ABORTED after a lost race
+                await write(stub, path, f"{path} by {n} round {round_} " + "x" * round_)
+
+    async def deleter() -> None:
+        await asyncio.sleep(0.05)
+        await stub.DeleteSpace(delete_space(NOTES_ID), metadata=ADMIN)
+
+    await asyncio.gather(writer(0), writer(1), deleter())
+    listed = await stub.ListDocuments(
+        storage_pb2.ListDocumentsRequest(space=space(), recursive=True), metadata=MEMBER
+    )
+    stored = sum(entry.size_bytes for entry in listed.entries)
+    assert (await usage(stub)).used_bytes == stored
+    for path in paths:
+        await write(stub, path, "after\n")
+    assert (await usage(stub)).used_bytes == len("after\n") * len(paths)
+
+
 async def test_only_admins_delete_spaces(store: Store) -> None:
     stub = store.stub
     await write(stub, "a.md", "keep me\n")

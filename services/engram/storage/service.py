@@ -493,7 +493,7 @@ class StorageService:
         self, principal: Principal, space: SpaceRef, confirm_space_id: str
     ) -> SpaceDeletion:
         """Erases every document of the space with every kept version (the chunks follow
-        through the SPACE_DELETE event) and gives the space's whole usage back."""
+        through the SPACE_DELETE event) and refunds the bytes erased."""
         granted = await self._authorize_erasure(principal, space, DELETE_SPACE_RPC)
         if confirm_space_id != granted.space.id:
             raise InvalidArgument(
@@ -502,8 +502,10 @@ class StorageService:
                 field="confirm_space_id",
             )
         result = await self._erase(granted.space, principal, "")
-        # The space's whole counter, not just what was found: it ends at zero.
-        refund = (await self._quota.usage(granted.space)).space_used_bytes
+        # Exactly the bytes erased, not "whatever the counter says": a write racing the
+        # erasure has charged its growth before committing, and zeroing the counter would
+        # refund it too. Drift the counter had before stays for Reconcile.
+        refund = result.live_bytes
         await self._credit(granted.space, refund)
         await self._record_erasure("memory.space_delete", granted, principal, "", refund)
         return SpaceDeletion(
