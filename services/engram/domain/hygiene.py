@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from engram.domain.chunks import IndexedDocument
+from engram.domain.chunks import MIXED_VERSIONS, IndexedDocument
 from engram.domain.maintenance import DEFAULT_MAX_DAILY_LOGS, DEFAULT_STALE_AFTER_DAYS
 from engram.domain.workspace import DAILY_DIR, parse_daily_log_path
 
@@ -78,7 +78,7 @@ def archive_completes(archived: str, log: str) -> bool:
 def counts_for_staleness(path: str) -> bool:
     """Daily logs and archived documents are dated records, not knowledge that goes out of
     date: log retention handles them, and they never count as stale."""
-    return not (path.startswith(f"{ARCHIVE_DIR}/") or path.startswith(f"{DAILY_DIR}/"))
+    return not path.startswith((f"{ARCHIVE_DIR}/", f"{DAILY_DIR}/"))
 
 
 def stale_cutoff(now: datetime, stale_after_days: int) -> datetime:
@@ -139,32 +139,41 @@ class StoredState:
     indexable: bool
 
 
-def needs_reindex(
+def reindex_reason(
     stored: StoredState | None,
     keyword: IndexedDocument | None,
     vector: IndexedDocument | None,
     *,
     vectors_expected: bool,
-) -> bool:
-    """Whether a path's index entries disagree with the store: a document missing from an
-    index or held there at another version, chunks without a vector in the active model
-    (or vectors without chunks), or chunks of a document the store no longer has."""
+) -> str | None:
+    """Why a path's index entries disagree with the store (None when they agree): a
+    document missing from an index or held there at another version, chunks without a
+    vector in the active model, or chunks of a document the store no longer has."""
     if stored is None or not stored.indexable:
-        return keyword is not None or vector is not None
-    if not _holds(keyword, stored):
-        return True
+        if keyword is None and vector is None:
+            return None
+        return "indexed, but not in the store" if stored is None else "indexed, but blank"
+    keyword_problem = _disagreement(keyword, stored, "keyword index")
+    if keyword_problem:
+        return keyword_problem
     if not vectors_expected:
-        return False
-    if not _holds(vector, stored):
-        return True
+        return None
+    vector_problem = _disagreement(vector, stored, "vector index")
+    if vector_problem:
+        return vector_problem
     assert keyword is not None and vector is not None
-    return keyword.chunk_count != vector.chunk_count
+    if keyword.chunk_count != vector.chunk_count:
+        return f"{keyword.chunk_count} chunks but {vector.chunk_count} vectors"
+    return None
 
 
-def _holds(indexed: IndexedDocument | None, stored: StoredState) -> bool:
-    return (
-        indexed is not None
-        and indexed.chunk_count > 0
-        and indexed.document_id == stored.document_id
-        and indexed.doc_version == stored.version
-    )
+def _disagreement(indexed: IndexedDocument | None, stored: StoredState, index: str) -> str:
+    if indexed is None or indexed.chunk_count == 0:
+        return f"missing from the {index}"
+    if indexed.document_id != stored.document_id:
+        return f"the {index} holds another document that lived at this path"
+    if indexed.doc_version == MIXED_VERSIONS:
+        return f"the {index} holds chunks of several versions"
+    if indexed.doc_version != stored.version:
+        return f"the {index} holds version {indexed.doc_version}, the store {stored.version}"
+    return ""
