@@ -1,0 +1,137 @@
+"""The embedding backfill on the production indexing path: documents on FerretDB, the
+indexer fed by NATS JetStream writing OpenSearch and Qdrant (local mode); the job's
+re-queued documents travel JetStream like any reindex and the indexes converge."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import grpc
+import pytest
+from opensearchpy import AsyncOpenSearch
+
+from engram.app.config import Components
+from engram.app.production import open_indexer, storage_on_mongo
+from engram.authz.enforcement import PolicyAuthorizer
+from engram.authz.mongo_audit import MongoAuditLog
+from engram.backends.mongo import connect
+from engram.domain.maintenance import SpaceSettings
+from engram.domain.spaces import parse_space_id
+from engram.events.jetstream import JetStreamPublisher
+from engram.indexer.jetstream_consumer import JetStreamReindexQueue
+from engram.maintenance.hygiene import EmbeddingBackfillJob
+from engram.maintenance.ports import MaintenanceDeps
+from engram.quota.mongo_ledger import MongoUsageLedger
+from engram.quota.service import QuotaService
+from engram.storage.mongo_repository import MongoDocumentRepository
+from engram.storage.service import StorageService, utc_now
+from engram.v1 import indexer_pb2_grpc, storage_pb2_grpc
+from tests.e2e.test_indexer_jetstream import (  # the same deployment as the indexer's suite
+    MEMBER,
+    SPACE_ID,
+    Deployment,
+    converged,
+    deployment,
+    eventually,
+    expected_chunks,
+)
+from tests.support.grpc_helpers import write_request
+from tests.support.maintenance import MAINTENANCE
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.real_backend,
+    pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning"),
+]
+
+__all__ = ["deployment"]
+
+SPACE = parse_space_id(SPACE_ID)
+
+
+class _Unpublished:
+    def changed(self) -> None:
+        """The job writes nothing through storage; no relay needed."""
+
+
+@contextlib.asynccontextmanager
+async def production_deps(
+    deployment: Deployment, indexing: object
+) -> AsyncIterator[MaintenanceDeps]:
+    """What `engram serve maintenance` builds, on the deployment's backends."""
+    settings = deployment.storage_settings()
+    components = Components.from_settings(settings)
+    client, database = connect(deployment.common["mongo_uri"], deployment.common["mongo_db"])
+    publisher = JetStreamPublisher(deployment.common["nats_url"], name="engram-maintenance")
+    try:
+        repository = MongoDocumentRepository(database, retention=components.version_retention)
+        quota = QuotaService(MongoUsageLedger(database), components.quotas, repository)
+        storage = StorageService(
+            repository,
+            quota,
+            PolicyAuthorizer(),
+            MongoAuditLog(database),
+            _Unpublished(),
+            components.limits,
+        )
+        yield MaintenanceDeps(
+            storage=storage,
+            repository=repository,
+            quota=quota,
+            reindex=JetStreamReindexQueue(publisher),
+            keyword=indexing.keyword,  # type: ignore[attr-defined]
+            vector=indexing.vector,  # type: ignore[attr-defined]
+            principal=MAINTENANCE,
+            clock=utc_now,
+        )
+    finally:
+        await publisher.close()
+        await client.close()
+
+
+async def test_backfill_requeues_index_gaps_through_jetstream(deployment: Deployment) -> None:
+    async with (
+        storage_on_mongo(deployment.storage_settings()) as storage_server,
+        open_indexer(deployment.indexer_settings) as indexer,
+        grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as storage_channel,
+        grpc.aio.insecure_channel(f"127.0.0.1:{indexer.server.port}") as indexer_channel,
+        production_deps(deployment, indexer.indexing) as deps,
+    ):
+        storage = storage_pb2_grpc.StorageServiceStub(storage_channel)
+        status = indexer_pb2_grpc.IndexerServiceStub(indexer_channel)
+        for path in ("a.md", "b.md", "c.md"):
+            body = "".join(
+                f"{path} entry {i}: deployed billing, noted retries.\n" for i in range(20)
+            )
+            await storage.WriteDocument(write_request(path, body), metadata=MEMBER)
+        for path in ("a.md", "b.md", "c.md"):
+            await eventually(lambda p=path: converged(deployment, status, p), 60, f"{path} indexed")
+        job = EmbeddingBackfillJob(deps, timedelta(hours=24))
+        assert (await job.run(SPACE, SpaceSettings())).counts["documents_requeued"] == 0
+
+        # The OpenSearch index is lost (deleted, then created again empty), and Qdrant lost
+        # b.md's vectors. (Deleting single chunks would not do: OpenSearch remembers a
+        # deleted chunk's version for index.gc_deletes, 60 s, and refuses the same version.)
+        alias = deployment.indexer_settings.opensearch_index
+        opensearch = AsyncOpenSearch(hosts=[deployment.indexer_settings.opensearch_url])
+        try:
+            await opensearch.indices.delete(index=f"{alias}-000001")
+        finally:
+            await opensearch.close()
+        await (await deployment.keyword()).close()
+        await deps.vector.delete_chunks(SPACE_ID, "b.md")
+
+        report = await job.run(SPACE, SpaceSettings())
+
+        assert report.counts == {"documents_checked": 3, "documents_requeued": 3}
+        assert any(
+            line.startswith("b.md: missing from the keyword index") for line in report.details
+        )
+        for path in ("a.md", "b.md", "c.md"):
+            await eventually(lambda p=path: converged(deployment, status, p), 60, f"{path} back")
+            expected = await expected_chunks(deployment, path)
+            assert await deps.vector.chunks_of(SPACE_ID, path) == expected
+        again = await job.run(SPACE, SpaceSettings())
+        assert again.counts == {"documents_checked": 3, "documents_requeued": 0}
