@@ -14,7 +14,6 @@ import pytest
 from prometheus_client import REGISTRY
 
 from engram.app.embedded import EmbeddedEngram, embedded_engram
-from engram.domain.chunking import build_chunks
 from engram.domain.chunks import Chunk
 from engram.domain.maintenance import JobReport, LogRetention, SpaceSettings
 from engram.domain.principals import LOCAL_ADMIN
@@ -29,6 +28,7 @@ from engram.maintenance.hygiene import (
     hygiene_jobs,
 )
 from engram.maintenance.ports import Job
+from tests.e2e.test_indexer_embedded import expected_chunks as indexer_expected_chunks
 from tests.support.maintenance import maintenance_deps
 from tests.support.settings import server_settings
 
@@ -246,19 +246,7 @@ async def test_version_pruning_applies_a_lowered_retention(tmp_path: Path) -> No
 
 
 async def expected_chunks(engram: EmbeddedEngram, path: str) -> list[Chunk]:
-    document = await engram.repository.get(SPACE.id, path)
-    assert document is not None
-    settings = engram.settings
-    return build_chunks(
-        space_id=SPACE.id,
-        tenant=SPACE.tenant,
-        path=path,
-        document_id=document.document_id,
-        version=document.version,
-        content=document.content,
-        size=settings.chunk_size,
-        overlap=settings.chunk_overlap,
-    )
+    return await indexer_expected_chunks(engram, SPACE.id, path)
 
 
 async def test_embedding_backfill_requeues_what_the_indexes_miss(tmp_path: Path) -> None:
