@@ -20,6 +20,7 @@ from engram.domain.hygiene import (
     reindex_reason,
     stale_cutoff,
 )
+from engram.maintenance.hygiene.common import Details
 
 pytestmark = pytest.mark.unit
 
@@ -152,3 +153,14 @@ def test_reindex_reasons(
 def test_without_an_active_model_only_the_keyword_index_counts() -> None:
     assert reindex_reason(STORED, HELD, None, vectors_expected=False) is None
     assert reindex_reason(STORED, None, None, vectors_expected=False) is not None
+
+
+def test_run_details_are_bounded_and_say_how_many_were_left_out() -> None:
+    few = Details(limit=3)
+    for n in range(3):
+        few.add(f"line {n}")
+    assert few.lines() == ("line 0", "line 1", "line 2")
+    many = Details(limit=3)
+    for n in range(10):
+        many.add(f"line {n}")
+    assert many.lines() == ("line 0", "line 1", "... and 8 more")
