@@ -12,10 +12,8 @@ import grpc
 import pytest
 from opensearchpy import AsyncOpenSearch
 
-from engram.app.config import Components
+from engram.app.parts import Indexing
 from engram.app.production import open_indexer, storage_on_mongo
-from engram.authz.enforcement import PolicyAuthorizer
-from engram.authz.mongo_audit import MongoAuditLog
 from engram.backends.mongo import connect
 from engram.domain.maintenance import SpaceSettings
 from engram.domain.spaces import parse_space_id
@@ -23,10 +21,6 @@ from engram.events.jetstream import JetStreamPublisher
 from engram.indexer.jetstream_consumer import JetStreamReindexQueue
 from engram.maintenance.hygiene import EmbeddingBackfillJob
 from engram.maintenance.ports import MaintenanceDeps
-from engram.quota.mongo_ledger import MongoUsageLedger
-from engram.quota.service import QuotaService
-from engram.storage.mongo_repository import MongoDocumentRepository
-from engram.storage.service import StorageService, utc_now
 from engram.v1 import indexer_pb2_grpc, storage_pb2_grpc
 from tests.e2e.test_indexer_jetstream import (  # the same deployment as the indexer's suite
     MEMBER,
@@ -38,7 +32,7 @@ from tests.e2e.test_indexer_jetstream import (  # the same deployment as the ind
     expected_chunks,
 )
 from tests.support.grpc_helpers import write_request
-from tests.support.maintenance import MAINTENANCE
+from tests.support.maintenance import mongo_deps
 
 pytestmark = [
     pytest.mark.e2e,
@@ -51,40 +45,21 @@ __all__ = ["deployment"]
 SPACE = parse_space_id(SPACE_ID)
 
 
-class _Unpublished:
-    def changed(self) -> None:
-        """The job writes nothing through storage; no relay needed."""
-
-
 @contextlib.asynccontextmanager
 async def production_deps(
-    deployment: Deployment, indexing: object
+    deployment: Deployment, indexing: Indexing
 ) -> AsyncIterator[MaintenanceDeps]:
-    """What `engram serve maintenance` builds, on the deployment's backends."""
-    settings = deployment.storage_settings()
-    components = Components.from_settings(settings)
+    """What `engram serve maintenance` builds, on the deployment's backends and the
+    indexer's own index adapters."""
     client, database = connect(deployment.common["mongo_uri"], deployment.common["mongo_db"])
     publisher = JetStreamPublisher(deployment.common["nats_url"], name="engram-maintenance")
     try:
-        repository = MongoDocumentRepository(database, retention=components.version_retention)
-        quota = QuotaService(MongoUsageLedger(database), components.quotas, repository)
-        storage = StorageService(
-            repository,
-            quota,
-            PolicyAuthorizer(),
-            MongoAuditLog(database),
-            _Unpublished(),
-            components.limits,
-        )
-        yield MaintenanceDeps(
-            storage=storage,
-            repository=repository,
-            quota=quota,
+        yield mongo_deps(
+            database,
+            deployment.storage_settings(),
             reindex=JetStreamReindexQueue(publisher),
-            keyword=indexing.keyword,  # type: ignore[attr-defined]
-            vector=indexing.vector,  # type: ignore[attr-defined]
-            principal=MAINTENANCE,
-            clock=utc_now,
+            keyword=indexing.keyword,
+            vector=indexing.vector,
         )
     finally:
         await publisher.close()

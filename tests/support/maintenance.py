@@ -1,18 +1,28 @@
-"""MaintenanceDeps built from a running `engram dev` (EmbeddedEngram), for job tests.
+"""MaintenanceDeps for job tests: from a running `engram dev` (EmbeddedEngram), or on
+MongoDB as `engram serve maintenance` has them.
 
-Stands in for the composition root's own until the maintenance worker's wiring lands
-(`engram dev` builds the same parts)."""
+They stand in for the composition root's own until the maintenance worker's wiring lands."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
 
+from engram.app.config import Components
 from engram.app.embedded import EmbeddedEngram
+from engram.authz.enforcement import PolicyAuthorizer
+from engram.authz.mongo_audit import MongoAuditLog
+from engram.backends.mongo import MongoDatabase
 from engram.domain.principals import Principal, Role
 from engram.indexer.outbox_feed import OutboxReindexQueue
+from engram.indexer.ports import KeywordIndex, VectorIndex
+from engram.indexer.service import ReindexQueue
 from engram.maintenance.ports import MaintenanceDeps
-from engram.storage.service import utc_now
+from engram.quota.mongo_ledger import MongoUsageLedger
+from engram.quota.service import QuotaService
+from engram.runtime.settings import Settings
+from engram.storage.mongo_repository import MongoDocumentRepository
+from engram.storage.service import StorageService, utc_now
 
 # The maintenance worker's identity (domain.principals.MAINTENANCE once the worker lands).
 MAINTENANCE = Principal(subject="engram-maintenance", tenant="", role=Role.ADMIN, service=True)
@@ -28,6 +38,45 @@ def maintenance_deps(
         reindex=OutboxReindexQueue(engram.repository, engram.relay),
         keyword=engram.indexing.keyword,
         vector=engram.indexing.vector,
+        principal=MAINTENANCE,
+        clock=clock,
+    )
+
+
+class _NoRelay:
+    def changed(self) -> None:
+        """Events stay in the outbox; these tests do not need them published."""
+
+
+def mongo_deps(
+    database: MongoDatabase,
+    settings: Settings,
+    *,
+    reindex: ReindexQueue,
+    keyword: KeywordIndex,
+    vector: VectorIndex,
+    clock: Callable[[], datetime] = utc_now,
+) -> MaintenanceDeps:
+    """MaintenanceDeps on MongoDB as `engram serve maintenance` builds them: storage and
+    quota in process on the database, the indexes and reindex queue given."""
+    components = Components.from_settings(settings)
+    repository = MongoDocumentRepository(database, retention=components.version_retention)
+    quota = QuotaService(MongoUsageLedger(database), components.quotas, repository)
+    storage = StorageService(
+        repository,
+        quota,
+        PolicyAuthorizer(),
+        MongoAuditLog(database),
+        _NoRelay(),
+        components.limits,
+    )
+    return MaintenanceDeps(
+        storage=storage,
+        repository=repository,
+        quota=quota,
+        reindex=reindex,
+        keyword=keyword,
+        vector=vector,
         principal=MAINTENANCE,
         clock=clock,
     )
