@@ -1,6 +1,7 @@
 """The hygiene jobs on `engram dev`'s real services (SQLite, tantivy, the embedded vector
 index, the outbox-fed indexer): what each job changes on real data, and that a second run
-right after changes nothing."""
+right after changes nothing. (Interrupted archives: test_hygiene_jobs_stores.py, on SQLite
+and MongoDB.)"""
 
 from __future__ import annotations
 
@@ -150,40 +151,6 @@ async def test_log_retention_archives_old_logs_and_they_stay_searchable(tmp_path
 
         again = await second_run_changes_nothing(engram, job, settings)
         assert again.counts["logs_archived"] == 0
-
-
-async def test_an_interrupted_archive_is_completed_and_foreign_copies_are_left(
-    tmp_path: Path,
-) -> None:
-    settings = SpaceSettings(log_retention=LogRetention.ARCHIVE, log_retention_days=30)
-    async with engram_dev(tmp_path) as engram:
-        job = LogRetentionJob(
-            maintenance_deps(engram, clock=fixed(datetime(2026, 3, 10, tzinfo=UTC))), INTERVAL
-        )
-        # A run copied this log and crashed before deleting it; the log then grew.
-        await write(engram, log_path(40), "first line\nappended after the copy\n")
-        await write(engram, "archive/" + log_path(40), "first line\n")
-        # Someone else's file sits where this log's archive would go.
-        await write(engram, log_path(50), "the log\n")
-        await write(engram, "archive/" + log_path(50), "an unrelated note\n")
-        # A finished copy whose delete never happened.
-        await write(engram, log_path(60), "copied whole\n")
-        await write(engram, "archive/" + log_path(60), "copied whole\n")
-
-        report = await job.run(SPACE, settings)
-
-        assert report.counts == {"logs_checked": 3, "logs_archived": 2, "logs_skipped": 1}
-        assert await content_of(engram, log_path(40)) is None
-        assert await content_of(engram, "archive/" + log_path(40)) == (
-            "first line\nappended after the copy\n"
-        )
-        assert await content_of(engram, log_path(60)) is None
-        assert await content_of(engram, log_path(50)) == "the log\n"
-        assert await content_of(engram, "archive/" + log_path(50)) == "an unrelated note\n"
-        assert any("already holds other content" in line for line in report.details)
-
-        again = await second_run_changes_nothing(engram, job, settings)
-        assert again.counts == {"logs_checked": 1, "logs_archived": 0, "logs_skipped": 1}
 
 
 async def test_log_retention_deletes_by_age_and_does_nothing_when_off(tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
-"""The hygiene jobs that read and change the store, on MongoDB (FerretDB from deploy/local):
-storage, quota ledger and repository as `engram serve maintenance` has them. What each job
-changes, and that a second run changes nothing."""
+"""The hygiene jobs that read and change the store, on MongoDB (FerretDB from deploy/local)
+with storage, quota ledger and repository as `engram serve maintenance` has them (the log
+retention scenario also on `engram dev`'s SQLite): what each job changes, and that a second
+run changes nothing."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, date, datetime, timedelta
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from engram.app.embedded import embedded_engram
 from engram.backends.mongo import MongoDatabase, connect
 from engram.domain.maintenance import LogRetention, SpaceSettings
 from engram.domain.principals import LOCAL_ADMIN
@@ -32,10 +35,11 @@ from engram.maintenance.ports import Job, MaintenanceDeps
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.service import utc_now
 from tests.support.backends import RealBackends
-from tests.support.maintenance import mongo_deps
+from tests.support.maintenance import maintenance_deps, mongo_deps
 from tests.support.settings import server_settings
 
-pytestmark = [pytest.mark.contract, pytest.mark.real_backend]
+pytestmark = pytest.mark.contract
+real_backend = pytest.mark.real_backend
 
 SPACE = parse_space_id("v1:private:local::::notes")
 OTHER = parse_space_id("v1:private:local::::other")
@@ -45,20 +49,22 @@ INTERVAL = timedelta(hours=24)
 Deps = Callable[..., MaintenanceDeps]
 
 
-@pytest.fixture
-async def database(real_backends: RealBackends) -> AsyncIterator[MongoDatabase]:
+@contextlib.asynccontextmanager
+async def mongo_database(real_backends: RealBackends) -> AsyncIterator[MongoDatabase]:
     client, db = connect(real_backends.url("mongo"), f"hygiene_{uuid.uuid4().hex[:10]}")
-    yield db
-    await client.drop_database(db.name)
-    await client.close()
+    try:
+        yield db
+    finally:
+        await client.drop_database(db.name)
+        await client.close()
 
 
-@pytest.fixture
-async def deps(
+@contextlib.asynccontextmanager
+async def mongo_builder(
     database: MongoDatabase, tmp_path: Path, real_backends: RealBackends
 ) -> AsyncIterator[Deps]:
-    """Builds MaintenanceDeps on the test database (with these settings and clock); the
-    indexes are real but these jobs do not use them."""
+    """Builds MaintenanceDeps on `database` (with these settings and clock); the indexes
+    are real but these jobs do not use them."""
     keyword = TantivyKeywordIndex(tmp_path / "keyword")
     vector = NumpyVectorIndex(tmp_path / "vectors")
     publisher = JetStreamPublisher(real_backends.url("nats"), name="engram-maintenance-test")
@@ -75,10 +81,46 @@ async def deps(
             clock=clock,
         )
 
-    yield build
-    await publisher.close()
-    await vector.close()
-    await keyword.close()
+    try:
+        yield build
+    finally:
+        await publisher.close()
+        await vector.close()
+        await keyword.close()
+
+
+@pytest.fixture
+async def database(real_backends: RealBackends) -> AsyncIterator[MongoDatabase]:
+    async with mongo_database(real_backends) as db:
+        yield db
+
+
+@pytest.fixture
+async def deps(
+    database: MongoDatabase, tmp_path: Path, real_backends: RealBackends
+) -> AsyncIterator[Deps]:
+    async with mongo_builder(database, tmp_path, real_backends) as build:
+        yield build
+
+
+@pytest.fixture(params=["sqlite", pytest.param("mongo", marks=real_backend)])
+async def any_deps(
+    request: pytest.FixtureRequest, tmp_path: Path, real_backends: RealBackends
+) -> AsyncIterator[Deps]:
+    """`deps` on `engram dev` (SQLite) or on MongoDB."""
+    if request.param == "mongo":
+        async with (
+            mongo_database(real_backends) as db,
+            mongo_builder(db, tmp_path, real_backends) as build,
+        ):
+            yield build
+        return
+    async with embedded_engram(server_settings(tmp_path / "engram")) as engram:
+
+        def build_dev(clock: Callable[[], datetime] = utc_now) -> MaintenanceDeps:
+            return maintenance_deps(engram, clock=clock)
+
+        yield build_dev
 
 
 def log_path(days_ago: int) -> str:
@@ -103,28 +145,32 @@ async def publish_all(deps: MaintenanceDeps) -> None:
     await repository.clear_events([event_id for event_id, _ in pending])
 
 
-async def snapshot(deps: MaintenanceDeps, database: MongoDatabase) -> dict[str, Any]:
+async def snapshot(deps: MaintenanceDeps) -> dict[str, Any]:
+    """Documents (version, sha256), their kept versions, and the usage counters."""
     documents = await deps.repository.list_documents(SPACE.id, after="", limit=10_000)
-    return {
+    state: dict[str, Any] = {
         "documents": {d.path: (d.version, d.sha256) for d in documents},
-        "revisions": await database["revisions"].count_documents({"space_id": SPACE.id}),
         "usage": await deps.quota.usage(SPACE),
     }
+    for document in documents:
+        versions = await deps.repository.list_versions(
+            SPACE.id, document.path, before_seq=None, limit=1000
+        )
+        state[f"versions:{document.path}"] = [v.version for v in versions]
+    return state
 
 
 async def second_run_changes_nothing(
-    deps: MaintenanceDeps, database: MongoDatabase, job: Job, settings: SpaceSettings
+    deps: MaintenanceDeps, job: Job, settings: SpaceSettings
 ) -> dict[str, int]:
-    before = await snapshot(deps, database)
+    before = await snapshot(deps)
     report = await job.run(SPACE, settings)
-    assert await snapshot(deps, database) == before
+    assert await snapshot(deps) == before
     return dict(report.counts)
 
 
-async def test_log_retention_archives_and_completes_interrupted_runs(
-    deps: Deps, database: MongoDatabase
-) -> None:
-    built = deps(clock=lambda: datetime(2026, 3, 10, 12, tzinfo=UTC))
+async def test_log_retention_archives_and_completes_interrupted_runs(any_deps: Deps) -> None:
+    built = any_deps(clock=lambda: datetime(2026, 3, 10, 12, tzinfo=UTC))
     job = LogRetentionJob(built, INTERVAL)
     settings = SpaceSettings(log_retention=LogRetention.ARCHIVE, log_retention_days=30)
     await write(built, log_path(2), "recent\n")
@@ -152,10 +198,11 @@ async def test_log_retention_archives_and_completes_interrupted_runs(
     stored = await built.repository.space_usage(SPACE.id)
     assert usage.used_bytes == stored.used_bytes, "the quota follows the moves"
 
-    again = await second_run_changes_nothing(built, database, job, settings)
+    again = await second_run_changes_nothing(built, job, settings)
     assert again == {"logs_checked": 2, "logs_archived": 0, "logs_skipped": 1}
 
 
+@real_backend
 async def test_version_pruning_applies_a_lowered_retention(
     deps: Deps, database: MongoDatabase
 ) -> None:
@@ -181,13 +228,12 @@ async def test_version_pruning_applies_a_lowered_retention(
     )
     assert [v.version for v in page.items] == [9, 8, 7]
     assert await raw.count_documents({"space_id": OTHER.id}) == 1
-    again = await second_run_changes_nothing(strict, database, job, SpaceSettings())
+    again = await second_run_changes_nothing(strict, job, SpaceSettings())
     assert again == {"versions_pruned": 0}
 
 
-async def test_usage_reconcile_corrects_the_mongo_ledger(
-    deps: Deps, database: MongoDatabase
-) -> None:
+@real_backend
+async def test_usage_reconcile_corrects_the_mongo_ledger(deps: Deps) -> None:
     built = deps()
     await write(built, "a.md", "x" * 100)
     await built.quota.apply_charge(SPACE, 500, "a-write-that-never-landed")
@@ -197,11 +243,12 @@ async def test_usage_reconcile_corrects_the_mongo_ledger(
 
     assert report.counts == {"spaces_checked": 1, "counters_corrected": 2, "drift_bytes": 1000}
     assert (await built.quota.usage(SPACE)).space_used_bytes == 100
-    again = await second_run_changes_nothing(built, database, job, SpaceSettings())
+    again = await second_run_changes_nothing(built, job, SpaceSettings())
     assert again["counters_corrected"] == 0
 
 
-async def test_reports_on_mongo_change_nothing(deps: Deps, database: MongoDatabase) -> None:
+@real_backend
+async def test_reports_on_mongo_change_nothing(deps: Deps) -> None:
     writer = deps()
     await write(writer, "old.md", "Same text.\n")
     await write(writer, "copy.md", "Same   text.")
@@ -220,4 +267,4 @@ async def test_reports_on_mongo_change_nothing(deps: Deps, database: MongoDataba
     assert [line.split(" ")[0] for line in stale.details] == ["copy.md", "old.md"]
     assert duplicates.details == (f"copy.md = {log_path(300)} = old.md",)
     for job in (StalenessReportJob(built, INTERVAL), DuplicateReportJob(built, INTERVAL)):
-        await second_run_changes_nothing(built, database, job, SpaceSettings())
+        await second_run_changes_nothing(built, job, SpaceSettings())
