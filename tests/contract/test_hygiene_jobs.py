@@ -30,7 +30,7 @@ from engram.maintenance.hygiene import (
 )
 from engram.maintenance.ports import Job
 from tests.e2e.test_indexer_embedded import expected_chunks as indexer_expected_chunks
-from tests.support.maintenance import maintenance_deps
+from tests.support.maintenance import maintenance_deps, space_state
 from tests.support.settings import server_settings
 
 pytestmark = pytest.mark.contract
@@ -65,32 +65,15 @@ async def content_of(engram: EmbeddedEngram, path: str) -> str | None:
     return None if document is None else document.content
 
 
-async def snapshot(engram: EmbeddedEngram) -> dict[str, Any]:
-    """Everything a job could change in the space: documents (version, sha), kept versions,
-    usage counters and both indexes."""
-    documents = await engram.repository.list_documents(SPACE.id, after="", limit=10_000)
-    state: dict[str, Any] = {
-        "documents": {d.path: (d.version, d.sha256) for d in documents},
-        "usage": await engram.quota.usage(SPACE),
-        "keyword": await engram.indexing.keyword.indexed_documents(SPACE.id),
-        "vector": await engram.indexing.vector.indexed_documents(SPACE.id),
-    }
-    for document in documents:
-        versions = await engram.repository.list_versions(
-            SPACE.id, document.path, before_seq=None, limit=1000
-        )
-        state[f"versions:{document.path}"] = [v.version for v in versions]
-    return state
-
-
 async def second_run_changes_nothing(
     engram: EmbeddedEngram, job: Job, settings: SpaceSettings
 ) -> JobReport:
+    deps = maintenance_deps(engram)
     assert await engram.relay.drained(60)
-    before = await snapshot(engram)
+    before = await space_state(deps, SPACE)
     report = await job.run(SPACE, settings)
     assert await engram.relay.drained(60)
-    assert await snapshot(engram) == before
+    assert await space_state(deps, SPACE) == before
     return report
 
 

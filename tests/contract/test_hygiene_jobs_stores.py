@@ -35,7 +35,7 @@ from engram.maintenance.ports import Job, MaintenanceDeps
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.service import utc_now
 from tests.support.backends import RealBackends
-from tests.support.maintenance import maintenance_deps, mongo_deps
+from tests.support.maintenance import maintenance_deps, mongo_deps, space_state
 from tests.support.settings import server_settings
 
 pytestmark = pytest.mark.contract
@@ -145,27 +145,12 @@ async def publish_all(deps: MaintenanceDeps) -> None:
     await repository.clear_events([event_id for event_id, _ in pending])
 
 
-async def snapshot(deps: MaintenanceDeps) -> dict[str, Any]:
-    """Documents (version, sha256), their kept versions, and the usage counters."""
-    documents = await deps.repository.list_documents(SPACE.id, after="", limit=10_000)
-    state: dict[str, Any] = {
-        "documents": {d.path: (d.version, d.sha256) for d in documents},
-        "usage": await deps.quota.usage(SPACE),
-    }
-    for document in documents:
-        versions = await deps.repository.list_versions(
-            SPACE.id, document.path, before_seq=None, limit=1000
-        )
-        state[f"versions:{document.path}"] = [v.version for v in versions]
-    return state
-
-
 async def second_run_changes_nothing(
     deps: MaintenanceDeps, job: Job, settings: SpaceSettings
 ) -> dict[str, int]:
-    before = await snapshot(deps)
+    before = await space_state(deps, SPACE)
     report = await job.run(SPACE, settings)
-    assert await snapshot(deps) == before
+    assert await space_state(deps, SPACE) == before
     return dict(report.counts)
 
 

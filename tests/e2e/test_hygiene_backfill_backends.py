@@ -10,7 +10,6 @@ from datetime import timedelta
 
 import grpc
 import pytest
-from opensearchpy import AsyncOpenSearch
 
 from engram.app.parts import Indexing
 from engram.app.production import open_indexer, storage_on_mongo
@@ -89,13 +88,7 @@ async def test_backfill_requeues_index_gaps_through_jetstream(deployment: Deploy
         # The OpenSearch index is lost (deleted, then created again empty), and Qdrant lost
         # b.md's vectors. (Deleting single chunks would not do: OpenSearch remembers a
         # deleted chunk's version for index.gc_deletes, 60 s, and refuses the same version.)
-        alias = deployment.indexer_settings.opensearch_index
-        opensearch = AsyncOpenSearch(hosts=[deployment.indexer_settings.opensearch_url])
-        try:
-            await opensearch.indices.delete(index=f"{alias}-000001")
-        finally:
-            await opensearch.close()
-        await (await deployment.keyword()).close()
+        await deployment.lose_keyword_index()
         await deps.vector.delete_chunks(SPACE_ID, "b.md")
 
         report = await job.run(SPACE, SpaceSettings())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from engram.app.config import Components
 from engram.app.embedded import EmbeddedEngram
@@ -14,6 +15,7 @@ from engram.authz.enforcement import PolicyAuthorizer
 from engram.authz.mongo_audit import MongoAuditLog
 from engram.backends.mongo import MongoDatabase
 from engram.domain.principals import Principal, Role
+from engram.domain.spaces import SpaceRef
 from engram.indexer.outbox_feed import OutboxReindexQueue
 from engram.indexer.ports import KeywordIndex, VectorIndex
 from engram.indexer.service import ReindexQueue
@@ -80,3 +82,22 @@ def mongo_deps(
         principal=MAINTENANCE,
         clock=clock,
     )
+
+
+async def space_state(deps: MaintenanceDeps, space: SpaceRef) -> dict[str, Any]:
+    """Everything a hygiene job could change in a space: its documents (version, sha256),
+    their kept versions, its usage counters, and what both indexes hold for it."""
+    repository = deps.repository
+    documents = await repository.list_documents(space.id, after="", limit=10_000)
+    state: dict[str, Any] = {
+        "documents": {d.path: (d.version, d.sha256) for d in documents},
+        "usage": await deps.quota.usage(space),
+        "keyword": await deps.keyword.indexed_documents(space.id),
+        "vector": await deps.vector.indexed_documents(space.id),
+    }
+    for document in documents:
+        versions = await repository.list_versions(
+            space.id, document.path, before_seq=None, limit=1000
+        )
+        state[f"versions:{document.path}"] = [v.version for v in versions]
+    return state
