@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +30,13 @@ from engram.maintenance.hygiene import (
 )
 from engram.maintenance.ports import Job
 from tests.e2e.test_indexer_embedded import expected_chunks as indexer_expected_chunks
-from tests.support.maintenance import maintenance_deps, space_state
+from tests.support.maintenance import content_of, log_path, maintenance_deps, space_state, write
 from tests.support.settings import server_settings
 
 pytestmark = pytest.mark.contract
 
 SPACE = parse_space_id("v1:private:local::::notes")
 OTHER = parse_space_id("v1:private:local::::other")
-TODAY = date(2026, 3, 10)
 DAY = timedelta(days=1)
 INTERVAL = timedelta(hours=24)
 
@@ -50,19 +49,6 @@ async def engram_dev(tmp_path: Path, **settings: Any) -> AsyncIterator[EmbeddedE
 
 def fixed(at: datetime) -> Callable[[], datetime]:
     return lambda: at
-
-
-def log_path(days_ago: int) -> str:
-    return f"daily/{(TODAY - days_ago * DAY).isoformat()}.md"
-
-
-async def write(engram: EmbeddedEngram, path: str, content: str, space: Any = SPACE) -> None:
-    await engram.storage.write(LOCAL_ADMIN, space, path, content)
-
-
-async def content_of(engram: EmbeddedEngram, path: str) -> str | None:
-    document = await engram.repository.get(SPACE.id, path)
-    return None if document is None else document.content
 
 
 async def second_run_changes_nothing(
@@ -109,24 +95,26 @@ async def test_log_retention_archives_old_logs_and_they_stay_searchable(tmp_path
             maintenance_deps(engram, clock=fixed(datetime(2026, 3, 10, 12, tzinfo=UTC))), INTERVAL
         )
         for days_ago in (0, 2, 3, 4, 5):
-            await write(engram, log_path(days_ago), f"# Log\n\n[09:00:00] marker{days_ago}x\n")
-        await write(engram, "daily/2026-03-07-cli.md", "[10:00:00] session log marker3cli\n")
-        await write(engram, "MEMORY.md", "# Memory\n")
+            await write(
+                engram, SPACE, log_path(days_ago), f"# Log\n\n[09:00:00] marker{days_ago}x\n"
+            )
+        await write(engram, SPACE, "daily/2026-03-07-cli.md", "[10:00:00] session log marker3cli\n")
+        await write(engram, SPACE, "MEMORY.md", "# Memory\n")
 
         report = await job.run(SPACE, settings)
 
         # Newest two logs stay (today's and 2 days ago); the other four move.
         assert report.counts == {"logs_checked": 6, "logs_archived": 4, "logs_skipped": 0}
         for days_ago in (0, 2):
-            assert await content_of(engram, log_path(days_ago)) is not None
+            assert await content_of(engram, SPACE, log_path(days_ago)) is not None
         for days_ago in (3, 4, 5):
-            assert await content_of(engram, log_path(days_ago)) is None
-            assert await content_of(engram, "archive/" + log_path(days_ago)) == (
+            assert await content_of(engram, SPACE, log_path(days_ago)) is None
+            assert await content_of(engram, SPACE, "archive/" + log_path(days_ago)) == (
                 f"# Log\n\n[09:00:00] marker{days_ago}x\n"
             )
-        assert await content_of(engram, "archive/daily/2026-03-07-cli.md") is not None
+        assert await content_of(engram, SPACE, "archive/daily/2026-03-07-cli.md") is not None
         assert f"{log_path(5)} -> archive/{log_path(5)}" in report.details
-        assert await content_of(engram, "MEMORY.md") == "# Memory\n"
+        assert await content_of(engram, SPACE, "MEMORY.md") == "# Memory\n"
         # The archived copy is indexed like any document; the original's chunks are gone.
         assert await engram.relay.drained(60)
         hits = await engram.indexing.keyword.search([SPACE.id], "marker4x", limit=5)
@@ -141,18 +129,18 @@ async def test_log_retention_deletes_by_age_and_does_nothing_when_off(tmp_path: 
         deps = maintenance_deps(engram, clock=fixed(datetime(2026, 3, 10, tzinfo=UTC)))
         job = LogRetentionJob(deps, INTERVAL)
         for days_ago in (5, 31, 45):
-            await write(engram, log_path(days_ago), f"entry {days_ago}\n")
+            await write(engram, SPACE, log_path(days_ago), f"entry {days_ago}\n")
         off = await job.run(SPACE, SpaceSettings())
         assert off.counts == {} and "off" in off.message
-        assert await content_of(engram, log_path(45)) is not None
+        assert await content_of(engram, SPACE, log_path(45)) is not None
 
         settings = SpaceSettings(log_retention=LogRetention.DELETE, log_retention_days=30)
         report = await job.run(SPACE, settings)
 
         assert report.counts == {"logs_checked": 3, "logs_deleted": 2, "logs_skipped": 0}
-        assert await content_of(engram, log_path(5)) == "entry 5\n"
-        assert await content_of(engram, log_path(31)) is None
-        assert await content_of(engram, f"archive/{log_path(31)}") is None
+        assert await content_of(engram, SPACE, log_path(5)) == "entry 5\n"
+        assert await content_of(engram, SPACE, log_path(31)) is None
+        assert await content_of(engram, SPACE, f"archive/{log_path(31)}") is None
         # A delete keeps the content as a version until pruned or purged.
         kept = await engram.repository.list_versions(
             SPACE.id, log_path(31), before_seq=None, limit=5
@@ -170,8 +158,8 @@ async def test_log_retention_deletes_by_age_and_does_nothing_when_off(tmp_path: 
 async def test_version_pruning_applies_a_lowered_retention(tmp_path: Path) -> None:
     async with engram_dev(tmp_path, version_retention=5) as engram:
         for n in range(1, 10):
-            await write(engram, "plan.md", f"plan v{n}\n")
-        await write(engram, "short.md", "one\n")
+            await write(engram, SPACE, "plan.md", f"plan v{n}\n")
+        await write(engram, SPACE, "short.md", "one\n")
     async with engram_dev(tmp_path, version_retention=2) as engram:
         before = await engram.storage.list_versions(
             LOCAL_ADMIN, SPACE, "plan.md", page_size=100, page_token=""
@@ -205,8 +193,8 @@ async def test_embedding_backfill_requeues_what_the_indexes_miss(tmp_path: Path)
         model = await vector.active_model()
         assert model is not None
         for path in ("a.md", "b.md", "c.md", "ok.md"):
-            await write(engram, path, f"# {path}\n\nNotes about {path} and the deploy.\n")
-        await write(engram, "blank.md", "   \n")
+            await write(engram, SPACE, path, f"# {path}\n\nNotes about {path} and the deploy.\n")
+        await write(engram, SPACE, "blank.md", "   \n")
         assert await engram.relay.drained(60)
         job = EmbeddingBackfillJob(maintenance_deps(engram), INTERVAL)
         assert (await job.run(SPACE, SpaceSettings())).counts["documents_requeued"] == 0
@@ -225,7 +213,7 @@ async def test_embedding_backfill_requeues_what_the_indexes_miss(tmp_path: Path)
         await keyword.replace_chunks(SPACE.id, "c.md", stale)
         ghost = Chunk("ghost:0", "ghost", SPACE.id, SPACE.tenant, "ghost.md", 0, 1, "boo")
         await keyword.replace_chunks(SPACE.id, "ghost.md", [ghost])
-        await write(engram, "other.md", "another space", space=OTHER)
+        await write(engram, OTHER, "other.md", "another space")
         assert await engram.relay.drained(60)
 
         report = await job.run(SPACE, SpaceSettings())
@@ -257,8 +245,8 @@ def metric(name: str) -> float:
 
 async def test_usage_reconcile_corrects_drift_and_counts_it(tmp_path: Path) -> None:
     async with engram_dev(tmp_path) as engram:
-        await write(engram, "a.md", "x" * 100)
-        await write(engram, "b.md", "y" * 50, space=OTHER)
+        await write(engram, SPACE, "a.md", "x" * 100)
+        await write(engram, OTHER, "b.md", "y" * 50)
         # Counters drifted from the documents (a charge whose write never landed).
         await engram.quota.apply_charge(SPACE, 1000, "lost-write")
         assert (await engram.quota.usage(SPACE)).space_used_bytes == 1100
@@ -282,14 +270,14 @@ async def test_usage_reconcile_corrects_drift_and_counts_it(tmp_path: Path) -> N
 
 async def test_staleness_report_lists_old_documents_and_changes_nothing(tmp_path: Path) -> None:
     async with engram_dev(tmp_path) as engram:
-        await write(engram, "old/plan.md", "the old plan")
-        await write(engram, log_path(200), "an old log")
+        await write(engram, SPACE, "old/plan.md", "the old plan")
+        await write(engram, SPACE, log_path(200), "an old log")
         await engram.storage.write(LOCAL_ADMIN, SPACE, "fresh.md", "recent")
         fresh = await engram.repository.get(SPACE.id, "fresh.md")
         old = await engram.repository.get(SPACE.id, "old/plan.md")
         assert fresh is not None and old is not None
         if fresh.updated_at == old.updated_at:
-            await write(engram, "fresh.md", "recent, again")
+            await write(engram, SPACE, "fresh.md", "recent, again")
             fresh = await engram.repository.get(SPACE.id, "fresh.md")
             assert fresh is not None
         # 90 days after fresh.md was written: old/plan.md (written before it) is stale.
@@ -311,13 +299,13 @@ async def test_duplicate_report_groups_identical_documents_and_changes_nothing(
     tmp_path: Path,
 ) -> None:
     async with engram_dev(tmp_path) as engram:
-        await write(engram, "a.md", "# Deploy\n\nRoll back with make rollback.\n")
-        await write(engram, "copies/a.md", "# Deploy\nRoll back   with make rollback.")
-        await write(engram, "c.md", "# deploy\n\nRoll back with make rollback.\n")
-        await write(engram, "empty1.md", "\n")
-        await write(engram, "empty2.md", "  ")
-        await write(engram, "x.md", "same elsewhere")
-        await write(engram, "x.md", "same elsewhere", space=OTHER)
+        await write(engram, SPACE, "a.md", "# Deploy\n\nRoll back with make rollback.\n")
+        await write(engram, SPACE, "copies/a.md", "# Deploy\nRoll back   with make rollback.")
+        await write(engram, SPACE, "c.md", "# deploy\n\nRoll back with make rollback.\n")
+        await write(engram, SPACE, "empty1.md", "\n")
+        await write(engram, SPACE, "empty2.md", "  ")
+        await write(engram, SPACE, "x.md", "same elsewhere")
+        await write(engram, OTHER, "x.md", "same elsewhere")
         job = DuplicateReportJob(maintenance_deps(engram), INTERVAL)
 
         report = await job.run(SPACE, SpaceSettings())

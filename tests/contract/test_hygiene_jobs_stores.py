@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,14 @@ from engram.maintenance.ports import Job, MaintenanceDeps
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.service import utc_now
 from tests.support.backends import RealBackends
-from tests.support.maintenance import maintenance_deps, mongo_deps, space_state
+from tests.support.maintenance import (
+    content_of,
+    log_path,
+    maintenance_deps,
+    mongo_deps,
+    space_state,
+    write,
+)
 from tests.support.settings import server_settings
 
 pytestmark = pytest.mark.contract
@@ -43,7 +50,6 @@ real_backend = pytest.mark.real_backend
 
 SPACE = parse_space_id("v1:private:local::::notes")
 OTHER = parse_space_id("v1:private:local::::other")
-TODAY = date(2026, 3, 10)
 INTERVAL = timedelta(hours=24)
 
 Deps = Callable[..., MaintenanceDeps]
@@ -123,19 +129,6 @@ async def any_deps(
         yield build_dev
 
 
-def log_path(days_ago: int) -> str:
-    return f"daily/{(TODAY - timedelta(days=days_ago)).isoformat()}.md"
-
-
-async def write(deps: MaintenanceDeps, path: str, content: str, space: Any = SPACE) -> None:
-    await deps.storage.write(LOCAL_ADMIN, space, path, content)
-
-
-async def content_of(deps: MaintenanceDeps, path: str) -> str | None:
-    document = await deps.repository.get(SPACE.id, path)
-    return None if document is None else document.content
-
-
 async def publish_all(deps: MaintenanceDeps) -> None:
     """What the outbox relay does once events are published (a revision whose event is
     unpublished is kept: it carries the event's payload)."""
@@ -148,9 +141,9 @@ async def publish_all(deps: MaintenanceDeps) -> None:
 async def second_run_changes_nothing(
     deps: MaintenanceDeps, job: Job, settings: SpaceSettings
 ) -> dict[str, int]:
-    before = await space_state(deps, SPACE)
+    before = await space_state(deps, SPACE, indexes=False)
     report = await job.run(SPACE, settings)
-    assert await space_state(deps, SPACE) == before
+    assert await space_state(deps, SPACE, indexes=False) == before
     return dict(report.counts)
 
 
@@ -158,27 +151,27 @@ async def test_log_retention_archives_and_completes_interrupted_runs(any_deps: D
     built = any_deps(clock=lambda: datetime(2026, 3, 10, 12, tzinfo=UTC))
     job = LogRetentionJob(built, INTERVAL)
     settings = SpaceSettings(log_retention=LogRetention.ARCHIVE, log_retention_days=30)
-    await write(built, log_path(2), "recent\n")
-    await write(built, log_path(45), "old\n")
+    await write(built, SPACE, log_path(2), "recent\n")
+    await write(built, SPACE, log_path(45), "old\n")
     # Copied by a run that crashed before the delete; the log grew after the copy.
-    await write(built, log_path(40), "first\nthen more\n")
-    await write(built, "archive/" + log_path(40), "first\n")
+    await write(built, SPACE, log_path(40), "first\nthen more\n")
+    await write(built, SPACE, "archive/" + log_path(40), "first\n")
     # A copy with all of the log, whose delete never happened.
-    await write(built, log_path(60), "whole\n")
-    await write(built, "archive/" + log_path(60), "whole\n")
+    await write(built, SPACE, log_path(60), "whole\n")
+    await write(built, SPACE, "archive/" + log_path(60), "whole\n")
     # Someone else's file where the archive would go.
-    await write(built, log_path(50), "mine\n")
-    await write(built, "archive/" + log_path(50), "not a copy\n")
+    await write(built, SPACE, log_path(50), "mine\n")
+    await write(built, SPACE, "archive/" + log_path(50), "not a copy\n")
 
     report = await job.run(SPACE, settings)
 
     assert report.counts == {"logs_checked": 5, "logs_archived": 3, "logs_skipped": 1}
-    assert await content_of(built, log_path(2)) == "recent\n"
+    assert await content_of(built, SPACE, log_path(2)) == "recent\n"
     for days_ago, content in ((45, "old\n"), (40, "first\nthen more\n"), (60, "whole\n")):
-        assert await content_of(built, log_path(days_ago)) is None
-        assert await content_of(built, "archive/" + log_path(days_ago)) == content
-    assert await content_of(built, log_path(50)) == "mine\n"
-    assert await content_of(built, "archive/" + log_path(50)) == "not a copy\n"
+        assert await content_of(built, SPACE, log_path(days_ago)) is None
+        assert await content_of(built, SPACE, "archive/" + log_path(days_ago)) == content
+    assert await content_of(built, SPACE, log_path(50)) == "mine\n"
+    assert await content_of(built, SPACE, "archive/" + log_path(50)) == "not a copy\n"
     usage = await built.storage.usage(LOCAL_ADMIN, SPACE)
     stored = await built.repository.space_usage(SPACE.id)
     assert usage.used_bytes == stored.used_bytes, "the quota follows the moves"
@@ -193,8 +186,8 @@ async def test_version_pruning_applies_a_lowered_retention(
 ) -> None:
     generous = deps(version_retention=5)
     for n in range(1, 10):
-        await write(generous, "plan.md", f"plan v{n}\n")
-    await write(generous, "plan.md", "other space\n", space=OTHER)
+        await write(generous, SPACE, "plan.md", f"plan v{n}\n")
+    await write(generous, OTHER, "plan.md", "other space\n")
     await publish_all(generous)
     raw = database["revisions"]
     # The write path could not prune while the events were unpublished.
@@ -220,7 +213,7 @@ async def test_version_pruning_applies_a_lowered_retention(
 @real_backend
 async def test_usage_reconcile_corrects_the_mongo_ledger(deps: Deps) -> None:
     built = deps()
-    await write(built, "a.md", "x" * 100)
+    await write(built, SPACE, "a.md", "x" * 100)
     await built.quota.apply_charge(SPACE, 500, "a-write-that-never-landed")
     job = UsageReconcileJob(built, INTERVAL)
 
@@ -235,11 +228,11 @@ async def test_usage_reconcile_corrects_the_mongo_ledger(deps: Deps) -> None:
 @real_backend
 async def test_reports_on_mongo_change_nothing(deps: Deps) -> None:
     writer = deps()
-    await write(writer, "old.md", "Same text.\n")
-    await write(writer, "copy.md", "Same   text.")
-    await write(writer, log_path(300), "Same text.\n")
+    await write(writer, SPACE, "old.md", "Same text.\n")
+    await write(writer, SPACE, "copy.md", "Same   text.")
+    await write(writer, SPACE, log_path(300), "Same text.\n")
     await asyncio.sleep(0.01)  # new.md is written a clear millisecond later
-    await write(writer, "new.md", "fresh")
+    await write(writer, SPACE, "new.md", "fresh")
     newest = await writer.repository.get(SPACE.id, "new.md")
     oldest = await writer.repository.get(SPACE.id, "old.md")
     assert newest is not None and oldest is not None and newest.updated_at > oldest.updated_at

@@ -6,15 +6,15 @@ They stand in for the composition root's own until the maintenance worker's wiri
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
-from typing import Any
+from datetime import date, datetime, timedelta
+from typing import Any, Protocol
 
 from engram.app.config import Components
 from engram.app.embedded import EmbeddedEngram
 from engram.authz.enforcement import PolicyAuthorizer
 from engram.authz.mongo_audit import MongoAuditLog
 from engram.backends.mongo import MongoDatabase
-from engram.domain.principals import Principal, Role
+from engram.domain.principals import LOCAL_ADMIN, Principal, Role
 from engram.domain.spaces import SpaceRef
 from engram.indexer.outbox_feed import OutboxReindexQueue
 from engram.indexer.ports import KeywordIndex, VectorIndex
@@ -24,6 +24,7 @@ from engram.quota.mongo_ledger import MongoUsageLedger
 from engram.quota.service import QuotaService
 from engram.runtime.settings import Settings
 from engram.storage.mongo_repository import MongoDocumentRepository
+from engram.storage.ports import DocumentRepository
 from engram.storage.service import StorageService, utc_now
 
 # The maintenance worker's identity (domain.principals.MAINTENANCE once the worker lands).
@@ -84,20 +85,52 @@ def mongo_deps(
     )
 
 
-async def space_state(deps: MaintenanceDeps, space: SpaceRef) -> dict[str, Any]:
+async def space_state(
+    deps: MaintenanceDeps, space: SpaceRef, *, indexes: bool = True
+) -> dict[str, Any]:
     """Everything a hygiene job could change in a space: its documents (version, sha256),
-    their kept versions, its usage counters, and what both indexes hold for it."""
+    their kept versions, its usage counters, and (unless `indexes` is False: an indexer
+    may still be catching up) what both indexes hold for it."""
     repository = deps.repository
     documents = await repository.list_documents(space.id, after="", limit=10_000)
     state: dict[str, Any] = {
         "documents": {d.path: (d.version, d.sha256) for d in documents},
         "usage": await deps.quota.usage(space),
-        "keyword": await deps.keyword.indexed_documents(space.id),
-        "vector": await deps.vector.indexed_documents(space.id),
     }
+    if indexes:
+        state["keyword"] = await deps.keyword.indexed_documents(space.id)
+        state["vector"] = await deps.vector.indexed_documents(space.id)
     for document in documents:
         versions = await repository.list_versions(
             space.id, document.path, before_seq=None, limit=1000
         )
         state[f"versions:{document.path}"] = [v.version for v in versions]
     return state
+
+
+class Store(Protocol):
+    """Storage and its repository: an EmbeddedEngram or a MaintenanceDeps."""
+
+    @property
+    def storage(self) -> StorageService: ...
+
+    @property
+    def repository(self) -> DocumentRepository: ...
+
+
+# The date the log-retention tests take as today.
+TODAY = date(2026, 3, 10)
+
+
+def log_path(days_ago: int) -> str:
+    """The daily log of `days_ago` days before TODAY."""
+    return f"daily/{(TODAY - timedelta(days=days_ago)).isoformat()}.md"
+
+
+async def write(store: Store, space: SpaceRef, path: str, content: str) -> None:
+    await store.storage.write(LOCAL_ADMIN, space, path, content)
+
+
+async def content_of(store: Store, space: SpaceRef, path: str) -> str | None:
+    document = await store.repository.get(space.id, path)
+    return None if document is None else document.content
