@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from engram.domain.chunks import Chunk, chunk_id
+from engram.domain.chunks import Chunk, IndexedDocument, chunk_id
 from engram.domain.errors import InvalidArgument
 from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
@@ -504,3 +504,18 @@ async def test_delete_space_removes_every_chunk_of_that_space_only(index: Keywor
     await index.delete_space(gone)
     again = await put(index, gone, "a.md", ["walnut again"], document_id="new")
     assert await index.chunks_of(gone, "a.md") == again
+
+
+async def test_indexed_documents_sums_up_each_path_of_the_space(index: KeywordIndex) -> None:
+    s, other = space("a"), space("b")
+    assert await index.indexed_documents(s) == {}
+    await put(index, s, "a.md", ["one", "two", "three"], document_id="d-a", version=4)
+    await put(index, s, "notes/b.md", ["only"], document_id="d-b", version=1)
+    await put(index, other, "a.md", ["elsewhere"], document_id="d-o", version=2)
+    assert await index.indexed_documents(s) == {
+        "a.md": IndexedDocument("d-a", 4, 3),
+        "notes/b.md": IndexedDocument("d-b", 1, 1),
+    }
+    await index.delete_chunks(s, "a.md")
+    assert set(await index.indexed_documents(s)) == {"notes/b.md"}
+    assert await index.indexed_documents(other) == {"a.md": IndexedDocument("d-o", 2, 1)}

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from qdrant_client import AsyncQdrantClient
 
-from engram.domain.chunks import Chunk, ModelInfo, chunk_id
+from engram.domain.chunks import Chunk, IndexedDocument, ModelInfo, chunk_id
 from engram.domain.errors import InvalidArgument
 from engram.indexer.ports import IndexModelMismatch, IndexUnavailable, VectorIndex, Vectors
 from engram.indexer.vector import numpy_index
@@ -452,3 +452,35 @@ async def test_delete_space_removes_the_space_from_every_collection(index: Vecto
     await index.delete_space("gone")
     again, _ = await put(index, "gone", "a.md", 1, seed=64)
     assert await index.chunks_of("gone", "a.md") == again
+
+
+async def test_indexed_documents_reads_the_active_or_named_collection(
+    index: VectorIndex,
+) -> None:
+    assert await index.indexed_documents("s1") == {}
+    await put(index, "s1", "a.md", 3, seed=40, document_id="d-a")
+    await put(index, "s1", "b.md", 1, seed=41, document_id="d-b")
+    await put(index, "s2", "a.md", 2, seed=42, document_id="d-o")
+    await index.ensure_collection(OTHER)
+    await put(index, "s1", "a.md", 2, seed=43, model=OTHER, document_id="d-a")
+    assert await index.indexed_documents("s1") == {
+        "a.md": IndexedDocument("d-a", 1, 3),
+        "b.md": IndexedDocument("d-b", 1, 1),
+    }
+    assert await index.indexed_documents("s1", model_id=OTHER.model_id) == {
+        "a.md": IndexedDocument("d-a", 1, 2)
+    }
+    await index.delete_chunks("s1", "a.md")
+    assert set(await index.indexed_documents("s1")) == {"b.md"}
+    assert await index.indexed_documents("s2") == {"a.md": IndexedDocument("d-o", 1, 2)}
+
+
+async def test_indexed_documents_without_an_active_model_is_empty(
+    index_factory: IndexFactory,
+) -> None:
+    opened = index_factory()
+    await opened.open()
+    try:
+        assert await opened.indexed_documents("s1") == {}
+    finally:
+        await opened.close()

@@ -91,6 +91,16 @@ class Deployment:
         settings = self.indexer_settings.model_copy(update=overrides)
         return indexer_on_backends(settings)
 
+    async def lose_keyword_index(self) -> None:
+        """The OpenSearch index is lost: deleted, then created again empty (with its alias)."""
+        alias = self.indexer_settings.opensearch_index
+        client = AsyncOpenSearch(hosts=[self.indexer_settings.opensearch_url])
+        try:
+            await client.indices.delete(index=f"{alias}-000001")
+        finally:
+            await client.close()
+        await (await self.keyword()).close()
+
     async def keyword(self) -> OpenSearchKeywordIndex:
         index = OpenSearchKeywordIndex(
             self.indexer_settings.opensearch_url or "",
@@ -189,14 +199,7 @@ async def test_indexer_follows_changes_and_reindexes(deployment: Deployment) -> 
 
         # The keyword index is lost (deleted and created again, empty); a reindex of the
         # space brings its documents back.
-        alias = deployment.indexer_settings.opensearch_index
-        client = AsyncOpenSearch(hosts=[deployment.indexer_settings.opensearch_url])
-        try:
-            await client.indices.delete(index=f"{alias}-000001")
-        finally:
-            await client.close()
-        keyword = await deployment.keyword()
-        await keyword.close()
+        await deployment.lose_keyword_index()
         response = await indexer.Reindex(
             indexer_pb2.ReindexRequest(spaces=[space()]), metadata=MEMBER
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -38,6 +39,37 @@ class ScoredChunk:
 
     chunk: Chunk
     score: float
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedDocument:
+    """What an index holds for one path: which document version its chunks came from, and
+    how many chunks it holds (the embedding backfill compares this with the store)."""
+
+    document_id: str
+    doc_version: int
+    chunk_count: int
+
+
+# The doc_version an IndexedDocument reports when a path's chunks come from several
+# document versions (a replace cut short): it never equals a stored version.
+MIXED_VERSIONS = -1
+
+
+def indexed_documents(entries: Iterable[tuple[str, str, int]]) -> dict[str, IndexedDocument]:
+    """(path, document_id, doc_version) of each chunk an index holds for a space, summed
+    up per path."""
+    found: dict[str, IndexedDocument] = {}
+    for path, document_id, doc_version in entries:
+        seen = found.get(path)
+        if seen is None:
+            found[path] = IndexedDocument(document_id, doc_version, 1)
+            continue
+        same = (seen.document_id, seen.doc_version) == (document_id, doc_version)
+        found[path] = IndexedDocument(
+            seen.document_id, seen.doc_version if same else MIXED_VERSIONS, seen.chunk_count + 1
+        )
+    return found
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from engram.domain.chunks import Chunk, ModelInfo, ScoredChunk
+from engram.domain.chunks import Chunk, IndexedDocument, ModelInfo, ScoredChunk
 from engram.domain.errors import InvalidArgument, Unavailable
 
 Vectors = npt.NDArray[np.float32]
@@ -81,6 +81,11 @@ class KeywordIndex(Protocol):
         """Every chunk stored for (space_id, path), by chunk_index."""
         ...
 
+    async def indexed_documents(self, space_id: str) -> dict[str, IndexedDocument]:
+        """Per path of the space: the document version its chunks came from and how many
+        there are (the embedding backfill compares this with the store)."""
+        ...
+
 
 class VectorIndex(Protocol):
     """One collection per embedding model; an alias names the active one search uses."""
@@ -137,3 +142,10 @@ class VectorIndex(Protocol):
     async def chunks_of(
         self, space_id: str, path: str, *, model_id: str | None = None
     ) -> list[Chunk]: ...
+
+    async def indexed_documents(
+        self, space_id: str, *, model_id: str | None = None
+    ) -> dict[str, IndexedDocument]:
+        """Per path of the space, in the active collection (or `model_id`'s): the document
+        version its vectors came from and how many there are; {} with no active model."""
+        ...

@@ -311,6 +311,12 @@ class Settings(BaseSettings):
     llm_max_tokens: int = Field(default=1024, ge=16)
     """Longest answer the chat model may give; an answer cut there is not written."""
 
+    # --- hygiene jobs (maintenance worker) ----------------------------------------------------
+    hygiene_interval_hours: float = Field(default=24.0, gt=0)
+    """How often the maintenance worker runs each hygiene job (log retention, version
+    pruning, embedding backfill, usage reconcile, staleness and duplicate reports) on a
+    space, counted from the job's last success there."""
+
     # --- other services (distributed mode) ---------------------------------------------------
     storage_addr: str | None = None
     """host:port of StorageService."""

@@ -71,6 +71,8 @@ _TOMBSTONE_ATTEMPTS = 20
 ABANDONED_POINTER = timedelta(seconds=60)
 # How long a writer may take between its revision insert and its head update.
 HEAD_GRACE = timedelta(seconds=5)
+# Document heads read at a time when pruning a space's versions.
+PRUNE_PAGE = 500
 
 HEAD_INDEXES = [
     IndexModel(
@@ -261,6 +263,55 @@ class MongoDocumentRepository:
             if revision is None or await self._outbox.find_one({"_id": revision["event_id"]}):
                 return
             await self._revisions.delete_one({"_id": revision["_id"]})
+
+    async def prune_versions(self, space_id: str) -> int:
+        """Per path of the space (live or deleted), erases every revision older than the
+        retention window `_prune` keeps, unless its event is still unpublished. Heads are
+        read a page at a time; a lagging head only makes the window start lower."""
+        pruned = 0
+        after: str | None = None
+        while True:
+            query: dict[str, Any] = {"space_id": space_id}
+            if after is not None:
+                query["_id"] = {"$gt": after}
+            with mongo_errors("pruning versions"):
+                heads = (
+                    await self._heads.find(query, projection={"path": 1, "rev": 1})
+                    .sort("_id", ASCENDING)
+                    .limit(PRUNE_PAGE)
+                    .to_list(length=PRUNE_PAGE)
+                )
+            for head in heads:
+                pruned += await self._prune_older(space_id, head["path"], int(head["rev"]))
+            if len(heads) < PRUNE_PAGE:
+                return pruned
+            after = str(heads[-1]["_id"])
+
+    async def _prune_older(self, space_id: str, path: str, rev: int) -> int:
+        stale = rev - self._retention - 1
+        if stale < 1:
+            return 0
+        window = {
+            "$gte": revision_id(space_id, path, 1),
+            "$lte": revision_id(space_id, path, stale),
+        }
+        with mongo_errors("pruning versions"):
+            found = await self._revisions.find({"_id": window}, projection={"event_id": 1}).to_list(
+                length=None
+            )
+            if not found:
+                return 0
+            pending = {
+                pointer["_id"]
+                async for pointer in self._outbox.find(
+                    {"_id": {"$in": [r["event_id"] for r in found]}}, projection={"_id": 1}
+                )
+            }
+            doomed = [r["_id"] for r in found if r["event_id"] not in pending]
+            if not doomed:
+                return 0
+            result = await self._revisions.delete_many({"_id": {"$in": doomed}})
+        return int(result.deleted_count)
 
     # --- reads -------------------------------------------------------------------------------
 

@@ -73,6 +73,12 @@ class DocumentRepository(Protocol):
 
     async def space_usage(self, space_id: str) -> SpaceUsage: ...
 
+    async def prune_versions(self, space_id: str) -> int:
+        """Erases the space's kept versions beyond the retention (the write path prunes only
+        the document it writes, so a lowered retention leaves older versions until the
+        document's next write); returns how many were erased."""
+        ...
+
     async def usage_by_space(self, aggregate_owner: str) -> dict[str, int]:
         """Bytes per space of a tenant ("instance" = global spaces), from stored documents."""
         ...

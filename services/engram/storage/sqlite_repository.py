@@ -450,6 +450,19 @@ class SqliteDocumentRepository:
 
         return await self._db.read(work)
 
+    async def prune_versions(self, space_id: str) -> int:
+        def work(connection: sqlite3.Connection) -> int:
+            cursor = connection.execute(
+                "DELETE FROM document_versions WHERE seq IN ("
+                "SELECT seq FROM (SELECT seq, ROW_NUMBER() OVER "
+                "(PARTITION BY path ORDER BY seq DESC) AS newer FROM document_versions "
+                "WHERE space_id = ?) WHERE newer > ?)",
+                (space_id, self._retention),
+            )
+            return int(cursor.rowcount)
+
+        return await self._db.write(work)
+
     async def usage_by_space(self, aggregate_owner: str) -> dict[str, int]:
         def work(connection: sqlite3.Connection) -> dict[str, int]:
             rows = connection.execute(

@@ -42,7 +42,7 @@ from opensearchpy.exceptions import (
     TransportError,
 )
 
-from engram.domain.chunks import Chunk, ScoredChunk
+from engram.domain.chunks import Chunk, IndexedDocument, ScoredChunk, indexed_documents
 from engram.domain.errors import InvalidArgument
 from engram.domain.scoping import (
     IDENTIFIER_PATTERN,
@@ -66,6 +66,8 @@ _SOURCE_FIELDS = [
     "doc_version",
     "content",
 ]
+# What the embedding backfill reads of each chunk (indexed_documents).
+_IDENTITY_FIELDS = ["path", "document_id", "doc_version"]
 # Bulk request bodies stay under this size: bounded JSON encoding on the event loop per
 # request, and below aiohttp's 1 MiB "large body" threshold.
 _BULK_BYTES = 512 * 1024
@@ -367,10 +369,25 @@ class OpenSearchKeywordIndex:
         ]
         return sorted(chunks, key=lambda c: c.chunk_index)
 
+    async def indexed_documents(self, space_id: str) -> dict[str, IndexedDocument]:
+        client = self._open_client()
+        query = {"bool": {"filter": [{"term": {"space_id": space_id}}]}}
+        entries: list[tuple[str, str, int]] = []
+        async for hit in self._scan(client, space_id, query, source=_IDENTITY_FIELDS):
+            fields = hit["_source"]
+            entries.append((fields["path"], fields["document_id"], int(fields["doc_version"])))
+        return indexed_documents(entries)
+
     async def _scan(
-        self, client: Any, space_id: str, query: dict[str, Any], *, source: bool
+        self,
+        client: Any,
+        space_id: str,
+        query: dict[str, Any],
+        *,
+        source: bool | list[str],
     ) -> AsyncIterator[dict[str, Any]]:
-        """Every hit of a (small, one-path) query, in pages sorted by chunk id."""
+        """Every hit of a query within one space, in pages sorted by chunk id; `source`
+        True = the chunk fields, a list = those fields, False = none (with seq_no)."""
         after: list[Any] | None = None
         while True:
             body: dict[str, Any] = {
@@ -378,7 +395,7 @@ class OpenSearchKeywordIndex:
                 "query": query,
                 "sort": [{"chunk_id": "asc"}],
                 "track_total_hits": False,
-                "_source": _SOURCE_FIELDS if source else False,
+                "_source": _SOURCE_FIELDS if source is True else source,
             }
             if after is not None:
                 body["search_after"] = after
@@ -387,7 +404,7 @@ class OpenSearchKeywordIndex:
                     index=self._alias,
                     body=body,
                     routing=routing_key(space_id),
-                    seq_no_primary_term=not source,
+                    seq_no_primary_term=source is False,
                 )
             hits = response["hits"]["hits"]
             for hit in hits:

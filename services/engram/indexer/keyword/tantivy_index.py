@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import tantivy
 
-from engram.domain.chunks import Chunk, ScoredChunk
+from engram.domain.chunks import Chunk, IndexedDocument, ScoredChunk, indexed_documents
 from engram.domain.errors import InvalidArgument
 from engram.domain.scoping import (
     IDENTIFIER_PATTERN,
@@ -321,6 +321,9 @@ class TantivyKeywordIndex:
     async def chunks_of(self, space_id: str, path: str) -> list[Chunk]:
         return await self._read(self._chunks_of_sync, space_id, path)
 
+    async def indexed_documents(self, space_id: str) -> dict[str, IndexedDocument]:
+        return await self._read(self._indexed_documents_sync, space_id)
+
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         self._check_open()
         assert self._search_pool is not None
@@ -367,15 +370,25 @@ class TantivyKeywordIndex:
     def _chunks_of_sync(self, space_id: str, path: str) -> list[Chunk]:
         with _mapped("chunks_of"):
             searcher = self._index.searcher()
-            query = _path_query(self._schema, space_id, path)
-            limit = _PAGE
-            while True:
-                hits = searcher.search(query, limit, count=False).hits
-                if len(hits) < limit:
-                    break
-                limit *= 2
+            hits = _every_hit(searcher, _path_query(self._schema, space_id, path))
             chunks = [_chunk(searcher.doc(address)) for _, address in hits]
         return sorted(chunks, key=lambda c: c.chunk_index)
+
+    def _indexed_documents_sync(self, space_id: str) -> dict[str, IndexedDocument]:
+        with _mapped("indexed_documents"):
+            searcher = self._index.searcher()
+            query = tantivy.Query.term_query(self._schema, "space_id", space_id)
+            entries = []
+            for _, address in _every_hit(searcher, query):
+                doc = searcher.doc(address)
+                entries.append(
+                    (
+                        str(doc.get_first("path")),
+                        str(doc.get_first("document_id")),
+                        int(doc.get_first("doc_version")),
+                    )
+                )
+        return indexed_documents(entries)
 
     def _analyzer(self, name: str) -> Any:
         """Per-thread analyzers (a tantivy TextAnalyzer is not meant to be shared)."""
@@ -468,6 +481,16 @@ def _chunk(doc: Any) -> Chunk:
 
 def _second(values: list[str]) -> str:
     return values[1] if len(values) > 1 else ""
+
+
+def _every_hit(searcher: Any, query: Any) -> list[Any]:
+    """Every (score, address) hit of `query`, asking for more until a page comes back short."""
+    limit = _PAGE
+    while True:
+        hits: list[Any] = searcher.search(query, limit, count=False).hits
+        if len(hits) < limit:
+            return hits
+        limit *= 2
 
 
 def _path_query(schema: Any, space_id: str, path: str) -> Any:

@@ -50,7 +50,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engram.backends.sqlite import SqliteDatabase
-from engram.domain.chunks import Chunk, ModelInfo, ScoredChunk
+from engram.domain.chunks import Chunk, IndexedDocument, ModelInfo, ScoredChunk, indexed_documents
 from engram.domain.errors import InvalidArgument, Unavailable
 from engram.domain.scoping import normalize_path_prefix
 from engram.indexer.ports import IndexModelMismatch, IndexUnavailable, Vectors
@@ -466,6 +466,27 @@ class NumpyVectorIndex:
             model_id = self._active
         space = self._collection(model_id).spaces.get(space_id)
         return [] if space is None else space.chunks_of(path)
+
+    async def indexed_documents(
+        self, space_id: str, *, model_id: str | None = None
+    ) -> dict[str, IndexedDocument]:
+        """Read from the collection's file, not the in-memory matrices: other processes
+        sharing the directory may have written rows this one has not loaded."""
+        self._check_open()
+        if model_id is None:
+            if self._active is None:
+                return {}
+            model_id = self._active
+        collection = self._collection(model_id)
+
+        def read(connection: sqlite3.Connection) -> dict[str, IndexedDocument]:
+            rows = connection.execute(
+                "SELECT path, document_id, doc_version FROM vector_chunks WHERE space_id = ?",
+                (space_id,),
+            )
+            return indexed_documents((str(p), str(d), int(v)) for p, d, v in rows)
+
+        return await self._guard(collection.database.read(read))
 
     # --- internals ---------------------------------------------------------------------------
 

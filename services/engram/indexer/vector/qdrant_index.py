@@ -32,7 +32,7 @@ from qdrant_client import AsyncQdrantClient
 from qdrant_client import models as qm
 from qdrant_client.http.exceptions import ApiException
 
-from engram.domain.chunks import Chunk, ModelInfo, ScoredChunk
+from engram.domain.chunks import Chunk, IndexedDocument, ModelInfo, ScoredChunk, indexed_documents
 from engram.domain.errors import InvalidArgument
 from engram.domain.scoping import PATH_SCOPES_FIELD, normalize_path_prefix, path_scopes
 from engram.indexer.ports import IndexModelMismatch, IndexUnavailable, Vectors
@@ -336,6 +336,44 @@ class QdrantVectorIndex:
                 if offset is None:
                     break
         return sorted(found, key=lambda chunk: chunk.chunk_index)
+
+    async def indexed_documents(
+        self, space_id: str, *, model_id: str | None = None
+    ) -> dict[str, IndexedDocument]:
+        if model_id is None:
+            name = await self._alias_collection(fresh=True)
+            if name is None:
+                return {}
+        else:
+            await self._require(model_id)
+            name = self.collection_name(model_id)
+        entries: list[tuple[str, str, int]] = []
+        offset: Any = None
+        space_filter = qm.Filter(
+            must=[qm.FieldCondition(key="space_id", match=qm.MatchValue(value=space_id))]
+        )
+        async with self._errors("indexed_documents"):
+            while True:
+                points, offset = await self._client.scroll(
+                    name,
+                    scroll_filter=space_filter,
+                    limit=_SCROLL_PAGE,
+                    offset=offset,
+                    with_payload=["path", "document_id", "doc_version"],
+                    with_vectors=False,
+                )
+                for point in points:
+                    payload = point.payload or {}
+                    entries.append(
+                        (
+                            str(payload["path"]),
+                            str(payload["document_id"]),
+                            int(payload["doc_version"]),
+                        )
+                    )
+                if offset is None:
+                    break
+        return indexed_documents(entries)
 
     # --- internals ---------------------------------------------------------------------------
 

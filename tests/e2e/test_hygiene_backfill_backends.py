@@ -1,0 +1,105 @@
+"""The embedding backfill on the production indexing path: documents on FerretDB, the
+indexer fed by NATS JetStream writing OpenSearch and Qdrant (local mode); the job's
+re-queued documents travel JetStream like any reindex and the indexes converge."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import grpc
+import pytest
+
+from engram.app.parts import Indexing
+from engram.app.production import open_indexer, storage_on_mongo
+from engram.backends.mongo import connect
+from engram.domain.maintenance import SpaceSettings
+from engram.domain.spaces import parse_space_id
+from engram.events.jetstream import JetStreamPublisher
+from engram.indexer.jetstream_consumer import JetStreamReindexQueue
+from engram.maintenance.hygiene import EmbeddingBackfillJob
+from engram.maintenance.ports import MaintenanceDeps
+from engram.v1 import indexer_pb2_grpc, storage_pb2_grpc
+from tests.e2e.test_indexer_jetstream import (  # the same deployment as the indexer's suite
+    MEMBER,
+    SPACE_ID,
+    Deployment,
+    converged,
+    deployment,
+    eventually,
+    expected_chunks,
+)
+from tests.support.grpc_helpers import write_request
+from tests.support.maintenance import mongo_deps
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.real_backend,
+    pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning"),
+]
+
+__all__ = ["deployment"]
+
+SPACE = parse_space_id(SPACE_ID)
+
+
+@contextlib.asynccontextmanager
+async def production_deps(
+    deployment: Deployment, indexing: Indexing
+) -> AsyncIterator[MaintenanceDeps]:
+    """What `engram serve maintenance` builds, on the deployment's backends and the
+    indexer's own index adapters."""
+    client, database = connect(deployment.common["mongo_uri"], deployment.common["mongo_db"])
+    publisher = JetStreamPublisher(deployment.common["nats_url"], name="engram-maintenance")
+    try:
+        yield mongo_deps(
+            database,
+            deployment.storage_settings(),
+            reindex=JetStreamReindexQueue(publisher),
+            keyword=indexing.keyword,
+            vector=indexing.vector,
+        )
+    finally:
+        await publisher.close()
+        await client.close()
+
+
+async def test_backfill_requeues_index_gaps_through_jetstream(deployment: Deployment) -> None:
+    async with (
+        storage_on_mongo(deployment.storage_settings()) as storage_server,
+        open_indexer(deployment.indexer_settings) as indexer,
+        grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as storage_channel,
+        grpc.aio.insecure_channel(f"127.0.0.1:{indexer.server.port}") as indexer_channel,
+        production_deps(deployment, indexer.indexing) as deps,
+    ):
+        storage = storage_pb2_grpc.StorageServiceStub(storage_channel)
+        status = indexer_pb2_grpc.IndexerServiceStub(indexer_channel)
+        for path in ("a.md", "b.md", "c.md"):
+            body = "".join(
+                f"{path} entry {i}: deployed billing, noted retries.\n" for i in range(20)
+            )
+            await storage.WriteDocument(write_request(path, body), metadata=MEMBER)
+        for path in ("a.md", "b.md", "c.md"):
+            await eventually(lambda p=path: converged(deployment, status, p), 60, f"{path} indexed")
+        job = EmbeddingBackfillJob(deps, timedelta(hours=24))
+        assert (await job.run(SPACE, SpaceSettings())).counts["documents_requeued"] == 0
+
+        # The OpenSearch index is lost (deleted, then created again empty), and Qdrant lost
+        # b.md's vectors. (Deleting single chunks would not do: OpenSearch remembers a
+        # deleted chunk's version for index.gc_deletes, 60 s, and refuses the same version.)
+        await deployment.lose_keyword_index()
+        await deps.vector.delete_chunks(SPACE_ID, "b.md")
+
+        report = await job.run(SPACE, SpaceSettings())
+
+        assert report.counts == {"documents_checked": 3, "documents_requeued": 3}
+        assert any(
+            line.startswith("b.md: missing from the keyword index") for line in report.details
+        )
+        for path in ("a.md", "b.md", "c.md"):
+            await eventually(lambda p=path: converged(deployment, status, p), 60, f"{path} back")
+            expected = await expected_chunks(deployment, path)
+            assert await deps.vector.chunks_of(SPACE_ID, path) == expected
+        again = await job.run(SPACE, SpaceSettings())
+        assert again.counts == {"documents_checked": 3, "documents_requeued": 0}

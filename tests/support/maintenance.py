@@ -1,0 +1,136 @@
+"""MaintenanceDeps for job tests: from a running `engram dev` (EmbeddedEngram), or on
+MongoDB as `engram serve maintenance` has them.
+
+They stand in for the composition root's own until the maintenance worker's wiring lands."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date, datetime, timedelta
+from typing import Any, Protocol
+
+from engram.app.config import Components
+from engram.app.embedded import EmbeddedEngram
+from engram.authz.enforcement import PolicyAuthorizer
+from engram.authz.mongo_audit import MongoAuditLog
+from engram.backends.mongo import MongoDatabase
+from engram.domain.principals import LOCAL_ADMIN, Principal, Role
+from engram.domain.spaces import SpaceRef
+from engram.indexer.outbox_feed import OutboxReindexQueue
+from engram.indexer.ports import KeywordIndex, VectorIndex
+from engram.indexer.service import ReindexQueue
+from engram.maintenance.ports import MaintenanceDeps
+from engram.quota.mongo_ledger import MongoUsageLedger
+from engram.quota.service import QuotaService
+from engram.runtime.settings import Settings
+from engram.storage.mongo_repository import MongoDocumentRepository
+from engram.storage.ports import DocumentRepository
+from engram.storage.service import StorageService, utc_now
+
+# The maintenance worker's identity (domain.principals.MAINTENANCE once the worker lands).
+MAINTENANCE = Principal(subject="engram-maintenance", tenant="", role=Role.ADMIN, service=True)
+
+
+def maintenance_deps(
+    engram: EmbeddedEngram, *, clock: Callable[[], datetime] = utc_now
+) -> MaintenanceDeps:
+    return MaintenanceDeps(
+        storage=engram.storage,
+        repository=engram.repository,
+        quota=engram.quota,
+        reindex=OutboxReindexQueue(engram.repository, engram.relay),
+        keyword=engram.indexing.keyword,
+        vector=engram.indexing.vector,
+        principal=MAINTENANCE,
+        clock=clock,
+    )
+
+
+class _NoRelay:
+    def changed(self) -> None:
+        """Events stay in the outbox; these tests do not need them published."""
+
+
+def mongo_deps(
+    database: MongoDatabase,
+    settings: Settings,
+    *,
+    reindex: ReindexQueue,
+    keyword: KeywordIndex,
+    vector: VectorIndex,
+    clock: Callable[[], datetime] = utc_now,
+) -> MaintenanceDeps:
+    """MaintenanceDeps on MongoDB as `engram serve maintenance` builds them: storage and
+    quota in process on the database, the indexes and reindex queue given."""
+    components = Components.from_settings(settings)
+    repository = MongoDocumentRepository(database, retention=components.version_retention)
+    quota = QuotaService(MongoUsageLedger(database), components.quotas, repository)
+    storage = StorageService(
+        repository,
+        quota,
+        PolicyAuthorizer(),
+        MongoAuditLog(database),
+        _NoRelay(),
+        components.limits,
+    )
+    return MaintenanceDeps(
+        storage=storage,
+        repository=repository,
+        quota=quota,
+        reindex=reindex,
+        keyword=keyword,
+        vector=vector,
+        principal=MAINTENANCE,
+        clock=clock,
+    )
+
+
+async def space_state(
+    deps: MaintenanceDeps, space: SpaceRef, *, indexes: bool = True
+) -> dict[str, Any]:
+    """Everything a hygiene job could change in a space: its documents (version, sha256),
+    their kept versions, its usage counters, and (unless `indexes` is False: an indexer
+    may still be catching up) what both indexes hold for it."""
+    repository = deps.repository
+    documents = await repository.list_documents(space.id, after="", limit=10_000)
+    state: dict[str, Any] = {
+        "documents": {d.path: (d.version, d.sha256) for d in documents},
+        "usage": await deps.quota.usage(space),
+    }
+    if indexes:
+        state["keyword"] = await deps.keyword.indexed_documents(space.id)
+        state["vector"] = await deps.vector.indexed_documents(space.id)
+    for document in documents:
+        versions = await repository.list_versions(
+            space.id, document.path, before_seq=None, limit=1000
+        )
+        state[f"versions:{document.path}"] = [v.version for v in versions]
+    return state
+
+
+class Store(Protocol):
+    """Storage and its repository: an EmbeddedEngram or a MaintenanceDeps."""
+
+    @property
+    def storage(self) -> StorageService: ...
+
+    @property
+    def repository(self) -> DocumentRepository: ...
+
+
+# The date the log-retention tests take as today.
+TODAY = date(2026, 3, 10)
+
+
+def log_path(days_ago: int) -> str:
+    """The daily log of `days_ago` days before TODAY."""
+    return f"daily/{(TODAY - timedelta(days=days_ago)).isoformat()}.md"
+
+
+async def write(store: Store, space: SpaceRef, path: str, content: str) -> None:
+    await store.storage.write(LOCAL_ADMIN, space, path, content)
+
+
+async def content_of(store: Store, space: SpaceRef, path: str) -> str | None:
+    document = await store.repository.get(space.id, path)
+    return None if document is None else document.content
