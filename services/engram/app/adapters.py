@@ -28,6 +28,7 @@ from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
 from engram.indexer.ports import VectorIndex
 from engram.indexer.vector.numpy_index import NumpyVectorIndex
+from engram.maintenance.sqlite_stores import SCHEMA as MAINTENANCE_SCHEMA
 from engram.quota.sqlite_ledger import SCHEMA as LEDGER_SCHEMA
 from engram.runtime.health import Dependency
 from engram.runtime.rate_limit import SCHEMA as RATE_LIMIT_SCHEMA
@@ -53,6 +54,7 @@ async def open_sqlite(settings: Settings, stack: contextlib.AsyncExitStack) -> S
             EMBEDDING_CACHE_SCHEMA,
             RATE_LIMIT_SCHEMA,
             AGENT_STATE_SCHEMA,
+            MAINTENANCE_SCHEMA,
         ]
     )
     stack.push_async_callback(database.close)

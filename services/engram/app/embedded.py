@@ -20,6 +20,7 @@ from engram.app.adapters import (
     token_authenticator,
 )
 from engram.app.config import Components
+from engram.app.maintenance import Maintenance, MaintenanceStores, start_maintenance
 from engram.app.parts import (
     Indexing,
     build_indexing,
@@ -34,7 +35,7 @@ from engram.authz.sqlite_audit import SqliteAuditLog
 from engram.authz.sqlite_tokens import SqliteTokenStore
 from engram.authz.tokens import TokenAuthenticator
 from engram.backends.sqlite import SqliteDatabase
-from engram.domain.principals import LOCAL_ADMIN
+from engram.domain.principals import LOCAL_ADMIN, MAINTENANCE
 from engram.events.inprocess import InProcessPublisher
 from engram.events.relay import OutboxRelay
 from engram.events.sqlite_outbox import SqliteOutbox
@@ -42,6 +43,12 @@ from engram.indexer.embedding_cache import SqliteEmbeddingCache
 from engram.indexer.outbox_feed import OutboxIndexHandler, OutboxReindexQueue
 from engram.indexer.service import IndexerService
 from engram.indexer.sources import RepositoryDocumentSource
+from engram.maintenance.ports import Job, MaintenanceDeps
+from engram.maintenance.sqlite_stores import (
+    SqliteJobRunStore,
+    SqliteLeaseStore,
+    SqliteSpaceSettingsStore,
+)
 from engram.quota.service import QuotaService
 from engram.quota.sqlite_ledger import SqliteUsageLedger
 from engram.runtime.interceptors import Authenticator
@@ -85,6 +92,7 @@ class EmbeddedEngram:
     indexer: IndexerService
     search: SearchService
     workspace: WorkspaceService
+    maintenance: Maintenance
 
     @property
     def port(self) -> int:
@@ -161,13 +169,15 @@ async def embedded_engram(
     authenticator: Authenticator | None = None,
     require_auth: bool = False,
     clock: Callable[[], datetime] = utc_now,
+    maintenance_jobs: list[Job] | None = None,
 ) -> AsyncIterator[EmbeddedEngram]:
     """Starts the all-in-one server; stops it and closes every backend on exit.
 
     Without `require_auth` (and no `authenticator`) every caller is the implicit local admin
     of tenant `local`; with it, callers need a JWT or a personal access token. Health says
     SERVING only once the indexes are open and both embedders have run once. `clock` is the
-    workspace's (daily log dates and times; tests move it).
+    workspace's and the maintenance worker's (daily log dates and times, when jobs are due;
+    tests move it). `maintenance_jobs` replaces the configured maintenance jobs (tests).
     """
     async with contextlib.AsyncExitStack() as stack:
         core = await build_core(settings, stack)
@@ -182,10 +192,11 @@ async def embedded_engram(
             source=source,
             sole_owner=True,
         )
+        reindex = OutboxReindexQueue(core.repository, core.relay)
         indexer = IndexerService(
             core.authorizer,
             source,
-            OutboxReindexQueue(core.repository, core.relay),
+            reindex,
             indexing.models,
             indexing.vector,
             backlog=SqliteOutbox(core.database).backlog,
@@ -215,6 +226,27 @@ async def embedded_engram(
         core.relay.start()
         stack.push_async_callback(core.relay.stop)
         start_switch(indexing, stack)
+        maintenance = start_maintenance(
+            settings,
+            MaintenanceDeps(
+                storage=core.storage,
+                repository=core.repository,
+                quota=core.quota,
+                reindex=reindex,
+                keyword=indexing.keyword,
+                vector=indexing.vector,
+                principal=MAINTENANCE,
+                clock=clock,
+            ),
+            MaintenanceStores(
+                SqliteLeaseStore(core.database, clock=clock),
+                SqliteJobRunStore(core.database),
+                SqliteSpaceSettingsStore(core.database),
+            ),
+            SqliteAuditLog(core.database),
+            stack,
+            jobs=maintenance_jobs,
+        )
         server = GrpcServer(
             settings,
             [
@@ -224,10 +256,11 @@ async def embedded_engram(
                 registry.indexer(indexer),
                 registry.search(search),
                 registry.workspace(workspace),
+                registry.maintenance(maintenance.service),
             ],
             authenticator
             or (core.tokens if require_auth else FixedPrincipalAuthenticator(LOCAL_ADMIN)),
             rate_limit_store=rate_limits,
         )
         await serve(server, stack)
-        yield EmbeddedEngram(server, core, indexing, indexer, search, workspace)
+        yield EmbeddedEngram(server, core, indexing, indexer, search, workspace, maintenance)

@@ -8,6 +8,8 @@ from engram.authz.servicer import AuthzServicer
 from engram.domain.ports import Authorizer
 from engram.indexer.service import IndexerService
 from engram.indexer.servicer import IndexerServicer
+from engram.maintenance.service import MaintenanceService
+from engram.maintenance.servicer import MaintenanceServicer
 from engram.quota.service import QuotaService
 from engram.quota.servicer import QuotaServicer
 from engram.runtime.server import ServiceRegistration
@@ -20,6 +22,8 @@ from engram.v1 import (
     authz_pb2_grpc,
     indexer_pb2,
     indexer_pb2_grpc,
+    maintenance_pb2,
+    maintenance_pb2_grpc,
     quota_pb2,
     quota_pb2_grpc,
     search_pb2,
@@ -87,5 +91,14 @@ def workspace(service: WorkspaceService) -> ServiceRegistration:
         _name(workspace_pb2, "WorkspaceService"),
         lambda server: workspace_pb2_grpc.add_WorkspaceServiceServicer_to_server(
             WorkspaceServicer(service), server
+        ),
+    )
+
+
+def maintenance(service: MaintenanceService) -> ServiceRegistration:
+    return ServiceRegistration(
+        _name(maintenance_pb2, "MaintenanceService"),
+        lambda server: maintenance_pb2_grpc.add_MaintenanceServiceServicer_to_server(
+            MaintenanceServicer(service), server
         ),
     )

@@ -260,3 +260,50 @@ RPC_POLICY: dict[str, dict[Target, Who]] = {
 def unlisted_methods(methods: Iterable[str]) -> list[str]:
     """The served methods (`/package.Service/Method`) with no row in RPC_POLICY."""
     return [method for method in methods if method not in RPC_POLICY]
+
+
+def rpc_target(principal: Principal, requested: SpaceRef) -> Target:
+    """Which column of a row applies to a call naming `requested`."""
+    if requested.visibility is Visibility.GLOBAL:
+        return Target.GLOBAL
+    if requested.tenant and requested.tenant != principal.tenant:
+        return Target.OTHER
+    return Target.OWN
+
+
+def authorize_rpc(principal: Principal, rpc: str, requested: SpaceRef) -> SpaceRef:
+    """Decides a space-targeted RPC by its row in RPC_POLICY (for services whose rules are
+    not `decide`'s read/mutate split, e.g. tenant admins, or platform admins naming another
+    tenant's space). Returns the stamped space or raises PermissionDenied.
+
+    Raises InvalidSpaceRef when the ref breaks a SpaceRef rule.
+    """
+    target = rpc_target(principal, requested)
+    who = RPC_POLICY[rpc].get(target, Who.NOBODY)
+    if target is Target.OTHER and not principal.service:
+        if not admits(who, principal, target):
+            return _deny(
+                TENANT_MISMATCH,
+                "the space names another tenant; leave space.tenant empty to use your own",
+            ).require()
+        # A platform admin acting on another tenant's space: the ref is taken as named.
+        validate_space_ref(requested)
+        return requested
+    stamped = stamp(principal, requested)
+    if isinstance(stamped, Decision):
+        return stamped.require()
+    if not admits(who, principal, target):
+        name = rpc.rsplit("/", 1)[-1]
+        rule = PLATFORM_ADMIN_REQUIRED if target is Target.GLOBAL else "admin_role_required"
+        raise PermissionDenied(f"{name} needs {_WHO_TEXT.get(who, who.value)}", rule=rule)
+    validate_space_ref(stamped)
+    return stamped
+
+
+_WHO_TEXT = {
+    Who.TENANT_MEMBER: "membership of the space's tenant",
+    Who.TENANT_ADMIN: "role admin in the space's tenant (or a platform admin)",
+    Who.TENANT_ADMIN_OR_SERVICE: "role admin in the space's tenant, a platform admin or a service",
+    Who.PLATFORM_ADMIN: "a platform admin",
+    Who.PLATFORM_ADMIN_OR_SERVICE: "a platform admin or a service",
+}

@@ -48,3 +48,8 @@ LOCAL_TENANT = "local"
 LOCAL_ADMIN = Principal(
     subject="local-admin", tenant=LOCAL_TENANT, role=Role.ADMIN, platform_admin=True
 )
+
+# The maintenance worker's identity (dreaming, hygiene): a service principal, so it acts
+# for any tenant, and every write it makes is authorized, counted and audited like a
+# caller's.
+MAINTENANCE = Principal(subject="engram-maintenance", tenant="", role=Role.ADMIN, service=True)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import ClassVar, Protocol
 
-from engram.domain.maintenance import JobReport, SpaceSettings
+from engram.domain.maintenance import JobReport, JobRun, SpaceSettings
+from engram.domain.maintenance_rules import LastRuns
 from engram.domain.principals import Principal
 from engram.domain.spaces import SpaceRef
 from engram.indexer.ports import KeywordIndex, VectorIndex
@@ -15,6 +16,10 @@ from engram.indexer.service import ReindexQueue
 from engram.quota.service import QuotaService
 from engram.storage.ports import DocumentRepository
 from engram.storage.service import StorageService
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 class Job(Protocol):
@@ -60,3 +65,90 @@ class MaintenanceDeps:
     # The maintenance worker's own identity: a service principal.
     principal: Principal
     clock: Callable[[], datetime]
+
+
+class SpaceSource(Protocol):
+    """Where the worker finds the spaces to walk (the document repository)."""
+
+    async def all_spaces(self, *, after: str, limit: int) -> list[SpaceRef]: ...
+
+
+# --- the worker's stores (SQLite in `engram dev`, MongoDB in production) ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A held lease: `holder` may run the work keyed `key` until `expires_at` unless it
+    renews; `generation` identifies the holding on stores that keep a history (MongoDB)."""
+
+    key: str
+    holder: str
+    expires_at: datetime
+    generation: int = 0
+
+
+class LeaseStore(Protocol):
+    """Exclusive, expiring leases shared by every worker on one store."""
+
+    async def acquire(self, key: str, holder: str, ttl: timedelta) -> Lease | None:
+        """Takes the lease for `holder` for `ttl`; None while another holder's lease has
+        not expired (a crashed holder's lease expires: nothing else frees it)."""
+        ...
+
+    async def renew(self, lease: Lease, ttl: timedelta) -> Lease | None:
+        """Extends a held lease by `ttl` from now; None when it was lost (it expired and
+        another holder took it)."""
+        ...
+
+    async def release(self, lease: Lease) -> None:
+        """Gives the lease up (a lease already lost is left to its new holder)."""
+        ...
+
+    async def current(self, key: str) -> Lease | None:
+        """The unexpired lease on `key`, if any."""
+        ...
+
+
+class JobRunStore(Protocol):
+    """The record of job runs, and when each job last finished on each space."""
+
+    async def start(self, run: JobRun) -> None:
+        """Records a run that has started (outcome RUNNING)."""
+        ...
+
+    async def finish(self, run: JobRun) -> None:
+        """Records the end of a started run (its outcome, counts, message and details)."""
+        ...
+
+    async def abandon(self, job: str, space_id: str, at: datetime, message: str) -> int:
+        """Marks the job's runs on the space still RUNNING as FAILED (their worker stopped
+        before finishing: its lease expired); returns how many."""
+        ...
+
+    async def page(
+        self,
+        *,
+        space_id: str | None,
+        job: str | None,
+        before: tuple[int, str] | None,
+        limit: int,
+    ) -> list[JobRun]:
+        """Runs newest first (started time, then run id, descending), of one space or of
+        all; `before` = the (started microseconds, run id) of the last run already seen."""
+        ...
+
+    async def last_runs(self, space_ids: Sequence[str]) -> dict[tuple[str, str], LastRuns]:
+        """When each job last finished on each of these spaces, by (job, space id)."""
+        ...
+
+    async def prune(self, older_than: datetime, limit: int) -> int:
+        """Deletes finished runs that started before `older_than`, at most `limit`."""
+        ...
+
+
+class SpaceSettingsStore(Protocol):
+    """Each space's maintenance settings (absent = the defaults)."""
+
+    async def get_many(self, space_ids: Sequence[str]) -> dict[str, SpaceSettings]: ...
+
+    async def put(self, space_id: str, settings: SpaceSettings) -> None: ...

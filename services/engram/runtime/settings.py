@@ -290,6 +290,24 @@ class Settings(BaseSettings):
     """A directory of templates (AGENTS.md, SOUL.md, ...) replacing the packaged ones by
     name."""
 
+    # --- maintenance worker (issue 15) --------------------------------------------------------
+    maintenance_schedule: bool = True
+    """Run scheduled maintenance jobs (in `engram dev` and `engram serve maintenance`);
+    off = RunJob only."""
+    maintenance_tick_seconds: float = Field(default=60.0, gt=0)
+    """How often the worker walks every space for jobs that are due (the first walk comes
+    one tick after start)."""
+    maintenance_lease_seconds: float = Field(default=120.0, ge=3)
+    """A run's lease on its job and space; renewed every third of it while the run lasts,
+    so a crashed worker's runs are taken over this long after it stopped."""
+    maintenance_run_timeout_seconds: float = Field(default=3600.0, gt=0)
+    """A run that lasts longer is stopped and recorded as failed."""
+    maintenance_retry_after_failure_seconds: float = Field(default=900.0, ge=0)
+    """After a failed run the schedule waits this long (or the job's interval, when
+    shorter) before running the job on that space again."""
+    maintenance_run_retention_days: int = Field(default=30, ge=1)
+    """Job runs are listed for this long, then deleted."""
+
     # --- dreaming (maintenance worker) -------------------------------------------------------
     dream_enabled: bool = False
     """Runs the "dream" job on the spaces that opted in (SetSpaceMaintenance / `engram jobs

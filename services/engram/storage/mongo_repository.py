@@ -49,7 +49,7 @@ from engram.domain.documents import (
     StoredDocument,
 )
 from engram.domain.quotas import aggregate_owner
-from engram.domain.spaces import parse_space_id
+from engram.domain.spaces import SpaceRef, parse_space_id
 from engram.storage.ports import ConcurrentModification
 
 UPSERT = "upsert"
@@ -517,6 +517,19 @@ class MongoDocumentRepository:
                     )
                 )
         return summaries
+
+    async def all_spaces(self, *, after: str, limit: int) -> list[SpaceRef]:
+        with mongo_errors("listing every space"):
+            cursor = await self._heads.aggregate(
+                [
+                    {"$match": {"deleted": False, "space_id": {"$gt": after}}},
+                    {"$group": {"_id": "$space_id"}},
+                    {"$sort": {"_id": 1}},
+                    {"$limit": limit},
+                ]
+            )
+            rows = await cursor.to_list(length=None)
+        return [parse_space_id(str(row["_id"])) for row in rows]
 
     # --- changes -----------------------------------------------------------------------------
 

@@ -90,6 +90,11 @@ class DocumentRepository(Protocol):
         space id > `after`, in space id order."""
         ...
 
+    async def all_spaces(self, *, after: str, limit: int) -> list[SpaceRef]:
+        """Every space of every tenant (and the global ones) holding live documents, with
+        space id > `after`, in space id order (the maintenance worker's walk)."""
+        ...
+
     async def erase(self, erasure: Erasure) -> ErasureResult:
         """Erases the document at erasure.path (or, for an empty path, every document of the
         space) with every kept version, recording a PURGE (SPACE_DELETE) event with it.

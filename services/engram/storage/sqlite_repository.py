@@ -26,7 +26,7 @@ from engram.domain.documents import (
     StoredDocument,
 )
 from engram.domain.quotas import aggregate_owner
-from engram.domain.spaces import parse_space_id
+from engram.domain.spaces import SpaceRef, parse_space_id
 from engram.storage.ports import ConcurrentModification
 from engram.wire import encode_event
 
@@ -492,5 +492,16 @@ class SqliteDocumentRepository:
                 )
                 for space_id, count, used, last in rows
             ]
+
+        return await self._db.read(work)
+
+    async def all_spaces(self, *, after: str, limit: int) -> list[SpaceRef]:
+        def work(connection: sqlite3.Connection) -> list[SpaceRef]:
+            rows = connection.execute(
+                "SELECT DISTINCT space_id FROM documents WHERE space_id > ? "
+                "ORDER BY space_id LIMIT ?",
+                (after, limit),
+            ).fetchall()
+            return [parse_space_id(str(space_id)) for (space_id,) in rows]
 
         return await self._db.read(work)
