@@ -38,6 +38,7 @@ from engram.app.config import (
     WorkspaceClientNeeds,
     require,
 )
+from engram.app.maintenance import Maintenance, MaintenanceStores, start_maintenance
 from engram.app.parts import (
     Indexing,
     build_indexing,
@@ -51,6 +52,7 @@ from engram.authz.mongo_tokens import MongoTokenStore
 from engram.authz.service import AuthzService
 from engram.authz.tokens import TokenAuthenticator
 from engram.backends.mongo import MongoDatabase
+from engram.domain.principals import MAINTENANCE
 from engram.events.jetstream import JetStreamPublisher, connect_nats
 from engram.events.mongo_outbox import MongoOutbox
 from engram.events.relay import OutboxRelay
@@ -59,6 +61,12 @@ from engram.indexer.jetstream_consumer import JetStreamIndexConsumer, JetStreamR
 from engram.indexer.ports import VectorIndex
 from engram.indexer.service import IndexerService
 from engram.indexer.sources import RepositoryDocumentSource, StorageClientDocumentSource
+from engram.maintenance.mongo_stores import (
+    MongoJobRunStore,
+    MongoLeaseStore,
+    MongoSpaceSettingsStore,
+)
+from engram.maintenance.ports import Job, MaintenanceDeps, utc_now
 from engram.quota.client import GrpcQuotaGate
 from engram.quota.mongo_ledger import MongoUsageLedger
 from engram.quota.service import QuotaService
@@ -117,13 +125,73 @@ class _OnMongo:
 
 @contextlib.asynccontextmanager
 async def _on_mongo(
-    settings: Settings, needs: Sequence[type[Needs]] = ()
+    settings: Settings, needs: Sequence[type[Needs]] = (), *, vector: bool = False
 ) -> AsyncIterator[_OnMongo]:
-    required = require(settings, [MongoNeeds, *needs])
+    required = require(settings, [MongoNeeds, *needs], vector=vector)
     components = Components.from_settings(settings)
     async with contextlib.AsyncExitStack() as stack:
         database = connect_mongo(required[MongoNeeds], settings, stack)
         yield _OnMongo(settings, required, components, database, stack)
+
+
+@dataclass
+class _MongoStorage:
+    """StorageService on MongoDB with what it is built on."""
+
+    repository: MongoDocumentRepository
+    audit: MongoAuditLog
+    storage: StorageService
+
+
+async def _mongo_storage(process: _OnMongo, *, publish_events: bool, name: str) -> _MongoStorage:
+    """StorageService on the process's MongoDB: events through the outbox relay to NATS
+    JetStream (started; stopped with the process), quota in this process on the same MongoDB
+    or at ENGRAM_QUOTA_ADDR. Needs NatsNeeds (with events) and QuotaClientNeeds (with
+    ENGRAM_QUOTA_ADDR) in the process's requirements."""
+    database, components, stack = process.database, process.components, process.stack
+    settings = process.settings
+    repository = MongoDocumentRepository(database, retention=components.version_retention)
+    audit = MongoAuditLog(database)
+    for store in (repository, audit):
+        await store.ensure_indexes()
+    quota: QuotaGate
+    if settings.quota_addr:
+        remote = process.required[QuotaClientNeeds]
+        channel = open_channel(
+            remote.quota_addr, components.channels, interceptors=tracing_client_interceptors()
+        )
+        stack.push_async_callback(channel.close)
+        quota = GrpcQuotaGate(channel, remote.service_token.get_secret_value())
+    else:
+        quota = await _mongo_quota(process, repository)
+    relay: OutboxRelay | None = None
+    if publish_events:
+        nats_url = process.required[NatsNeeds].nats_url
+        publisher = JetStreamPublisher(nats_url, name=name)
+        stack.push_async_callback(publisher.close)
+        relay = OutboxRelay(MongoOutbox(repository), publisher)
+    storage = StorageService(
+        repository, quota, PolicyAuthorizer(), audit, relay or _NoEvents(), components.limits
+    )
+    if relay is not None:
+        relay.start()
+        stack.push_async_callback(relay.stop)
+    return _MongoStorage(repository, audit, storage)
+
+
+async def _mongo_quota(process: _OnMongo, repository: MongoDocumentRepository) -> QuotaService:
+    ledger = MongoUsageLedger(process.database)
+    await ledger.ensure_indexes()
+    return QuotaService(ledger, process.components.quotas, repository)
+
+
+def _storage_needs(settings: Settings, *, publish_events: bool) -> list[type[Needs]]:
+    needs: list[type[Needs]] = []
+    if publish_events:
+        needs.append(NatsNeeds)
+    if settings.quota_addr:
+        needs.append(QuotaClientNeeds)
+    return needs
 
 
 @contextlib.asynccontextmanager
@@ -136,46 +204,14 @@ async def storage_on_mongo(
     """StorageService on MongoDB, publishing document events to NATS JetStream; quota in
     this process on the same MongoDB, or the QuotaService at ENGRAM_QUOTA_ADDR. Writes need
     MongoDB only: while NATS is away events wait in the outbox."""
-    needs: list[type[Needs]] = []
-    if publish_events:
-        needs.append(NatsNeeds)
-    if settings.quota_addr:
-        needs.append(QuotaClientNeeds)
+    needs = _storage_needs(settings, publish_events=publish_events)
     async with _on_mongo(settings, needs) as process:
-        database, components, stack = process.database, process.components, process.stack
-        repository = MongoDocumentRepository(database, retention=components.version_retention)
-        audit = MongoAuditLog(database)
-        for store in (repository, audit):
-            await store.ensure_indexes()
-        quota: QuotaGate
-        if settings.quota_addr:
-            remote = process.required[QuotaClientNeeds]
-            channel = open_channel(
-                remote.quota_addr, components.channels, interceptors=tracing_client_interceptors()
-            )
-            stack.push_async_callback(channel.close)
-            quota = GrpcQuotaGate(channel, remote.service_token.get_secret_value())
-        else:
-            ledger = MongoUsageLedger(database)
-            await ledger.ensure_indexes()
-            quota = QuotaService(ledger, components.quotas, repository)
-        relay: OutboxRelay | None = None
-        if publish_events:
-            nats_url = process.required[NatsNeeds].nats_url
-            publisher = JetStreamPublisher(nats_url, name="engram-storage")
-            stack.push_async_callback(publisher.close)
-            relay = OutboxRelay(MongoOutbox(repository), publisher)
-        storage = StorageService(
-            repository, quota, PolicyAuthorizer(), audit, relay or _NoEvents(), components.limits
-        )
-        if relay is not None:
-            relay.start()
-            stack.push_async_callback(relay.stop)
+        built = await _mongo_storage(process, publish_events=publish_events, name="engram-storage")
         yield await process.serve(
-            registry.storage(storage),
+            registry.storage(built.storage),
             authenticator or await process.tokens(),
             # Import and export rate limits, shared by the replicas.
-            rate_limit_store=MongoRateLimitStore(database),
+            rate_limit_store=MongoRateLimitStore(process.database),
         )
 
 
@@ -185,12 +221,10 @@ async def quota_on_mongo(
 ) -> AsyncIterator[GrpcServer]:
     """QuotaService on MongoDB (counters, overrides; documents for Reconcile)."""
     async with _on_mongo(settings) as process:
-        ledger = MongoUsageLedger(process.database)
-        await ledger.ensure_indexes()
         repository = MongoDocumentRepository(
             process.database, retention=process.components.version_retention
         )
-        quota = QuotaService(ledger, process.components.quotas, repository)
+        quota = await _mongo_quota(process, repository)
         yield await process.serve(
             registry.quota(quota, PolicyAuthorizer()), authenticator or await process.tokens()
         )
@@ -402,6 +436,83 @@ async def workspace_on_mongo(
         )
 
 
+@dataclass
+class ProductionMaintenance:
+    """The running parts of `engram serve maintenance` (tests look inside)."""
+
+    server: GrpcServer
+    maintenance: Maintenance
+    deps: MaintenanceDeps
+
+
+@contextlib.asynccontextmanager
+async def open_maintenance(
+    settings: Settings,
+    *,
+    authenticator: Authenticator | None = None,
+    jobs: list[Job] | None = None,
+) -> AsyncIterator[ProductionMaintenance]:
+    """The maintenance worker and MaintenanceService. Jobs act through a StorageService on
+    MongoDB in this process (as the MAINTENANCE service principal; its events go through the
+    outbox to NATS JetStream like storage's own), quota on MongoDB (charges at
+    ENGRAM_QUOTA_ADDR when set, as storage does), OpenSearch and the vector index the
+    settings choose, and re-queue documents for the indexer on JetStream. Leases, runs and
+    settings live on MongoDB, so replicas share them. `jobs` replaces the configured jobs."""
+    needs: list[type[Needs]] = [OpenSearchNeeds, *_storage_needs(settings, publish_events=True)]
+    async with _on_mongo(settings, needs, vector=True) as process:
+        stack, database = process.stack, process.database
+        built = await _mongo_storage(process, publish_events=True, name="engram-maintenance")
+        quota = await _mongo_quota(process, built.repository)
+        keyword = opensearch_index(process.required[OpenSearchNeeds].opensearch_url, settings)
+        await open_or_keep_trying(keyword, "keyword", stack)
+        vector = vector_index(process.required.vector)
+        await open_or_keep_trying(vector, "vector", stack)
+        publisher = JetStreamPublisher(
+            process.required[NatsNeeds].nats_url, name="engram-maintenance-reindex"
+        )
+        stack.push_async_callback(publisher.close)
+        deps = MaintenanceDeps(
+            storage=built.storage,
+            repository=built.repository,
+            quota=quota,
+            reindex=JetStreamReindexQueue(publisher),
+            keyword=keyword,
+            vector=vector,
+            principal=MAINTENANCE,
+            clock=utc_now,
+        )
+        leases = MongoLeaseStore(database)
+        runs = MongoJobRunStore(database)
+        for store in (leases, runs):
+            await store.ensure_indexes()
+        maintenance = start_maintenance(
+            settings,
+            deps,
+            MaintenanceStores(leases, runs, MongoSpaceSettingsStore(database)),
+            built.audit,
+            stack,
+            jobs=jobs,
+        )
+        dependencies = [mongo_dependency(database)]
+        indexes = either_index_dependency(keyword, vector)
+        if indexes is not None:
+            dependencies.append(indexes)
+        server = GrpcServer(
+            settings,
+            [registry.maintenance(maintenance.service)],
+            authenticator or await process.tokens(),
+            dependencies,
+        )
+        await serve(server, stack)
+        yield ProductionMaintenance(server, maintenance, deps)
+
+
+@contextlib.asynccontextmanager
+async def maintenance_on_backends(settings: Settings) -> AsyncIterator[GrpcServer]:
+    async with open_maintenance(settings) as running:
+        yield running.server
+
+
 PROCESSES: dict[str, Callable[[Settings], contextlib.AbstractAsyncContextManager[GrpcServer]]] = {
     "storage": storage_on_mongo,
     "quota": quota_on_mongo,
@@ -409,6 +520,7 @@ PROCESSES: dict[str, Callable[[Settings], contextlib.AbstractAsyncContextManager
     "indexer": indexer_on_backends,
     "search": search_on_backends,
     "workspace": workspace_on_mongo,
+    "maintenance": maintenance_on_backends,
 }
 
 
