@@ -26,7 +26,7 @@ from tests.deploy.chart import (
     processes,
 )
 
-GRPC_SERVICES = ["storage", "quota", "authz", "indexer", "search", "workspace"]
+GRPC_SERVICES = ["storage", "quota", "authz", "indexer", "search", "workspace", "maintenance"]
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest the
 # installed kubernetes-validate ships schemas for.
 KUBERNETES_VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
@@ -116,6 +116,7 @@ TOGGLES = {
         "authz": {"pdb": {"create": False}},
         "quota": {"enabled": False},
         "workspace": {"enabled": False},
+        "maintenance": {"enabled": False},
     },
     "closed-network": {"networkPolicy": {"publicServices": [], "metricsFrom": [], "clients": []}},
     "secrets-in-values": {**SECRET_VALUES, "storage": {"remoteQuota": True}},
@@ -402,7 +403,7 @@ def test_clients_reach_public_services_only(
     rules = NetworkPolicies.of(default_docs)
     client = Peer(labels={"engram-client": "true"})
     stranger = Peer(labels={"app": "something-else"})
-    for service in ["storage", "search", "workspace", "authz", "quota"]:
+    for service in ["storage", "search", "workspace", "authz", "quota", "maintenance"]:
         assert rules.allows(client, _pod_peer(default_docs, service), 50051), service
         assert not rules.allows(stranger, _pod_peer(default_docs, service), 50051), service
     assert not rules.allows(client, _pod_peer(default_docs, "indexer"), 50051)
@@ -439,6 +440,7 @@ def test_egress_only_to_each_services_backends(
         "workspace": {27017},
         "indexer": {27017, 4222, 9200, 6333, 6334},
         "search": {27017, 9200, 6333, 6334},
+        "maintenance": {27017, 4222, 9200, 6333, 6334},
     }
     for service, ports in needs.items():
         pod = _pod_peer(default_docs, service)

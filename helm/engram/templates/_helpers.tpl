@@ -70,7 +70,7 @@ annotations:
 
 {{/* Every component in a fixed order; gRPC ones serve grpc.health.v1. */}}
 {{- define "engram.components" -}}
-{{- list "storage" "quota" "authz" "indexer" "search" "workspace" "mcp" | toJson -}}
+{{- list "storage" "quota" "authz" "indexer" "search" "workspace" "maintenance" "mcp" | toJson -}}
 {{- end -}}
 
 {{- define "engram.enabledComponents" -}}
@@ -91,6 +91,7 @@ annotations:
   "indexer" (concat (list "mongodb" "nats" "opensearch" "qdrant") (ternary (list "embedder") (list) $embedder))
   "search" (concat (list "mongodb" "opensearch" "qdrant") (ternary (list "embedder") (list) $embedder))
   "workspace" (list "mongodb")
+  "maintenance" (list "mongodb" "nats" "opensearch" "qdrant")
   "mcp" (list) -}}
 {{- index $b .component | toJson -}}
 {{- end -}}
@@ -104,6 +105,7 @@ annotations:
   "indexer" (list "storage")
   "search" (list)
   "workspace" (list "storage" "search")
+  "maintenance" (ternary (list "quota") (list) (.root.Values.storage.remoteQuota | default false))
   "mcp" (list "workspace") -}}
 {{- index $c .component | toJson -}}
 {{- end -}}
