@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from engram.cli import (
     admin_commands,
     indexer_commands,
+    jobs_commands,
     mcp_command,
     memory_commands,
     search_commands,
@@ -38,6 +39,7 @@ search_commands.register(app)
 mcp_command.register(app)
 memory_commands.register(app)
 space_commands.register(app)
+jobs_commands.register(app)
 
 
 @app.callback()
@@ -162,7 +164,8 @@ def dev(
 @app.command()
 def serve(
     service: Annotated[
-        str, typer.Argument(help="storage, quota, authz, indexer, search or workspace")
+        str,
+        typer.Argument(help="storage, quota, authz, indexer, search, workspace or maintenance"),
     ],
     port: Annotated[int | None, typer.Option("--port", help="gRPC port.")] = None,
     host: Annotated[
