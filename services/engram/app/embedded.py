@@ -20,7 +20,12 @@ from engram.app.adapters import (
     token_authenticator,
 )
 from engram.app.config import Components
-from engram.app.maintenance import Maintenance, MaintenanceStores, start_maintenance
+from engram.app.maintenance import (
+    JobFactory,
+    Maintenance,
+    MaintenanceStores,
+    start_maintenance,
+)
 from engram.app.parts import (
     Indexing,
     build_indexing,
@@ -43,7 +48,7 @@ from engram.indexer.embedding_cache import SqliteEmbeddingCache
 from engram.indexer.outbox_feed import OutboxIndexHandler, OutboxReindexQueue
 from engram.indexer.service import IndexerService
 from engram.indexer.sources import RepositoryDocumentSource
-from engram.maintenance.ports import Job, MaintenanceDeps
+from engram.maintenance.ports import MaintenanceDeps
 from engram.maintenance.sqlite_stores import (
     SqliteJobRunStore,
     SqliteLeaseStore,
@@ -169,7 +174,7 @@ async def embedded_engram(
     authenticator: Authenticator | None = None,
     require_auth: bool = False,
     clock: Callable[[], datetime] = utc_now,
-    maintenance_jobs: list[Job] | None = None,
+    maintenance_jobs: JobFactory | None = None,
 ) -> AsyncIterator[EmbeddedEngram]:
     """Starts the all-in-one server; stops it and closes every backend on exit.
 
@@ -177,7 +182,8 @@ async def embedded_engram(
     of tenant `local`; with it, callers need a JWT or a personal access token. Health says
     SERVING only once the indexes are open and both embedders have run once. `clock` is the
     workspace's and the maintenance worker's (daily log dates and times, when jobs are due;
-    tests move it). `maintenance_jobs` replaces the configured maintenance jobs (tests).
+    tests move it). `maintenance_jobs` builds other maintenance jobs than the configured
+    ones (tests).
     """
     async with contextlib.AsyncExitStack() as stack:
         core = await build_core(settings, stack)

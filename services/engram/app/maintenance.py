@@ -4,6 +4,7 @@ on the process's services (`MaintenanceDeps`), and its stores, service and sched
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engram.domain.ports import AuditSink
@@ -17,6 +18,9 @@ from engram.maintenance.ports import (
 from engram.maintenance.service import MaintenanceService
 from engram.maintenance.worker import MaintenanceWorker, WorkerConfig
 from engram.runtime.settings import Settings
+
+# Builds a process's jobs from its services (tests pass their own).
+JobFactory = Callable[[MaintenanceDeps], list[Job]]
 
 
 def worker_config(settings: Settings) -> WorkerConfig:
@@ -45,6 +49,8 @@ class MaintenanceStores:
 class Maintenance:
     worker: MaintenanceWorker
     service: MaintenanceService
+    # What the jobs are built on (tests build their own jobs on it).
+    deps: MaintenanceDeps
 
 
 def start_maintenance(
@@ -54,13 +60,13 @@ def start_maintenance(
     audit: AuditSink,
     stack: contextlib.AsyncExitStack,
     *,
-    jobs: list[Job] | None = None,
+    jobs: JobFactory | None = None,
 ) -> Maintenance:
     """The worker on the process's stores (its schedule started unless
     ENGRAM_MAINTENANCE_SCHEDULE is off) and the MaintenanceService over it; the worker stops
-    with the stack. `jobs` replaces the configured jobs (tests)."""
+    with the stack. `jobs` builds other jobs than the configured ones (tests)."""
     worker = MaintenanceWorker(
-        maintenance_jobs(deps, settings) if jobs is None else jobs,
+        maintenance_jobs(deps, settings) if jobs is None else jobs(deps),
         deps.repository,
         stores.leases,
         stores.runs,
@@ -71,4 +77,5 @@ def start_maintenance(
     if settings.maintenance_schedule:
         worker.start()
         stack.push_async_callback(worker.stop)
-    return Maintenance(worker, MaintenanceService(worker, stores.runs, stores.settings, audit))
+    service = MaintenanceService(worker, stores.runs, stores.settings, audit)
+    return Maintenance(worker, service, deps)

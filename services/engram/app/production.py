@@ -38,7 +38,12 @@ from engram.app.config import (
     WorkspaceClientNeeds,
     require,
 )
-from engram.app.maintenance import Maintenance, MaintenanceStores, start_maintenance
+from engram.app.maintenance import (
+    JobFactory,
+    Maintenance,
+    MaintenanceStores,
+    start_maintenance,
+)
 from engram.app.parts import (
     Indexing,
     build_indexing,
@@ -66,7 +71,7 @@ from engram.maintenance.mongo_stores import (
     MongoLeaseStore,
     MongoSpaceSettingsStore,
 )
-from engram.maintenance.ports import Job, MaintenanceDeps, utc_now
+from engram.maintenance.ports import MaintenanceDeps, utc_now
 from engram.quota.client import GrpcQuotaGate
 from engram.quota.mongo_ledger import MongoUsageLedger
 from engram.quota.service import QuotaService
@@ -450,14 +455,15 @@ async def open_maintenance(
     settings: Settings,
     *,
     authenticator: Authenticator | None = None,
-    jobs: list[Job] | None = None,
+    jobs: JobFactory | None = None,
 ) -> AsyncIterator[ProductionMaintenance]:
     """The maintenance worker and MaintenanceService. Jobs act through a StorageService on
     MongoDB in this process (as the MAINTENANCE service principal; its events go through the
     outbox to NATS JetStream like storage's own), quota on MongoDB (charges at
     ENGRAM_QUOTA_ADDR when set, as storage does), OpenSearch and the vector index the
     settings choose, and re-queue documents for the indexer on JetStream. Leases, runs and
-    settings live on MongoDB, so replicas share them. `jobs` replaces the configured jobs."""
+    settings live on MongoDB, so replicas share them. `jobs` builds other jobs than the
+    configured ones (tests)."""
     needs: list[type[Needs]] = [OpenSearchNeeds, *_storage_needs(settings, publish_events=True)]
     async with _on_mongo(settings, needs, vector=True) as process:
         stack, database = process.stack, process.database

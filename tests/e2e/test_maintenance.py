@@ -1,0 +1,462 @@
+"""The maintenance worker: scheduled runs once per period between several workers (SQLite
+and FerretDB), a crashed worker's run taken over, RunJob / ListJobRuns / settings over gRPC,
+and the per-job metrics.
+
+The job here is the test's own: `UsageSnapshotJob` reads a space's usage through the
+StorageService as the maintenance principal and reports it (the real jobs, dreaming and
+hygiene, have their own tests)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import ClassVar
+
+import grpc
+import pytest
+from prometheus_client import REGISTRY, generate_latest
+
+from engram.app.embedded import EmbeddedEngram, embedded_engram
+from engram.authz.enforcement import FixedPrincipalAuthenticator
+from engram.backends.mongo import connect
+from engram.domain.errors import EngramError
+from engram.domain.maintenance import JobOutcome, JobReport, JobRun, SpaceSettings
+from engram.domain.maintenance_rules import lease_key
+from engram.domain.principals import LOCAL_ADMIN, MAINTENANCE
+from engram.domain.spaces import SpaceRef, Visibility
+from engram.maintenance.mongo_stores import (
+    MongoJobRunStore,
+    MongoLeaseStore,
+    MongoSpaceSettingsStore,
+)
+from engram.maintenance.ports import (
+    Job,
+    JobRunStore,
+    LeaseStore,
+    MaintenanceDeps,
+    SpaceSettingsStore,
+    SpaceSource,
+)
+from engram.maintenance.sqlite_stores import (
+    SqliteJobRunStore,
+    SqliteLeaseStore,
+    SqliteSpaceSettingsStore,
+)
+from engram.maintenance.worker import MaintenanceWorker, WorkerConfig
+from engram.storage.mongo_repository import MongoDocumentRepository
+from engram.v1 import maintenance_pb2, maintenance_pb2_grpc, storage_pb2_grpc
+from tests.support.backends import RealBackends
+from tests.support.clock import ManualClock
+from tests.support.grpc_helpers import fails, space, write_request
+from tests.support.settings import server_settings
+
+pytestmark = pytest.mark.e2e
+
+DAY = timedelta(days=1)
+
+
+class UsageSnapshotJob:
+    """Reports a space's document count and bytes (read through StorageService as the
+    maintenance principal); `gate`, when set, holds each run until the test opens it."""
+
+    name: ClassVar[str] = "usage_snapshot"
+
+    def __init__(self, deps: MaintenanceDeps, *, gate: asyncio.Event | None = None) -> None:
+        self._deps = deps
+        self._gate = gate
+        self.started = asyncio.Event()
+
+    def scheduled(self, settings: SpaceSettings) -> bool:
+        return True
+
+    def interval(self, settings: SpaceSettings) -> timedelta:
+        return DAY
+
+    async def run(self, space: SpaceRef, settings: SpaceSettings) -> JobReport:
+        self.started.set()
+        if self._gate is not None:
+            await self._gate.wait()
+        usage = await self._deps.storage.usage(self._deps.principal, space)
+        # Every run yields once more, so racing workers interleave.
+        await asyncio.sleep(0.01)
+        return JobReport(
+            counts={"documents": usage.document_count, "bytes": usage.used_bytes},
+            message=f"{usage.document_count} documents",
+        )
+
+
+class FailingJob:
+    """Always fails the way a job meets a refused write: an EngramError."""
+
+    name: ClassVar[str] = "always_fails"
+
+    def scheduled(self, settings: SpaceSettings) -> bool:
+        return settings.dream_enabled
+
+    def interval(self, settings: SpaceSettings) -> timedelta:
+        return DAY
+
+    async def run(self, space: SpaceRef, settings: SpaceSettings) -> JobReport:
+        raise EngramError("the model answered 500")
+
+
+def _ref(name: str) -> SpaceRef:
+    return SpaceRef.create(Visibility.PRIVATE, tenant="local", name=name)
+
+
+# --- several workers on one store ------------------------------------------------------------
+
+
+@dataclass
+class Shared:
+    """What two worker processes share: the documents (spaces to walk) and the stores."""
+
+    spaces: SpaceSource
+    leases: LeaseStore
+    runs: JobRunStore
+    settings: SpaceSettingsStore
+    deps: MaintenanceDeps
+    clock: ManualClock
+
+
+def _workers(shared: Shared, count: int) -> list[MaintenanceWorker]:
+    return [
+        MaintenanceWorker(
+            [UsageSnapshotJob(shared.deps)],
+            shared.spaces,
+            shared.leases,
+            shared.runs,
+            shared.settings,
+            WorkerConfig(lease_seconds=30, space_page=2),
+            name=f"worker-{n}",
+            clock=shared.clock,
+        )
+        for n in range(count)
+    ]
+
+
+SPACES = ["alpha", "beta", "gamma", "delta", "epsilon"]
+
+
+@pytest.fixture(params=["sqlite", "mongo"])
+async def shared(
+    request: pytest.FixtureRequest, tmp_path: Path, real_backends: RealBackends
+) -> AsyncIterator[Shared]:
+    clock = ManualClock()
+    async with embedded_engram(server_settings(tmp_path / "engram"), clock=clock) as engram:
+        storage = storage_pb2_grpc.StorageServiceStub(
+            grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}")
+        )
+        for name in SPACES:
+            await storage.WriteDocument(write_request("MEMORY.md", f"# {name}", ref=space(name)))
+        deps = engram.maintenance.deps
+        if request.param == "sqlite":
+            database = engram.database
+            yield Shared(
+                engram.repository,
+                SqliteLeaseStore(database, clock=clock),
+                SqliteJobRunStore(database),
+                SqliteSpaceSettingsStore(database),
+                deps,
+                clock,
+            )
+            return
+        request.applymarker(pytest.mark.real_backend)
+        from engram.app.production import storage_on_mongo
+
+        db_name = f"engram_{uuid.uuid4().hex[:12]}"
+        settings = server_settings(
+            tmp_path / "mongo", mongo_uri=real_backends.url("mongo"), mongo_db=db_name
+        )
+        async with storage_on_mongo(
+            settings,
+            publish_events=False,
+            authenticator=FixedPrincipalAuthenticator(LOCAL_ADMIN),
+        ) as server:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+                mongo_storage = storage_pb2_grpc.StorageServiceStub(channel)
+                for name in SPACES:
+                    await mongo_storage.WriteDocument(
+                        write_request("MEMORY.md", f"# {name}", ref=space(name))
+                    )
+            client, mongo = connect(real_backends.url("mongo"), db_name)
+            leases, runs = MongoLeaseStore(mongo, clock=clock), MongoJobRunStore(mongo)
+            for store in (leases, runs):
+                await store.ensure_indexes()
+            try:
+                yield Shared(
+                    MongoDocumentRepository(mongo, retention=5),
+                    leases,
+                    runs,
+                    MongoSpaceSettingsStore(mongo),
+                    deps,
+                    clock,
+                )
+            finally:
+                await client.drop_database(db_name)
+                await client.close()
+
+
+def _by_space(runs: list[JobRun]) -> dict[str, list[JobRun]]:
+    found: dict[str, list[JobRun]] = {}
+    for run in runs:
+        found.setdefault(run.space.name, []).append(run)
+    return found
+
+
+async def test_two_workers_run_each_job_once_per_period_between_them(shared: Shared) -> None:
+    a, b = _workers(shared, 2)
+    first = [run for runs in await asyncio.gather(a.tick(), b.tick()) for run in runs]
+    per_space = _by_space(first)
+    assert sorted(per_space) == sorted(SPACES), "every space walked (pages of 2)"
+    assert all(len(runs) == 1 for runs in per_space.values()), per_space
+    assert all(run.outcome is JobOutcome.SUCCEEDED for run in first)
+    assert all(
+        run.counts == {"documents": 1, "bytes": len("# ") + len(run.space.name)} for run in first
+    )
+    assert [] == [run for runs in await asyncio.gather(a.tick(), b.tick()) for run in runs], (
+        "not due again within the period"
+    )
+    shared.clock.advance(hours=23)
+    assert await a.tick() == [] and await b.tick() == []
+    shared.clock.advance(hours=1)
+    second = [run for runs in await asyncio.gather(b.tick(), a.tick()) for run in runs]
+    assert sorted(run.space.name for run in second) == sorted(SPACES), "once more per space"
+    listed = await shared.runs.page(space_id=None, job="usage_snapshot", before=None, limit=100)
+    assert len(listed) == 2 * len(SPACES)
+
+
+async def test_a_crashed_workers_run_is_taken_over_after_its_lease_expires(
+    shared: Shared,
+) -> None:
+    leases, runs = shared.leases, shared.runs
+    ref = _ref("alpha")
+    # A worker took the lease, recorded its run, and died: no finish, no release.
+    assert await leases.acquire(
+        lease_key("usage_snapshot", ref.id), "dead#1", timedelta(seconds=30)
+    )
+    dead = JobRun(
+        run_id="dead-run",
+        job="usage_snapshot",
+        space=ref,
+        started_at=shared.clock(),
+        outcome=JobOutcome.RUNNING,
+        worker="dead",
+        on_demand=False,
+    )
+    await runs.start(dead)
+    (worker,) = _workers(shared, 1)
+    done = await worker.tick()
+    assert "alpha" not in {run.space.name for run in done}, "the lease still holds"
+    shared.clock.advance(seconds=31)
+    done = await worker.tick()
+    assert [run.space.name for run in done] == ["alpha"]
+    history = await runs.page(space_id=ref.id, job="", before=None, limit=10)
+    assert [(r.run_id == "dead-run", r.outcome) for r in history] == [
+        (False, JobOutcome.SUCCEEDED),
+        (True, JobOutcome.FAILED),
+    ]
+    assert "stopped before it finished" in history[1].message
+
+
+# --- the service over gRPC -------------------------------------------------------------------
+
+
+@dataclass
+class Served:
+    engram: EmbeddedEngram
+    stub: maintenance_pb2_grpc.MaintenanceServiceStub
+    jobs: list[Job]
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    built: list[Job] = []
+    gate = asyncio.Event()
+    gate.set()
+
+    def jobs(deps: MaintenanceDeps) -> list[Job]:
+        built.extend([UsageSnapshotJob(deps, gate=gate), FailingJob()])
+        return built
+
+    async with embedded_engram(
+        server_settings(tmp_path / "engram"), maintenance_jobs=jobs
+    ) as engram:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
+            storage = storage_pb2_grpc.StorageServiceStub(channel)
+            await storage.WriteDocument(write_request("MEMORY.md", "remember", ref=space("notes")))
+            yield Served(engram, maintenance_pb2_grpc.MaintenanceServiceStub(channel), built)
+
+
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_run_job_runs_now_and_records_the_run(served: Served) -> None:
+    succeeded = _sample("engram_maintenance_runs_total", job="usage_snapshot", outcome="succeeded")
+    response = await served.stub.RunJob(
+        maintenance_pb2.RunJobRequest(job="usage_snapshot", space=space("notes"))
+    )
+    run = response.run
+    assert run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED and run.on_demand
+    assert dict(run.counts) == {"documents": 1, "bytes": len("remember")}
+    assert run.space_id == _ref("notes").id and run.HasField("finished_at")
+    listed = await served.stub.ListJobRuns(maintenance_pb2.ListJobRunsRequest(space=space("notes")))
+    assert [r.run_id for r in listed.runs] == [run.run_id]
+    after = _sample("engram_maintenance_runs_total", job="usage_snapshot", outcome="succeeded")
+    assert after == succeeded + 1
+    assert _sample("engram_maintenance_last_success_timestamp_seconds", job="usage_snapshot") > 0
+    exposed = generate_latest(REGISTRY).decode()
+    for metric in (
+        "engram_maintenance_runs_total",
+        "engram_maintenance_failures_total",
+        "engram_maintenance_run_seconds",
+        "engram_maintenance_last_success_timestamp_seconds",
+    ):
+        assert metric in exposed, metric
+
+
+async def test_a_failing_job_is_recorded_failed_with_its_message(served: Served) -> None:
+    failures = _sample("engram_maintenance_failures_total", job="always_fails")
+    response = await served.stub.RunJob(
+        maintenance_pb2.RunJobRequest(job="always_fails", space=space("notes"))
+    )
+    assert response.run.outcome == maintenance_pb2.JOB_OUTCOME_FAILED
+    assert response.run.message == "the model answered 500"
+    assert _sample("engram_maintenance_failures_total", job="always_fails") == failures + 1
+
+
+async def test_run_job_refuses_an_unknown_job_naming_the_known_ones(served: Served) -> None:
+    failure = await fails(
+        served.stub.RunJob(maintenance_pb2.RunJobRequest(job="defrag", space=space("notes"))),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert "always_fails, usage_snapshot" in failure.message
+    await fails(
+        served.stub.RunJob(maintenance_pb2.RunJobRequest(space=space("notes"))),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+
+
+async def test_run_job_is_aborted_while_a_run_holds_the_lease(served: Served) -> None:
+    snapshot = served.jobs[0]
+    assert isinstance(snapshot, UsageSnapshotJob)
+    gate = snapshot._gate
+    assert gate is not None
+    gate.clear()
+    request = maintenance_pb2.RunJobRequest(job="usage_snapshot", space=space("notes"))
+    first = asyncio.ensure_future(served.stub.RunJob(request))
+    await asyncio.wait_for(snapshot.started.wait(), 30)
+    failure = await fails(served.stub.RunJob(request), grpc.StatusCode.ABORTED)
+    assert "already running" in failure.message
+    other = await served.stub.RunJob(
+        maintenance_pb2.RunJobRequest(job="always_fails", space=space("notes"))
+    )
+    assert other.run.outcome == maintenance_pb2.JOB_OUTCOME_FAILED, "another job is not held"
+    listed = await served.stub.ListJobRuns(maintenance_pb2.ListJobRunsRequest(space=space("notes")))
+    assert maintenance_pb2.JOB_OUTCOME_RUNNING in [r.outcome for r in listed.runs]
+    gate.set()
+    assert (await first).run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED
+    again = await served.stub.RunJob(request)
+    assert again.run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED, "released"
+
+
+async def test_list_job_runs_pages_newest_first(served: Served) -> None:
+    made = []
+    for _ in range(5):
+        response = await served.stub.RunJob(
+            maintenance_pb2.RunJobRequest(job="usage_snapshot", space=space("notes"))
+        )
+        made.append(response.run.run_id)
+    await served.stub.RunJob(
+        maintenance_pb2.RunJobRequest(job="always_fails", space=space("notes"))
+    )
+    seen: list[str] = []
+    request = maintenance_pb2.ListJobRunsRequest(
+        space=space("notes"), job="usage_snapshot", page_size=2
+    )
+    pages = 0
+    while True:
+        response = await served.stub.ListJobRuns(request)
+        pages += 1
+        seen.extend(run.run_id for run in response.runs)
+        if not response.next_page_token:
+            break
+        request.page_token = response.next_page_token
+    assert seen == list(reversed(made)) and pages == 3
+    every = await served.stub.ListJobRuns(maintenance_pb2.ListJobRunsRequest())
+    assert len(every.runs) == 6, "no space: every space's runs (platform admin)"
+    foreign = maintenance_pb2.ListJobRunsRequest(space=space("wiki"), page_token=request.page_token)
+    await fails(served.stub.ListJobRuns(foreign), grpc.StatusCode.INVALID_ARGUMENT)
+    await fails(
+        served.stub.ListJobRuns(maintenance_pb2.ListJobRunsRequest(page_size=-1)),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+
+
+async def test_space_settings_round_trip(served: Served) -> None:
+    get = maintenance_pb2.GetSpaceMaintenanceRequest(space=space("notes"))
+    defaults = (await served.stub.GetSpaceMaintenance(get)).settings
+    assert not defaults.dream_enabled
+    assert defaults.log_retention == maintenance_pb2.LOG_RETENTION_OFF
+    assert (defaults.max_daily_logs, defaults.stale_after_days) == (60, 90)
+    chosen = maintenance_pb2.SpaceMaintenance(
+        dream_enabled=True,
+        log_retention=maintenance_pb2.LOG_RETENTION_ARCHIVE,
+        max_daily_logs=14,
+        log_retention_days=30,
+    )
+    saved = await served.stub.SetSpaceMaintenance(
+        maintenance_pb2.SetSpaceMaintenanceRequest(space=space("notes"), settings=chosen)
+    )
+    expected = maintenance_pb2.SpaceMaintenance(
+        dream_enabled=True,
+        log_retention=maintenance_pb2.LOG_RETENTION_ARCHIVE,
+        max_daily_logs=14,
+        log_retention_days=30,
+        stale_after_days=90,
+    )
+    assert saved.settings == expected, "0 = the default"
+    assert (await served.stub.GetSpaceMaintenance(get)).settings == expected
+    other = maintenance_pb2.GetSpaceMaintenanceRequest(space=space("wiki"))
+    assert not (await served.stub.GetSpaceMaintenance(other)).settings.dream_enabled
+    bad = maintenance_pb2.SpaceMaintenance(max_daily_logs=-1)
+    failure = await fails(
+        served.stub.SetSpaceMaintenance(
+            maintenance_pb2.SetSpaceMaintenanceRequest(space=space("notes"), settings=bad)
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert "max_daily_logs" in failure.message
+    # The settings steer the schedule: FailingJob runs only where dreaming is on.
+    done = await served.engram.maintenance.worker.tick()
+    assert sorted(run.job for run in done) == ["always_fails", "usage_snapshot"]
+
+
+async def test_the_schedule_runs_jobs_by_itself(tmp_path: Path) -> None:
+    settings = server_settings(
+        tmp_path / "engram", maintenance_schedule=True, maintenance_tick_seconds=0.2
+    )
+
+    def jobs(deps: MaintenanceDeps) -> list[Job]:
+        assert deps.principal == MAINTENANCE
+        return [UsageSnapshotJob(deps)]
+
+    async with embedded_engram(settings, maintenance_jobs=jobs) as engram:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
+            storage = storage_pb2_grpc.StorageServiceStub(channel)
+            await storage.WriteDocument(write_request("MEMORY.md", "x", ref=space("notes")))
+            stub = maintenance_pb2_grpc.MaintenanceServiceStub(channel)
+            request = maintenance_pb2.ListJobRunsRequest(space=space("notes"))
+            async with asyncio.timeout(30):
+                while True:
+                    if (await stub.ListJobRuns(request)).runs:
+                        break
+                    await asyncio.sleep(0.1)
+            await asyncio.sleep(0.6)  # three more ticks: not due again
+            (run,) = (await stub.ListJobRuns(request)).runs
+            assert run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED and not run.on_demand
