@@ -33,6 +33,8 @@ from engram.v1 import (
     authz_pb2_grpc,
     indexer_pb2,
     indexer_pb2_grpc,
+    maintenance_pb2,
+    maintenance_pb2_grpc,
     quota_pb2,
     quota_pb2_grpc,
     search_pb2,
@@ -111,6 +113,7 @@ def calls(deployment: Deployment) -> dict[str, Call]:
     indexer = indexer_pb2_grpc.IndexerServiceStub(channel)
     search = search_pb2_grpc.SearchServiceStub(channel)
     workspace = workspace_pb2_grpc.WorkspaceServiceStub(channel)
+    maintenance = maintenance_pb2_grpc.MaintenanceServiceStub(channel)
     store = SqliteTokenStore(deployment.engram.database)
 
     async def export(t: Target, svc: bool, md: Any, _: str) -> Any:
@@ -142,6 +145,13 @@ def calls(deployment: Deployment) -> dict[str, Call]:
             )
         )
         return await authz.RevokeToken(authz_pb2.RevokeTokenRequest(token_id=token_id), metadata=md)
+
+    def job_runs(t: Target, svc: bool, md: Any, _: str) -> Awaitable[Any]:
+        if t is Target.INSTANCE:
+            return maintenance.ListJobRuns(maintenance_pb2.ListJobRunsRequest(), metadata=md)
+        return maintenance.ListJobRuns(
+            maintenance_pb2.ListJobRunsRequest(space=target_space(t, svc)), metadata=md
+        )
 
     def reindex(t: Target, svc: bool, md: Any, _: str) -> Awaitable[Any]:
         if t is Target.INSTANCE:
@@ -258,6 +268,24 @@ def calls(deployment: Deployment) -> dict[str, Call]:
         "/engram.v1.AuthzService/RevokeToken": revoke,
         "/engram.v1.AuthzService/ListAuditEvents": lambda t, s, md, _: authz.ListAuditEvents(
             authz_pb2.ListAuditEventsRequest(since=Timestamp(seconds=0)), metadata=md
+        ),
+        "/engram.v1.MaintenanceService/ListJobRuns": job_runs,
+        # No job is configured here: an admitted call is refused as INVALID_ARGUMENT.
+        "/engram.v1.MaintenanceService/RunJob": lambda t, s, md, _: maintenance.RunJob(
+            maintenance_pb2.RunJobRequest(job="matrix", space=S(t, s)), metadata=md
+        ),
+        "/engram.v1.MaintenanceService/GetSpaceMaintenance": (
+            lambda t, s, md, _: maintenance.GetSpaceMaintenance(
+                maintenance_pb2.GetSpaceMaintenanceRequest(space=S(t, s)), metadata=md
+            )
+        ),
+        "/engram.v1.MaintenanceService/SetSpaceMaintenance": (
+            lambda t, s, md, _: maintenance.SetSpaceMaintenance(
+                maintenance_pb2.SetSpaceMaintenanceRequest(
+                    space=S(t, s), settings=maintenance_pb2.SpaceMaintenance(dream_enabled=True)
+                ),
+                metadata=md,
+            )
         ),
         "/engram.v1.AuthzService/RecordAuditEvent": lambda t, s, md, _: authz.RecordAuditEvent(
             authz_pb2.RecordAuditEventRequest(

@@ -45,6 +45,7 @@ from engram.v1 import (
     authz_pb2,
     authz_pb2_grpc,
     indexer_pb2,
+    maintenance_pb2,
     quota_pb2,
     quota_pb2_grpc,
     search_pb2,
@@ -80,6 +81,7 @@ SERVICE_MODULES = (
     indexer_pb2,
     search_pb2,
     workspace_pb2,
+    maintenance_pb2,
     health_pb2,
 )
 REFLECTION = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]
