@@ -16,7 +16,7 @@ from tests.support.scripts import ROOT, load_script
 pytestmark = pytest.mark.unit
 
 reference = load_script("deploy/settings_reference.py")
-SERVE = ["storage", "quota", "authz", "indexer", "search", "workspace"]
+SERVE = ["storage", "quota", "authz", "indexer", "search", "workspace", "maintenance"]
 
 
 def test_every_setting_has_a_description() -> None:
@@ -49,7 +49,7 @@ def test_every_setting_is_a_row_with_its_default_type_and_readers() -> None:
     assert rows["ENGRAM_LOG_FORMAT"][3] == "`json` \\| `text`"
     assert "ENGRAM_MONGO_URI_FILE" in rows["ENGRAM_MONGO_URI"][1]
     assert rows["ENGRAM_MONGO_URI"][3] == "secret"
-    assert rows["ENGRAM_NATS_URL"][4] == "storage, indexer"
+    assert rows["ENGRAM_NATS_URL"][4] == "storage, indexer, maintenance"
 
 
 def test_readers_follow_the_wiring() -> None:
@@ -59,22 +59,23 @@ def test_readers_follow_the_wiring() -> None:
     assert read["data_dir"] == ["dev"]
     assert read["tantivy_dir"] == ["dev"]
     # Backends: only the processes that open them.
-    assert read["nats_url"] == ["storage", "indexer"]
-    assert read["opensearch_url"] == ["indexer", "search"]
+    assert read["nats_url"] == ["storage", "indexer", "maintenance"]
+    assert read["opensearch_url"] == ["indexer", "search", "maintenance"]
     assert read["mongo_uri"] == SERVE
-    # The vector index is required by indexer and search only (a flag of `require`);
-    # `engram dev` has its own embedded one.
-    assert read["qdrant_url"] == ["indexer", "search"]
+    # The vector index is required by indexer, search and maintenance only (a flag of
+    # `require`); `engram dev` has its own embedded one.
+    assert read["qdrant_url"] == ["indexer", "search", "maintenance"]
     # Peers and the service principal: the callers only.
     assert read["storage_addr"] == ["indexer", "workspace"]
     assert read["search_addr"] == ["workspace"]
-    assert read["quota_addr"] == ["storage"]
-    assert read["service_token"] == ["storage", "indexer", "workspace"]
-    assert read["tls_client_cert_file"] == ["storage", "indexer", "workspace"]
+    assert read["quota_addr"] == ["storage", "maintenance"]
+    assert read["service_token"] == ["storage", "indexer", "workspace", "maintenance"]
+    assert read["tls_client_cert_file"] == ["storage", "indexer", "workspace", "maintenance"]
     # One service's tuning, through the component built from it.
     assert read["workspace_writes_per_minute"] == ["workspace", "dev"]
     assert read["search_candidate_depth"] == ["search", "dev"]
     assert read["indexer_durable"] == ["indexer"]
+    assert read["maintenance_tick_seconds"] == ["maintenance", "dev"]
 
 
 def _settings_reads(path: Path) -> list[str]:

@@ -130,9 +130,9 @@ class _OnMongo:
 
 @contextlib.asynccontextmanager
 async def _on_mongo(
-    settings: Settings, needs: Sequence[type[Needs]] = (), *, vector: bool = False
+    settings: Settings, needs: Sequence[type[Needs]] = ()
 ) -> AsyncIterator[_OnMongo]:
-    required = require(settings, [MongoNeeds, *needs], vector=vector)
+    required = require(settings, [MongoNeeds, *needs])
     components = Components.from_settings(settings)
     async with contextlib.AsyncExitStack() as stack:
         database = connect_mongo(required[MongoNeeds], settings, stack)
@@ -465,13 +465,15 @@ async def open_maintenance(
     settings live on MongoDB, so replicas share them. `jobs` builds other jobs than the
     configured ones (tests)."""
     needs: list[type[Needs]] = [OpenSearchNeeds, *_storage_needs(settings, publish_events=True)]
-    async with _on_mongo(settings, needs, vector=True) as process:
+    # One error naming every missing setting, the vector index's included.
+    vectors = require(settings, [MongoNeeds, *needs], vector=True).vector
+    async with _on_mongo(settings, needs) as process:
         stack, database = process.stack, process.database
         built = await _mongo_storage(process, publish_events=True, name="engram-maintenance")
         quota = await _mongo_quota(process, built.repository)
         keyword = opensearch_index(process.required[OpenSearchNeeds].opensearch_url, settings)
         await open_or_keep_trying(keyword, "keyword", stack)
-        vector = vector_index(process.required.vector)
+        vector = vector_index(vectors)
         await open_or_keep_trying(vector, "vector", stack)
         publisher = JetStreamPublisher(
             process.required[NatsNeeds].nats_url, name="engram-maintenance-reindex"
