@@ -2,9 +2,8 @@
 and FerretDB), a crashed worker's run taken over, RunJob / ListJobRuns / settings over gRPC,
 and the per-job metrics.
 
-The job here is the test's own: `UsageSnapshotJob` reads a space's usage through the
-StorageService as the maintenance principal and reports it (the real jobs, dreaming and
-hygiene, have their own tests)."""
+The job here is the tests' own (tests/support/maintenance_jobs.py); the real jobs, dreaming
+and hygiene, have their own tests."""
 
 from __future__ import annotations
 
@@ -52,41 +51,10 @@ from engram.v1 import maintenance_pb2, maintenance_pb2_grpc, storage_pb2_grpc
 from tests.support.backends import RealBackends
 from tests.support.clock import ManualClock
 from tests.support.grpc_helpers import fails, space, write_request
+from tests.support.maintenance_jobs import DAY, UsageSnapshotJob
 from tests.support.settings import server_settings
 
 pytestmark = pytest.mark.e2e
-
-DAY = timedelta(days=1)
-
-
-class UsageSnapshotJob:
-    """Reports a space's document count and bytes (read through StorageService as the
-    maintenance principal); `gate`, when set, holds each run until the test opens it."""
-
-    name: ClassVar[str] = "usage_snapshot"
-
-    def __init__(self, deps: MaintenanceDeps, *, gate: asyncio.Event | None = None) -> None:
-        self._deps = deps
-        self._gate = gate
-        self.started = asyncio.Event()
-
-    def scheduled(self, settings: SpaceSettings) -> bool:
-        return True
-
-    def interval(self, settings: SpaceSettings) -> timedelta:
-        return DAY
-
-    async def run(self, space: SpaceRef, settings: SpaceSettings) -> JobReport:
-        self.started.set()
-        if self._gate is not None:
-            await self._gate.wait()
-        usage = await self._deps.storage.usage(self._deps.principal, space)
-        # Every run yields once more, so racing workers interleave.
-        await asyncio.sleep(0.01)
-        return JobReport(
-            counts={"documents": usage.document_count, "bytes": usage.used_bytes},
-            message=f"{usage.document_count} documents",
-        )
 
 
 class FailingJob:
