@@ -34,8 +34,12 @@ def worker_config(settings: Settings) -> WorkerConfig:
 
 
 def maintenance_jobs(deps: MaintenanceDeps, settings: Settings) -> list[Job]:
-    """Every job the worker runs (RunJob accepts these names), in both process kinds."""
-    return []
+    """Every job the worker runs (RunJob accepts these names), in both process kinds: the
+    one list, so `engram dev` and `engram serve maintenance` never differ."""
+    jobs: list[Job] = []
+    # Dreaming (engram.maintenance.dreaming.DreamJob) and the hygiene jobs
+    # (engram.maintenance.hygiene.hygiene_jobs(deps, interval)) are added here.
+    return jobs
 
 
 @dataclass(frozen=True)
