@@ -231,6 +231,38 @@ async def test_a_crashed_workers_run_is_taken_over_after_its_lease_expires(
     assert "stopped before it finished" in history[1].message
 
 
+async def test_a_run_past_its_time_limit_or_its_lease_is_stopped_and_failed(
+    shared: Shared,
+) -> None:
+    gate = asyncio.Event()  # never opened: the run waits until it is stopped
+    job = UsageSnapshotJob(shared.deps, gate=gate)
+
+    def worker(**config: float) -> MaintenanceWorker:
+        return MaintenanceWorker(
+            [job],
+            shared.spaces,
+            shared.leases,
+            shared.runs,
+            shared.settings,
+            WorkerConfig(**config),  # type: ignore[arg-type]
+            clock=shared.clock,
+        )
+
+    slow = await worker(run_timeout_seconds=0.2).run_now("usage_snapshot", _ref("alpha"))
+    assert slow.outcome is JobOutcome.FAILED
+    assert "ENGRAM_MAINTENANCE_RUN_TIMEOUT_SECONDS" in slow.message
+    key = lease_key("usage_snapshot", _ref("beta").id)
+    job.started.clear()
+    running = asyncio.ensure_future(worker(lease_seconds=3).run_now("usage_snapshot", _ref("beta")))
+    await asyncio.wait_for(job.started.wait(), 30)
+    shared.clock.advance(seconds=4)  # the lease expired before its renewal (every 1 s)
+    assert await shared.leases.acquire(key, "other#1", timedelta(seconds=60)) is not None
+    lost = await asyncio.wait_for(running, 30)
+    assert lost.outcome is JobOutcome.FAILED and "lost its lease" in lost.message
+    current = await shared.leases.current(key)
+    assert current is not None and current.holder == "other#1", "the new holder keeps it"
+
+
 # --- the service over gRPC -------------------------------------------------------------------
 
 

@@ -43,6 +43,7 @@ from engram.maintenance.ports import (
     SpaceSource,
     utc_now,
 )
+from engram.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +130,7 @@ class MaintenanceWorker:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _loop(self) -> None:
@@ -254,8 +253,8 @@ class MaintenanceWorker:
                 "(ENGRAM_MAINTENANCE_RUN_TIMEOUT_SECONDS) and was stopped"
             )
         except asyncio.CancelledError:
-            if keeper.done() and keeper.result() is False:
-                message = "lost its lease (the store did not answer its renewals) and was stopped"
+            if keeper.done() and not keeper.cancelled() and keeper.result() is False:
+                message = "lost its lease (not renewed in time; another worker may run it) and was stopped"
             else:
                 await self._record(run, None, "the worker stopped during the run", began)
                 raise
@@ -265,9 +264,7 @@ class MaintenanceWorker:
             log.exception("maintenance job failed", extra={"job": job.name, "space": space.id})
             message = f"{type(error).__name__}: {error}"[:500]
         finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            await cancel_and_wait(keeper)
         return await self._record(run, report, message, began)
 
     async def _keep(self, lease: Lease, work: asyncio.Task[JobReport]) -> bool:
