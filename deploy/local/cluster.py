@@ -54,9 +54,13 @@ from tests.support.tokens import mint, service_token  # noqa: E402
 
 LOOPBACK_VALUES = CHART / "ci" / "loopback-values.yaml"
 # Started in waves: a wave's processes start together once the previous wave is SERVING.
-# The indexer opens the shared vector directory before search does (numpy_index.py: start
-# processes one after another when the directory is new).
-WAVES = (("authz", "quota", "storage"), ("indexer",), ("search", "workspace", "mcp"))
+# The indexer opens the shared vector directory before search and maintenance do
+# (numpy_index.py: start processes one after another when the directory is new).
+WAVES = (
+    ("authz", "quota", "storage"),
+    ("indexer",),
+    ("search", "workspace", "maintenance", "mcp"),
+)
 START_TIMEOUT = 120.0
 PR_SET_PDEATHSIG = 1
 

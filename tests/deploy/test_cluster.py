@@ -45,7 +45,7 @@ from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_backend]
 
-SERVICES = {"storage", "quota", "authz", "indexer", "search", "workspace"}
+SERVICES = {"storage", "quota", "authz", "indexer", "search", "workspace", "maintenance"}
 PROCESSES = SERVICES | {"mcp"}
 ANN = bearer(mint("ann", "acme", "member"))
 ADMIN = bearer(mint("root", "acme", "admin"))
