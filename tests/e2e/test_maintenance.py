@@ -48,6 +48,7 @@ from engram.maintenance.sqlite_stores import (
 from engram.maintenance.worker import MaintenanceWorker, WorkerConfig
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.v1 import maintenance_pb2, maintenance_pb2_grpc, storage_pb2_grpc
+from tests.e2e.test_cli import Cli
 from tests.support.backends import RealBackends
 from tests.support.clock import ManualClock
 from tests.support.grpc_helpers import fails, space, write_request
@@ -460,3 +461,42 @@ async def test_the_schedule_runs_jobs_by_itself(tmp_path: Path) -> None:
             await asyncio.sleep(0.6)  # three more ticks: not due again
             (run,) = (await stub.ListJobRuns(request)).runs
             assert run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED and not run.on_demand
+
+
+async def test_engram_jobs_cli(served: Served) -> None:
+    cli = Cli(served.engram.port)
+    ran = await cli("jobs", "run", "usage_snapshot", "--name", "notes")
+    assert "usage_snapshot on v1:private:local::::notes: succeeded" in ran
+    assert "documents=1" in ran and "1 documents" in ran
+    failed = await cli("jobs", "run", "always_fails", "--name", "notes", ok=False)
+    assert "failed" in failed and "the model answered 500" in failed
+    unknown = await cli("jobs", "run", "defrag", "--name", "notes", ok=False)
+    assert "INVALID_ARGUMENT" in unknown and "usage_snapshot" in unknown
+    listed = await cli("jobs", "--space", "notes", "--job", "usage_snapshot")
+    assert "usage_snapshot (on demand)" in listed and "always_fails" not in listed
+    assert "always_fails" in await cli("jobs")
+    shown = await cli("jobs", "settings", "--name", "notes")
+    assert "dream: off" in shown and "log retention: off" in shown
+    changed = await cli(
+        "jobs",
+        "settings",
+        "--name",
+        "notes",
+        "--dream",
+        "--log-retention",
+        "archive",
+        "--retention-days",
+        "30",
+        "--max-daily-logs",
+        "10",
+        "--stale-after-days",
+        "7",
+    )
+    assert (
+        "dream: on" in changed
+        and "log retention: archive (days: 30, max daily logs: 10)" in changed
+    )
+    assert "stale after: 7 days" in changed
+    assert "dream: on" in await cli("jobs", "settings", "--name", "notes", "--retention-days", "0")
+    refused = await cli("jobs", "settings", "--name", "notes", "--max-daily-logs", "-3", ok=False)
+    assert "max_daily_logs" in refused

@@ -6,7 +6,6 @@ from typing import Annotated
 
 import grpc
 import typer
-from rich.table import Table
 
 from engram.cli.client import (
     AddrOption,
@@ -122,18 +121,18 @@ def list_runs(
     if not runs:
         console.print("no job runs", highlight=False)
         return
-    table = Table("started", "job", "space", "outcome", "took", "counts", "message")
+    # One line per run (a table would wrap the space ids on a terminal).
     for run in runs:
-        table.add_row(
+        fields = [
             run.started_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"),
             run.job + (" (on demand)" if run.on_demand else ""),
-            run.space_id,
             OUTCOMES.get(run.outcome, "?"),
             _duration(run),
+            run.space_id,
             _counts(run),
             run.message,
-        )
-    console.print(table)
+        ]
+        console.print("  ".join(field for field in fields if field), highlight=False)
 
 
 @jobs.command("run")
