@@ -47,6 +47,10 @@ from engram.runtime.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
+# A run's message and each detail line are cut to this many characters when recorded.
+MAX_MESSAGE_CHARS = 1000
+MAX_DETAIL_CHARS = 500
+
 RUNS = Counter(
     "engram_maintenance_runs_total", "Maintenance job runs, by job and outcome.", ["job", "outcome"]
 )
@@ -142,6 +146,8 @@ class MaintenanceWorker:
                 await self.tick()
             except EngramError as error:
                 log.warning("maintenance tick failed", extra={"error": error.message})
+            except Exception:  # noqa: BLE001 - the schedule outlives one bad walk
+                log.exception("maintenance tick failed")
 
     async def tick(self) -> list[JobRun]:
         """One walk over every space: runs every scheduled job that is due (one at a time)
@@ -254,7 +260,10 @@ class MaintenanceWorker:
             )
         except asyncio.CancelledError:
             if keeper.done() and not keeper.cancelled() and keeper.result() is False:
-                message = "lost its lease (not renewed in time; another worker may run it) and was stopped"
+                message = (
+                    "lost its lease (not renewed in time; another worker may run it) "
+                    "and was stopped"
+                )
             else:
                 await self._record(run, None, "the worker stopped during the run", began)
                 raise
@@ -292,8 +301,12 @@ class MaintenanceWorker:
             outcome=outcome,
             finished_at=self._clock(),
             counts=dict(report.counts) if report is not None else {},
-            message=(report.message if report is not None else failure)[:1000],
-            details=tuple(report.details[:MAX_RUN_DETAILS]) if report is not None else (),
+            message=(report.message if report is not None else failure)[:MAX_MESSAGE_CHARS],
+            details=(
+                tuple(line[:MAX_DETAIL_CHARS] for line in report.details[:MAX_RUN_DETAILS])
+                if report is not None
+                else ()
+            ),
         )
         await self._runs.finish(finished)
         RUNS.labels(run.job, outcome.value).inc()
