@@ -500,3 +500,33 @@ async def test_engram_jobs_cli(served: Served) -> None:
     assert "dream: on" in await cli("jobs", "settings", "--name", "notes", "--retention-days", "0")
     refused = await cli("jobs", "settings", "--name", "notes", "--max-daily-logs", "-3", ok=False)
     assert "max_daily_logs" in refused
+
+
+async def test_an_on_demand_run_outlives_its_caller_and_runs_are_bounded(
+    tmp_path: Path,
+) -> None:
+    gate = asyncio.Event()
+
+    def jobs(deps: MaintenanceDeps) -> list[Job]:
+        return [UsageSnapshotJob(deps, gate=gate)]
+
+    settings = server_settings(tmp_path / "engram", maintenance_max_on_demand=1)
+    async with embedded_engram(settings, maintenance_jobs=jobs) as engram:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
+            stub = maintenance_pb2_grpc.MaintenanceServiceStub(channel)
+            request = maintenance_pb2.RunJobRequest(job="usage_snapshot", space=space("notes"))
+            with pytest.raises(grpc.aio.AioRpcError) as gone:
+                await stub.RunJob(request, timeout=0.5)
+            assert gone.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            other = maintenance_pb2.RunJobRequest(job="usage_snapshot", space=space("wiki"))
+            await fails(stub.RunJob(other), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            gate.set()
+            listed = maintenance_pb2.ListJobRunsRequest(space=space("notes"))
+            async with asyncio.timeout(30):
+                while True:
+                    (run,) = (await stub.ListJobRuns(listed)).runs
+                    if run.outcome != maintenance_pb2.JOB_OUTCOME_RUNNING:
+                        break
+                    await asyncio.sleep(0.05)
+            assert run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED, run.message
+            assert (await stub.RunJob(other)).run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED

@@ -30,6 +30,7 @@ def worker_config(settings: Settings) -> WorkerConfig:
         run_timeout_seconds=settings.maintenance_run_timeout_seconds,
         retry_after_failure_seconds=settings.maintenance_retry_after_failure_seconds,
         run_retention_days=settings.maintenance_run_retention_days,
+        max_on_demand=settings.maintenance_max_on_demand,
     )
 
 
@@ -78,8 +79,8 @@ def start_maintenance(
         worker_config(settings),
         clock=deps.clock,
     )
+    stack.push_async_callback(worker.stop)
     if settings.maintenance_schedule:
         worker.start()
-        stack.push_async_callback(worker.stop)
     service = MaintenanceService(worker, stores.runs, stores.settings, audit)
     return Maintenance(worker, service, deps)

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from engram.domain.errors import Conflict, EngramError, InvalidArgument
+from engram.domain.errors import Conflict, EngramError, InvalidArgument, RateLimited
 from engram.domain.maintenance import (
     MAX_RUN_DETAILS,
     JobOutcome,
@@ -75,6 +75,8 @@ class WorkerConfig:
     run_timeout_seconds: float = 3600.0
     retry_after_failure_seconds: float = 900.0
     run_retention_days: int = 30
+    # RunJob runs at once per worker (the schedule runs one job at a time besides).
+    max_on_demand: int = 4
     # Spaces read per page of the walk.
     space_page: int = 200
 
@@ -110,6 +112,7 @@ class MaintenanceWorker:
         self.name = name or worker_name()
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
+        self._on_demand: set[asyncio.Task[JobRun | None]] = set()
 
     @property
     def job_names(self) -> list[str]:
@@ -136,6 +139,8 @@ class MaintenanceWorker:
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
+        for task in list(self._on_demand):
+            await cancel_and_wait(task)
 
     async def _loop(self) -> None:
         # The first walk comes one tick after start: a process starting (or restarting in a
@@ -192,10 +197,23 @@ class MaintenanceWorker:
 
     async def run_now(self, job_name: str, space: SpaceRef) -> JobRun:
         """Runs the job on the space now (RunJob), whatever its schedule; Conflict (ABORTED)
-        while a run of it holds the lease."""
+        while a run of it holds the lease, RateLimited (RESOURCE_EXHAUSTED) while this worker
+        already runs `max_on_demand` of them. A caller that goes away does not stop the run:
+        it is recorded as usual (the worker's stop does stop it)."""
         job = self.job(job_name)
+        if len(self._on_demand) >= self._config.max_on_demand:
+            raise RateLimited(
+                f"this worker already runs {self._config.max_on_demand} jobs on demand; "
+                "retry when one has finished",
+                retry_after_seconds=10,
+            )
         settings = await self.settings_of(space.id)
-        run = await self._run(job, space, settings, on_demand=True)
+        task = asyncio.create_task(
+            self._run(job, space, settings, on_demand=True), name=f"maintenance-{job.name}"
+        )
+        self._on_demand.add(task)
+        task.add_done_callback(self._on_demand.discard)
+        run = await asyncio.shield(task)
         if run is None:
             held = await self._leases.current(lease_key(job.name, space.id))
             by = f" by {held.holder.split('#')[0]}" if held is not None else ""

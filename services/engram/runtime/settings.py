@@ -307,6 +307,9 @@ class Settings(BaseSettings):
     shorter) before running the job on that space again."""
     maintenance_run_retention_days: int = Field(default=30, ge=1)
     """Job runs are listed for this long, then deleted."""
+    maintenance_max_on_demand: int = Field(default=4, ge=1)
+    """RunJob runs one worker makes at once; beyond, RESOURCE_EXHAUSTED. A run goes on when
+    its caller goes away (its record says how it ended)."""
 
     # --- dreaming (maintenance worker) -------------------------------------------------------
     dream_enabled: bool = False
