@@ -530,3 +530,17 @@ async def test_an_on_demand_run_outlives_its_caller_and_runs_are_bounded(
                     await asyncio.sleep(0.05)
             assert run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED, run.message
             assert (await stub.RunJob(other)).run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED
+
+
+async def test_engram_dev_runs_the_configured_jobs(tmp_path: Path) -> None:
+    """Without a test job list the worker runs the composition root's jobs: dreaming is one,
+    and without a chat model its run fails saying which settings it needs."""
+    async with embedded_engram(server_settings(tmp_path / "engram")) as engram:
+        assert "dream" in engram.maintenance.worker.job_names
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
+            stub = maintenance_pb2_grpc.MaintenanceServiceStub(channel)
+            response = await stub.RunJob(
+                maintenance_pb2.RunJobRequest(job="dream", space=space("notes"))
+            )
+    assert response.run.outcome == maintenance_pb2.JOB_OUTCOME_FAILED
+    assert "ENGRAM_LLM_BASE_URL" in response.run.message

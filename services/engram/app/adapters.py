@@ -28,6 +28,7 @@ from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
 from engram.indexer.ports import VectorIndex
 from engram.indexer.vector.numpy_index import NumpyVectorIndex
+from engram.maintenance.dream_watermarks import SCHEMA as DREAM_WATERMARK_SCHEMA
 from engram.maintenance.sqlite_stores import SCHEMA as MAINTENANCE_SCHEMA
 from engram.quota.sqlite_ledger import SCHEMA as LEDGER_SCHEMA
 from engram.runtime.health import Dependency
@@ -55,6 +56,7 @@ async def open_sqlite(settings: Settings, stack: contextlib.AsyncExitStack) -> S
             RATE_LIMIT_SCHEMA,
             AGENT_STATE_SCHEMA,
             MAINTENANCE_SCHEMA,
+            DREAM_WATERMARK_SCHEMA,
         ]
     )
     stack.push_async_callback(database.close)

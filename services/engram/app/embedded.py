@@ -48,6 +48,7 @@ from engram.indexer.embedding_cache import SqliteEmbeddingCache
 from engram.indexer.outbox_feed import OutboxIndexHandler, OutboxReindexQueue
 from engram.indexer.service import IndexerService
 from engram.indexer.sources import RepositoryDocumentSource
+from engram.maintenance.dream_watermarks import SqliteWatermarkStore
 from engram.maintenance.ports import MaintenanceDeps
 from engram.maintenance.sqlite_stores import (
     SqliteJobRunStore,
@@ -248,6 +249,7 @@ async def embedded_engram(
                 SqliteLeaseStore(core.database, clock=clock),
                 SqliteJobRunStore(core.database),
                 SqliteSpaceSettingsStore(core.database),
+                SqliteWatermarkStore(core.database),
             ),
             SqliteAuditLog(core.database),
             stack,

@@ -6,8 +6,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
 from engram.domain.ports import AuditSink
+from engram.maintenance.chat import ChatConfig, OpenAICompatibleChat
+from engram.maintenance.dream_watermarks import WatermarkStore
+from engram.maintenance.dreaming import DreamConfig, DreamJob
 from engram.maintenance.ports import (
     Job,
     JobRunStore,
@@ -34,13 +38,47 @@ def worker_config(settings: Settings) -> WorkerConfig:
     )
 
 
-def maintenance_jobs(deps: MaintenanceDeps, settings: Settings) -> list[Job]:
+def maintenance_jobs(
+    deps: MaintenanceDeps,
+    settings: Settings,
+    stores: MaintenanceStores,
+    stack: contextlib.AsyncExitStack,
+) -> list[Job]:
     """Every job the worker runs (RunJob accepts these names), in both process kinds: the
     one list, so `engram dev` and `engram serve maintenance` never differ."""
-    jobs: list[Job] = []
-    # Dreaming (engram.maintenance.dreaming.DreamJob) and the hygiene jobs
-    # (engram.maintenance.hygiene.hygiene_jobs(deps, interval)) are added here.
-    return jobs
+    return [
+        dream_job(deps, settings, stores.watermarks, stack),
+        # The hygiene jobs join here: *hygiene_jobs(deps, timedelta(hours=...)).
+    ]
+
+
+def dream_job(
+    deps: MaintenanceDeps,
+    settings: Settings,
+    watermarks: WatermarkStore,
+    stack: contextlib.AsyncExitStack,
+) -> DreamJob:
+    """Dreaming on the process's storage, as the maintenance principal; its chat model
+    client when ENGRAM_LLM_BASE_URL and ENGRAM_LLM_MODEL are set (without them a run fails
+    saying so, and the schedule never runs it: ENGRAM_DREAM_ENABLED requires them)."""
+    model: OpenAICompatibleChat | None = None
+    if settings.llm_base_url and settings.llm_model:
+        model = OpenAICompatibleChat(
+            ChatConfig(
+                base_url=settings.llm_base_url,
+                model=settings.llm_model,
+                api_key=(settings.llm_api_key.get_secret_value() if settings.llm_api_key else None),
+                timeout_seconds=settings.llm_timeout_seconds,
+                max_tokens=settings.llm_max_tokens,
+            )
+        )
+        stack.push_async_callback(model.close)
+    config = DreamConfig(
+        enabled=settings.dream_enabled,
+        interval=timedelta(hours=settings.dream_interval_hours),
+        max_input_chars=settings.dream_max_input_chars,
+    )
+    return DreamJob(deps.storage, deps.principal, watermarks, model, config, clock=deps.clock)
 
 
 @dataclass(frozen=True)
@@ -48,6 +86,8 @@ class MaintenanceStores:
     leases: LeaseStore
     runs: JobRunStore
     settings: SpaceSettingsStore
+    # Dreaming's per-space watermarks.
+    watermarks: WatermarkStore
 
 
 @dataclass
@@ -71,7 +111,7 @@ def start_maintenance(
     ENGRAM_MAINTENANCE_SCHEDULE is off) and the MaintenanceService over it; the worker stops
     with the stack. `jobs` builds other jobs than the configured ones (tests)."""
     worker = MaintenanceWorker(
-        maintenance_jobs(deps, settings) if jobs is None else jobs(deps),
+        maintenance_jobs(deps, settings, stores, stack) if jobs is None else jobs(deps),
         deps.repository,
         stores.leases,
         stores.runs,

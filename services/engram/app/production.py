@@ -66,6 +66,7 @@ from engram.indexer.jetstream_consumer import JetStreamIndexConsumer, JetStreamR
 from engram.indexer.ports import VectorIndex
 from engram.indexer.service import IndexerService
 from engram.indexer.sources import RepositoryDocumentSource, StorageClientDocumentSource
+from engram.maintenance.dream_watermarks import MongoWatermarkStore
 from engram.maintenance.mongo_stores import (
     MongoJobRunStore,
     MongoLeaseStore,
@@ -491,12 +492,13 @@ async def open_maintenance(
         )
         leases = MongoLeaseStore(database)
         runs = MongoJobRunStore(database)
-        for store in (leases, runs):
+        watermarks = MongoWatermarkStore(database)
+        for store in (leases, runs, watermarks):
             await store.ensure_indexes()
         maintenance = start_maintenance(
             settings,
             deps,
-            MaintenanceStores(leases, runs, MongoSpaceSettingsStore(database)),
+            MaintenanceStores(leases, runs, MongoSpaceSettingsStore(database), watermarks),
             built.audit,
             stack,
             jobs=jobs,

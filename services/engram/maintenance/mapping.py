@@ -45,13 +45,13 @@ def run_to_proto(run: JobRun) -> maintenance_pb2.JobRun:
     return message
 
 
-def settings_to_proto(settings: SpaceSettings) -> maintenance_pb2.SpaceMaintenance:
+def settings_to_proto(chosen: SpaceSettings) -> maintenance_pb2.SpaceMaintenance:
     return maintenance_pb2.SpaceMaintenance(
-        dream_enabled=settings.dream_enabled,
-        log_retention=RETENTION_TO_PROTO[settings.log_retention],
-        max_daily_logs=settings.max_daily_logs,
-        log_retention_days=settings.log_retention_days,
-        stale_after_days=settings.stale_after_days,
+        dream_enabled=chosen.dream_enabled,
+        log_retention=RETENTION_TO_PROTO[chosen.log_retention],
+        max_daily_logs=chosen.max_daily_logs,
+        log_retention_days=chosen.log_retention_days,
+        stale_after_days=chosen.stale_after_days,
     )
 
 

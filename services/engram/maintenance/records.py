@@ -12,13 +12,13 @@ from engram.domain.maintenance import JobOutcome, JobRun, LogRetention, SpaceSet
 from engram.domain.spaces import parse_space_id
 
 
-def settings_to_dict(settings: SpaceSettings) -> dict[str, Any]:
+def settings_to_dict(chosen: SpaceSettings) -> dict[str, Any]:
     return {
-        "dream_enabled": settings.dream_enabled,
-        "log_retention": settings.log_retention.value,
-        "max_daily_logs": settings.max_daily_logs,
-        "log_retention_days": settings.log_retention_days,
-        "stale_after_days": settings.stale_after_days,
+        "dream_enabled": chosen.dream_enabled,
+        "log_retention": chosen.log_retention.value,
+        "max_daily_logs": chosen.max_daily_logs,
+        "log_retention_days": chosen.log_retention_days,
+        "stale_after_days": chosen.stale_after_days,
     }
 
 
@@ -33,8 +33,8 @@ def settings_from_dict(values: Mapping[str, Any]) -> SpaceSettings:
     )
 
 
-def settings_json(settings: SpaceSettings) -> str:
-    return json.dumps(settings_to_dict(settings), sort_keys=True)
+def settings_json(chosen: SpaceSettings) -> str:
+    return json.dumps(settings_to_dict(chosen), sort_keys=True)
 
 
 def run_to_dict(run: JobRun) -> dict[str, Any]:
