@@ -1,11 +1,13 @@
 """MaintenanceDeps for job tests: from a running `engram dev` (EmbeddedEngram), or on
 MongoDB as `engram serve maintenance` has them.
 
-They stand in for the composition root's own until the maintenance worker's wiring lands."""
+From `engram dev` they are the composition root's own (`engram.maintenance.deps`), with the
+test's clock."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import date, datetime, timedelta
 from typing import Any, Protocol
 
@@ -14,9 +16,8 @@ from engram.app.embedded import EmbeddedEngram
 from engram.authz.enforcement import PolicyAuthorizer
 from engram.authz.mongo_audit import MongoAuditLog
 from engram.backends.mongo import MongoDatabase
-from engram.domain.principals import LOCAL_ADMIN, Principal, Role
+from engram.domain.principals import LOCAL_ADMIN, MAINTENANCE
 from engram.domain.spaces import SpaceRef
-from engram.indexer.outbox_feed import OutboxReindexQueue
 from engram.indexer.ports import KeywordIndex, VectorIndex
 from engram.indexer.service import ReindexQueue
 from engram.maintenance.ports import MaintenanceDeps
@@ -27,23 +28,11 @@ from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.ports import DocumentRepository
 from engram.storage.service import StorageService, utc_now
 
-# The maintenance worker's identity (domain.principals.MAINTENANCE once the worker lands).
-MAINTENANCE = Principal(subject="engram-maintenance", tenant="", role=Role.ADMIN, service=True)
-
 
 def maintenance_deps(
     engram: EmbeddedEngram, *, clock: Callable[[], datetime] = utc_now
 ) -> MaintenanceDeps:
-    return MaintenanceDeps(
-        storage=engram.storage,
-        repository=engram.repository,
-        quota=engram.quota,
-        reindex=OutboxReindexQueue(engram.repository, engram.relay),
-        keyword=engram.indexing.keyword,
-        vector=engram.indexing.vector,
-        principal=MAINTENANCE,
-        clock=clock,
-    )
+    return replace(engram.maintenance.deps, clock=clock)
 
 
 class _NoRelay:

@@ -12,6 +12,7 @@ from engram.domain.ports import AuditSink
 from engram.maintenance.chat import ChatConfig, OpenAICompatibleChat
 from engram.maintenance.dream_watermarks import WatermarkStore
 from engram.maintenance.dreaming import DreamConfig, DreamJob
+from engram.maintenance.hygiene import hygiene_jobs
 from engram.maintenance.ports import (
     Job,
     JobRunStore,
@@ -48,7 +49,7 @@ def maintenance_jobs(
     one list, so `engram dev` and `engram serve maintenance` never differ."""
     return [
         dream_job(deps, settings, stores.watermarks, stack),
-        # The hygiene jobs join here: *hygiene_jobs(deps, timedelta(hours=...)).
+        *hygiene_jobs(deps, timedelta(hours=settings.hygiene_interval_hours)),
     ]
 
 
