@@ -57,11 +57,11 @@ from engram.domain.paths import (
     validate_directory,
     validate_document_path,
 )
-from engram.domain.policy import RPC_POLICY, TENANT_MISMATCH, Target, admits
+from engram.domain.policy import RPC_POLICY, TENANT_MISMATCH, Target, admits, rpc_target
 from engram.domain.ports import AuditRecord, AuditSink, AuthorizedSpace, Authorizer, UsageReport
 from engram.domain.principals import Action, Principal
 from engram.domain.quotas import INSTANCE
-from engram.domain.spaces import SpaceRef, Visibility, validate_field, validate_space_ref
+from engram.domain.spaces import SpaceRef, validate_field, validate_space_ref
 from engram.domain.text_rules import utf8_len
 from engram.runtime.keyed_locks import KeyedLocks
 from engram.runtime.tracing import current_trace_context
@@ -561,12 +561,7 @@ class StorageService:
         a platform admin anywhere, never a service), then the mutation rules: stamping and
         the tenant check. A platform admin naming another tenant's space gets it as named
         (stamping would refuse another tenant)."""
-        if space.visibility is Visibility.GLOBAL:
-            target = Target.GLOBAL
-        elif space.tenant and space.tenant != principal.tenant:
-            target = Target.OTHER
-        else:
-            target = Target.OWN
+        target = rpc_target(principal, space)
         if not admits(RPC_POLICY[rpc][target], principal, target):
             raise PermissionDenied(
                 "erasing for good needs an admin of the space's tenant (a service may not)",
