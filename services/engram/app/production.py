@@ -52,6 +52,7 @@ from engram.authz.service import AuthzService
 from engram.authz.tokens import TokenAuthenticator
 from engram.backends.mongo import MongoDatabase
 from engram.events.jetstream import JetStreamPublisher, connect_nats
+from engram.events.jetstream_feed import JetStreamChangeFeed
 from engram.events.mongo_outbox import MongoOutbox
 from engram.events.relay import OutboxRelay
 from engram.indexer.embedding_cache import MongoIdEmbeddingCache
@@ -160,13 +161,24 @@ async def storage_on_mongo(
             await ledger.ensure_indexes()
             quota = QuotaService(ledger, components.quotas, repository)
         relay: OutboxRelay | None = None
+        feed: JetStreamChangeFeed | None = None
         if publish_events:
             nats_url = process.required[NatsNeeds].nats_url
             publisher = JetStreamPublisher(nats_url, name="engram-storage")
             stack.push_async_callback(publisher.close)
             relay = OutboxRelay(MongoOutbox(repository), publisher)
+            # WatchSpace reads the events the relay published; without NATS it is UNAVAILABLE.
+            feed = JetStreamChangeFeed(nats_url, name="engram-storage-feed")
+            stack.push_async_callback(feed.close)
         storage = StorageService(
-            repository, quota, PolicyAuthorizer(), audit, relay or _NoEvents(), components.limits
+            repository,
+            quota,
+            PolicyAuthorizer(),
+            audit,
+            relay or _NoEvents(),
+            components.limits,
+            feed=feed,
+            max_watchers=components.max_watchers,
         )
         if relay is not None:
             relay.start()
