@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -19,10 +20,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from typer.testing import CliRunner
 
 from engram.app.adapters import DATABASE_FILE
 from engram.app.embedded import EmbeddedEngram, embedded_engram
 from engram.authz.tokens import JwtVerifier, TokenAuthenticator
+from engram.cli.app import app
 from engram.events.sqlite_feed import FeedOptions, SqliteChangeFeed
 from engram.events.sqlite_outbox import SqliteOutbox
 from engram.v1 import indexer_pb2, indexer_pb2_grpc, space_pb2, storage_pb2, storage_pb2_grpc
@@ -248,3 +251,34 @@ async def test_database_from_before_the_feed_is_migrated(tmp_path: Path) -> None
         async with Watch(engram.port, from_start=True) as replay:
             await asyncio.wait_for(replay.caught_up.wait(), 30)
             assert [c.path for c in replay.changes] == ["b.md", "c.md"]
+
+
+async def test_cli_watch_prints_changes_as_json_lines(tmp_path: Path) -> None:
+    async with dev(tmp_path) as engram:
+        await write(engram, "a.md", "alpha")
+        await write(engram, "b.md", "beta")
+        args = ["watch", "--name", "notes", "--from-start", "--json", "--count", "2"]
+        result = await asyncio.wait_for(
+            asyncio.to_thread(
+                CliRunner().invoke, app, [*args, "--addr", f"127.0.0.1:{engram.port}"]
+            ),
+            60,
+        )
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [(r["kind"], r["path"], r["version"]) for r in lines] == [
+        ("written", "a.md", 1),
+        ("written", "b.md", 1),
+    ]
+    assert int(lines[0]["cursor"]) < int(lines[1]["cursor"])
+
+
+async def test_cli_watch_explains_errors(tmp_path: Path) -> None:
+    async with dev(tmp_path) as engram:
+        result = await asyncio.to_thread(
+            CliRunner().invoke,
+            app,
+            ["watch", "--cursor", "nope", "--addr", f"127.0.0.1:{engram.port}"],
+        )
+    assert result.exit_code == 1
+    assert "INVALID_ARGUMENT" in result.output and "Traceback" not in result.output
