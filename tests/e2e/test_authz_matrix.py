@@ -120,6 +120,17 @@ def calls(deployment: Deployment) -> dict[str, Call]:
         request = storage_pb2.ExportSpaceRequest(space=target_space(t, svc))
         return [c async for c in storage.ExportSpace(request, metadata=md)]
 
+    async def watch(t: Target, svc: bool, md: Any, _: str) -> Any:
+        # The first message (caught_up or a change) proves the watch was admitted.
+        call = storage.WatchSpace(
+            storage_pb2.WatchSpaceRequest(space=target_space(t, svc), from_start=True),
+            metadata=md,
+        )
+        try:
+            return await call.read()
+        finally:
+            call.cancel()
+
     async def import_(t: Target, svc: bool, md: Any, _: str) -> Any:
         async def messages() -> AsyncIterator[storage_pb2.ImportSpaceRequest]:
             yield storage_pb2.ImportSpaceRequest(
@@ -199,6 +210,7 @@ def calls(deployment: Deployment) -> dict[str, Call]:
             ),
             metadata=md,
         ),
+        "/engram.v1.StorageService/WatchSpace": watch,
         "/engram.v1.SearchService/Search": lambda t, s, md, _: search.Search(
             search_pb2.SearchRequest(spaces=[S(t, s)], query="matrix"), metadata=md
         ),

@@ -35,6 +35,7 @@ from engram.runtime.health import Dependency
 from engram.runtime.rate_limit import SCHEMA as RATE_LIMIT_SCHEMA
 from engram.runtime.settings import Settings
 from engram.storage.sqlite_repository import SCHEMA as DOCUMENT_SCHEMA
+from engram.storage.sqlite_repository import migrate_outbox
 from engram.workspace.agent_state import SCHEMA as AGENT_STATE_SCHEMA
 
 DATABASE_FILE = "engram.db"
@@ -57,7 +58,8 @@ async def open_sqlite(settings: Settings, stack: contextlib.AsyncExitStack) -> S
             AGENT_STATE_SCHEMA,
             MAINTENANCE_SCHEMA,
             DREAM_WATERMARK_SCHEMA,
-        ]
+        ],
+        [migrate_outbox],
     )
     stack.push_async_callback(database.close)
     return database

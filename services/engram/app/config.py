@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar, cast
 
@@ -19,6 +20,7 @@ from engram.authz.tokens import ROLE_NAMES, ClaimMapping, RemoteJwksConfig
 from engram.domain.errors import MissingSetting
 from engram.domain.quotas import QuotaDefaults
 from engram.domain.spaces import Visibility
+from engram.events.sqlite_feed import FeedOptions
 from engram.indexer.embedders import EmbedderConfig
 from engram.indexer.jetstream_consumer import ConsumerOptions
 from engram.runtime.channels import ChannelConfig, ClientTls
@@ -195,6 +197,9 @@ class Components:
     workspace_templates: Path | None
     # Channels to the other services (ENGRAM_*_ADDR): TLS and keepalive.
     channels: ChannelConfig
+    # The change feed: `engram dev`'s outbox retention, and watches per process.
+    feed: FeedOptions
+    max_watchers: int
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Components:
@@ -237,6 +242,8 @@ class Components:
                 instance_total=settings.quota_instance_total,
             ),
             version_retention=settings.version_retention,
+            feed=FeedOptions(retention=timedelta(hours=settings.feed_retention_hours)),
+            max_watchers=settings.feed_max_watchers,
             allow_act_as=settings.allow_act_as,
             jwt=JwtConfig(
                 secret=settings.jwt_secret.get_secret_value() if settings.jwt_secret else None,

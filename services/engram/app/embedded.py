@@ -7,6 +7,7 @@ each batch in-process to the indexer's feed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from engram.backends.sqlite import SqliteDatabase
 from engram.domain.principals import LOCAL_ADMIN, MAINTENANCE
 from engram.events.inprocess import InProcessPublisher
 from engram.events.relay import OutboxRelay
+from engram.events.sqlite_feed import SqliteChangeFeed
 from engram.events.sqlite_outbox import SqliteOutbox
 from engram.indexer.embedding_cache import SqliteEmbeddingCache
 from engram.indexer.outbox_feed import OutboxIndexHandler, OutboxReindexQueue
@@ -61,6 +63,7 @@ from engram.runtime.interceptors import Authenticator
 from engram.runtime.rate_limit import SqliteRateLimitStore
 from engram.runtime.server import GrpcServer, serve
 from engram.runtime.settings import Settings
+from engram.runtime.tasks import cancel_and_wait
 from engram.search.service import SearchService
 from engram.storage.service import StorageService
 from engram.storage.sqlite_repository import SqliteDocumentRepository
@@ -83,6 +86,7 @@ class EmbeddedCore:
     authz: AuthzService
     publisher: InProcessPublisher
     relay: OutboxRelay
+    feed: SqliteChangeFeed
     # Resolves JWTs (ENGRAM_JWT_SECRET or the data directory's secret) and personal tokens.
     tokens: TokenAuthenticator
     jwt_secret: str
@@ -145,7 +149,19 @@ async def build_core(settings: Settings, stack: contextlib.AsyncExitStack) -> Em
     audit = SqliteAuditLog(database)
     publisher = InProcessPublisher()
     relay = OutboxRelay(SqliteOutbox(database), publisher)
-    storage = StorageService(repository, quota, authorizer, audit, relay, components.limits)
+    feed = SqliteChangeFeed(database, components.feed)
+    # First subscriber: watchers wake before the indexer's (slower) handler runs.
+    publisher.subscribe(feed.published)
+    storage = StorageService(
+        repository,
+        quota,
+        authorizer,
+        audit,
+        relay,
+        components.limits,
+        feed=feed,
+        max_watchers=components.max_watchers,
+    )
     secret = components.jwt.secret or load_or_create_secret(settings.data_dir)
     token_store = SqliteTokenStore(database)
     tokens = token_authenticator(components.jwt, token_store, secret=secret)
@@ -163,6 +179,7 @@ async def build_core(settings: Settings, stack: contextlib.AsyncExitStack) -> Em
         authz,
         publisher,
         relay,
+        feed,
         tokens,
         secret,
     )
@@ -232,6 +249,8 @@ async def embedded_engram(
         )
         core.relay.start()
         stack.push_async_callback(core.relay.stop)
+        retention = asyncio.create_task(core.feed.run_retention(), name="feed-retention")
+        stack.push_async_callback(cancel_and_wait, retention)
         start_switch(indexing, stack)
         maintenance = start_maintenance(
             settings,

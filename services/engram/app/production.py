@@ -59,6 +59,7 @@ from engram.authz.tokens import TokenAuthenticator
 from engram.backends.mongo import MongoDatabase
 from engram.domain.principals import MAINTENANCE
 from engram.events.jetstream import JetStreamPublisher, connect_nats
+from engram.events.jetstream_feed import JetStreamChangeFeed
 from engram.events.mongo_outbox import MongoOutbox
 from engram.events.relay import OutboxRelay
 from engram.indexer.embedding_cache import MongoIdEmbeddingCache
@@ -149,11 +150,14 @@ class _MongoStorage:
     storage: StorageService
 
 
-async def _mongo_storage(process: _OnMongo, *, publish_events: bool, name: str) -> _MongoStorage:
+async def _mongo_storage(
+    process: _OnMongo, *, publish_events: bool, name: str, watchable: bool = False
+) -> _MongoStorage:
     """StorageService on the process's MongoDB: events through the outbox relay to NATS
     JetStream (started; stopped with the process), quota in this process on the same MongoDB
     or at ENGRAM_QUOTA_ADDR. Needs NatsNeeds (with events) and QuotaClientNeeds (with
-    ENGRAM_QUOTA_ADDR) in the process's requirements."""
+    ENGRAM_QUOTA_ADDR) in the process's requirements. `watchable`: WatchSpace reads the
+    events the relay published from JetStream (without NATS it answers UNAVAILABLE)."""
     database, components, stack = process.database, process.components, process.stack
     settings = process.settings
     repository = MongoDocumentRepository(database, retention=components.version_retention)
@@ -171,13 +175,24 @@ async def _mongo_storage(process: _OnMongo, *, publish_events: bool, name: str) 
     else:
         quota = await _mongo_quota(process, repository)
     relay: OutboxRelay | None = None
+    feed: JetStreamChangeFeed | None = None
     if publish_events:
         nats_url = process.required[NatsNeeds].nats_url
         publisher = JetStreamPublisher(nats_url, name=name)
         stack.push_async_callback(publisher.close)
         relay = OutboxRelay(MongoOutbox(repository), publisher)
+        if watchable:
+            feed = JetStreamChangeFeed(nats_url, name=f"{name}-feed")
+            stack.push_async_callback(feed.close)
     storage = StorageService(
-        repository, quota, PolicyAuthorizer(), audit, relay or _NoEvents(), components.limits
+        repository,
+        quota,
+        PolicyAuthorizer(),
+        audit,
+        relay or _NoEvents(),
+        components.limits,
+        feed=feed,
+        max_watchers=components.max_watchers,
     )
     if relay is not None:
         relay.start()
@@ -212,7 +227,9 @@ async def storage_on_mongo(
     MongoDB only: while NATS is away events wait in the outbox."""
     needs = _storage_needs(settings, publish_events=publish_events)
     async with _on_mongo(settings, needs) as process:
-        built = await _mongo_storage(process, publish_events=publish_events, name="engram-storage")
+        built = await _mongo_storage(
+            process, publish_events=publish_events, name="engram-storage", watchable=True
+        )
         yield await process.serve(
             registry.storage(built.storage),
             authenticator or await process.tokens(),

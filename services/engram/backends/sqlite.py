@@ -43,6 +43,19 @@ def from_micros(micros: int) -> datetime:
     return datetime.fromtimestamp(micros / 1_000_000, UTC)
 
 
+def _in_transaction(connection: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    connection.execute("BEGIN IMMEDIATE")
+    committed = False
+    try:
+        result = work(connection)
+        connection.execute("COMMIT")
+        committed = True
+        return result
+    finally:
+        if not committed:
+            connection.execute("ROLLBACK")
+
+
 class SqliteDatabase:
     """Owns the connections to one SQLite file."""
 
@@ -68,13 +81,21 @@ class SqliteDatabase:
                 self._connections.append(connection)
         return connection
 
-    async def open(self, schemas: Iterable[str]) -> None:
-        """Creates the file and every table and index (idempotent)."""
+    async def open(
+        self,
+        schemas: Iterable[str],
+        migrations: Iterable[Callable[[sqlite3.Connection], None]] = (),
+    ) -> None:
+        """Creates the file and every table and index, then brings tables made by an older
+        release up to date with `migrations` (all idempotent)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         script = "\n".join(schemas)
+        steps = list(migrations)
 
         def migrate(connection: sqlite3.Connection) -> None:
             connection.executescript(script)
+            for step in steps:
+                _in_transaction(connection, step)
 
         await self._run(self._writer, migrate)
         log.info("sqlite database open", extra={"path": str(self.path)})
@@ -82,19 +103,7 @@ class SqliteDatabase:
     async def write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Runs `work` in one immediate transaction on the writer thread."""
 
-        def transaction(connection: sqlite3.Connection) -> T:
-            connection.execute("BEGIN IMMEDIATE")
-            committed = False
-            try:
-                result = work(connection)
-                connection.execute("COMMIT")
-                committed = True
-                return result
-            finally:
-                if not committed:
-                    connection.execute("ROLLBACK")
-
-        return await self._run(self._writer, transaction)
+        return await self._run(self._writer, lambda connection: _in_transaction(connection, work))
 
     async def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Runs `work` on a reader thread (a consistent snapshot per statement)."""

@@ -19,6 +19,7 @@ from engram.cli import (
     search_commands,
     space_commands,
     storage_commands,
+    watch_command,
 )
 from engram.cli.client import console, fail, use_tls
 from engram.domain.errors import EngramError
@@ -40,6 +41,7 @@ mcp_command.register(app)
 memory_commands.register(app)
 space_commands.register(app)
 jobs_commands.register(app)
+watch_command.register(app)
 
 
 @app.callback()

@@ -57,6 +57,10 @@ class PathEntry:
     updated_at: datetime
 
 
+# The event id prefix of a reindex request: an event that names a document but is no change.
+REINDEX_EVENT_PREFIX = "reindex-"
+
+
 class EventOp(StrEnum):
     UPSERT = "upsert"
     DELETE = "delete"

@@ -1,13 +1,18 @@
-"""SqliteOutbox: the `outbox` table SqliteDocumentRepository appends to in each change."""
+"""SqliteOutbox: the `outbox` table SqliteDocumentRepository appends to in each change.
+
+Published events are marked, not deleted: they stay for the change feed until they are older
+than its retention, then `prune` removes them a bounded batch at a time.
+"""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from datetime import datetime
 
 from google.protobuf.message import DecodeError
 
-from engram.backends.sqlite import SqliteDatabase
+from engram.backends.sqlite import SqliteDatabase, to_micros
 from engram.events.ports import OutboxMessage
 from engram.v1 import events_pb2
 
@@ -29,7 +34,8 @@ class SqliteOutbox:
     async def pending(self, limit: int) -> list[OutboxMessage]:
         def work(connection: sqlite3.Connection) -> list[OutboxMessage]:
             rows = connection.execute(
-                "SELECT seq, event_id, subject, payload FROM outbox ORDER BY seq LIMIT ?",
+                "SELECT seq, event_id, subject, payload FROM outbox WHERE published = 0 "
+                "ORDER BY seq LIMIT ?",
                 (limit,),
             ).fetchall()
             return [
@@ -45,12 +51,40 @@ class SqliteOutbox:
         keys = [(int(message.key),) for message in messages]
 
         def work(connection: sqlite3.Connection) -> None:
-            connection.executemany("DELETE FROM outbox WHERE seq = ?", keys)
+            connection.executemany("UPDATE outbox SET published = 1 WHERE seq = ?", keys)
 
         await self._db.write(work)
 
     async def backlog(self) -> int:
         def work(connection: sqlite3.Connection) -> int:
-            return int(connection.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+            return int(
+                connection.execute("SELECT COUNT(*) FROM outbox WHERE published = 0").fetchone()[0]
+            )
 
         return await self._db.read(work)
+
+    async def prune(self, before: datetime, *, limit: int) -> int:
+        """Deletes at most `limit` published events recorded before `before`, oldest first,
+        and remembers per space the newest position deleted (a feed cursor of that space
+        below it has expired). Returns how many were deleted."""
+
+        def work(connection: sqlite3.Connection) -> int:
+            doomed = connection.execute(
+                "SELECT seq, space_id FROM outbox WHERE published = 1 AND created_us < ? "
+                "ORDER BY created_us LIMIT ?",
+                (to_micros(before), limit),
+            ).fetchall()
+            newest: dict[str, int] = {}
+            for seq, space_id in doomed:
+                key = str(space_id or "")
+                newest[key] = max(newest.get(key, 0), int(seq))
+            connection.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s, _ in doomed])
+            connection.executemany(
+                "INSERT INTO outbox_retention (space_id, pruned_through) VALUES (?, ?) "
+                "ON CONFLICT (space_id) DO UPDATE SET "
+                "pruned_through = MAX(pruned_through, excluded.pruned_through)",
+                list(newest.items()),
+            )
+            return len(doomed)
+
+        return await self._db.write(work)

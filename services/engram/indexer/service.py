@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from engram.domain.chunks import ModelInfo
-from engram.domain.documents import DocumentEvent, EventOp
+from engram.domain.documents import REINDEX_EVENT_PREFIX, DocumentEvent, EventOp
 from engram.domain.errors import InvalidArgument, PermissionDenied
 from engram.domain.policy import PLATFORM_ADMIN_REQUIRED
 from engram.domain.ports import Authorizer
@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 ENQUEUE_BATCH = 500
 # Spaces one Reindex call may name.
 MAX_SPACES = 100
-REINDEX_EVENT_PREFIX = "reindex-"
 
 
 class ReindexQueue(Protocol):

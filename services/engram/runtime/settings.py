@@ -110,6 +110,13 @@ class Settings(BaseSettings):
     max_import_inflight_bytes: ByteSize = Field(default=ByteSize(512 * MIB), ge=0)
     """Bytes all running imports of one principal may hold at once, per process."""
 
+    # --- change feed (WatchSpace) -------------------------------------------------------------
+    feed_retention_hours: int = Field(default=168, ge=1)
+    """How long `engram dev` keeps published events for WatchSpace (JetStream's max_age in
+    production is the same 7 days); a cursor older than that has expired."""
+    feed_max_watchers: int = Field(default=256, ge=1)
+    """Most WatchSpace streams one storage process serves at once; more get RESOURCE_EXHAUSTED."""
+
     # --- quotas (bytes; ARCHITECTURE §2) -----------------------------------------------------
     quota_private: ByteSize = Field(default=ByteSize(64 * MIB), ge=0)
     """Quota of each private space."""

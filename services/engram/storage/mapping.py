@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from engram.domain.changes import ChangeKind, FeedItem, SpaceChange
 from engram.domain.documents import DocumentVersion, SpaceSummary, StoredDocument
 from engram.storage.service import (
     DirectoryItem,
@@ -136,4 +137,30 @@ def space_summary_to_proto(summary: SpaceSummary) -> storage_pb2.SpaceSummary:
         document_count=summary.document_count,
         used_bytes=summary.used_bytes,
         last_write_at=timestamp(summary.last_write_at),
+    )
+
+
+CHANGE_KINDS = {
+    ChangeKind.WRITTEN: storage_pb2.CHANGE_KIND_WRITTEN,
+    ChangeKind.DELETED: storage_pb2.CHANGE_KIND_DELETED,
+    ChangeKind.PURGED: storage_pb2.CHANGE_KIND_PURGED,
+    ChangeKind.SPACE_DELETED: storage_pb2.CHANGE_KIND_SPACE_DELETED,
+}
+
+
+def watch_response(item: FeedItem) -> storage_pb2.WatchSpaceResponse:
+    if not isinstance(item, SpaceChange):
+        return storage_pb2.WatchSpaceResponse(caught_up=True)
+    return storage_pb2.WatchSpaceResponse(
+        change=storage_pb2.SpaceChange(
+            cursor=item.cursor,
+            kind=CHANGE_KINDS[item.kind],
+            path=item.path,
+            version=item.version,
+            sha256=item.sha256,
+            size_bytes=item.size_bytes,
+            at=timestamp(item.at),
+            document_id=item.document_id,
+            event_id=item.event_id,
+        )
     )

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Protocol
 
+from engram.domain.changes import FeedItem, FeedStart
 from engram.domain.documents import (
     DocumentDeletion,
     DocumentVersion,
@@ -117,3 +118,14 @@ class ChangeNotifier(Protocol):
     """Told after every committed change, so an outbox relay can publish without polling."""
 
     def changed(self) -> None: ...
+
+
+class ChangeFeed(Protocol):
+    """A space's changes, read from the durable events the indexer consumes."""
+
+    def changes(self, space_id: str, start: FeedStart) -> AsyncGenerator[FeedItem, None]:
+        """The space's changes after `start`, oldest first, each once; CAUGHT_UP once every
+        change stored so far was sent; then live changes until the caller stops iterating.
+        Raises CursorExpired / CursorAhead before the first change, Unavailable when the
+        event log cannot be read."""
+        ...

@@ -8,9 +8,10 @@ quota for growth, write conditionally on that version, and on a lost race refund
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -24,6 +25,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from engram.domain.changes import FeedItem, FeedStart, WatcherSlots, feed_start
 from engram.domain.content import (
     check_append,
     check_size,
@@ -46,6 +48,7 @@ from engram.domain.errors import (
     EtagMismatch,
     InvalidArgument,
     PermissionDenied,
+    Unavailable,
     VersionNotFound,
     WriteContention,
     quoted,
@@ -68,6 +71,7 @@ from engram.runtime.tracing import current_trace_context
 from engram.storage.archive import ArchiveEntry, ArchiveLimits, ArchiveWriter
 from engram.storage.imports import FEED_BATCH_BYTES, ImportStream, InFlightBudget
 from engram.storage.ports import (
+    ChangeFeed,
     ChangeNotifier,
     ConcurrentModification,
     DocumentRepository,
@@ -88,6 +92,7 @@ PURGE_RPC = "/engram.v1.StorageService/PurgeDocument"
 DELETE_SPACE_RPC = "/engram.v1.StorageService/DeleteSpace"
 LIST_SPACES_RPC = "/engram.v1.StorageService/ListSpaces"
 ADMIN_ROLE_REQUIRED = "admin_role_required"
+DEFAULT_MAX_WATCHERS = 256
 
 
 class WriteMode(StrEnum):
@@ -209,6 +214,8 @@ class StorageService:
         limits: DocumentLimits,
         *,
         clock: Callable[[], datetime] = utc_now,
+        feed: ChangeFeed | None = None,
+        max_watchers: int = DEFAULT_MAX_WATCHERS,
     ) -> None:
         self._repository = repository
         self._quota = quota
@@ -219,6 +226,8 @@ class StorageService:
         self._import_budget = InFlightBudget(limits.max_import_inflight_bytes)
         self._clock = clock
         self._document_locks = KeyedLocks()
+        self._feed = feed
+        self._watchers = WatcherSlots(max_watchers)
 
     @property
     def limits(self) -> DocumentLimits:
@@ -371,6 +380,32 @@ class StorageService:
         tail = await asyncio.to_thread(writer.close)
         if tail:
             yield tail
+
+    async def watch(
+        self, principal: Principal, space: SpaceRef, *, cursor: str, from_start: bool
+    ) -> AsyncGenerator[FeedItem, None]:
+        """The space's changes after `cursor` (authorized and validated up front), then live
+        ones until the caller stops iterating; at most `max_watchers` at once per process."""
+        granted = await self._authorize(principal, Action.READ, space)
+        start = feed_start(cursor, from_start)
+        if self._feed is None:
+            raise Unavailable(
+                "this server has no change feed (engram serve storage needs ENGRAM_NATS_URL "
+                "for WatchSpace); retry against a server that publishes events"
+            )
+        return self._watch(self._feed, granted.space.id, start)
+
+    async def _watch(
+        self, feed: ChangeFeed, space_id: str, start: FeedStart
+    ) -> AsyncGenerator[FeedItem, None]:
+        # Taken when the stream starts, so a stream that never starts holds no slot.
+        self._watchers.take()
+        try:
+            async with contextlib.aclosing(feed.changes(space_id, start)) as changes:
+                async for item in changes:
+                    yield item
+        finally:
+            self._watchers.give_back()
 
     # --- changes -----------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -110,6 +111,20 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
         async for data in chunks:
             for start in range(0, len(data), EXPORT_CHUNK_BYTES):
                 yield storage_pb2.ExportSpaceResponse(data=data[start : start + EXPORT_CHUNK_BYTES])
+
+    async def WatchSpace(
+        self, request: storage_pb2.WatchSpaceRequest, context: Context
+    ) -> AsyncIterator[storage_pb2.WatchSpaceResponse]:
+        items = await self._service.watch(
+            current_principal(),
+            requested_space(request.space),
+            cursor=request.cursor,
+            from_start=request.from_start,
+        )
+        # Closed at once when the client goes away, so the watch's slot comes back.
+        async with contextlib.aclosing(items):
+            async for item in items:
+                yield mapping.watch_response(item)
 
     async def ImportSpace(
         self, request_iterator: AsyncIterator[storage_pb2.ImportSpaceRequest], context: Context

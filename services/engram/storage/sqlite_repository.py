@@ -12,8 +12,11 @@ import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from google.protobuf.message import DecodeError
+
 from engram.backends.sqlite import SqliteDatabase, from_micros, to_micros
 from engram.domain.documents import (
+    REINDEX_EVENT_PREFIX,
     DocumentDeletion,
     DocumentEvent,
     DocumentVersion,
@@ -28,6 +31,7 @@ from engram.domain.documents import (
 from engram.domain.quotas import aggregate_owner
 from engram.domain.spaces import SpaceRef, parse_space_id
 from engram.storage.ports import ConcurrentModification
+from engram.v1 import events_pb2
 from engram.wire import encode_event
 
 SCHEMA = """
@@ -68,9 +72,54 @@ CREATE TABLE IF NOT EXISTS outbox (
     event_id   TEXT    NOT NULL UNIQUE,
     subject    TEXT    NOT NULL,
     payload    BLOB    NOT NULL,
-    created_us INTEGER NOT NULL
+    created_us INTEGER NOT NULL,
+    space_id   TEXT,
+    published  INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS outbox_retention (
+    space_id       TEXT    PRIMARY KEY,
+    pruned_through INTEGER NOT NULL
 );
 """
+
+# The change feed keeps published events: `space_id` ('' for reindex requests, which are no
+# change) and `published` were added to the outbox, so databases made before get them here.
+_OUTBOX_COLUMNS = {"space_id": "TEXT", "published": "INTEGER NOT NULL DEFAULT 0"}
+_OUTBOX_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS outbox_by_space ON outbox (space_id, seq)",
+    "CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (seq) WHERE published = 0",
+    "CREATE INDEX IF NOT EXISTS outbox_by_time ON outbox (created_us) WHERE published = 1",
+)
+
+
+def migrate_outbox(connection: sqlite3.Connection) -> None:
+    """Adds the change feed's outbox columns and indexes to a database made before them, and
+    files the events recorded then under their space (idempotent)."""
+    present = {str(row[1]) for row in connection.execute("PRAGMA table_info(outbox)")}
+    for column, kind in _OUTBOX_COLUMNS.items():
+        if column not in present:
+            connection.execute(f"ALTER TABLE outbox ADD COLUMN {column} {kind}")
+    unfiled = connection.execute(
+        "SELECT seq, event_id, payload FROM outbox WHERE space_id IS NULL"
+    ).fetchall()
+    connection.executemany(
+        "UPDATE outbox SET space_id = ? WHERE seq = ?",
+        [(_feed_space(str(eid), bytes(payload)), int(seq)) for seq, eid, payload in unfiled],
+    )
+    for statement in _OUTBOX_INDEXES:
+        connection.execute(statement)
+
+
+def _feed_space(event_id: str, payload: bytes) -> str:
+    """The space an old outbox row belongs to in the feed ('' for a reindex request or a
+    payload that does not decode: neither is a change)."""
+    if event_id.startswith(REINDEX_EVENT_PREFIX):
+        return ""
+    try:
+        return events_pb2.DocumentEvent.FromString(payload).space_id
+    except DecodeError:
+        return ""
+
 
 _DOCUMENT_COLUMNS = (
     "space_id, path, content, sha256, size_bytes, word_count, version, document_id, "
@@ -123,9 +172,15 @@ def _version(row: Any, *, with_content: bool) -> DocumentVersion:
 
 
 def _enqueue(connection: sqlite3.Connection, event: DocumentEvent) -> None:
+    """Records a change's event: published by the relay, then kept for the change feed."""
+    _record(connection, event, feed_space=event.space_id)
+
+
+def _record(connection: sqlite3.Connection, event: DocumentEvent, *, feed_space: str) -> None:
     connection.execute(
-        "INSERT INTO outbox (event_id, subject, payload, created_us) VALUES (?, ?, ?, ?)",
-        (event.event_id, event.subject, encode_event(event), to_micros(event.at)),
+        "INSERT INTO outbox (event_id, subject, payload, created_us, space_id) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (event.event_id, event.subject, encode_event(event), to_micros(event.at), feed_space),
     )
 
 
@@ -397,7 +452,8 @@ class SqliteDocumentRepository:
 
         def work(connection: sqlite3.Connection) -> None:
             for event in events:
-                _enqueue(connection, event)
+                # Not a change: the feed leaves it out.
+                _record(connection, event, feed_space="")
 
         await self._db.write(work)
 
