@@ -432,7 +432,7 @@ async def invoke(
             responses = []
             async for response in call_out:
                 responses.append(response)
-                if rpc.name == "Watch":  # streams until cancelled: the first answer is enough
+                if rpc.name in ("Watch", "WatchSpace"):  # endless streams: one answer is enough
                     call_out.cancel()
                     break
             return responses, None
