@@ -43,6 +43,34 @@ def default_tokenizer_path() -> Path:
     return Path(__file__).parent / "minilm" / "tokenizer.json"
 
 
+def load_tokenizer(path: Path, max_length: int) -> Tokenizer:
+    """The WordPiece tokenizer at `path`, truncating at `max_length`, padding nothing."""
+    tokenizer = Tokenizer.from_file(str(path))
+    # The shipped tokenizer.json pads every text to 128 tokens; pad per batch instead.
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=max_length)
+    return tokenizer
+
+
+def open_session(model_path: Path, threads: int) -> Any:
+    """An onnxruntime InferenceSession of the model with `threads` intra-op threads (the
+    embedder's own session; `bench/index_bench.py` times one alone as the raw cost)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # Idle intra-op threads sleep instead of spinning: the model shares the cores with
+    # the gRPC server (in `engram dev`, with every service), and a spinning thread
+    # burns a core between batches that a request could use.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return onnxruntime.InferenceSession(
+        str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Loaded:
     session: Any  # onnxruntime.InferenceSession (untyped library)
@@ -120,31 +148,14 @@ class LocalOnnxEmbedder:
         with self._load_lock:
             if self._loaded is not None:
                 return self._loaded
-            import onnxruntime
-
             model_path = self._model_path or default_model_path()
             tokenizer_path = self._tokenizer_path or default_tokenizer_path()
             if not model_path.is_file() or not tokenizer_path.is_file():
                 raise IndexUnavailable(
                     f"local embedding model files missing: {model_path}, {tokenizer_path}"
                 )
-            tokenizer = Tokenizer.from_file(str(tokenizer_path))
-            # The shipped tokenizer.json pads every text to 128 tokens; pad per batch instead.
-            tokenizer.no_padding()
-            tokenizer.enable_truncation(max_length=self._max_length)
-
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = self._threads
-            options.inter_op_num_threads = 1
-            options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
-            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-            # Idle intra-op threads sleep instead of spinning: the model shares the cores with
-            # the gRPC server (in `engram dev`, with every service), and a spinning thread
-            # burns a core between batches that a request could use.
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            session = onnxruntime.InferenceSession(
-                str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
-            )
+            tokenizer = load_tokenizer(tokenizer_path, self._max_length)
+            session = open_session(model_path, self._threads)
             input_names = frozenset(i.name for i in session.get_inputs())
             missing = {"input_ids", "attention_mask"} - input_names
             outputs = session.get_outputs()
