@@ -272,7 +272,11 @@ class Components:
                 ),
             ),
             embedder=embedder,
-            query_embedder=embedder.for_queries(settings.search_embed_threads),
+            query_embedder=embedder.for_queries(
+                settings.search_embed_threads,
+                window_seconds=settings.search_embed_batch_window_ms / 1000,
+                max_batch=settings.search_embed_max_batch,
+            ),
             indexing=IndexingConfig(
                 chunk_size=settings.chunk_size,
                 chunk_overlap=settings.chunk_overlap,

@@ -266,6 +266,13 @@ class Settings(BaseSettings):
     search_embed_threads: int = Field(default=1, ge=1)
     """onnxruntime threads of search's own local query embedder (queries are short: one
     thread is as fast at the median and leaves a core to the BM25 leg)."""
+    search_embed_batch_window_ms: float = Field(default=2.0, ge=0, le=100)
+    """Micro-batching of the local query embedder: queries arriving within this many
+    milliseconds of the first waiting one share one model job (0 = only those arriving while
+    a job runs)."""
+    search_embed_max_batch: int = Field(default=32, ge=1, le=256)
+    """Queries per model job of the local query embedder; 32 jobs' worth may wait, beyond
+    that a query fails at once with UNAVAILABLE (INDEX_UNAVAILABLE)."""
 
     # --- indexer worker (ARCHITECTURE §4) ------------------------------------------------------
     indexer_durable: str = "indexer"
