@@ -261,7 +261,7 @@ def _serve_plan(workdir: Path, backends: dict[str, Any]) -> Any:
         specs[name] = cl.Spec(name, ["engram", "serve", name], {}, grpc_port, metrics_port)
     common = {
         "ENGRAM_MONGO_URI": backends["mongo"].url,
-        "ENGRAM_MONGO_DATABASE": "engram_load",
+        "ENGRAM_MONGO_DB": "engram_load",
         "ENGRAM_NATS_URL": backends["nats"].url,
         "ENGRAM_OPENSEARCH_URL": backends["opensearch"].url,
         "ENGRAM_OPENSEARCH_INDEX": "engram-load-chunks",
