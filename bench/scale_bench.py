@@ -4,6 +4,7 @@
     python bench/scale_bench.py --sizes 10000 100000 1000000   # and 1M (~3 GiB of RSS)
     python bench/scale_bench.py check                          # fast loader == the adapters
     python bench/scale_bench.py --profile                      # + a cProfile of each size
+    python bench/scale_bench.py scan                           # the vector scan kernel alone
 
 For each size a child process loads the corpus (once per --work-dir, reused after), then a
 fresh child process opens the embedded indexes exactly as `engram dev` does
@@ -42,6 +43,7 @@ import asyncio
 import cProfile
 import gc
 import json
+import os
 import pstats
 import random
 import shutil
@@ -519,6 +521,40 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+# --- scan: the exact-search kernel alone ---------------------------------------------------------
+
+
+def scan(rows_list: Sequence[int], repeats: int) -> None:
+    """p50/p99 of scoring one query against `rows` unit vectors, by kernel, at 1 and 2
+    concurrent threads: numpy's matmul (BLAS, with whatever threads OpenBLAS starts; run
+    with OPENBLAS_NUM_THREADS=1 to see it single-threaded) and einsum (numpy's own loop)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(SEED)
+    kernels = {
+        "matmul": lambda m, q: m @ q,
+        "einsum": lambda m, q: np.einsum("ij,j->i", m, q),
+    }
+    print(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}")
+    for rows in rows_list:
+        matrix = rng.standard_normal((rows, DIMENSION)).astype(np.float32)
+        query = rng.standard_normal(DIMENSION).astype(np.float32)
+        for name, kernel in kernels.items():
+            for threads in (1, 2):
+
+                def one(_: int, kernel: Any = kernel, m: Any = matrix, q: Any = query) -> float:
+                    started = time.perf_counter()
+                    kernel(m, q)
+                    return (time.perf_counter() - started) * 1000
+
+                with ThreadPoolExecutor(threads) as pool:
+                    latencies = list(pool.map(one, range(repeats)))
+                print(
+                    f"{rows:>9,} rows  {name}  {threads} thread(s): p50 "
+                    f"{percentile(latencies, 50):7.3f} ms  p99 {percentile(latencies, 99):7.3f} ms"
+                )
+
+
 # --- check: the fast loader writes what the adapters write --------------------------------------
 
 
@@ -623,7 +659,7 @@ def report(results: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "command", nargs="?", default="run", choices=("run", "check", "load", "measure")
+        "command", nargs="?", default="run", choices=("run", "check", "load", "measure", "scan")
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--chunks", type=int, default=0, help="(load/measure) the size")
@@ -634,7 +670,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args()
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    if args.command == "check":
+    if args.command == "scan":
+        scan([1_000, 4_000, 16_000, 100_000], args.count)
+    elif args.command == "check":
         asyncio.run(check(args.work_dir))
     elif args.command == "load":
         started = time.perf_counter()

@@ -200,7 +200,12 @@ class _Space:
             if rows.size == 0:
                 return []
             matrix = matrix[rows]
-        scores = matrix @ query
+        # numpy's own loop, not BLAS: OpenBLAS's gemv starts its threads above a few
+        # thousand rows, and on a busy machine they wait for cores the concurrent searches
+        # and the event loop need (a 4,000-row scan took 9 ms instead of 0.3 on 2 loaded
+        # cores); single-threaded, einsum also beats OpenBLAS's gemv from ~16k rows on
+        # (bench/scale_bench.py scan).
+        scores = np.einsum("ij,j->i", matrix, query)
         if scores.shape[0] > limit:
             best = np.argpartition(-scores, limit - 1)[:limit]
         else:
