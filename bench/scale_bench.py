@@ -5,6 +5,7 @@
     python bench/scale_bench.py check                          # fast loader == the adapters
     python bench/scale_bench.py --profile                      # + a cProfile of each size
     python bench/scale_bench.py scan                           # the vector scan kernel alone
+    python bench/scale_bench.py indexing                       # 1 and 2 `engram serve indexer`
 
 For each size a child process loads the corpus (once per --work-dir, reused after), then a
 fresh child process opens the embedded indexes exactly as `engram dev` does
@@ -598,6 +599,307 @@ async def check(work_dir: Path) -> None:
     shutil.rmtree(slow)
 
 
+# --- indexers: indexing throughput with 1 and 2 `engram serve indexer` processes ---------------
+
+SECRET = "scale-bench-secret-0123456789abcdef0123456789"
+INDEX_WRITERS = 8
+
+
+def load_launcher() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "engram_local_backends", ROOT / "deploy" / "local" / "backends.py"
+    )
+    assert spec is not None and spec.loader is not None
+    launcher = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = launcher
+    spec.loader.exec_module(launcher)
+    return launcher
+
+
+def bench_token(**claims: Any) -> str:
+    import jwt
+
+    return jwt.encode({"exp": int(time.time() + 24 * 3600), **claims}, SECRET, algorithm="HS256")
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of one process (all its threads)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def documents(count: int, seed: int) -> list[str]:
+    """`count` documents of 4 chunks each (4 paragraphs of ~420 distinct characters)."""
+    from engram.domain.chunking import chunk_text
+
+    rng = random.Random(seed)
+    words = Vocab().words
+    texts = []
+    for _ in range(count):
+        paragraphs = []
+        for _ in range(4):
+            picked: list[str] = []
+            while sum(len(w) + 1 for w in picked) < 420:
+                picked.append(rng.choice(words))
+            paragraphs.append(" ".join(picked) + ".")
+        text = "\n\n".join(paragraphs) + "\n"
+        if len(chunk_text(text)) != 4:
+            raise RuntimeError("a bench document did not chunk into 4 chunks")
+        texts.append(text)
+    return texts
+
+
+async def new_events_consumer(nats_url: str, durable: str) -> None:
+    """Creates the run's durable consumer from the stream's end, before anything is written,
+    so the backlog is exactly this run's events."""
+    import nats
+    from nats.js.api import DeliverPolicy
+
+    from engram.app.config import Components
+    from engram.indexer.jetstream_consumer import consumer_config, ensure_streams
+    from engram.runtime.settings import Settings
+
+    settings = Settings(nats_url=nats_url, indexer_durable=durable)
+    connection = await nats.connect(nats_url)
+    try:
+        await ensure_streams(connection)
+        config = consumer_config(Components.from_settings(settings).consumer)
+        config.deliver_policy = DeliverPolicy.NEW
+        await connection.jetstream().add_consumer("ENGRAM_DOCS", config=config)
+    finally:
+        await connection.close()
+
+
+async def chunks_indexed(ports: Sequence[int]) -> list[float]:
+    import httpx
+
+    found = []
+    async with httpx.AsyncClient(timeout=5) as client:
+        for port in ports:
+            response = await client.get(f"http://127.0.0.1:{port}/metrics")
+            value = 0.0
+            for line in response.text.splitlines():
+                if line.startswith("engram_indexer_chunks_indexed_total "):
+                    value = float(line.split()[1])
+            found.append(value)
+    return found
+
+
+async def serving(port: int, deadline: float) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                answer = await stub.Check(health_pb2.HealthCheckRequest(), timeout=2)
+                if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the process on port {port} is not SERVING")
+            await asyncio.sleep(0.2)
+
+
+def start_process(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            command, env={**os.environ, **env}, stdout=out, stderr=out, start_new_session=True
+        )
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    import signal
+
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGCONT)
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+
+async def indexing_run(
+    urls: dict[str, str], count: int, docs: int, work_dir: Path
+) -> dict[str, Any]:
+    """Writes `docs` documents while `count` indexers are stopped (SIGSTOP), then lets them
+    consume the backlog and measures chunks/s and CPU per chunk."""
+    import signal
+
+    import grpc
+
+    from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
+
+    run = f"scale{count}x{int(time.time())}"
+    run_dir = work_dir / run
+    run_dir.mkdir(parents=True)
+    common = {
+        "ENGRAM_MONGO_URI": urls["mongo"],
+        "ENGRAM_MONGO_DB": run,
+        "ENGRAM_NATS_URL": urls["nats"],
+        "ENGRAM_JWT_SECRET": SECRET,
+        "ENGRAM_ACCESS_LOG": "false",
+        "ENGRAM_LOG_LEVEL": "WARNING",
+    }
+    await new_events_consumer(urls["nats"], run)
+    storage_port = _free_port()
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        processes.append(
+            start_process(
+                [sys.executable, "-m", "engram", "serve", "storage", "--port", str(storage_port)],
+                {**common, "ENGRAM_METRICS_PORT": "0"},
+                run_dir / "storage.log",
+            )
+        )
+        await serving(storage_port, time.monotonic() + 60)
+        indexer_env = {
+            **common,
+            "ENGRAM_OPENSEARCH_URL": urls["opensearch"],
+            "ENGRAM_OPENSEARCH_INDEX": f"{run}-chunks",
+            "ENGRAM_OPENSEARCH_REPLICAS": "0",
+            "ENGRAM_STORAGE_ADDR": f"127.0.0.1:{storage_port}",
+            "ENGRAM_SERVICE_TOKEN": bench_token(sub="indexer", service=True),
+            "ENGRAM_INDEXER_DURABLE": run,
+            # Shared by the replicas (Qdrant local mode is one process per directory).
+            "ENGRAM_VECTOR_DIR": str(run_dir / "vectors"),
+        }
+        metrics_ports = []
+        indexers = []
+        for number in range(count):
+            grpc_port, metrics_port = _free_port(), _free_port()
+            metrics_ports.append(metrics_port)
+            indexer = start_process(
+                [sys.executable, "-m", "engram", "serve", "indexer", "--port", str(grpc_port)],
+                {**indexer_env, "ENGRAM_METRICS_PORT": str(metrics_port)},
+                run_dir / f"indexer-{number}.log",
+            )
+            processes.append(indexer)
+            indexers.append(indexer)
+            # One after another: the first creates the shared vector directory.
+            await serving(grpc_port, time.monotonic() + 120)
+        metadata = (
+            ("authorization", f"Bearer {bench_token(sub='bench', tenant='bench', role='member')}"),
+        )
+        space = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="bench")
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{storage_port}") as channel:
+            storage = storage_pb2_grpc.StorageServiceStub(channel)
+
+            async def write(path: str, content: str) -> None:
+                await storage.WriteDocument(
+                    storage_pb2.WriteDocumentRequest(space=space, path=path, content=content),
+                    metadata=metadata,
+                    timeout=30,
+                )
+
+            # Warm-up: every indexer has embedded something before the clock starts.
+            warm = documents(4 * count, seed=count)
+            await asyncio.gather(*(write(f"warm/{i}.md", t) for i, t in enumerate(warm)))
+            deadline = time.monotonic() + 120
+            while sum(await chunks_indexed(metrics_ports)) < 16 * count:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the warm-up documents were not indexed in 120 s")
+                await asyncio.sleep(0.1)
+            before = await chunks_indexed(metrics_ports)
+            for indexer in indexers:
+                os.killpg(indexer.pid, signal.SIGSTOP)
+            queue = list(enumerate(documents(docs, seed=100 + count)))
+
+            async def writer() -> None:
+                while queue:
+                    number, content = queue.pop()
+                    await write(f"load/{number:05d}.md", content)
+
+            await asyncio.gather(*(writer() for _ in range(INDEX_WRITERS)))
+            target = sum(before) + 4 * docs
+            cpu_before = [process_cpu(p.pid) for p in indexers]
+            started = time.perf_counter()
+            for indexer in indexers:
+                os.killpg(indexer.pid, signal.SIGCONT)
+            deadline = time.monotonic() + 600
+            while sum(now := await chunks_indexed(metrics_ports)) < target:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{4 * docs} chunks not indexed within 600 s")
+                await asyncio.sleep(0.05)
+            elapsed = time.perf_counter() - started
+            cpu = [process_cpu(p.pid) - b for p, b in zip(indexers, cpu_before, strict=True)]
+            rss = [process_rss_mib(p.pid) for p in indexers]
+        share = [n - b for n, b in zip(now, before, strict=True)]
+        return {
+            "indexers": count,
+            "chunks": 4 * docs,
+            "seconds": elapsed,
+            "chunks_per_second": 4 * docs / elapsed,
+            "cpu_ms_per_chunk": sum(cpu) / (4 * docs) * 1000,
+            "cores_busy": sum(cpu) / elapsed,
+            "chunks_by_indexer": share,
+            "indexer_rss_mib": rss,
+        }
+    finally:
+        for process in reversed(processes):
+            stop_process(process)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def indexing(args: argparse.Namespace) -> None:
+    """NATS, FerretDB and OpenSearch from deploy/local (fresh, stopped after), or the
+    ENGRAM_TEST_* URLs with --reuse-backends."""
+    work_dir = args.work_dir / "indexers"
+    shutil.rmtree(work_dir, ignore_errors=True)
+    work_dir.mkdir(parents=True)
+    started: list[Any] = []
+    try:
+        if args.reuse_backends:
+            names = {"nats": "NATS_URL", "mongo": "MONGO_URI", "opensearch": "OPENSEARCH_URL"}
+            urls = {name: os.environ[f"ENGRAM_TEST_{var}"] for name, var in names.items()}
+        else:
+            launcher = load_launcher()
+            launcher.provision(["nats", "mongo", "opensearch"])
+            for name in ("nats", "mongo", "opensearch"):
+                started.append(getattr(launcher, f"start_{name}")(work_dir / name))
+            urls = {backend.name: backend.url for backend in started}
+        results = []
+        for count in args.indexers:
+            result = await indexing_run(urls, count, args.docs, work_dir)
+            print(json.dumps(result), flush=True)
+            results.append(result)
+        print()
+        print("indexers  chunks  seconds  chunks/s  CPU ms/chunk  cores busy  chunks by indexer")
+        for r in results:
+            print(
+                f"{r['indexers']:>8}  {r['chunks']:>6}  {r['seconds']:7.1f}  "
+                f"{r['chunks_per_second']:8.1f}  {r['cpu_ms_per_chunk']:12.0f}  "
+                f"{r['cores_busy']:10.2f}  {[int(n) for n in r['chunks_by_indexer']]}"
+            )
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1))
+    finally:
+        for backend in started:
+            backend.stop()
+
+
 # --- the driver ---------------------------------------------------------------------------------
 
 
@@ -659,7 +961,10 @@ def report(results: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "command", nargs="?", default="run", choices=("run", "check", "load", "measure", "scan")
+        "command",
+        nargs="?",
+        default="run",
+        choices=("run", "check", "load", "measure", "scan", "indexing"),
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--chunks", type=int, default=0, help="(load/measure) the size")
@@ -668,9 +973,17 @@ def main() -> None:
     parser.add_argument("--cap", type=float, default=30.0, help="seconds per row at most")
     parser.add_argument("--profile", action="store_true", help="cProfile the searches")
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--indexers", type=int, nargs="+", default=[1, 2], help="(indexing)")
+    parser.add_argument("--docs", type=int, default=150, help="(indexing) 4-chunk documents")
+    parser.add_argument(
+        "--reuse-backends", action="store_true", help="(indexing) the ENGRAM_TEST_* backends"
+    )
     args = parser.parse_args()
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    if args.command == "scan":
+    if args.command == "indexing":
+        print(f"load average: {Path('/proc/loadavg').read_text().strip()}", flush=True)
+        asyncio.run(indexing(args))
+    elif args.command == "scan":
         scan([1_000, 4_000, 16_000, 100_000], args.count)
     elif args.command == "check":
         asyncio.run(check(args.work_dir))
