@@ -185,6 +185,42 @@ class _Space:
         self.size = needed
         self._paths = None
 
+    def reserve(self, rows: int) -> None:
+        """Before `load_row`: room for `rows` more rows (an empty space only)."""
+        self.vectors = np.empty((self.size + rows, self.dimension), dtype=np.float32)
+
+    def load_row(
+        self,
+        path: str,
+        chunk_index: int,
+        chunk_id: str,
+        document_id: str,
+        tenant: str,
+        doc_version: int,
+        content: str,
+        vector: Vectors,
+    ) -> None:
+        """Appends one stored row (its vector normalised already) while loading; the paths'
+        row tuples are built by `finish_load`."""
+        row = self.size
+        self.vectors[row] = vector
+        c = self.columns
+        c["chunk_id"].append(chunk_id)
+        c["document_id"].append(document_id)
+        c["tenant"].append(tenant)
+        c["path"].append(path)
+        c["chunk_index"].append(chunk_index)
+        c["doc_version"].append(doc_version)
+        c["content"].append(content)
+        self.size = row + 1
+
+    def finish_load(self) -> None:
+        rows: dict[str, list[int]] = {}
+        for row, path in enumerate(self.columns["path"]):
+            rows.setdefault(path, []).append(row)
+        self.rows_by_path = {path: tuple(found) for path, found in rows.items()}
+        self._paths = None
+
     def search(self, query: Vectors, limit: int, scope: str) -> list[tuple[float, int]]:
         """(score, row) of the best `limit` rows in `scope` (a normalised path prefix: a
         directory or a document path; "" = all), best first."""
@@ -200,7 +236,12 @@ class _Space:
             if rows.size == 0:
                 return []
             matrix = matrix[rows]
-        scores = matrix @ query
+        # numpy's own loop, not BLAS: OpenBLAS's gemv starts its threads above a few
+        # thousand rows, and on a busy machine they wait for cores the concurrent searches
+        # and the event loop need (a 4,000-row scan took 9 ms instead of 0.3 on 2 loaded
+        # cores); single-threaded, einsum also beats OpenBLAS's gemv from ~16k rows on
+        # (bench/scale_bench.py scan).
+        scores = np.einsum("ij,j->i", matrix, query)
         if scores.shape[0] > limit:
             best = np.argpartition(-scores, limit - 1)[:limit]
         else:
@@ -541,21 +582,36 @@ class NumpyVectorIndex:
             if row is None:
                 return None, {}
             info = ModelInfo(str(row[0]), int(row[1]))
-            grouped: dict[str, tuple[list[Chunk], list[bytes]]] = {}
+            # Each space's matrix is allocated at its final size and filled row by row, and
+            # the repeated strings (tenant, path, document id: one per document, not per
+            # chunk) are shared: no Chunk objects, no list of blobs, no second copy of the
+            # vectors, so the peak while loading 1M chunks is what stays resident after.
+            counts = connection.execute(
+                "SELECT space_id, COUNT(*) FROM vector_chunks GROUP BY space_id"
+            ).fetchall()
+            spaces = {
+                str(space_id): _Space(str(space_id), info.dimension) for space_id, _ in counts
+            }
+            for space_id, count in counts:
+                spaces[space_id].reserve(int(count))
+            shared: dict[str, str] = {}
             cursor = connection.execute(
                 "SELECT space_id, path, chunk_index, chunk_id, document_id, tenant,"
                 " doc_version, content, vector FROM vector_chunks"
             )
             for space_id, path, index, cid, did, tenant, version, content, blob in cursor:
-                chunks, blobs = grouped.setdefault(space_id, ([], []))
-                chunks.append(Chunk(cid, did, space_id, tenant, path, index, version, content))
-                blobs.append(blob)
-            spaces: dict[str, _Space] = {}
-            for space_id, (chunks, blobs) in grouped.items():
-                matrix = np.frombuffer(b"".join(blobs), dtype=_FLOAT32).reshape(-1, info.dimension)
-                space = _Space(space_id, info.dimension)
-                space.append(chunks, matrix.astype(np.float32))
-                spaces[space_id] = space
+                spaces[space_id].load_row(
+                    shared.setdefault(path, path),
+                    int(index),
+                    cid,
+                    shared.setdefault(did, did),
+                    shared.setdefault(tenant, tenant),
+                    int(version),
+                    content,
+                    np.frombuffer(blob, dtype=_FLOAT32),
+                )
+            for space in spaces.values():
+                space.finish_load()
             return info, spaces
 
         info, spaces = await self._guard(database.read_snapshot(load))
