@@ -1,0 +1,358 @@
+"""The system under test, as processes the harness starts, knows by name, and can kill.
+
+* `dev`: `engram dev --auth` (every service in one process on embedded backends);
+* `real`: NATS, FerretDB and OpenSearch from deploy/local, and engram as separate processes
+  configured by the rendered Helm chart (deploy/local/cluster.py's `plan`/`Cluster`); without
+  helm, `engram serve <service>` processes configured here (`--plan serve`).
+
+Both run through `Cluster` (deploy/local/cluster.py), which starts each process so that it
+dies with the harness, waits for gRPC health SERVING, and kills or restarts one by name.
+The deployment also knows the backends' `RunningBackend` objects, so a fault can stop and
+start one (same port, same data).
+
+Load-test settings, the same on both targets: the per-agent workspace write limits are off
+(`ENGRAM_WORKSPACE_WRITES_PER_MINUTE=0`, `..._PER_HOUR=0`): the harness's agents write far
+more often than an agent's 20 a minute, and a refusal would be counted as an error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import secrets
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+LOAD_SETTINGS = {
+    "ENGRAM_WORKSPACE_WRITES_PER_MINUTE": "0",
+    "ENGRAM_WORKSPACE_WRITES_PER_HOUR": "0",
+}
+BACKEND_NAMES = ("nats", "mongo", "opensearch")
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def cluster_module() -> ModuleType:
+    """deploy/local/cluster.py (Cluster, Plan, Spec, local_plan, render, plan)."""
+    return _load("engram_local_cluster", ROOT / "deploy" / "local" / "cluster.py")
+
+
+def launcher_module() -> ModuleType:
+    """deploy/local/backends.py, the same instance the test support uses."""
+    from tests.support.backends import load_launcher
+
+    return load_launcher()
+
+
+@dataclass
+class ClientTlsFiles:
+    """PEM files a client (the generator process) needs when the deployment speaks TLS."""
+
+    ca: Path
+    cert: Path | None
+    key: Path | None
+
+
+@dataclass
+class Deployment:
+    """A running system under test."""
+
+    target: str
+    workdir: Path
+    secret: str
+    # gRPC address per service the load calls: storage, search, workspace, indexer.
+    addresses: dict[str, str]
+    cluster: Any  # deploy/local/cluster.py's Cluster
+    tls: ClientTlsFiles | None = None
+    backends: dict[str, Any] = field(default_factory=dict)  # name -> RunningBackend
+    launcher: ModuleType | None = None
+
+    # --- processes ------------------------------------------------------------------------
+    def engram_processes(self) -> list[str]:
+        return list(self.cluster.plan.specs)
+
+    def pids(self) -> dict[str, int]:
+        """Every live process of the deployment by name: engram's, then the backends'
+        (`backend:<name>`, the backend's process group leader; its children are counted by
+        `procstats`)."""
+        found = {name: proc.pid for name, proc in self.cluster.procs.items() if proc.poll() is None}
+        for name, backend in self.backends.items():
+            if backend.alive():
+                found[f"backend:{name}"] = backend.pid
+        return found
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one engram process (as a node failure would)."""
+        self.cluster.kill(name)
+
+    def start(self, name: str, timeout: float = 120.0) -> None:
+        """Starts one engram process again (same ports, same configuration) and waits until
+        it is SERVING."""
+        self.cluster.start(name)
+        self.cluster.wait_serving([name], timeout)
+
+    def restart(self, name: str, timeout: float = 120.0) -> None:
+        self.kill(name)
+        self.start(name, timeout)
+
+    def stop_backend(self, name: str) -> None:
+        self.backends[name].stop()
+
+    def start_backend(self, name: str) -> None:
+        """Starts a stopped backend on its port with its data."""
+        assert self.launcher is not None
+        old = self.backends[name]
+        self.backends[name] = getattr(self.launcher, f"start_{name}")(old.data_dir, port=old.port)
+
+    def log_tails(self) -> str:
+        return "\n".join(self.cluster.log_tail(n) for n in self.cluster.plan.specs)
+
+    def stop(self) -> dict[str, int]:
+        codes: dict[str, int] = self.cluster.stop()
+        for backend in self.backends.values():
+            backend.stop()
+        return codes
+
+
+def _client_tls(plan: Any, workdir: Path) -> ClientTlsFiles | None:
+    if plan.tls is None:
+        return None
+    directory = workdir / "client-tls"
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = directory / "ca.pem"
+    ca.write_bytes(plan.tls.ca)
+    cert = key = None
+    if plan.tls.cert is not None and plan.tls.key is not None:
+        cert, key = directory / "client.crt", directory / "client.key"
+        cert.write_bytes(plan.tls.cert)
+        key.write_bytes(plan.tls.key)
+    return ClientTlsFiles(ca, cert, key)
+
+
+@contextlib.contextmanager
+def dev(workdir: Path, *, data_dir: Path | None = None) -> Iterator[Deployment]:
+    """`engram dev --auth` on free ports; state in `data_dir` (default workdir/engram)."""
+    cl = cluster_module()
+    workdir.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_urlsafe(48)
+    grpc_port, metrics_port = cl.free_ports(2)
+    data = data_dir or workdir / "engram"
+    env = {
+        "ENGRAM_JWT_SECRET": secret,
+        "ENGRAM_DATA_DIR": str(data),
+        "ENGRAM_GRPC_HOST": "127.0.0.1",
+        "ENGRAM_GRPC_PORT": str(grpc_port),
+        "ENGRAM_METRICS_HOST": "127.0.0.1",
+        "ENGRAM_METRICS_PORT": str(metrics_port),
+        **LOAD_SETTINGS,
+    }
+    spec = cl.Spec("dev", ["engram", "dev", "--auth"], env, grpc_port, metrics_port)
+    plan = cl.Plan({"dev": spec}, secret, "", workdir)
+    cluster = cl.Cluster(plan)
+    address = spec.address
+    deployment = Deployment(
+        "dev",
+        workdir,
+        secret,
+        {s: address for s in ("storage", "search", "workspace", "indexer")},
+        cluster,
+    )
+    try:
+        cluster.start_all()
+        yield deployment
+    finally:
+        deployment.stop()
+
+
+def _start_backends(launcher: ModuleType, root: Path) -> dict[str, Any]:
+    launcher.bind_to_this_process()
+    launcher.require_provisioned(list(BACKEND_NAMES))
+    running: dict[str, Any] = {}
+    try:
+        for name in BACKEND_NAMES:
+            (root / name).mkdir(parents=True, exist_ok=True)
+            running[name] = getattr(launcher, f"start_{name}")(root / name)
+    except BaseException:
+        for backend in running.values():
+            backend.stop()
+        raise
+    return running
+
+
+def _chart_plan(workdir: Path, backends: dict[str, Any]) -> Any:
+    """The chart rendered with the loopback values, the backends' URLs and LOAD_SETTINGS."""
+    cl = cluster_module()
+    from tests.deploy.chart import Helm, helm_binary
+    from tests.support.tokens import service_token
+
+    binary = helm_binary()
+    if binary is None:
+        raise RuntimeError("helm is not installed: run `make helm-install` or use --plan serve")
+    values = workdir / "load-values.yaml"
+    values.write_text(
+        "config:\n" + "".join(f'  {k}: "{v}"\n' for k, v in LOAD_SETTINGS.items()),
+        encoding="utf-8",
+    )
+    urls = cl.Backends(backends["nats"].url, backends["mongo"].url, backends["opensearch"].url)
+    secret = secrets.token_urlsafe(48)
+    token = service_token("engram-services", secret=secret)
+    docs = cl.render(
+        Helm(binary),
+        urls,
+        workdir,
+        secret=secret,
+        token=token,
+        values=(cl.LOOPBACK_VALUES, values),
+        database="engram_load",
+    )
+    existing: dict[str, dict[str, bytes]] = {}
+    tls = None
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    for volume in deployment["spec"]["template"]["spec"].get("volumes", []):
+        if volume["name"] == "tls":
+            from tests.support.certs import TestCa
+
+            directory = workdir / "certificates"
+            directory.mkdir(parents=True, exist_ok=True)
+            ca = TestCa(directory)
+            pair = ca.issue("engram", server=True, client=True)
+            files = {
+                "ca.crt": ca.path.read_bytes(),
+                "tls.crt": pair.cert.read_bytes(),
+                "tls.key": pair.key.read_bytes(),
+            }
+            existing[volume["secret"]["secretName"]] = files
+            tls = cl.ClientTls(files["ca.crt"], files["tls.crt"], files["tls.key"])
+    return cl.plan(docs, workdir, secret=secret, token=token, existing=existing, tls=tls)
+
+
+def _serve_plan(workdir: Path, backends: dict[str, Any]) -> Any:
+    """`engram serve` of storage, indexer, search and workspace, configured here."""
+    cl = cluster_module()
+    from tests.support.tokens import service_token
+
+    secret = secrets.token_urlsafe(48)
+    token = service_token("engram-services", secret=secret)
+    names = ("storage", "indexer", "search", "workspace")
+    ports = iter(cl.free_ports(2 * len(names)))
+    specs: dict[str, Any] = {}
+    for name in names:
+        grpc_port, metrics_port = next(ports), next(ports)
+        specs[name] = cl.Spec(name, ["engram", "serve", name], {}, grpc_port, metrics_port)
+    common = {
+        "ENGRAM_MONGO_URI": backends["mongo"].url,
+        "ENGRAM_MONGO_DB": "engram_load",
+        "ENGRAM_NATS_URL": backends["nats"].url,
+        "ENGRAM_OPENSEARCH_URL": backends["opensearch"].url,
+        "ENGRAM_OPENSEARCH_INDEX": "engram-load-chunks",
+        "ENGRAM_OPENSEARCH_REPLICAS": "0",
+        "ENGRAM_VECTOR_DIR": str(workdir / "vectors"),
+        "ENGRAM_JWT_SECRET": secret,
+        "ENGRAM_SERVICE_TOKEN": token,
+        "ENGRAM_STORAGE_ADDR": specs["storage"].address,
+        "ENGRAM_SEARCH_ADDR": specs["search"].address,
+        "ENGRAM_EMBED_THREADS": "1",
+        "ENGRAM_HEALTH_PROBE_SECONDS": "0.5",
+        **LOAD_SETTINGS,
+    }
+    for spec in specs.values():
+        spec.env.update(common)
+        spec.env.update(
+            ENGRAM_GRPC_HOST="127.0.0.1",
+            ENGRAM_GRPC_PORT=str(spec.grpc_port),
+            ENGRAM_METRICS_HOST="127.0.0.1",
+            ENGRAM_METRICS_PORT=str(spec.metrics_port),
+        )
+    return cl.Plan(specs, secret, token, workdir)
+
+
+@contextlib.contextmanager
+def real(workdir: Path, *, plan: str = "auto") -> Iterator[Deployment]:
+    """The real backends and engram as separate processes. `plan`: `chart` (the rendered
+    chart, needs helm), `serve` (`engram serve` processes configured here), `auto` (chart if
+    helm is there)."""
+    cl = cluster_module()
+    from tests.deploy.chart import helm_binary
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    launcher = launcher_module()
+    backends = _start_backends(launcher, workdir / "backends")
+    try:
+        use_chart = plan == "chart" or (plan == "auto" and helm_binary() is not None)
+        built = _chart_plan(workdir, backends) if use_chart else _serve_plan(workdir, backends)
+    except BaseException:
+        for backend in backends.values():
+            backend.stop()
+        raise
+    cluster = cl.Cluster(built)
+    addresses = {s: built.specs[s].address for s in ("storage", "search", "workspace", "indexer")}
+    deployment = Deployment(
+        "real",
+        workdir,
+        built.secret,
+        addresses,
+        cluster,
+        tls=_client_tls(built, workdir),
+        backends=backends,
+        launcher=launcher,
+    )
+    try:
+        cluster.start_all()
+        yield deployment
+    finally:
+        deployment.stop()
+
+
+@contextlib.contextmanager
+def deployed(target: str, workdir: Path, *, plan: str = "auto") -> Iterator[Deployment]:
+    if target == "dev":
+        with dev(workdir) as deployment:
+            yield deployment
+    elif target == "real":
+        with real(workdir, plan=plan) as deployment:
+            yield deployment
+    else:
+        raise ValueError(f"unknown target {target!r} (dev or real)")
+
+
+def wait(condition: Any, *, timeout: float, interval: float = 0.5, what: str = "") -> None:
+    """Polls `condition()` until true, for at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what or 'condition'} not met within {timeout:.0f}s")
+        time.sleep(interval)
+
+
+def tree_copy(source: Path, destination: Path) -> None:
+    if destination.exists():
+        shutil.rmtree(destination)
+    shutil.copytree(source, destination, symlinks=True)
+
+
+def environment_note() -> dict[str, str]:
+    return (
+        {k: v for k, v in LOAD_SETTINGS.items()}
+        | {"python": sys.version.split()[0]}
+        | {"cpus": str(os.cpu_count())}
+    )

@@ -1,0 +1,167 @@
+"""Fixed-rate runs (the generator in its own process), the knee search and the soak."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadlib import procstats, report
+from loadlib.deploy import Deployment
+from loadlib.hooks import Fault
+
+BENCH = Path(__file__).resolve().parents[1]
+ROOT = BENCH.parent
+RSS_EVERY = 5.0
+
+
+@dataclass
+class Run:
+    """One fixed-rate run: its summary, the generator's raw result, RSS over time."""
+
+    name: str
+    summary: dict[str, Any]
+    result: dict[str, Any]
+    rss: list[tuple[float, float]]
+
+
+@dataclass
+class Harness:
+    deployment: Deployment
+    agents: list[dict[str, Any]]
+    out: Path
+    mix: dict[str, float]
+    vocab_seed: int
+    target_ms: float = 50.0
+    timeout: float = 5.0
+    max_outstanding: int = 256
+    freshness_every: float = 1.0
+    freshness_timeout: float = 30.0
+    seed: int = 1
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def ledger(self) -> Path:
+        return self.out / "ledger.jsonl"
+
+    def run(
+        self,
+        name: str,
+        rate: float,
+        duration: float,
+        *,
+        faults: Sequence[Fault] = (),
+        record: bool = True,
+    ) -> Run:
+        """The generator at `rate` for `duration` seconds; the deployment's CPU and RSS
+        around it; faults started and polled on the way."""
+        steps = self.out / "runs"
+        steps.mkdir(parents=True, exist_ok=True)
+        self.seed += 1
+        d = self.deployment
+        config = {
+            "addresses": d.addresses,
+            "tls": None
+            if d.tls is None
+            else {
+                "ca": str(d.tls.ca),
+                "cert": str(d.tls.cert) if d.tls.cert else None,
+                "key": str(d.tls.key) if d.tls.key else None,
+            },
+            "agents": self.agents,
+            "rate": rate,
+            "duration": duration,
+            "mix": self.mix,
+            "max_outstanding": self.max_outstanding,
+            "timeout": self.timeout,
+            "seed": self.seed,
+            "vocab_seed": self.vocab_seed,
+            "freshness_every": self.freshness_every,
+            "freshness_timeout": self.freshness_timeout,
+            "ledger": str(self.ledger),
+            "output": str(steps / f"{name}.json"),
+        }
+        config_path = steps / f"{name}.config.json"
+        config_path.write_text(json.dumps(config), encoding="utf-8")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(ROOT)])}
+        before = procstats.snapshot(d.pids())
+        rss: list[tuple[float, float]] = [(0.0, sum(p["rss"] for p in before.values()))]
+        with (steps / f"{name}.log").open("wb") as log:
+            generator = subprocess.Popen(
+                [sys.executable, "-m", "loadlib.generator", str(config_path)],
+                cwd=BENCH,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        started = time.monotonic()
+        cap = started + duration + self.timeout + self.freshness_timeout + 90
+        try:
+            for fault in faults:
+                fault.start(d)
+            next_rss = started + RSS_EVERY
+            while generator.poll() is None:
+                if time.monotonic() > cap:
+                    generator.kill()
+                    raise TimeoutError(f"{name}: the generator overran its time cap")
+                for fault in faults:
+                    fault.poll(time.monotonic() - started)
+                if time.monotonic() >= next_rss:
+                    now = procstats.snapshot(d.pids())
+                    rss.append((time.monotonic() - started, sum(p["rss"] for p in now.values())))
+                    next_rss += RSS_EVERY
+                time.sleep(0.2)
+        finally:
+            if generator.poll() is None:
+                generator.kill()
+                generator.wait(10)
+        after = procstats.snapshot(d.pids())
+        rss.append((time.monotonic() - started, sum(p["rss"] for p in after.values())))
+        if generator.returncode != 0:
+            tail = (steps / f"{name}.log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{name}: the generator exited with {generator.returncode}\n{tail}")
+        result = json.loads((steps / f"{name}.json").read_text(encoding="utf-8"))
+        summary = report.summarize(result, procstats.delta(before, after), target_ms=self.target_ms)
+        summary["name"] = name
+        if faults:
+            summary["faults"] = {f.name: f.finish(summary) for f in faults}
+        run = Run(name, summary, result, rss)
+        if record:
+            self.runs.append(run)
+        return run
+
+    def knee(
+        self, *, start: float, factor: float, step_seconds: float, max_rate: float, max_steps: int
+    ) -> tuple[float | None, list[Run]]:
+        """Steps the rate up by `factor` until a step fails (p99 of search or writes over
+        the target, or any error) or `max_rate`/`max_steps`; the knee is the last rate that
+        passed (None when the first step fails)."""
+        steps: list[Run] = []
+        knee: float | None = None
+        rate = start
+        for index in range(max_steps):
+            if rate > max_rate:
+                break
+            run = self.run(f"step{index:02d}-{rate:.1f}", rate, step_seconds)
+            steps.append(run)
+            s = run.summary
+            groups = s["groups"]
+            search = groups.get("search", {}).get("latency_ms", {}).get("p99", float("nan"))
+            write = groups.get("write", {}).get("latency_ms", {}).get("p99", float("nan"))
+            print(
+                f"  rate {rate:7.1f}/s  done {s['achieved_rate']:7.1f}/s  "
+                f"errors {s['errors']:4}  search p99 {report.ms(search)} ms  "
+                f"write p99 {report.ms(write)} ms  {'pass' if s['passed'] else 'FAIL'}",
+                flush=True,
+            )
+            if not s["passed"]:
+                break
+            knee = rate
+            rate = round(rate * factor, 2)
+        return knee, steps
