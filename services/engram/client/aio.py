@@ -1,5 +1,12 @@
 """EngramClient: engram's typed asyncio client (grpc.aio) for agents and applications.
 
+Replicas: `addr` is one `host:port`, several replicas' `ip:port` (a list, or one string
+"127.0.0.1:50061,127.0.0.1:50062"), or a `dns:///name:port` target whose name resolves to
+each replica (a headless Kubernetes Service). Several replicas are balanced round-robin
+(gRPC's `round_robin` policy over one channel): a replica that goes down is left out once
+its connection fails, and the calls it was serving fail UNAVAILABLE, which the retries
+below send to another replica.
+
 Retries: a call that fails with UNAVAILABLE (the server down or restarting, a dropped link,
 a backend engram reports unavailable) is retried with exponential backoff and jitter, up to
 `retries` more times, only when repeating it cannot apply a change twice:
@@ -10,10 +17,15 @@ a backend engram reports unavailable) is retried with exponential backoff and ji
   `expected_sha256` / `create_only`: a repeat leaves the same content) and `memory_write`
   with `append=False`. A conditional write whose first attempt landed unseen answers
   `EtagMismatch` on the repeat, its `current_sha256` equal to the content's sha256;
-- never: appends (`write_document(append=True)`, `memory_write` appending, the default, and
-  `append_daily_log`), `delete_document` and `complete_bootstrap`: the server keeps no
-  request ids, so a repeat after a lost answer would append the entry twice or answer
-  NOT_FOUND for a change that happened. These raise `Unavailable` for the caller to decide.
+- conditional appends: `write_document(append=True)` with `expected_sha256` or
+  `create_only`. A repeat after an attempt that landed unseen cannot append twice: the
+  document no longer has the expected sha256 (or exists), so it answers `EtagMismatch`,
+  which the caller resolves by reading the document;
+- never: unconditional appends (`write_document(append=True)` without a condition,
+  `memory_write` appending, the default, and `append_daily_log`), `delete_document` and
+  `complete_bootstrap`: the server keeps no request ids, so a repeat after a lost answer
+  would append the entry twice or answer NOT_FOUND for a change that happened. These raise
+  `Unavailable` for the caller to decide (the change may or may not have been made).
 
 Every other failure raises at once as its engram.domain.errors class (InvalidArgument,
 NotFound, PermissionDenied with `rule`, EtagMismatch, QuotaExceeded, RateLimited with
@@ -54,7 +66,13 @@ from engram.client.models import (
     WriteResult,
 )
 from engram.domain.errors import InvalidArgument
-from engram.runtime.channels import ChannelConfig, ClientTls, open_channel
+from engram.runtime.channels import (
+    Addresses,
+    ChannelConfig,
+    ClientTls,
+    channel_target,
+    open_channel,
+)
 from engram.v1 import (
     search_pb2,
     search_pb2_grpc,
@@ -103,8 +121,9 @@ def _log_retry(peer: str) -> Callable[[RetryCallState], None]:
 
 
 class EngramClient:
-    """Async client of one engram server: WorkspaceService (the memory tools), and the basics
-    of StorageService and SearchService. Each method takes `space=` to override the default.
+    """Async client of an engram server (or of several replicas, balanced round-robin):
+    WorkspaceService (the memory tools), and the basics of StorageService and SearchService.
+    Each method takes `space=` to override the default.
 
     Use it as `async with EngramClient(addr, token=..., space=Space(name="agent-1")) as c:`;
     the channel opens on the first call, inside the running event loop.
@@ -112,7 +131,7 @@ class EngramClient:
 
     def __init__(
         self,
-        addr: str = DEFAULT_ADDR,
+        addr: Addresses = DEFAULT_ADDR,
         *,
         token: str = "",
         space: Space | None = None,
@@ -120,13 +139,19 @@ class EngramClient:
         timeout: float = 30.0,
         tls: bool | ClientTls = False,
     ) -> None:
-        """`tls=True` checks the server's certificate against the system's roots;
+        """`addr`: one address or several replicas (see the module's docstring).
+        `tls=True` checks the server's certificate against the system's roots;
         `tls=ClientTls(ca_file=..., cert_file=..., key_file=...)` against a private CA,
-        presenting a client certificate for mTLS."""
+        presenting a client certificate for mTLS (with several replicas set
+        `ClientTls.server_name` to the name their certificates carry)."""
         if retries < 0:
             raise InvalidArgument("retries must be 0 or more", field="retries")
         if timeout <= 0:
             raise InvalidArgument("timeout must be more than 0 seconds", field="timeout")
+        try:
+            self.target = channel_target(addr)
+        except ValueError as error:
+            raise InvalidArgument(str(error), field="addr") from None
         self.addr = addr
         self.space = space or Space()
         self.retries = retries
@@ -362,7 +387,8 @@ class EngramClient:
         space: Space | None = None,
     ) -> DocumentWrite:
         """Replaces (or appends to) a document; `expected_sha256` / `create_only` make the
-        write conditional (EtagMismatch when the condition does not hold)."""
+        write conditional (EtagMismatch when the condition does not hold). Retried on
+        UNAVAILABLE unless it is an unconditional append."""
         request = storage_pb2.WriteDocumentRequest(
             space=self._space(space),
             path=path,
@@ -375,7 +401,7 @@ class EngramClient:
             "StorageService.WriteDocument",
             self._stubs.storage.WriteDocument,
             request,
-            idempotent=not append,
+            idempotent=not append or bool(expected_sha256) or create_only,
         )
         return mapping.document_write(response)
 

@@ -16,7 +16,7 @@ from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 from engram.client.aio import DEFAULT_ADDR, EngramClient
 from engram.client.models import Space
-from engram.runtime.channels import ClientTls
+from engram.runtime.channels import Addresses, ClientTls
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -38,7 +38,7 @@ class Engram:
 
     def __init__(
         self,
-        addr: str = DEFAULT_ADDR,
+        addr: Addresses = DEFAULT_ADDR,
         *,
         token: str = "",
         space: Space | None = None,

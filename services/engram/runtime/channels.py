@@ -1,10 +1,17 @@
 """Client channels: one factory for every internal gRPC client, with TLS and keepalive.
 
 Imports only grpc, so the typed client (`engram.client`) and the CLI use it too.
+
+An address is one `host:port`, a list of replicas' `ip:port` (a sequence or one string
+"127.0.0.1:50061,127.0.0.1:50062"), or a gRPC target with a resolver scheme that names
+several (`dns:///engram-storage-headless:50051`, `ipv4:10.0.0.1:50051,10.0.0.2:50051`).
+Several replicas share one channel with gRPC's `round_robin` balancing: each call goes to
+the next connected replica, a replica whose connection failed is left out until it is back.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +19,66 @@ from pathlib import Path
 import grpc
 
 MIB = 1024 * 1024
+# Targets whose resolver may answer several addresses: those are balanced round-robin.
+BALANCED_SCHEMES = ("dns:", "ipv4:", "ipv6:")
+
+Addresses = str | Sequence[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelTarget:
+    """What grpc is given for an address or a list of replicas: the target string and the
+    channel options it needs (round_robin balancing for several replicas)."""
+
+    target: str
+    options: tuple[tuple[str, str | int], ...] = ()
+
+    @property
+    def balanced(self) -> bool:
+        return bool(self.options)
+
+
+def channel_target(addresses: Addresses) -> ChannelTarget:
+    """The gRPC target for `addresses` (see the module's docstring). Raises ValueError for an
+    empty list, an entry without a port, or a list that mixes host names, IPv4 and IPv6:
+    gRPC balances a fixed list only over IP literals; replicas behind a name are reached with
+    a `dns:` target whose name resolves to each of them (a headless Kubernetes Service)."""
+    if isinstance(addresses, str):
+        text = addresses.strip()
+        if text.startswith(BALANCED_SCHEMES):
+            return ChannelTarget(text, (_ROUND_ROBIN,))
+        entries = [entry.strip() for entry in text.split(",")]
+    else:
+        entries = [entry.strip() for entry in addresses]
+    entries = [entry for entry in entries if entry]
+    if not entries:
+        raise ValueError("no address given: expected host:port or a list of ip:port")
+    if len(entries) == 1:
+        return ChannelTarget(entries[0])
+    families = {_ip_family(entry) for entry in entries}
+    if families == {4}:
+        return ChannelTarget("ipv4:" + ",".join(entries), (_ROUND_ROBIN,))
+    if families == {6}:
+        return ChannelTarget("ipv6:" + ",".join(entries), (_ROUND_ROBIN,))
+    raise ValueError(
+        f"addresses {', '.join(entries)} mix IPv4 and IPv6; list replicas of one family"
+    )
+
+
+_ROUND_ROBIN: tuple[str, str | int] = ("grpc.lb_policy_name", "round_robin")
+
+
+def _ip_family(entry: str) -> int:
+    host, colon, port = entry.rpartition(":")
+    if not colon or not port.isdigit():
+        raise ValueError(f"address {entry!r} has no port: expected ip:port")
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).version
+    except ValueError:
+        raise ValueError(
+            f"address {entry!r} of a list is not an IP literal: list replicas as ip:port, "
+            "or give one dns:///name:port target whose name resolves to each replica"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,28 +136,31 @@ def channel_options(config: ChannelConfig) -> list[tuple[str, str | int]]:
 
 
 def open_channel(
-    addr: str,
+    addr: Addresses,
     config: ChannelConfig,
     extra_options: list[tuple[str, str | int]] | None = None,
     *,
     interceptors: Sequence[grpc.aio.ClientInterceptor] = (),
 ) -> grpc.aio.Channel:
-    """A grpc.aio channel to `addr`: TLS when `config.tls` is set, plaintext otherwise;
-    `interceptors` wrap every call (the servers pass tracing's)."""
-    options = [*channel_options(config), *(extra_options or [])]
+    """A grpc.aio channel to `addr` (one address or several replicas, balanced round-robin):
+    TLS when `config.tls` is set, plaintext otherwise; `interceptors` wrap every call (the
+    servers pass tracing's). Raises ValueError for an address list `channel_target` refuses."""
+    target = channel_target(addr)
+    options = [*channel_options(config), *target.options, *(extra_options or [])]
     if config.tls is None:
-        return grpc.aio.insecure_channel(addr, options=options, interceptors=interceptors)
+        return grpc.aio.insecure_channel(target.target, options=options, interceptors=interceptors)
     return grpc.aio.secure_channel(
-        addr, config.tls.credentials(), options=options, interceptors=interceptors
+        target.target, config.tls.credentials(), options=options, interceptors=interceptors
     )
 
 
-def open_sync_channel(addr: str, config: ChannelConfig) -> grpc.Channel:
+def open_sync_channel(addr: Addresses, config: ChannelConfig) -> grpc.Channel:
     """The blocking twin of `open_channel` (the CLI)."""
-    options = channel_options(config)
+    target = channel_target(addr)
+    options = [*channel_options(config), *target.options]
     if config.tls is None:
-        return grpc.insecure_channel(addr, options=options)
-    return grpc.secure_channel(addr, config.tls.credentials(), options=options)
+        return grpc.insecure_channel(target.target, options=options)
+    return grpc.secure_channel(target.target, config.tls.credentials(), options=options)
 
 
 def _read(path: Path | None) -> bytes | None:

@@ -1,0 +1,61 @@
+"""Address lists become one round-robin gRPC target; a single address is left as it is."""
+
+from __future__ import annotations
+
+import pytest
+
+from engram.client import EngramClient
+from engram.domain.errors import InvalidArgument
+from engram.runtime.channels import channel_target
+
+ROUND_ROBIN = (("grpc.lb_policy_name", "round_robin"),)
+
+
+def test_one_address_is_passed_through_unbalanced() -> None:
+    target = channel_target("storage.engram.svc:50051")
+    assert (target.target, target.options, target.balanced) == (
+        "storage.engram.svc:50051",
+        (),
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    "addresses",
+    [
+        ["127.0.0.1:50061", "127.0.0.1:50062"],
+        "127.0.0.1:50061,127.0.0.1:50062",
+        " 127.0.0.1:50061 , 127.0.0.1:50062 ,",
+    ],
+)
+def test_ipv4_replicas_share_one_round_robin_target(addresses: str | list[str]) -> None:
+    target = channel_target(addresses)
+    assert target.target == "ipv4:127.0.0.1:50061,127.0.0.1:50062"
+    assert target.options == ROUND_ROBIN and target.balanced
+
+
+def test_ipv6_replicas_and_resolver_targets_are_balanced() -> None:
+    assert channel_target(["[::1]:1", "[::1]:2"]).target == "ipv6:[::1]:1,[::1]:2"
+    for given in ("dns:///engram-storage-headless:50051", "ipv4:10.0.0.1:1,10.0.0.2:1"):
+        target = channel_target(given)
+        assert (target.target, target.options) == (given, ROUND_ROBIN)
+
+
+@pytest.mark.parametrize(
+    ("addresses", "says"),
+    [
+        ([], "no address"),
+        ("storage-0:50051,storage-1:50051", "not an IP literal"),
+        ("127.0.0.1:1,127.0.0.1", "no port"),
+        (["127.0.0.1:1", "[::1]:2"], "mix IPv4 and IPv6"),
+    ],
+)
+def test_lists_grpc_cannot_balance_are_refused(addresses: str | list[str], says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        channel_target(addresses)
+
+
+def test_the_client_refuses_a_bad_list_as_invalid_argument() -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        EngramClient(["storage-0:50051", "storage-1:50051"])
+    assert refused.value.field == "addr"
