@@ -80,6 +80,12 @@ POSTGRESQL_APT = "apt-get update && apt-get install -y --no-install-recommends p
 PG_USER = "engram"  # the cluster's superuser (initdb -U), trust auth on 127.0.0.1 only
 PG_DATABASE = "postgres"  # FerretDB keeps each MongoDB database as a schema of this one
 PG_RUN_AS = "nobody"  # PostgreSQL refuses to run as root: as root we run it as this user
+# FerretDB v1's PostgreSQL handler holds one pooled connection for an update's read while it
+# takes a second for the write: with as many concurrent updates/deletes as the pool has
+# connections (its default pool_max_conns is 50), every one waits for a second connection
+# and FerretDB hangs for good. A pool larger than engram's clients can keep busy avoids it.
+PG_MAX_CONNECTIONS = 400
+FERRETDB_PG_POOL = 380
 
 
 def cache_dir() -> Path:
@@ -1069,7 +1075,8 @@ def start_mongo(data_dir: Path, port: int | None = None, *, timeout: float = 60.
         "run_as": list(pg.run_as) if pg.run_as else None,
         "timeout": timeout,
         "ferretdb": _ferretdb_argv(binary, port, state_dir,
-                                   ["--handler=postgresql", f"--postgresql-url={pg_url}"]),
+                                   ["--handler=postgresql",
+                                    f"--postgresql-url={pg_url}?pool_max_conns={FERRETDB_PG_POOL}"]),
     }
     # One process group for both servers: a small supervisor (this file, "_mongo_pg") starts
     # PostgreSQL as its child, waits until it accepts connections, then execs FerretDB. The
@@ -1104,7 +1111,7 @@ class _PgLayout:
             "fsync": "off",
             "synchronous_commit": "off",
             "full_page_writes": "off",
-            "max_connections": "200",
+            "max_connections": str(PG_MAX_CONNECTIONS),
             "logging_collector": "off",
             "log_min_messages": "warning",
         }
