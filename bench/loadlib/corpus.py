@@ -22,6 +22,7 @@ same index sizes) is unchanged. Writes made during the load are embedded by the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import io
 import json
@@ -121,6 +122,7 @@ def count_chunks(content: str) -> int:
     )
 
 
+@functools.lru_cache(maxsize=2)
 def corpus(spec: CorpusSpec) -> dict[Agent, dict[str, str]]:
     """Every agent's documents (path -> content), `spec.chunks` chunks in all (the last
     document may overshoot by a few)."""

@@ -6,12 +6,14 @@ request must succeed and every acknowledged write must read back; no timing is a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import grpc
 import pytest
 
 from tests.deploy.chart import helm_binary
@@ -73,3 +75,58 @@ def test_a_low_rate_run_has_no_errors_and_loses_no_write(target: str, tmp_path: 
     # The deployment's process and the generator's own were measured.
     expected = {"dev"} if target == "dev" else {"storage", "indexer", "search", "workspace"}
     assert expected | {"generator"} <= set(run["processes"])
+
+
+def test_the_loss_check_finds_a_write_that_is_not_there(tmp_path: Path) -> None:
+    """The ledger check against a running `engram dev`: a real append and a real replace
+    pass; an acknowledged append whose token is not in the document, and a replace whose
+    acknowledged version does not hold its token, are reported lost."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from loadlib import deploy, ledger
+
+    from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
+    from tests.support.tokens import mint
+
+    async def scenario(d: deploy.Deployment) -> dict[str, object]:
+        agent = {"tenant": "t1", "sub": "ann", "space": "ws-ann"}
+        agent["token"] = mint("ann", "t1", "member", secret=d.secret)
+        metadata = (("authorization", f"Bearer {agent['token']}"),)
+        space = space_pb2.SpaceRef(
+            visibility=space_pb2.VISIBILITY_PRIVATE, tenant="t1", name="ws-ann"
+        )
+        async with grpc.aio.insecure_channel(d.addresses["storage"]) as channel:
+            stub = storage_pb2_grpc.StorageServiceStub(channel)
+            log = await stub.WriteDocument(
+                storage_pb2.WriteDocumentRequest(
+                    space=space, path="daily/log.md", content="ltkept one\n"
+                ),
+                metadata=metadata,
+            )
+            first = await stub.WriteDocument(
+                storage_pb2.WriteDocumentRequest(space=space, path="notes/n.md", content="ltfirst"),
+                metadata=metadata,
+            )
+            second = await stub.WriteDocument(
+                storage_pb2.WriteDocumentRequest(
+                    space=space, path="notes/n.md", content="ltsecond"
+                ),
+                metadata=metadata,
+            )
+            entries = [
+                {"kind": "append", "sub": "ann", "path": "daily/log.md", "token": "ltkept",
+                 "acked": True, "version": log.document.version},
+                {"kind": "append", "sub": "ann", "path": "daily/log.md", "token": "ltnever",
+                 "acked": True, "version": log.document.version},
+                {"kind": "replace", "sub": "ann", "path": "notes/n.md", "token": "ltsecond",
+                 "acked": True, "version": second.document.version},
+                # Claims the first version held another write.
+                {"kind": "replace", "sub": "ann", "path": "notes/n.md", "token": "ltother",
+                 "acked": True, "version": first.document.version},
+            ]  # fmt: skip
+            return await ledger.check(channel, entries, {"ann": agent})
+
+    with deploy.dev(tmp_path / "deploy") as d:
+        found = asyncio.run(scenario(d))
+    assert found["acknowledged"] == 4
+    assert found["lost"] == 2, found
+    assert {w["token"] for w in found["lost_writes"]} == {"ltnever", "ltother"}
