@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -257,6 +258,9 @@ def population(spec: corpus.CorpusSpec, secret: str) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
+    # SIGTERM stops everything the way Ctrl-C does (the deployment's processes included).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = args.out or BENCH / "out" / f"load-{args.target}-{stamp}"
     out.mkdir(parents=True, exist_ok=True)
