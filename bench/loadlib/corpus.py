@@ -34,6 +34,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from engram.domain.chunking import build_chunks
 from engram.v1 import indexer_pb2, indexer_pb2_grpc, space_pb2, storage_pb2, storage_pb2_grpc
@@ -228,6 +229,13 @@ def archive(files: dict[str, str]) -> bytes:
     return buffer.getvalue()
 
 
+def _transient(error: BaseException) -> bool:
+    return isinstance(error, grpc.aio.AioRpcError) and error.code() in (
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+    )
+
+
 def mint_tokens(population: list[Agent], secret: str, ttl: float = 7 * 86400) -> dict[str, str]:
     from tests.support.tokens import mint
 
@@ -239,7 +247,7 @@ async def preload(
     spec: CorpusSpec,
     tokens: dict[str, str],
     *,
-    concurrency: int = 4,
+    concurrency: int = 2,
     time_cap: float = 3600.0,
 ) -> dict[str, Any]:
     """Imports every space's documents (one ImportSpace per space, `concurrency` at once).
@@ -267,11 +275,20 @@ async def preload(
                 for at in range(0, len(data), 1 << 20):
                     yield storage_pb2.ImportSpaceRequest(data=data[at : at + (1 << 20)])
 
-            answer = await stub.ImportSpace(
-                requests(),
-                metadata=(("authorization", f"Bearer {tokens[agent.sub]}"),),
-                timeout=300,
-            )
+            # OVERWRITE makes an import idempotent: one that failed (a backend too slow for
+            # a deadline under the pre-load's burst) is sent again.
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(_transient),
+                stop=stop_after_attempt(6),
+                wait=wait_exponential(multiplier=1, max=20),
+                reraise=True,
+            ):
+                with attempt:
+                    answer = await stub.ImportSpace(
+                        requests(),
+                        metadata=(("authorization", f"Bearer {tokens[agent.sub]}"),),
+                        timeout=300,
+                    )
             written += answer.written
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
