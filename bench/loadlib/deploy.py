@@ -39,6 +39,7 @@ LOAD_SETTINGS = {
     "ENGRAM_WORKSPACE_WRITES_PER_HOUR": "0",
 }
 BACKEND_NAMES = ("nats", "mongo", "opensearch")
+DATABASE = "engram_load"
 
 
 def _load(name: str, path: Path) -> ModuleType:
@@ -86,6 +87,9 @@ class Deployment:
     tls: ClientTlsFiles | None = None
     backends: dict[str, Any] = field(default_factory=dict)  # name -> RunningBackend
     launcher: ModuleType | None = None
+    # Where the indexer's embedding cache lives: {"data_dir"} (dev) or {"mongo_uri",
+    # "mongo_db"} (real).
+    store: dict[str, str] = field(default_factory=dict)
 
     # --- processes ------------------------------------------------------------------------
     def engram_processes(self) -> list[str]:
@@ -176,6 +180,7 @@ def dev(workdir: Path, *, data_dir: Path | None = None) -> Iterator[Deployment]:
         secret,
         {s: address for s in ("storage", "search", "workspace", "indexer")},
         cluster,
+        store={"data_dir": str(data)},
     )
     try:
         cluster.start_all()
@@ -223,7 +228,7 @@ def _chart_plan(workdir: Path, backends: dict[str, Any]) -> Any:
         secret=secret,
         token=token,
         values=(cl.LOOPBACK_VALUES, values),
-        database="engram_load",
+        database=DATABASE,
     )
     existing: dict[str, dict[str, bytes]] = {}
     tls = None
@@ -261,7 +266,7 @@ def _serve_plan(workdir: Path, backends: dict[str, Any]) -> Any:
         specs[name] = cl.Spec(name, ["engram", "serve", name], {}, grpc_port, metrics_port)
     common = {
         "ENGRAM_MONGO_URI": backends["mongo"].url,
-        "ENGRAM_MONGO_DB": "engram_load",
+        "ENGRAM_MONGO_DB": DATABASE,
         "ENGRAM_NATS_URL": backends["nats"].url,
         "ENGRAM_OPENSEARCH_URL": backends["opensearch"].url,
         "ENGRAM_OPENSEARCH_INDEX": "engram-load-chunks",
@@ -315,6 +320,7 @@ def real(workdir: Path, *, plan: str = "auto") -> Iterator[Deployment]:
         tls=_client_tls(built, workdir),
         backends=backends,
         launcher=launcher,
+        store={"mongo_uri": backends["mongo"].url, "mongo_db": DATABASE},
     )
     try:
         cluster.start_all()
