@@ -463,6 +463,13 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
     gc.collect()
     result["memory_after_open"] = memory()
+    # A full collection stops the event loop: what the resident index adds to it.
+    pauses = []
+    for _ in range(3):
+        started = time.perf_counter()
+        gc.collect()
+        pauses.append((time.perf_counter() - started) * 1000)
+    result["full_gc_ms"] = statistics.median(pauses)
     profile = cProfile.Profile() if args.profile else None
     queries = Queries(vocab, seed=1)
     embedder = SyntheticQueryEmbedder(queries.vectors)
@@ -934,7 +941,10 @@ def disk_mib(path: Path) -> float:
 
 def report(results: list[dict[str, Any]]) -> None:
     print()
-    print("chunks     spaces  big/median space  open s (kw/vec)  RSS MiB open/after/peak")
+    print(
+        "chunks     spaces  big/median space  open s (kw/vec)  RSS MiB open/after/peak"
+        "  disk  full GC"
+    )
     for r in results:
         sizes, opened = r["sizes"], r["open_seconds"]
         before, after = r["memory_before_open"], r["memory_after_open"]
@@ -944,7 +954,7 @@ def report(results: list[dict[str, Any]]) -> None:
             f"  {opened['keyword']:5.2f}/{opened['vector']:6.2f}"
             f"   {before['rss_mib']:.0f} -> {after['rss_mib']:.0f}"
             f" / {end['rss_mib']:.0f} / {end['peak_mib']:.0f}"
-            f"   disk {r.get('disk_mib', 0):.0f} MiB"
+            f"   disk {r.get('disk_mib', 0):.0f} MiB  {r['full_gc_ms']:.0f} ms"
         )
     print()
     header = "scope      mode     " + "".join(f"{r['chunks']:>22,}" for r in results)
