@@ -113,22 +113,25 @@ def _atomic_write_json(path: Path, payload: dict[str, Any]) -> None:
         os.close(directory)
 
 
-# Chunk fields, one list per field: a str in a list is invisible to the cyclic garbage
-# collector, a Chunk object is not - 100k resident Chunks made each full collection ~8 ms
-# and showed up as search p99 spikes.
+# Chunk fields, one numpy object array per field, grown with the vectors. A numpy array is
+# not a container the cyclic garbage collector traverses; a list is, element by element:
+# with the fields in lists, one full collection at 1M resident chunks visited 7M strings and
+# took 200-450 ms, stopping the event loop (bench/scale_bench.py; Chunk objects were worse).
 _COLUMNS = ("chunk_id", "document_id", "tenant", "path", "chunk_index", "doc_version", "content")
 
 
 class _Space:
     """One space's chunks of one collection: row i of `vectors` is the chunk in row i of
-    the columns."""
+    the columns; rows from `size` on are spare capacity."""
 
     def __init__(self, space_id: str, dimension: int) -> None:
         self.space_id = space_id
         self.dimension = dimension
         self.vectors: npt.NDArray[np.float32] = np.empty((0, dimension), dtype=np.float32)
         self.size = 0
-        self.columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
+        self.columns: dict[str, npt.NDArray[np.object_]] = {
+            name: np.empty(0, dtype=object) for name in _COLUMNS
+        }
         # Tuples of ints, which the garbage collector stops tracking.
         self.rows_by_path: dict[str, tuple[int, ...]] = {}
         self._paths: npt.NDArray[np.str_] | None = None
@@ -163,31 +166,38 @@ class _Space:
                     row if r == last else r for r in self.rows_by_path[moved]
                 )
             for column in self.columns.values():
-                column.pop()
+                column[last] = None
             self.size -= 1
         self._paths = None
 
+    def reserve(self, rows: int) -> None:
+        """Room for `rows` more rows without growing."""
+        needed = self.size + rows
+        if needed <= self.vectors.shape[0]:
+            return
+        capacity = max(needed, 2 * self.vectors.shape[0], 16) if self.size else needed
+        grown = np.empty((capacity, self.dimension), dtype=np.float32)
+        grown[: self.size] = self.vectors[: self.size]
+        self.vectors = grown
+        for name, column in self.columns.items():
+            wider = np.empty(capacity, dtype=object)
+            wider[: self.size] = column[: self.size]
+            self.columns[name] = wider
+
     def append(self, chunks: Sequence[Chunk], vectors: Vectors) -> None:
-        needed = self.size + len(chunks)
-        if needed > self.vectors.shape[0]:
-            capacity = max(needed, 2 * self.vectors.shape[0], 16)
-            grown = np.empty((capacity, self.dimension), dtype=np.float32)
-            grown[: self.size] = self.vectors[: self.size]
-            self.vectors = grown
-        self.vectors[self.size : needed] = vectors
+        self.reserve(len(chunks))
+        start, needed = self.size, self.size + len(chunks)
+        self.vectors[start:needed] = vectors
         added: dict[str, list[int]] = {}
         for offset, chunk in enumerate(chunks):
-            added.setdefault(chunk.path, []).append(self.size + offset)
-            for name, column in self.columns.items():
-                column.append(getattr(chunk, name))
+            added.setdefault(chunk.path, []).append(start + offset)
+        for name, column in self.columns.items():
+            for offset, chunk in enumerate(chunks):
+                column[start + offset] = getattr(chunk, name)
         for path, rows in added.items():
             self.rows_by_path[path] = self.rows_by_path.get(path, ()) + tuple(rows)
         self.size = needed
         self._paths = None
-
-    def reserve(self, rows: int) -> None:
-        """Before `load_row`: room for `rows` more rows (an empty space only)."""
-        self.vectors = np.empty((self.size + rows, self.dimension), dtype=np.float32)
 
     def load_row(
         self,
@@ -200,23 +210,23 @@ class _Space:
         content: str,
         vector: Vectors,
     ) -> None:
-        """Appends one stored row (its vector normalised already) while loading; the paths'
-        row tuples are built by `finish_load`."""
+        """Appends one stored row (its vector normalised already) into room made by
+        `reserve`, while loading; the paths' row tuples are built by `finish_load`."""
         row = self.size
         self.vectors[row] = vector
         c = self.columns
-        c["chunk_id"].append(chunk_id)
-        c["document_id"].append(document_id)
-        c["tenant"].append(tenant)
-        c["path"].append(path)
-        c["chunk_index"].append(chunk_index)
-        c["doc_version"].append(doc_version)
-        c["content"].append(content)
+        c["chunk_id"][row] = chunk_id
+        c["document_id"][row] = document_id
+        c["tenant"][row] = tenant
+        c["path"][row] = path
+        c["chunk_index"][row] = chunk_index
+        c["doc_version"][row] = doc_version
+        c["content"][row] = content
         self.size = row + 1
 
     def finish_load(self) -> None:
         rows: dict[str, list[int]] = {}
-        for row, path in enumerate(self.columns["path"]):
+        for row, path in enumerate(self.columns["path"][: self.size]):
             rows.setdefault(path, []).append(row)
         self.rows_by_path = {path: tuple(found) for path, found in rows.items()}
         self._paths = None
@@ -230,7 +240,7 @@ class _Space:
         rows: npt.NDArray[np.intp] | None = None
         if scope:
             if self._paths is None:
-                self._paths = np.array(self.columns["path"], dtype=np.str_)
+                self._paths = np.array(self.columns["path"][: self.size], dtype=np.str_)
             inside = (self._paths == scope) | np.strings.startswith(self._paths, scope + "/")
             rows = np.flatnonzero(inside)
             if rows.size == 0:
