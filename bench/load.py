@@ -49,6 +49,7 @@ for entry in (str(ROOT), str(BENCH)):
         sys.path.insert(0, entry)
 
 from loadlib import corpus, deploy, ledger, report  # noqa: E402
+from loadlib import faults as faultlib  # noqa: E402
 from loadlib.hooks import Fault  # noqa: E402
 from loadlib.runner import Harness  # noqa: E402
 
@@ -127,12 +128,13 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         help="seconds between freshness probes (0 = none)",
     )
     p.add_argument("--freshness-timeout", type=float, default=30.0)
+    faultlib.add_arguments(p)
     return p.parse_args(argv)
 
 
 def faults_from(args: argparse.Namespace) -> list[Fault]:
     """The faults of the run (bench/loadlib/faults.py adds its flags and builds them)."""
-    return []
+    return list(faultlib.build(args))
 
 
 def channel_factory(d: deploy.Deployment) -> Any:
@@ -218,7 +220,8 @@ def loaded_deployment(
         info["preload"]["copied_from_cache_seconds"] = round(time.monotonic() - started, 1)
         print(f"corpus: copied from {cached}", flush=True)
     else:
-        with deploy.deployed(args.target, workdir, plan=args.plan) as d:
+        replicas = faultlib.storage_replicas(args)
+        with deploy.deployed(args.target, workdir, plan=args.plan, storage_replicas=replicas) as d:
             tokens = corpus.mint_tokens(corpus.agents(spec), d.secret)
             print(f"corpus: pre-loading {spec.chunks} chunks over {len(tokens)} spaces", flush=True)
             info["preload"] = asyncio.run(
@@ -236,7 +239,8 @@ def loaded_deployment(
         (partial / "complete").write_text(json.dumps(info["preload"]))
         shutil.rmtree(cached, ignore_errors=True)
         partial.rename(cached)
-    with deploy.deployed(args.target, workdir, plan=args.plan) as d:
+    replicas = faultlib.storage_replicas(args)
+    with deploy.deployed(args.target, workdir, plan=args.plan, storage_replicas=replicas) as d:
         yield d, info
 
 
@@ -299,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
             freshness_every=args.freshness_every,
             freshness_timeout=args.freshness_timeout,
         )
+        for fault in faults:
+            fault.attach(harness)  # type: ignore[attr-defined]
         rate0 = args.rate or args.start_rate
         if args.warmup_seconds > 0:
             print(f"warm-up: {args.warmup_seconds:.0f} s at {rate0}/s", flush=True)
@@ -371,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{s['completed']} requests, {s['errors']} errors",
                 report.rpc_table(s),
             ]
+            if s.get("faults"):
+                text.append(faultlib.table(s["faults"]))
             if "rss_growth_percent" in s:
                 text.append(f"RSS growth over the soak (all processes): {s['rss_growth_percent']}%")
     report.plot_time(

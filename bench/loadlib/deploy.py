@@ -292,7 +292,7 @@ def _serve_plan(workdir: Path, backends: dict[str, Any]) -> Any:
 
 
 @contextlib.contextmanager
-def real(workdir: Path, *, plan: str = "auto") -> Iterator[Deployment]:
+def real(workdir: Path, *, plan: str = "auto", storage_replicas: int = 1) -> Iterator[Deployment]:
     """The real backends and engram as separate processes. `plan`: `chart` (the rendered
     chart, needs helm), `serve` (`engram serve` processes configured here), `auto` (chart if
     helm is there)."""
@@ -309,6 +309,10 @@ def real(workdir: Path, *, plan: str = "auto") -> Iterator[Deployment]:
         for backend in backends.values():
             backend.stop()
         raise
+    if storage_replicas > 1:
+        from loadlib.faults import add_storage_replica
+
+        add_storage_replica(built, cl.free_ports)
     cluster = cl.Cluster(built)
     addresses = {s: built.specs[s].address for s in ("storage", "search", "workspace", "indexer")}
     deployment = Deployment(
@@ -330,12 +334,14 @@ def real(workdir: Path, *, plan: str = "auto") -> Iterator[Deployment]:
 
 
 @contextlib.contextmanager
-def deployed(target: str, workdir: Path, *, plan: str = "auto") -> Iterator[Deployment]:
+def deployed(
+    target: str, workdir: Path, *, plan: str = "auto", storage_replicas: int = 1
+) -> Iterator[Deployment]:
     if target == "dev":
         with dev(workdir) as deployment:
             yield deployment
     elif target == "real":
-        with real(workdir, plan=plan) as deployment:
+        with real(workdir, plan=plan, storage_replicas=storage_replicas) as deployment:
             yield deployment
     else:
         raise ValueError(f"unknown target {target!r} (dev or real)")

@@ -130,7 +130,7 @@ class Harness:
         summary = report.summarize(result, procstats.delta(before, after), target_ms=self.target_ms)
         summary["name"] = name
         if faults:
-            summary["faults"] = {f.name: f.finish(summary) for f in faults}
+            summary["faults"] = {f.name: f.finish({**summary, "result": result}) for f in faults}
         run = Run(name, summary, result, rss)
         if record:
             self.runs.append(run)
