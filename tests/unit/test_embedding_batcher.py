@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 
 from engram.domain.errors import InvalidArgument
 from engram.indexer.embedders.batching import EmbeddingBatcher
-from engram.indexer.embedders.local import LocalOnnxEmbedder
+from engram.indexer.embedders.local import LocalOnnxEmbedder, _runs
 from engram.indexer.ports import IndexUnavailable, Vectors
 
 # Every test is bounded: a batcher that lost a call would otherwise hang the suite.
@@ -56,10 +56,20 @@ async def settle() -> None:
 
 
 def batcher(
-    model: Model, *, window: float = 0.0, max_batch: int = 32, max_pending: int = 1024
+    model: Model,
+    *,
+    window: float = 0.0,
+    max_batch: int = 32,
+    max_pending: int = 1024,
+    parallel: int = 1,
 ) -> EmbeddingBatcher:
     return EmbeddingBatcher(
-        model, window=window, max_batch=max_batch, max_pending=max_pending, name="test"
+        model,
+        window=window,
+        max_batch=max_batch,
+        max_pending=max_pending,
+        name="test",
+        parallel=parallel,
     )
 
 
@@ -211,6 +221,8 @@ def test_settings_are_checked() -> None:
         batcher(Model(), window=-1.0)
     with pytest.raises(ValueError):
         batcher(Model(), max_batch=8, max_pending=4)
+    with pytest.raises(ValueError):
+        batcher(Model(), parallel=0)
 
 
 # --- the local model ----------------------------------------------------------------------
@@ -240,3 +252,33 @@ async def test_concurrent_queries_share_one_model_run_and_match_single_embedding
     # Eight queries, a window of an hour: one job, started because the batch was full.
     assert jobs_of("query") == (count + 1, total + 8)
     assert np.allclose(np.stack(together), alone, atol=1e-4)
+
+
+async def test_parallel_jobs_run_side_by_side() -> None:
+    model = Model(hold=True)
+    embed = batcher(model, parallel=2).embed
+    async with asyncio.timeout(BOUND):
+        first = asyncio.create_task(embed(["a"]))
+        await wait_for_job(model)
+        second = asyncio.create_task(embed(["bb"]))
+        await settle()
+        third = asyncio.create_task(embed(["ccc"]))
+        await settle()
+        # Two jobs started although neither finished; the third call waits for a slot.
+        assert model.jobs == [["a"], ["bb"]]
+        model.release.set()
+        results = await asyncio.gather(first, second, third)
+    assert model.jobs == [["a"], ["bb"], ["ccc"]]
+    assert [r.tolist() for r in results] == [[[1, 2]], [[2, 2]], [[3, 3]]]
+
+
+def test_model_runs_stay_within_the_token_budget() -> None:
+    lengths = np.array([5, 10, 10, 20, 60, 100, 300], dtype=np.int64)
+    runs = _runs(lengths, 32, 64)
+    assert runs == [slice(0, 3), slice(3, 4), slice(4, 5), slice(5, 6), slice(6, 7)]
+    # Rows cap the run too; a text longer than the budget runs alone.
+    assert _runs(np.array([1] * 5, dtype=np.int64), 2, 512) == [
+        slice(0, 2),
+        slice(2, 4),
+        slice(4, 5),
+    ]

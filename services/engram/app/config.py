@@ -207,6 +207,7 @@ class Components:
             provider=settings.embedder_provider,
             max_length=settings.embed_max_length,
             batch_size=settings.embed_batch_size,
+            batch_tokens=settings.embed_batch_tokens,
             threads=settings.embed_threads,
             nice=settings.indexing_nice,
             timeout_seconds=settings.embed_timeout_seconds,

@@ -28,7 +28,9 @@ class EmbedderConfig:
     provider: Provider = "local"
     max_length: int = 256
     batch_size: int = 32
-    # onnxruntime intra-op threads of the local model, and the niceness of its thread.
+    # Padded tokens per run of the local model.
+    batch_tokens: int = 512
+    # Worker threads of the local model (jobs side by side), and their niceness.
     threads: int = 2
     nice: int = 0
     # Micro-batching of the local model's queries: the window after a query's arrival that
@@ -113,6 +115,7 @@ def _build(
         max_length=config.max_length,
         batch_size=config.batch_size,
         threads=config.threads,
+        batch_tokens=config.batch_tokens,
         nice=config.nice,
         query_window=config.query_window_seconds,
         query_max_batch=config.query_max_batch,

@@ -5,9 +5,10 @@ session run pays its fixed cost once, and the matrix kernels run on wider inputs
 runs one job at a time anyway. `EmbeddingBatcher` queues each call's texts; a drain task
 takes the queue's head, waits until `window` seconds after that call arrived (or until
 `max_batch` texts wait), and sends every waiting call's texts - at most `max_batch`, and
-whole calls only - to the model as one job. While that job runs, new calls queue, so under
-load batches fill without any waiting, and an idle model answers a lone call after at most
-`window`. With `window` 0 nothing waits: only calls that arrive while a job runs share one.
+whole calls only - to the model as one job. At most `parallel` jobs run at once (one per
+core the model may use); while they run, new calls queue, so under load batches fill
+without any waiting, and an idle model answers a lone call after at most `window`. With
+`window` 0 nothing waits: only calls that arrive while every slot is busy share a job.
 
 Each caller gets its own rows. A job that fails fails only the calls in it: an engram error
 as it is, anything else as IndexUnavailable naming the cause. A caller cancelled while
@@ -23,6 +24,7 @@ import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 from prometheus_client import Histogram
@@ -49,13 +51,15 @@ class _Call:
 
 @dataclass(slots=True)
 class _Queue:
-    """The calls waiting on one event loop, and the task draining them."""
+    """The calls waiting on one event loop, the task draining them and the running jobs."""
 
     loop: asyncio.AbstractEventLoop
+    slots: asyncio.Semaphore
     calls: deque[_Call] = field(default_factory=deque)
     texts: int = 0
     full: asyncio.Event = field(default_factory=asyncio.Event)
     drain: asyncio.Task[None] | None = None
+    jobs: set[asyncio.Task[None]] = field(default_factory=set)
 
 
 class EmbeddingBatcher:
@@ -69,10 +73,14 @@ class EmbeddingBatcher:
         max_batch: int,
         max_pending: int,
         name: str,
+        parallel: int = 1,
     ) -> None:
-        if window < 0 or max_batch < 1 or max_pending < max_batch:
-            raise ValueError("window >= 0, max_batch >= 1 and max_pending >= max_batch required")
+        if window < 0 or max_batch < 1 or max_pending < max_batch or parallel < 1:
+            raise ValueError(
+                "window >= 0, max_batch >= 1, max_pending >= max_batch, parallel >= 1 required"
+            )
         self._job = job
+        self._parallel = parallel
         self._window = window
         self._max_batch = max_batch
         self._max_pending = max_pending
@@ -101,38 +109,50 @@ class EmbeddingBatcher:
         return await call.future
 
     async def aclose(self) -> None:
-        """Stops the drain task; calls still queued fail with IndexUnavailable."""
+        """Stops the drain task and the running jobs' tasks (a model run already started
+        finishes on its thread); their calls and those still queued fail with
+        IndexUnavailable."""
         queue, self._queue = self._queue, None
-        if queue is None or queue.drain is None:
+        if queue is None:
             return
-        queue.drain.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await queue.drain
+        tasks = [*queue.jobs, *([queue.drain] if queue.drain is not None else [])]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def _current_queue(self) -> _Queue:
         loop = asyncio.get_running_loop()
         if self._queue is None or self._queue.loop is not loop:
             # A new event loop (tests run several): the old one's queue cannot be awaited.
-            self._queue = _Queue(loop)
+            self._queue = _Queue(loop, asyncio.Semaphore(self._parallel))
         return self._queue
 
     async def _drain(self, queue: _Queue) -> None:
-        batch: list[_Call] = []
         try:
             while queue.calls:
-                await self._wait_window(queue)
-                batch = self._take(queue)
-                if batch:
-                    await self._run(batch)
-                batch = []
+                await queue.slots.acquire()
+                try:
+                    await self._wait_window(queue)
+                    batch = self._take(queue)
+                except BaseException:
+                    queue.slots.release()
+                    raise
+                if not batch:
+                    queue.slots.release()
+                    continue
+                job = queue.loop.create_task(self._run(batch), name=f"embed-{self._name}-job")
+                queue.jobs.add(job)
+                job.add_done_callback(partial(_job_done, queue))
         except asyncio.CancelledError:
-            closed = IndexUnavailable(f"{self._name} embedder closed")
-            for call in (*batch, *queue.calls):
-                if not call.future.done():
-                    call.future.set_exception(closed)
+            _fail(queue.calls, self._closed())
             queue.calls.clear()
             queue.texts = 0
             raise
+
+    def _closed(self) -> IndexUnavailable:
+        return IndexUnavailable(f"{self._name} embedder closed")
 
     async def _wait_window(self, queue: _Queue) -> None:
         remaining = queue.calls[0].arrived + self._window - queue.loop.time()
@@ -168,8 +188,11 @@ class EmbeddingBatcher:
         BATCH_TEXTS.labels(self._name).observe(len(texts))
         try:
             vectors = await self._job(texts)
+        except asyncio.CancelledError:
+            _fail(batch, self._closed())
+            raise
         except EngramError as error:
-            self._fail(batch, error)
+            _fail(batch, error)
             return
         except Exception as error:  # noqa: BLE001 - handed to exactly the callers of this job
             failure = IndexUnavailable(
@@ -177,7 +200,7 @@ class EmbeddingBatcher:
                 f"{type(error).__name__}: {error}"
             )
             failure.__cause__ = error
-            self._fail(batch, failure)
+            _fail(batch, failure)
             return
         start = 0
         for call in batch:
@@ -186,8 +209,13 @@ class EmbeddingBatcher:
             if not call.future.done():
                 call.future.set_result(rows)
 
-    @staticmethod
-    def _fail(batch: list[_Call], error: Exception) -> None:
-        for call in batch:
-            if not call.future.done():
-                call.future.set_exception(error)
+
+def _job_done(queue: _Queue, job: asyncio.Task[None]) -> None:
+    queue.jobs.discard(job)
+    queue.slots.release()
+
+
+def _fail(calls: Sequence[_Call] | deque[_Call], error: Exception) -> None:
+    for call in calls:
+        if not call.future.done():
+            call.future.set_exception(error)

@@ -82,15 +82,23 @@ class _Loaded:
 class LocalOnnxEmbedder:
     """The `Embedder` for the bundled model. Loads lazily on first use, then keeps it.
 
-    Inference runs on one dedicated worker thread, so batches never compete with each
-    other and onnxruntime's own `threads` intra-op threads get the cores. With `nice` > 0
-    that thread, and the intra-op threads it starts, run that much nicer (see
-    `engram.runtime.priority`): the indexer's batches then take the CPU that requests leave,
-    while search's query embedder stays at 0.
+    Inference runs on `threads` dedicated worker threads, each running whole model jobs
+    with a single-threaded onnxruntime session run (the session is shared; `run` is
+    thread-safe): on this model one thread per job costs ~20 % less CPU per text than
+    splitting a job over two intra-op threads (measured, see bench/index_bench.py), so the
+    cores are used by running jobs side by side instead. Within a job, texts sorted by
+    length go to the model in runs of at most `batch_tokens` padded tokens (and
+    `batch_size` texts): a run of ~4 chunks of 80-100 tokens costs ~15 % less per text
+    than one of 32, whose activations no longer fit the caches; short queries still run
+    32 at a time. With `nice` > 0 the worker threads run that much nicer (see
+    `engram.runtime.priority`): the indexer's batches then take the CPU that requests
+    leave, while search's query embedder stays at 0.
 
     Concurrent calls share model jobs (`EmbeddingBatcher`): documents whenever calls arrive
-    while a job runs, queries also within `query_window` seconds of the first one (search's
-    micro-batching; up to `query_max_batch` queries per job, `query_max_pending` queued).
+    while every worker is busy (at most `batch_size / threads` texts per job, so a burst
+    of documents keeps every worker busy), queries also within `query_window` seconds of
+    the first one (search's micro-batching; up to `query_max_batch` queries per job,
+    `query_max_pending` queued).
     """
 
     def __init__(
@@ -99,6 +107,7 @@ class LocalOnnxEmbedder:
         max_length: int = 256,
         batch_size: int = 32,
         threads: int = 2,
+        batch_tokens: int = 512,
         model_path: Path | None = None,
         tokenizer_path: Path | None = None,
         nice: int = 0,
@@ -108,15 +117,16 @@ class LocalOnnxEmbedder:
     ) -> None:
         if not 8 <= max_length <= MAX_POSITIONS:
             raise ValueError(f"max_length must be in 8..{MAX_POSITIONS}, got {max_length}")
-        if batch_size < 1 or threads < 1:
-            raise ValueError("batch_size and threads must be at least 1")
+        if batch_size < 1 or threads < 1 or batch_tokens < 1:
+            raise ValueError("batch_size, threads and batch_tokens must be at least 1")
         self._max_length = max_length
         self._batch_size = batch_size
         self._threads = threads
+        self._batch_tokens = batch_tokens
         self._model_path = model_path
         self._tokenizer_path = tokenizer_path
         self._executor = ThreadPoolExecutor(
-            max_workers=1,
+            max_workers=threads,
             thread_name_prefix="embed-local",
             initializer=lower_thread_priority,
             initargs=(nice,),
@@ -128,9 +138,10 @@ class LocalOnnxEmbedder:
         self._documents = EmbeddingBatcher(
             self._run_documents,
             window=0.0,
-            max_batch=batch_size,
+            max_batch=max(1, batch_size // threads),
             max_pending=1 << 30,
             name="document",
+            parallel=threads,
         )
         self._queries = EmbeddingBatcher(
             self._run_queries,
@@ -138,6 +149,7 @@ class LocalOnnxEmbedder:
             max_batch=query_max_batch,
             max_pending=max(query_max_pending, query_max_batch),
             name="query",
+            parallel=threads,
         )
 
     @property
@@ -160,14 +172,14 @@ class LocalOnnxEmbedder:
         await loop.run_in_executor(self._executor, self._load)
 
     async def aclose(self) -> None:
-        """Fails what is still queued, then stops the worker thread (waits for a running
-        batch)."""
+        """Fails what is still queued, then stops the worker threads (waits for running
+        jobs)."""
         await self._documents.aclose()
         await self._queries.aclose()
         await asyncio.to_thread(self._executor.shutdown, True)
 
     def close(self) -> None:
-        """Stops the worker thread (waits for a running batch); from outside the event loop."""
+        """Stops the worker threads (waits for running jobs); from outside the event loop."""
         self._executor.shutdown(wait=True)
 
     async def _run_documents(self, texts: list[str]) -> Vectors:
@@ -191,7 +203,7 @@ class LocalOnnxEmbedder:
                     f"local embedding model files missing: {model_path}, {tokenizer_path}"
                 )
             tokenizer = load_tokenizer(tokenizer_path, self._max_length)
-            session = open_session(model_path, self._threads)
+            session = open_session(model_path, 1)
             input_names = frozenset(i.name for i in session.get_inputs())
             missing = {"input_ids", "attention_mask"} - input_names
             outputs = session.get_outputs()
@@ -214,12 +226,12 @@ class LocalOnnxEmbedder:
             else tokenizer.encode_batch(texts)
         )
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(texts))
-        # Length bucketing: neighbours in sorted order have similar lengths, so each batch
+        # Length bucketing: neighbours in sorted order have similar lengths, so each run
         # pads to little more than its own longest text.
         order = np.argsort(lengths, kind="stable")
         out = np.empty((len(texts), DIMENSION), dtype=np.float32)
-        for start in range(0, len(texts), self._batch_size):
-            rows = order[start : start + self._batch_size]
+        for run in _runs(lengths[order], self._batch_size, self._batch_tokens):
+            rows = order[run]
             width = int(lengths[rows].max())
             ids = np.zeros((len(rows), width), dtype=np.int64)
             mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -234,6 +246,25 @@ class LocalOnnxEmbedder:
             (hidden, *_) = loaded.session.run(None, feeds)
             out[rows] = _mean_pool(np.asarray(hidden, dtype=np.float32), mask)
         return l2_normalise(out)
+
+
+def _runs(sorted_lengths: npt.NDArray[np.int64], max_rows: int, max_tokens: int) -> list[slice]:
+    """Consecutive slices of texts sorted by length whose padded size (rows x the longest,
+    i.e. the last) stays within `max_tokens`, at most `max_rows` each, at least one row."""
+    runs: list[slice] = []
+    start = 0
+    count = len(sorted_lengths)
+    while start < count:
+        end = start + 1
+        while (
+            end < count
+            and end - start < max_rows
+            and (end - start + 1) * int(sorted_lengths[end]) <= max_tokens
+        ):
+            end += 1
+        runs.append(slice(start, end))
+        start = end
+    return runs
 
 
 def _mean_pool(hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64]) -> Vectors:
