@@ -220,17 +220,19 @@ def loaded_deployment(
         info["preload"]["copied_from_cache_seconds"] = round(time.monotonic() - started, 1)
         print(f"corpus: copied from {cached}", flush=True)
     else:
+        # One storage replica while pre-loading (the faults' second one joins after it).
         replicas = faultlib.storage_replicas(args)
-        with deploy.deployed(args.target, workdir, plan=args.plan, storage_replicas=replicas) as d:
+        with deploy.deployed(args.target, workdir, plan=args.plan) as d:
             tokens = corpus.mint_tokens(corpus.agents(spec), d.secret)
             print(f"corpus: pre-loading {spec.chunks} chunks over {len(tokens)} spaces", flush=True)
             info["preload"] = asyncio.run(
                 preload(d, spec, tokens, args.preload_cap, prefill=not args.model_embeddings)
             )
             print(f"  {info['preload']}", flush=True)
-            if not use_cache:
+            if not use_cache and replicas == 1:
                 yield d, info
                 return
+    if use_cache and not (cached / "complete").exists():
         partial = cached.with_name(cached.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         for relative in state_dirs(args.target, workdir):

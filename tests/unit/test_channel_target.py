@@ -59,3 +59,14 @@ def test_the_client_refuses_a_bad_list_as_invalid_argument() -> None:
     with pytest.raises(InvalidArgument) as refused:
         EngramClient(["storage-0:50051", "storage-1:50051"])
     assert refused.value.field == "addr"
+
+
+def test_the_cli_refuses_a_bad_list_with_an_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import typer
+
+    from engram.cli.client import channel
+
+    with pytest.raises(typer.Exit) as exited, channel("storage-0:50051,storage-1:50051"):
+        pass
+    assert exited.value.exit_code == 2
+    assert "not an IP literal" in capsys.readouterr().err

@@ -118,7 +118,7 @@ def channel(addr: str) -> Iterator[grpc.Channel]:
     """A channel to `addr`, with TLS as the global flags say (`engram --tls --ca ca.pem ...`)."""
     try:
         opened = open_sync_channel(addr, ChannelConfig(tls=_client_tls.get(), keepalive_seconds=0))
-    except OSError as error:
+    except (OSError, ValueError) as error:  # a TLS file unreadable, an address list refused
         fail(str(error))
     with opened:
         yield opened
