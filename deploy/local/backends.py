@@ -87,6 +87,47 @@ PG_RUN_AS = "nobody"  # PostgreSQL refuses to run as root: as root we run it as 
 PG_MAX_CONNECTIONS = 400
 FERRETDB_PG_POOL = 380
 
+# FerretDB v1 filters on a field as `_jsonb->$1 @> $2` (`_id` lookups included) and indexes
+# fields with btree indexes on `(_jsonb->'f')`, which `@>` cannot use: every query scans its
+# table, so a write's cost grows with the collection. An event trigger gives each such index
+# a GIN (jsonb_path_ops) companion per key, which `@>` can use once the planner sees the key
+# as a constant (plan_cache_mode=force_custom_plan; FerretDB prepares its statements).
+# FerretDB does not know these indexes: they cost each write a little and answer its queries.
+PG_GIN_TRIGGER_SQL = r"""
+CREATE OR REPLACE FUNCTION public.engram_ferretdb_gin() RETURNS event_trigger
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  cmd record;
+  idx record;
+  expr text;
+  i int;
+BEGIN
+  FOR cmd IN SELECT * FROM pg_event_trigger_ddl_commands() WHERE command_tag = 'CREATE INDEX' LOOP
+    SELECT ci.relname AS iname, n.nspname AS nsp, ct.relname AS tname, am.amname AS am,
+           ix.indexrelid AS oid, ix.indnkeyatts AS nkeys
+      INTO idx
+      FROM pg_index ix
+      JOIN pg_class ci ON ci.oid = ix.indexrelid
+      JOIN pg_class ct ON ct.oid = ix.indrelid
+      JOIN pg_namespace n ON n.oid = ct.relnamespace
+      JOIN pg_am am ON am.oid = ci.relam
+     WHERE ix.indexrelid = cmd.objid;
+    CONTINUE WHEN NOT FOUND OR idx.am <> 'btree'
+                  OR idx.nsp IN ('pg_catalog', 'information_schema', 'public');
+    FOR i IN 1..idx.nkeys LOOP
+      expr := pg_get_indexdef(idx.oid, i, false);
+      CONTINUE WHEN position('_jsonb -> ' in expr) = 0;
+      EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %I.%I USING gin (%s jsonb_path_ops)',
+                     left(idx.iname, 55) || '_gin' || i, idx.nsp, idx.tname, expr);
+    END LOOP;
+  END LOOP;
+END
+$fn$;
+DROP EVENT TRIGGER IF EXISTS engram_ferretdb_gin;
+CREATE EVENT TRIGGER engram_ferretdb_gin ON ddl_command_end WHEN TAG IN ('CREATE INDEX')
+  EXECUTE FUNCTION public.engram_ferretdb_gin();
+"""
+
 
 def cache_dir() -> Path:
     """Root of everything provisioned: ``$ENGRAM_CACHE_DIR`` or ``~/.cache/engram``."""
@@ -1070,6 +1111,8 @@ def start_mongo(data_dir: Path, port: int | None = None, *, timeout: float = 60.
         "postgres": pg.postgres_argv(pg_port),
         "pg_isready": [str(pg.bin_dir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(pg_port),
                        "-U", PG_USER, "-d", PG_DATABASE],
+        "psql": [str(pg.bin_dir / "psql"), pg_url, "-q", "-v", "ON_ERROR_STOP=1", "-f", "-"],
+        "setup_sql": PG_GIN_TRIGGER_SQL,
         "pg_dir": str(pg.pg_dir),
         "pg_log": str(pg_log),
         "run_as": list(pg.run_as) if pg.run_as else None,
@@ -1112,6 +1155,7 @@ class _PgLayout:
             "synchronous_commit": "off",
             "full_page_writes": "off",
             "max_connections": str(PG_MAX_CONNECTIONS),
+            "plan_cache_mode": "force_custom_plan",
             "logging_collector": "off",
             "log_min_messages": "warning",
         }
@@ -1208,6 +1252,13 @@ def _mongo_pg_supervisor(raw_spec: str) -> int:
             postgres.terminate()
             return 3
         time.sleep(0.1)
+    setup = subprocess.run(spec["psql"], input=spec["setup_sql"].encode(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, check=False, timeout=60)
+    if setup.returncode != 0:
+        print("[engram-backends] installing the GIN index trigger failed:\n"
+              + setup.stdout.decode("utf-8", "replace"), flush=True)
+        postgres.terminate()
+        return 3
     print(f"[engram-backends] postgres (pid {postgres.pid}) ready; exec ferretdb", flush=True)
     os.execv(spec["ferretdb"][0], spec["ferretdb"])
 

@@ -103,6 +103,26 @@ def test_ferretdb_stores_in_its_own_postgresql(
         assert pg_url.startswith("postgres://engram@127.0.0.1:")
         schemas = _psql(launcher, pg_url, "select schema_name from information_schema.schemata")
         assert "engram_launcher_test" in schemas.split()
+        # Each of FerretDB's btree indexes got a GIN companion its `@>` filters can use.
+        indexes = _psql(
+            launcher,
+            pg_url,
+            "select indexdef from pg_indexes where schemaname = 'engram_launcher_test'",
+        )
+        assert "USING btree" in indexes and "USING gin" in indexes, indexes
+        table = _psql(
+            launcher,
+            pg_url,
+            "select tablename from pg_tables where schemaname = 'engram_launcher_test'",
+        ).split()[0]
+        plan = _psql(
+            launcher,
+            pg_url,
+            f"PREPARE q(text, jsonb) AS SELECT _jsonb FROM engram_launcher_test.{table}"
+            " WHERE _jsonb->$1 @> $2; SET enable_seqscan = off;"
+            " EXPLAIN EXECUTE q('_id', '\"a\"')",
+        )
+        assert "Bitmap Index Scan" in plan, plan
         # PostgreSQL listens on 127.0.0.1 only and keeps its data in data_dir/pg.
         assert _psql(launcher, pg_url, "show listen_addresses").strip() == "127.0.0.1"
         assert _psql(launcher, pg_url, "show data_directory").strip() == str(
