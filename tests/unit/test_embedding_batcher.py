@@ -104,6 +104,24 @@ async def test_a_window_gathers_calls_until_the_batch_is_full() -> None:
     assert [r.tolist() for r in results] == [[[2, 1]]] * 4
 
 
+async def test_the_window_holds_a_call_only_while_calls_arrive_together() -> None:
+    model = Model()
+    embed = batcher(model, window=3600.0, max_batch=2).embed
+    async with asyncio.timeout(BOUND):
+        # Nothing shared a job yet: a lone call is answered at once, not after the window.
+        assert (await embed(["lone"])).tolist() == [[4, 1]]
+        await asyncio.gather(embed(["a"]), embed(["b"]))
+        # The last job carried two calls: the next one waits for company (the window is an
+        # hour; it goes when the batch is full).
+        waiting = asyncio.create_task(embed(["c"]))
+        await settle()
+        assert len(model.jobs) == 2
+        company = asyncio.create_task(embed(["dd"]))
+        results = await asyncio.gather(waiting, company)
+    assert model.jobs == [["lone"], ["a", "b"], ["c", "dd"]]
+    assert [r.tolist() for r in results] == [[[1, 3]], [[2, 3]]]
+
+
 async def test_jobs_hold_at_most_max_batch_texts_and_whole_calls_only() -> None:
     model = Model(hold=True)
     embed = batcher(model, max_batch=3).embed

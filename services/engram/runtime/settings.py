@@ -275,7 +275,8 @@ class Settings(BaseSettings):
     search_embed_batch_window_ms: float = Field(default=2.0, ge=0, le=100)
     """Micro-batching of the local query embedder: queries arriving within this many
     milliseconds of the first waiting one share one model job (0 = only those arriving while
-    a job runs)."""
+    a job runs). Waited only while queries arrive together (the last job carried several),
+    so a lone query at low load does not pay it."""
     search_embed_max_batch: int = Field(default=32, ge=1, le=256)
     """Queries per model job of the local query embedder; 32 jobs' worth may wait, beyond
     that a query fails at once with UNAVAILABLE (INDEX_UNAVAILABLE)."""

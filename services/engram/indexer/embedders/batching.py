@@ -5,10 +5,12 @@ session run pays its fixed cost once, and the matrix kernels run on wider inputs
 runs one job at a time anyway. `EmbeddingBatcher` queues each call's texts; a drain task
 takes the queue's head, waits until `window` seconds after that call arrived (or until
 `max_batch` texts wait), and sends every waiting call's texts - at most `max_batch`, and
-whole calls only - to the model as one job. At most `parallel` jobs run at once (one per
-core the model may use); while they run, new calls queue, so under load batches fill
-without any waiting, and an idle model answers a lone call after at most `window`. With
-`window` 0 nothing waits: only calls that arrive while every slot is busy share a job.
+whole calls only - to the model as one job. The window is only waited while calls arrive
+together (the last job carried more than one): a lone caller at low load is answered at
+once instead of paying the window for company that does not come. At most `parallel` jobs
+run at once (one per core the model may use); while they run, new calls queue, so under
+load batches fill without any waiting. With `window` 0 nothing waits: only calls that
+arrive while every slot is busy share a job.
 
 Each caller gets its own rows. A job that fails fails only the calls in it: an engram error
 as it is, anything else as IndexUnavailable naming the cause. A caller cancelled while
@@ -60,6 +62,8 @@ class _Queue:
     full: asyncio.Event = field(default_factory=asyncio.Event)
     drain: asyncio.Task[None] | None = None
     jobs: set[asyncio.Task[None]] = field(default_factory=set)
+    # Whether the last job carried more than one call: callers are arriving together.
+    together: bool = False
 
 
 class EmbeddingBatcher:
@@ -156,7 +160,7 @@ class EmbeddingBatcher:
 
     async def _wait_window(self, queue: _Queue) -> None:
         remaining = queue.calls[0].arrived + self._window - queue.loop.time()
-        if remaining <= 0 or queue.texts >= self._max_batch:
+        if remaining <= 0 or queue.texts >= self._max_batch or not queue.together:
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(remaining):
@@ -181,6 +185,8 @@ class EmbeddingBatcher:
             size += len(call.texts)
         if queue.texts < self._max_batch:
             queue.full.clear()
+        if batch:
+            queue.together = len(batch) > 1
         return batch
 
     async def _run(self, batch: list[_Call]) -> None:
