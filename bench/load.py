@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -95,6 +96,17 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         default=4 * 3600.0,
         help="seconds the pre-load (import and indexing) may take",
     )
+    p.add_argument(
+        "--model-embeddings",
+        action="store_true",
+        help="embed the corpus with the model (slow) instead of pre-filling the "
+        "embedding cache with synthetic vectors",
+    )
+    p.add_argument(
+        "--preload-only",
+        action="store_true",
+        help="pre-load the corpus into the cache (--corpus-cache) and stop",
+    )
     p.add_argument("--mix", type=parse_mix, default=parse_mix(DEFAULT_MIX))
     p.add_argument("--rate", type=float, help="one fixed-rate run at this rate (no knee, no soak)")
     p.add_argument("--duration", type=float, default=30.0, help="seconds of the fixed-rate run")
@@ -152,11 +164,24 @@ async def _close(channel_for: Any) -> None:
 
 
 async def preload(
-    d: deploy.Deployment, spec: corpus.CorpusSpec, tokens: dict[str, str], cap: float
+    d: deploy.Deployment,
+    spec: corpus.CorpusSpec,
+    tokens: dict[str, str],
+    cap: float,
+    *,
+    prefill: bool,
 ) -> dict[str, Any]:
     channel_for = channel_factory(d)
     try:
-        loaded = await corpus.preload(channel_for, spec, tokens, time_cap=cap)
+        loaded: dict[str, Any] = {"synthetic_corpus_vectors": prefill}
+        if prefill:
+            loaded |= await corpus.prefill_embeddings(d.target, spec, d.store)
+            print(
+                f"  embedding cache: {loaded['prefilled_vectors']} synthetic vectors in "
+                f"{loaded['prefill_seconds']} s",
+                flush=True,
+            )
+        loaded |= await corpus.preload(channel_for, spec, tokens, time_cap=cap)
         print(
             f"  imported {loaded['documents']} documents in {loaded['import_seconds']} s; "
             "waiting for the index",
@@ -178,11 +203,12 @@ def state_dirs(target: str, workdir: Path) -> list[str]:
 
 @contextlib.contextmanager
 def loaded_deployment(
-    args: argparse.Namespace, spec: corpus.CorpusSpec, workdir: Path
-) -> Iterator[tuple[deploy.Deployment, dict[str, Any]]]:
+    args: argparse.Namespace, spec: corpus.CorpusSpec, workdir: Path, *, start: bool = True
+) -> Iterator[tuple[deploy.Deployment | None, dict[str, Any]]]:
     """The deployment with the corpus in it: copied from the cache, or pre-loaded (and then
     cached: stopped, copied, started again)."""
-    cached = args.corpus_cache / f"{args.target}-{spec.key()}"
+    vectors = "model" if args.model_embeddings else "synthetic"
+    cached = args.corpus_cache / f"{args.target}-{spec.key()}-{vectors}"
     use_cache = not args.no_corpus_cache
     info: dict[str, Any] = {"corpus": spec.__dict__, "cache": str(cached) if use_cache else None}
     if use_cache and (cached / "complete").exists():
@@ -194,17 +220,17 @@ def loaded_deployment(
         info["preload"]["copied_from_cache_seconds"] = round(time.monotonic() - started, 1)
         print(f"corpus: copied from {cached}", flush=True)
     else:
-        # One storage replica while pre-loading (the faults' second one joins after it).
-        replicas = faultlib.storage_replicas(args)
-        with deploy.deployed(args.target, workdir, plan=args.plan) as d:
+        # The indexer at the server's priority while nothing else is measured: at its
+        # default (19 steps nicer) it gets almost no CPU on a busy shared machine.
+        preload_settings = {"ENGRAM_INDEXING_NICE": "0"}
+        with deploy.deployed(args.target, workdir, plan=args.plan, settings=preload_settings) as d:
             tokens = corpus.mint_tokens(corpus.agents(spec), d.secret)
             print(f"corpus: pre-loading {spec.chunks} chunks over {len(tokens)} spaces", flush=True)
-            info["preload"] = asyncio.run(preload(d, spec, tokens, args.preload_cap))
+            info["preload"] = asyncio.run(
+                preload(d, spec, tokens, args.preload_cap, prefill=not args.model_embeddings)
+            )
             print(f"  {info['preload']}", flush=True)
-            if not use_cache and replicas == 1:
-                yield d, info
-                return
-    if use_cache and not (cached / "complete").exists():
+    if use_cache and "copied_from_cache_seconds" not in info["preload"]:
         partial = cached.with_name(cached.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         for relative in state_dirs(args.target, workdir):
@@ -213,7 +239,10 @@ def loaded_deployment(
         (partial / "complete").write_text(json.dumps(info["preload"]))
         shutil.rmtree(cached, ignore_errors=True)
         partial.rename(cached)
-    replicas = faultlib.storage_replicas(args)
+    if not start:
+        yield None, info
+        return
+    replicas = faultlib.storage_replicas(args)  # the faults' second storage replica
     with deploy.deployed(args.target, workdir, plan=args.plan, storage_replicas=replicas) as d:
         yield d, info
 
@@ -236,6 +265,9 @@ def population(spec: corpus.CorpusSpec, secret: str) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
+    # SIGTERM stops everything the way Ctrl-C does (the deployment's processes included).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out = args.out or BENCH / "out" / f"load-{args.target}-{stamp}"
     out.mkdir(parents=True, exist_ok=True)
@@ -253,7 +285,15 @@ def main(argv: list[str] | None = None) -> int:
         "environment": deploy.environment_note(),
     }
     print(f"load: target {args.target}, output {out}", flush=True)
-    with loaded_deployment(args, spec, out / "deploy") as (d, info):
+    if args.preload_only:
+        if args.no_corpus_cache:
+            raise SystemExit("--preload-only fills the corpus cache: drop --no-corpus-cache")
+        with loaded_deployment(args, spec, out / "deploy", start=False) as (_, info):
+            print(f"corpus cached: {json.dumps(info)}", flush=True)
+        return 0
+    with loaded_deployment(args, spec, out / "deploy") as (started, info):
+        assert started is not None
+        d = started
         document |= info
         document["processes"] = d.pids()
         harness = Harness(

@@ -228,7 +228,7 @@ def plot_time(
         xs = [k * window for k in keys]
         for q, style in (("p50", "--"), ("p99", "-")):
             ys = [percentile(buckets[group][k], 50 if q == "p50" else 99) for k in keys]
-            ax.plot(xs, ys, style, color=color, label=f"{group} {q}")
+            ax.plot(xs, ys, style, marker=".", color=color, label=f"{group} {q}")
     errors = [row[0] for row in result["records"] if row[3] != "OK"]
     if errors:
         ax.plot(errors, [target_ms] * len(errors), "x", color="red", label="errors")

@@ -141,7 +141,8 @@ class Harness:
     ) -> tuple[float | None, list[Run]]:
         """Steps the rate up by `factor` until a step fails (p99 of search or writes over
         the target, or any error) or `max_rate`/`max_steps`; the knee is the last rate that
-        passed (None when the first step fails)."""
+        passed. When the first step fails, the rate steps down (÷`factor`, at most 4 times)
+        to the first that passes (None if none does). Steps come back in rate order."""
         steps: list[Run] = []
         knee: float | None = None
         rate = start
@@ -151,17 +152,31 @@ class Harness:
             run = self.run(f"step{index:02d}-{rate:.1f}", rate, step_seconds)
             steps.append(run)
             s = run.summary
-            groups = s["groups"]
-            search = groups.get("search", {}).get("latency_ms", {}).get("p99", float("nan"))
-            write = groups.get("write", {}).get("latency_ms", {}).get("p99", float("nan"))
-            print(
-                f"  rate {rate:7.1f}/s  done {s['achieved_rate']:7.1f}/s  "
-                f"errors {s['errors']:4}  search p99 {report.ms(search)} ms  "
-                f"write p99 {report.ms(write)} ms  {'pass' if s['passed'] else 'FAIL'}",
-                flush=True,
-            )
+            self._say(rate, s)
             if not s["passed"]:
                 break
             knee = rate
             rate = round(rate * factor, 2)
+        # The first rate already failed: step down instead, to at most `factor`**4 below.
+        rate = start
+        for index in range(4 if knee is None and steps else 0):
+            rate = round(rate / factor, 2)
+            run = self.run(f"down{index:02d}-{rate:.1f}", rate, step_seconds)
+            steps.insert(0, run)
+            self._say(rate, run.summary)
+            if run.summary["passed"]:
+                knee = rate
+                break
         return knee, steps
+
+    @staticmethod
+    def _say(rate: float, s: dict[str, Any]) -> None:
+        groups = s["groups"]
+        search = groups.get("search", {}).get("latency_ms", {}).get("p99", float("nan"))
+        write = groups.get("write", {}).get("latency_ms", {}).get("p99", float("nan"))
+        print(
+            f"  rate {rate:7.1f}/s  done {s['achieved_rate']:7.1f}/s  "
+            f"errors {s['errors']:4}  search p99 {report.ms(search)} ms  "
+            f"write p99 {report.ms(write)} ms  {'pass' if s['passed'] else 'FAIL'}",
+            flush=True,
+        )
