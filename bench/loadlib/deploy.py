@@ -154,8 +154,11 @@ def _client_tls(plan: Any, workdir: Path) -> ClientTlsFiles | None:
 
 
 @contextlib.contextmanager
-def dev(workdir: Path, *, data_dir: Path | None = None) -> Iterator[Deployment]:
-    """`engram dev --auth` on free ports; state in `data_dir` (default workdir/engram)."""
+def dev(
+    workdir: Path, *, data_dir: Path | None = None, settings: dict[str, str] | None = None
+) -> Iterator[Deployment]:
+    """`engram dev --auth` on free ports; state in `data_dir` (default workdir/engram);
+    `settings` added to the environment."""
     cl = cluster_module()
     workdir.mkdir(parents=True, exist_ok=True)
     secret = secrets.token_urlsafe(48)
@@ -169,6 +172,7 @@ def dev(workdir: Path, *, data_dir: Path | None = None) -> Iterator[Deployment]:
         "ENGRAM_METRICS_HOST": "127.0.0.1",
         "ENGRAM_METRICS_PORT": str(metrics_port),
         **LOAD_SETTINGS,
+        **(settings or {}),
     }
     spec = cl.Spec("dev", ["engram", "dev", "--auth"], env, grpc_port, metrics_port)
     plan = cl.Plan({"dev": spec}, secret, "", workdir)
@@ -204,7 +208,7 @@ def _start_backends(launcher: ModuleType, root: Path) -> dict[str, Any]:
     return running
 
 
-def _chart_plan(workdir: Path, backends: dict[str, Any]) -> Any:
+def _chart_plan(workdir: Path, backends: dict[str, Any], settings: dict[str, str]) -> Any:
     """The chart rendered with the loopback values, the backends' URLs and LOAD_SETTINGS."""
     cl = cluster_module()
     from tests.deploy.chart import Helm, helm_binary
@@ -215,7 +219,7 @@ def _chart_plan(workdir: Path, backends: dict[str, Any]) -> Any:
         raise RuntimeError("helm is not installed: run `make helm-install` or use --plan serve")
     values = workdir / "load-values.yaml"
     values.write_text(
-        "config:\n" + "".join(f'  {k}: "{v}"\n' for k, v in LOAD_SETTINGS.items()),
+        "config:\n" + "".join(f'  {k}: "{v}"\n' for k, v in (LOAD_SETTINGS | settings).items()),
         encoding="utf-8",
     )
     urls = cl.Backends(backends["nats"].url, backends["mongo"].url, backends["opensearch"].url)
@@ -251,7 +255,7 @@ def _chart_plan(workdir: Path, backends: dict[str, Any]) -> Any:
     return cl.plan(docs, workdir, secret=secret, token=token, existing=existing, tls=tls)
 
 
-def _serve_plan(workdir: Path, backends: dict[str, Any]) -> Any:
+def _serve_plan(workdir: Path, backends: dict[str, Any], settings: dict[str, str]) -> Any:
     """`engram serve` of storage, indexer, search and workspace, configured here."""
     cl = cluster_module()
     from tests.support.tokens import service_token
@@ -279,6 +283,7 @@ def _serve_plan(workdir: Path, backends: dict[str, Any]) -> Any:
         "ENGRAM_EMBED_THREADS": "1",
         "ENGRAM_HEALTH_PROBE_SECONDS": "0.5",
         **LOAD_SETTINGS,
+        **settings,
     }
     for spec in specs.values():
         spec.env.update(common)
@@ -292,7 +297,13 @@ def _serve_plan(workdir: Path, backends: dict[str, Any]) -> Any:
 
 
 @contextlib.contextmanager
-def real(workdir: Path, *, plan: str = "auto", storage_replicas: int = 1) -> Iterator[Deployment]:
+def real(
+    workdir: Path,
+    *,
+    plan: str = "auto",
+    settings: dict[str, str] | None = None,
+    storage_replicas: int = 1,
+) -> Iterator[Deployment]:
     """The real backends and engram as separate processes. `plan`: `chart` (the rendered
     chart, needs helm), `serve` (`engram serve` processes configured here), `auto` (chart if
     helm is there)."""
@@ -304,7 +315,8 @@ def real(workdir: Path, *, plan: str = "auto", storage_replicas: int = 1) -> Ite
     backends = _start_backends(launcher, workdir / "backends")
     try:
         use_chart = plan == "chart" or (plan == "auto" and helm_binary() is not None)
-        built = _chart_plan(workdir, backends) if use_chart else _serve_plan(workdir, backends)
+        make = _chart_plan if use_chart else _serve_plan
+        built = make(workdir, backends, settings or {})
     except BaseException:
         for backend in backends.values():
             backend.stop()
@@ -335,13 +347,20 @@ def real(workdir: Path, *, plan: str = "auto", storage_replicas: int = 1) -> Ite
 
 @contextlib.contextmanager
 def deployed(
-    target: str, workdir: Path, *, plan: str = "auto", storage_replicas: int = 1
+    target: str,
+    workdir: Path,
+    *,
+    plan: str = "auto",
+    settings: dict[str, str] | None = None,
+    storage_replicas: int = 1,
 ) -> Iterator[Deployment]:
     if target == "dev":
-        with dev(workdir) as deployment:
+        with dev(workdir, settings=settings) as deployment:
             yield deployment
     elif target == "real":
-        with real(workdir, plan=plan, storage_replicas=storage_replicas) as deployment:
+        with real(
+            workdir, plan=plan, settings=settings, storage_replicas=storage_replicas
+        ) as deployment:
             yield deployment
     else:
         raise ValueError(f"unknown target {target!r} (dev or real)")
