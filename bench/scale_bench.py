@@ -802,7 +802,7 @@ async def indexing_run(
                 run_dir / "storage.log",
             )
         )
-        await serving(storage_port, time.monotonic() + 60)
+        await serving(storage_port, time.monotonic() + 180)
         indexer_env = {
             **common,
             "ENGRAM_OPENSEARCH_URL": urls["opensearch"],
@@ -827,7 +827,7 @@ async def indexing_run(
             processes.append(indexer)
             indexers.append(indexer)
             # One after another: the first creates the shared vector directory.
-            await serving(grpc_port, time.monotonic() + 120)
+            await serving(grpc_port, time.monotonic() + 300)
         metadata = (
             ("authorization", f"Bearer {bench_token(sub='bench', tenant='bench', role='member')}"),
         )
