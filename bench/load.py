@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = args.out or BENCH / "out" / f"load-{args.target}-{stamp}"
+    out = (args.out or BENCH / "out" / f"load-{args.target}-{stamp}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     spec = corpus.CorpusSpec(args.chunks, args.tenants, args.agents_per_tenant)
     faults = faults_from(args)
