@@ -52,6 +52,8 @@ SECOND_STORAGE = "storage-2"
 # Seconds a searched-for token may take to show up in the index check (after the run).
 INDEX_CHECK_TIMEOUT = 90.0
 INDEX_CHECK_CONCURRENCY = 8
+# The generator's default wait for a freshness probe (runner.Harness.freshness_timeout).
+FRESHNESS_TIMEOUT = 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -232,7 +234,7 @@ class Outage:
             down,
             up,
             self.freshness_target,
-            float(self.harness.freshness_timeout) if self.harness is not None else math.inf,
+            float(getattr(self.harness, "freshness_timeout", FRESHNESS_TIMEOUT)),
         )
         if self.name == "opensearch-stop":
             figures["degraded"] = _degraded(records, up, run_end)
@@ -528,9 +530,14 @@ def table(faults: dict[str, dict[str, Any]]) -> str:
         ]
         if "degraded" in f:
             d = f["degraded"]
+            recovered = (
+                f"recovered {d['recovery_s']} s after restore"
+                if d["recovery_observed"]
+                else "recovery not observed (the run ended first: longer --duration)"
+            )
             parts.append(
                 f"  degraded answers: {d['answers']} (from {d['first_at_s']} s to "
-                f"{d['last_at_s']} s), recovered {d['recovery_s']} s after restore"
+                f"{d['last_at_s']} s), {recovered}"
             )
         if index is not None:
             parts.append(

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,3 +70,75 @@ def test_indexer_sigkill_under_load_loses_no_write_and_no_index_entry(tmp_path: 
     assert index["unreadable_documents"] == []
     assert fault["criteria"]["no_index_entry_lost"]
     assert "fault indexer-kill" in (out / "table.txt").read_text()
+
+
+# --- the fault figures, from hand-made rows (no deployment) ---------------------------------
+
+
+def _faults_module() -> object:
+    bench = str(ROOT / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    from loadlib import faults
+
+    return faults
+
+
+def test_freshness_recovery_ends_when_the_backlog_is_found() -> None:
+    faults: Any = _faults_module()
+    # (acknowledged at, found after, token, agent): the fault is 10..20 s.
+    samples = [
+        [5.0, 0.2, "a", "x"],
+        [12.0, 9.5, "b", "x"],
+        [19.0, 3.0, "c", "x"],
+        [25.0, 0.3, "d", "x"],
+    ]
+    figures = faults._freshness_recovery(samples, 10.0, 20.0, 2.0, 30.0)
+    assert figures["over_target"] == 2 and figures["never_found"] == 0
+    assert figures["recovery_s"] == 2.0  # the probe acknowledged at 19 s was found at 22 s
+    assert not figures["recovery_is_lower_bound"]
+    never = faults._freshness_recovery([*samples, [15.0, None, "e", "x"]], 10.0, 20.0, 2.0, 30.0)
+    assert never["recovery_is_lower_bound"] and never["recovery_s"] == 25.0
+
+
+def test_degraded_recovery_is_not_claimed_when_the_run_ended_first() -> None:
+    faults: Any = _faults_module()
+    rows = [[t, "search", 10.0, "OK", 10.0 <= t <= 42.0] for t in range(60)]
+    seen = faults._degraded(rows, 40.0, 59.0)
+    assert (seen["answers"], seen["recovery_observed"], seen["recovery_s"]) == (33, True, 2.0)
+    unseen = faults._degraded(rows, 81.0, 59.0)
+    assert (unseen["recovery_observed"], unseen["recovery_s"]) == (False, None)
+
+
+def test_a_second_storage_replica_gets_its_own_ports_and_every_client_both() -> None:
+    faults: Any = _faults_module()
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Spec:
+        component: str
+        argv: list[str]
+        env: dict[str, str]
+        grpc_port: int
+        metrics_port: int
+        changes: dict[str, Any] = field(default_factory=dict)
+
+        @property
+        def address(self) -> str:
+            return f"127.0.0.1:{self.grpc_port}"
+
+    @dataclass
+    class Plan:
+        specs: dict[str, Spec]
+
+    ports = {"ENGRAM_GRPC_PORT": "5001", "ENGRAM_METRICS_PORT": "9001"}
+    storage = Spec("storage", ["engram", "serve", "storage"], ports, 5001, 9001)
+    clients = {"ENGRAM_STORAGE_ADDR": "127.0.0.1:5001"}
+    workspace = Spec("workspace", ["engram", "serve", "workspace"], clients, 5002, 9002)
+    plan = Plan({"storage": storage, "workspace": workspace})
+    faults.add_storage_replica(plan, lambda n: [6001, 7001][:n])
+    second = plan.specs["storage-2"]
+    assert (second.grpc_port, second.metrics_port) == (6001, 7001)
+    assert second.env == {"ENGRAM_GRPC_PORT": "6001", "ENGRAM_METRICS_PORT": "7001"}
+    assert workspace.env["ENGRAM_STORAGE_ADDR"] == "127.0.0.1:5001,127.0.0.1:6001"
+    assert storage.env["ENGRAM_GRPC_PORT"] == "5001"
