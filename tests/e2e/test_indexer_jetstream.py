@@ -1,7 +1,8 @@
 """`engram serve indexer`'s composition on real backends: storage on FerretDB publishing to
 NATS JetStream, the indexer reading documents through StorageService as a service principal,
 writing OpenSearch and Qdrant (local mode), acking after both hold the change, retrying with
-backoff, and dead-lettering an event after `max_deliver` failed attempts."""
+backoff (waiting out a backend outage in place without using up an event's attempts), and
+dead-lettering an event after `max_deliver` failed attempts."""
 
 from __future__ import annotations
 
@@ -221,8 +222,11 @@ async def test_a_storage_outage_is_retried_until_it_ends(deployment: Deployment)
             storage = storage_pb2_grpc.StorageServiceStub(channel)
             await storage.WriteDocument(write_request("late.md", "written before"), metadata=MEMBER)
             await eventually(lambda: _stream_has(deployment, 1), 20, "the event reached JetStream")
-    # Storage is down: the indexer's reads fail, its events are naked with backoff.
-    async with deployment.indexer() as indexer_server:
+    # Storage is down: the indexer's reads fail with UNAVAILABLE and the run waits in place.
+    # One delivery is the whole budget here: an outage must not use it up (before, an
+    # OpenSearch restart longer than the retry budget dead-lettered its events).
+    before = REGISTRY.get_sample_value("engram_indexer_dead_letters_total") or 0.0
+    async with deployment.indexer(indexer_max_deliver=1) as indexer_server:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{indexer_server.port}") as channel:
             indexer = indexer_pb2_grpc.IndexerServiceStub(channel)
             await asyncio.sleep(2.0)
@@ -231,6 +235,8 @@ async def test_a_storage_outage_is_retried_until_it_ends(deployment: Deployment)
                 await eventually(
                     lambda: converged(deployment, indexer, "late.md"), 60, "indexed after"
                 )
+    after = REGISTRY.get_sample_value("engram_indexer_dead_letters_total") or 0.0
+    assert after == before, "an outage dead-lettered an event"
 
 
 async def test_an_event_failing_max_deliver_times_is_dead_lettered(
@@ -248,7 +254,10 @@ async def test_an_event_failing_max_deliver_times_is_dead_lettered(
         letters: list[Any] = []
         # The indexer cannot reach storage at all (nothing listens on its address).
         async with deployment.indexer(
-            storage_addr=f"127.0.0.1:{free_port()}", indexer_max_deliver=3
+            storage_addr=f"127.0.0.1:{free_port()}",
+            indexer_max_deliver=3,
+            # Give up waiting out the outage at once: each failure is an attempt.
+            indexer_outage_wait_seconds=0,
         ):
 
             async def dead_lettered() -> bool:

@@ -291,6 +291,7 @@ class Components:
                 max_deliver=settings.indexer_max_deliver,
                 retry_base_seconds=settings.indexer_retry_base_seconds,
                 retry_max_seconds=settings.indexer_retry_max_seconds,
+                outage_wait_seconds=settings.indexer_outage_wait_seconds,
                 fetch_batch=settings.indexer_fetch_batch,
                 concurrency=settings.indexer_concurrency,
                 drain_seconds=settings.shutdown_grace_seconds,

@@ -8,6 +8,11 @@ ack), so events are spread over replicas and survive restarts. Per process:
   their change) and are then answered together.
 * An event is acked only after a run that started after it arrived returned, i.e. after
   both indexes hold the document's state at or after the event's change.
+* A run that fails because a backend is unavailable (an index, storage: `Unavailable`) is
+  not the event's fault: it is retried in place (0.5 s, 1 s, ... at most 5 s apart) while its
+  events are kept alive, for up to `outage_wait_seconds`, so an outage does not use up the
+  events' delivery budget and nothing is dead-lettered because OpenSearch restarted. The
+  slots such runs hold stop the pull loop, so the backlog waits in the stream meanwhile.
 * A failed run naks its events with exponential backoff; an event whose attempt
   `indexer_max_deliver` failed (or that arrives past that many deliveries, after crashes)
   is published to `engram.deadletter.docs` (stream ENGRAM_DEADLETTER, outside
@@ -41,6 +46,7 @@ from nats.js.api import (
     StreamConfig,
 )
 from nats.js.errors import APIError, NotFoundError
+from prometheus_client import Counter
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
 from engram.domain.documents import DocumentEvent
@@ -67,6 +73,10 @@ DEAD_LETTER_STREAM = "ENGRAM_DEADLETTER"
 DEAD_LETTER_SUBJECT = "engram.deadletter.docs"
 # How long one fetch waits for an event before the loop looks around again.
 FETCH_WAIT_SECONDS = 1.0
+OUTAGE_RETRIES = Counter(
+    "engram_indexer_outage_retries_total",
+    "Indexing runs retried in place because a backend (an index, storage) was unavailable.",
+)
 # The server's own redelivery cap sits a little above ours: a delivery past our limit is
 # dead-lettered on arrival, and a failed dead-letter publish gets a few more chances.
 SERVER_DELIVERY_SLACK = 3
@@ -84,6 +94,8 @@ class ConsumerOptions:
     fetch_batch: int = 64
     concurrency: int = 8
     drain_seconds: float = 10.0
+    outage_wait_seconds: float = 900.0
+    outage_retry_max_seconds: float = 5.0
 
 
 def retry_delay(attempt: int, *, base: float, cap: float) -> float:
@@ -291,7 +303,7 @@ class JetStreamIndexConsumer:
         try:
             while held:
                 try:
-                    await self._worker.index(space, key[1], traces=_traces(held))
+                    await self._index_through_outages(space, key[1], held)
                 except Exception as error:  # noqa: BLE001 - the events are retried or dead-lettered
                     await self._failed(held, error)
                 else:
@@ -302,6 +314,28 @@ class JetStreamIndexConsumer:
         finally:
             self._running.pop(key, None)
             self._slot_freed.set()
+
+    async def _index_through_outages(
+        self, space: SpaceRef, path: str, held: Sequence[_Held]
+    ) -> None:
+        """Indexes the document, retrying in place while a backend is unavailable (for at
+        most `outage_wait_seconds`); other errors, and an outage that outlasts the wait,
+        are raised for the nak/dead-letter path."""
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(Unavailable),
+            stop=lambda state: (
+                self._stopping.is_set()
+                or (state.seconds_since_start or 0.0) >= self._options.outage_wait_seconds
+            ),
+            wait=wait_exponential(multiplier=0.5, max=self._options.outage_retry_max_seconds),
+            sleep=self._pause,
+            before_sleep=log_before_retry(log, "a backend is unavailable; indexing waits"),
+            reraise=True,
+        ):
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    OUTAGE_RETRIES.inc()
+                await self._worker.index(space, path, traces=_traces(held))
 
     async def _failed(self, held: Sequence[_Held], error: Exception) -> None:
         reason = getattr(error, "message", None) or f"{type(error).__name__}: {error}"

@@ -293,6 +293,10 @@ class Settings(BaseSettings):
     """Retry delay after a failed attempt: base * 2^(attempt-1), capped, with jitter."""
     indexer_retry_max_seconds: float = Field(default=30.0, gt=0)
     """Cap of the retry delay."""
+    indexer_outage_wait_seconds: float = Field(default=900.0, ge=0)
+    """How long an indexing run waits in place (retrying, events kept alive) while a backend
+    it needs (OpenSearch, Qdrant, storage) is unavailable, before the failure counts as one
+    of the event's attempts. An outage shorter than this dead-letters nothing."""
     indexer_fetch_batch: int = Field(default=64, ge=1, le=1024)
     """Events pulled per fetch, per process."""
     indexer_concurrency: int = Field(default=8, ge=1, le=256)
