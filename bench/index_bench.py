@@ -18,9 +18,22 @@ Besides wall-clock rates it prints the CPU time every process of the pipeline us
 chunk (this process, the storage process, and the backends it started), which says what the
 pipeline would do with the machine to itself when other jobs share the cores.
 
+Raw model cost, in the same run and before anything else starts: the onnxruntime session
+alone (the embedder's own session options: one intra-op thread; inputs tokenized
+beforehand) on the benchmark's chunk texts at batch 1 and batch 32 (and batch 32 with two
+intra-op threads, the session engram used before), and on query texts at batch 1: CPU ms
+per text (process CPU time, which includes onnxruntime's threads). The pipeline's CPU per
+chunk (and, on the embedded target, per query) is then printed as a multiple of it. The
+machine's CPU flags are printed first, since absolute figures depend on them (AVX-512 VNNI
+runs the int8 model much faster).
+
 Throughput: `--docs` documents of 4 chunks (~430 distinct characters each, so every chunk
 is embedded) written by 8 writers as fast as the store takes them, after one warm-up
-document; measured from the first write to the last chunk indexed. Freshness:
+document, while the indexer is paused (the embedded relay stopped, the real consumer
+stopped); then the indexer is resumed on that backlog and timed alone, from resuming to
+the last chunk indexed, CPU included. Queries (embedded
+target): `--queries` distinct semantic searches through gRPC at concurrency 1, then as many
+at concurrency 16: QPS and CPU per query (the gRPC client is in this process too). Freshness:
 `--samples` writes of documents of 1-4 chunks, one at a time (`--pause` between them), each
 followed by polling both indexes (every 5 ms) until they hold that version. Every loop is
 bounded by a count and a deadline.
@@ -51,9 +64,15 @@ from benchlib import free_port
 from prometheus_client import REGISTRY
 
 from engram.domain.chunking import chunk_text
+from engram.indexer.embedders.local import (
+    default_model_path,
+    default_tokenizer_path,
+    load_tokenizer,
+    open_session,
+)
 from engram.indexer.ports import KeywordIndex, VectorIndex
 from engram.runtime.settings import Settings
-from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
+from engram.v1 import search_pb2, search_pb2_grpc, space_pb2, storage_pb2, storage_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="bench")
@@ -86,6 +105,95 @@ class Corpus:
         text = "".join(self.paragraph() for _ in range(chunks))
         assert len(chunk_text(text)) == chunks
         return text
+
+
+def query_text(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 10)))
+
+
+def cpu_flags() -> str:
+    """The CPU's vector extensions (AVX, AVX-512, VNNI), which decide the model's speed."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    flags = line.split(":", 1)[1].split()
+                    return " ".join(sorted(f for f in flags if f.startswith("avx") or "vnni" in f))
+    except OSError:
+        pass
+    return "unknown"
+
+
+@dataclass(frozen=True)
+class RawCost:
+    """CPU ms per text of the onnxruntime session alone."""
+
+    batch1_ms: float
+    batch32_ms: float
+    batch32_two_threads_ms: float
+    query_ms: float
+    tokenize_ms: float
+
+    def report(self) -> str:
+        return (
+            f"raw model (onnxruntime session alone, one intra-op thread as the embedder runs "
+            f"it), CPU per text: chunks at batch 1 {self.batch1_ms:.2f} ms, at batch 32 "
+            f"{self.batch32_ms:.2f} ms (with two intra-op threads "
+            f"{self.batch32_two_threads_ms:.2f} ms); queries at batch 1 {self.query_ms:.2f} "
+            f"ms; tokenizing a chunk {self.tokenize_ms:.3f} ms"
+        )
+
+
+def raw_model_cost(chunks: list[str], queries: list[str], *, max_length: int) -> RawCost:
+    """The model's own cost: session.run on inputs tokenized beforehand, CPU time of this
+    process (nothing else runs in it yet) per text. Each figure is the best of 3 rounds."""
+    import numpy as np
+
+    tokenizer = load_tokenizer(default_tokenizer_path(), max_length)
+
+    def feeds(texts: list[str], names: set[str]) -> dict[str, Any]:
+        encodings = tokenizer.encode_batch(texts)
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(texts), width), dtype=np.int64)
+        mask = np.zeros((len(texts), width), dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            ids[row, : len(encoding.ids)] = encoding.ids
+            mask[row, : len(encoding.ids)] = 1
+        out = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in names:
+            out["token_type_ids"] = np.zeros_like(ids)
+        return out
+
+    def per_text(session: Any, batches: list[dict[str, Any]], texts: int) -> float:
+        best = float("inf")
+        for _ in range(3):
+            started = time.process_time()
+            for batch in batches:
+                session.run(None, batch)
+            best = min(best, (time.process_time() - started) / texts * 1000)
+        return best
+
+    started = time.process_time()
+    for text in chunks:
+        tokenizer.encode(text)
+    tokenize_ms = (time.process_time() - started) / len(chunks) * 1000
+
+    session = open_session(default_model_path(), 1)
+    names = {i.name for i in session.get_inputs()}
+    singles = [feeds([text], names) for text in chunks]
+    per_text(session, singles[:8], 8)  # warm-up: allocator, kernels
+    batch1 = per_text(session, singles, len(chunks))
+    # Sorted by length, as the embedder does, so a batch pads to little more than its longest.
+    ordered = sorted(chunks, key=lambda text: len(tokenizer.encode(text).ids))
+    batched = [feeds(ordered[i : i + 32], names) for i in range(0, len(ordered), 32)]
+    batch32 = per_text(session, batched, len(chunks))
+    query_feeds = [feeds([text], names) for text in queries]
+    per_text(session, query_feeds[:8], 8)
+    query_ms = per_text(session, query_feeds, len(queries))
+    two = open_session(default_model_path(), 2)
+    per_text(two, batched[:1], 32)
+    batch32_two = per_text(two, batched, len(chunks))
+    return RawCost(batch1, batch32, batch32_two, query_ms, tokenize_ms)
 
 
 def cpu_seconds(pids: Iterable[int] = (), groups: Iterable[int] = ()) -> float:
@@ -139,9 +247,13 @@ class Target:
     embedded_texts: Callable[[], int]
     # CPU seconds used so far by every process of the pipeline under test.
     cpu: Callable[[], float]
+    # The model's own cost, measured before the run.
+    raw: RawCost
     # Stop and resume consuming events, to measure the indexer alone on a backlog.
     pause: Callable[[], Awaitable[None]] | None = None
     resume: Callable[[], Awaitable[None]] | None = None
+    # SearchService of the same server (the embedded target), for the query figures.
+    search: search_pb2_grpc.SearchServiceStub | None = None
 
 
 async def visible(target: Target, path: str, version: int, chunks: int) -> bool:
@@ -217,6 +329,54 @@ async def throughput(target: Target, corpus: Corpus, docs: int) -> None:
         f"with all {cores} cores: at most {cores / per_chunk:.0f} chunks/s",
         flush=True,
     )
+    raw = target.raw
+    print(
+        f"[{target.name}]   = {per_chunk * 1000 / raw.batch32_ms:.2f}x the raw model at batch 32 "
+        f"({raw.batch32_ms:.2f} ms), {per_chunk * 1000 / raw.batch1_ms:.2f}x at batch 1 "
+        f"({raw.batch1_ms:.2f} ms), {per_chunk * 1000 / raw.batch32_two_threads_ms:.2f}x at "
+        f"batch 32 on two intra-op threads ({raw.batch32_two_threads_ms:.2f} ms)",
+        flush=True,
+    )
+
+
+async def queries(target: Target, count: int) -> None:
+    """Distinct semantic searches (the query cache never answers): QPS and CPU per query at
+    concurrency 1 and 16, as a multiple of the raw model's batch-1 cost of a query."""
+    if target.search is None:
+        return
+    stub = target.search
+    rng = random.Random(11)
+    for concurrency in (1, 16):
+        texts = [query_text(rng) + f" q{concurrency}x{n}" for n in range(count)]
+        pending = list(reversed(texts))
+        deadline = time.monotonic() + 120
+
+        async def client(pending: list[str] = pending, deadline: float = deadline) -> None:
+            while pending and time.monotonic() < deadline:
+                await stub.Search(
+                    search_pb2.SearchRequest(
+                        spaces=[SPACE],
+                        query=pending.pop(),
+                        limit=10,
+                        mode=search_pb2.SEARCH_MODE_SEMANTIC,
+                    ),
+                    metadata=target.metadata,
+                    timeout=30,
+                )
+
+        cpu_before = target.cpu()
+        started = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - started
+        done = count - len(pending)
+        per_query = (target.cpu() - cpu_before) / done * 1000
+        print(
+            f"[{target.name}] semantic queries at concurrency {concurrency}: {done} in "
+            f"{elapsed:.1f} s = {done / elapsed:.0f} QPS; CPU {per_query:.2f} ms per query = "
+            f"{per_query / target.raw.query_ms:.2f}x the raw model's query at batch 1 "
+            f"({target.raw.query_ms:.2f} ms)",
+            flush=True,
+        )
 
 
 async def freshness(target: Target, corpus: Corpus, samples: int, pause: float) -> None:
@@ -241,12 +401,13 @@ async def run(target: Target, args: argparse.Namespace) -> None:
     await wait_visible(target, "warmup.md", await write(target, "warmup.md", corpus.document(2)), 2)
     await freshness(target, corpus, args.samples, args.pause)
     await throughput(target, corpus, args.docs)
+    await queries(target, args.queries)
 
 
 # --- embedded ------------------------------------------------------------------------------
 
 
-async def embedded(args: argparse.Namespace, workdir: Path) -> None:
+async def embedded(args: argparse.Namespace, workdir: Path, raw: RawCost) -> None:
     from engram.app.embedded import embedded_engram
     from engram.app.parts import Indexing
     from engram.events.sqlite_outbox import SqliteOutbox
@@ -257,6 +418,8 @@ async def embedded(args: argparse.Namespace, workdir: Path) -> None:
         metrics_port=0,
         access_log=False,
         log_level="WARNING",
+        # Its embedding backfill would index the paused backlog behind the bench's back.
+        maintenance_schedule=False,
     )
     async with embedded_engram(settings) as engram:
         indexing = engram.indexing
@@ -265,6 +428,13 @@ async def embedded(args: argparse.Namespace, workdir: Path) -> None:
 
         async def idle() -> bool:
             return await outbox.backlog() == 0
+
+        async def pause() -> None:
+            # The events stay in the outbox; the relay publishes them when started again.
+            await engram.relay.stop(drain_seconds=0)
+
+        async def resume() -> None:
+            engram.relay.start()
 
         async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
             await run(
@@ -278,6 +448,10 @@ async def embedded(args: argparse.Namespace, workdir: Path) -> None:
                     idle,
                     lambda: indexing.embedder.embedded_texts,
                     cpu_seconds,
+                    raw,
+                    pause,
+                    resume,
+                    search=search_pb2_grpc.SearchServiceStub(channel),
                 ),
                 args,
             )
@@ -319,7 +493,7 @@ async def real_backends(
             running.stop()
 
 
-async def real(args: argparse.Namespace, workdir: Path) -> None:
+async def real(args: argparse.Namespace, workdir: Path, raw: RawCost) -> None:
     from engram.app.production import open_indexer
 
     run_id = uuid.uuid4().hex[:8]
@@ -388,6 +562,7 @@ async def real(args: argparse.Namespace, workdir: Path) -> None:
                             idle,
                             lambda: indexer.embedder.embedded_texts,
                             lambda: cpu_seconds([storage_process.pid], groups),
+                            raw,
                             indexer.consumer.stop,
                             indexer.consumer.start,
                         ),
@@ -443,6 +618,7 @@ async def main() -> None:
     parser.add_argument("--samples", type=int, default=200, help="freshness writes")
     parser.add_argument("--pause", type=float, default=0.1, help="seconds between them")
     parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--queries", type=int, default=200, help="searches per concurrency")
     parser.add_argument(
         "--reuse-backends",
         action="store_true",
@@ -450,12 +626,23 @@ async def main() -> None:
     )
     args = parser.parse_args()
     print(f"cores: {os.cpu_count()}, load average: {os.getloadavg()}", flush=True)
+    print(f"CPU flags: {cpu_flags()}", flush=True)
+    settings = Settings()
+    corpus = Corpus(args.seed + 1)
+    rng = random.Random(args.seed + 2)
+    raw = await asyncio.to_thread(
+        raw_model_cost,
+        [corpus.paragraph().strip() for _ in range(128)],
+        [query_text(rng) for _ in range(128)],
+        max_length=settings.embed_max_length,
+    )
+    print(raw.report(), flush=True)
     with tempfile.TemporaryDirectory(prefix="index-bench-") as workdir:
         if args.target in ("embedded", "all"):
-            await embedded(args, Path(workdir) / "embedded")
+            await embedded(args, Path(workdir) / "embedded", raw)
         if args.target in ("real", "all"):
             (Path(workdir) / "real").mkdir()
-            await real(args, Path(workdir) / "real")
+            await real(args, Path(workdir) / "real", raw)
     print(f"load average after: {os.getloadavg()}")
 
 

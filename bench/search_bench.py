@@ -58,6 +58,7 @@ from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
 from engram.indexer.ports import KeywordIndex
 from engram.indexer.vector.numpy_index import NumpyVectorIndex
+from engram.runtime.settings import Settings
 from engram.search.embedders import ModelEmbedders
 from engram.search.query_cache import QueryEmbeddingCache
 from engram.search.service import SearchMode, SearchQuery, SearchService
@@ -631,7 +632,13 @@ async def measure_in_process(
 ) -> tuple[list[Row], list[Row]]:
     """SearchService over `keyword` and the embedded vector index, measured in process."""
     vector = NumpyVectorIndex(data_dir / "vectors")
-    embedder = LocalOnnxEmbedder(threads=1)
+    # Search's query embedder as the settings build it (threads, micro-batching window).
+    settings = Settings()
+    embedder = LocalOnnxEmbedder(
+        threads=settings.search_embed_threads,
+        query_window=settings.search_embed_batch_window_ms / 1000,
+        query_max_batch=settings.search_embed_max_batch,
+    )
     await keyword.open()
     await vector.open()
     try:

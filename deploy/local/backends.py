@@ -4,7 +4,9 @@
 Backends (all bound to 127.0.0.1 only):
 
 * ``nats``       -- nats-server v2.15.2 with JetStream (built with ``go install``).
-* ``mongo``      -- FerretDB v1.24.2 with its SQLite backend (MongoDB wire protocol).
+* ``mongo``      -- FerretDB v1.24.2 (MongoDB wire protocol) on its own PostgreSQL server
+                    (Debian's ``postgresql`` package, our own data dir); the SQLite handler
+                    stays selectable (``ENGRAM_LOCAL_MONGO_HANDLER=sqlite``).
 * ``opensearch`` -- OpenSearch 2.19.6, one node started by our own launcher
                     (``deploy/local/opensearch``) from Maven Central artifacts.
 
@@ -69,6 +71,62 @@ OPENSEARCH_MAIN = "dev.engram.opensearch.LocalNode"
 OPENSEARCH_HEAP = "512m"
 
 LOG_TAIL_LINES = 40
+
+# FerretDB's storage ("handler"): PostgreSQL (the default) or SQLite.
+MONGO_HANDLERS: tuple[str, ...] = ("postgresql", "sqlite")
+MONGO_HANDLER_ENV = "ENGRAM_LOCAL_MONGO_HANDLER"
+POSTGRESQL_LIB = Path("/usr/lib/postgresql")
+POSTGRESQL_APT = "apt-get update && apt-get install -y --no-install-recommends postgresql"
+PG_USER = "engram"  # the cluster's superuser (initdb -U), trust auth on 127.0.0.1 only
+PG_DATABASE = "postgres"  # FerretDB keeps each MongoDB database as a schema of this one
+PG_RUN_AS = "nobody"  # PostgreSQL refuses to run as root: as root we run it as this user
+# FerretDB v1's PostgreSQL handler holds one pooled connection for an update's read while it
+# takes a second for the write: with as many concurrent updates/deletes as the pool has
+# connections (its default pool_max_conns is 50), every one waits for a second connection
+# and FerretDB hangs for good. A pool larger than engram's clients can keep busy avoids it.
+PG_MAX_CONNECTIONS = 400
+FERRETDB_PG_POOL = 380
+
+# FerretDB v1 filters on a field as `_jsonb->$1 @> $2` (`_id` lookups included) and indexes
+# fields with btree indexes on `(_jsonb->'f')`, which `@>` cannot use: every query scans its
+# table, so a write's cost grows with the collection. An event trigger gives each such index
+# a GIN (jsonb_path_ops) companion per key, which `@>` can use once the planner sees the key
+# as a constant (plan_cache_mode=force_custom_plan; FerretDB prepares its statements).
+# FerretDB does not know these indexes: they cost each write a little and answer its queries.
+PG_GIN_TRIGGER_SQL = r"""
+CREATE OR REPLACE FUNCTION public.engram_ferretdb_gin() RETURNS event_trigger
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  cmd record;
+  idx record;
+  expr text;
+  i int;
+BEGIN
+  FOR cmd IN SELECT * FROM pg_event_trigger_ddl_commands() WHERE command_tag = 'CREATE INDEX' LOOP
+    SELECT ci.relname AS iname, n.nspname AS nsp, ct.relname AS tname, am.amname AS am,
+           ix.indexrelid AS oid, ix.indnkeyatts AS nkeys
+      INTO idx
+      FROM pg_index ix
+      JOIN pg_class ci ON ci.oid = ix.indexrelid
+      JOIN pg_class ct ON ct.oid = ix.indrelid
+      JOIN pg_namespace n ON n.oid = ct.relnamespace
+      JOIN pg_am am ON am.oid = ci.relam
+     WHERE ix.indexrelid = cmd.objid;
+    CONTINUE WHEN NOT FOUND OR idx.am <> 'btree'
+                  OR idx.nsp IN ('pg_catalog', 'information_schema', 'public');
+    FOR i IN 1..idx.nkeys LOOP
+      expr := pg_get_indexdef(idx.oid, i, false);
+      CONTINUE WHEN position('_jsonb -> ' in expr) = 0;
+      EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %I.%I USING gin (%s jsonb_path_ops)',
+                     left(idx.iname, 55) || '_gin' || i, idx.nsp, idx.tname, expr);
+    END LOOP;
+  END LOOP;
+END
+$fn$;
+DROP EVENT TRIGGER IF EXISTS engram_ferretdb_gin;
+CREATE EVENT TRIGGER engram_ferretdb_gin ON ddl_command_end WHEN TAG IN ('CREATE INDEX')
+  EXECUTE FUNCTION public.engram_ferretdb_gin();
+"""
 
 
 def cache_dir() -> Path:
@@ -393,9 +451,57 @@ def _provision_opensearch() -> None:
     _rmtree(build / "target")
 
 
+def mongo_handler(handler: str | None = None) -> str:
+    """The FerretDB handler to use: ``handler``, else ``$ENGRAM_LOCAL_MONGO_HANDLER``, else
+    ``postgresql``."""
+    chosen = (handler or os.environ.get(MONGO_HANDLER_ENV) or "postgresql").strip().lower()
+    if chosen not in MONGO_HANDLERS:
+        raise ValueError(f"unknown FerretDB handler {chosen!r}; expected one of "
+                         f"{', '.join(MONGO_HANDLERS)} (from {MONGO_HANDLER_ENV} or handler=)")
+    return chosen
+
+
+def postgresql_bin_dir() -> Path | None:
+    """The newest Debian PostgreSQL server install (``/usr/lib/postgresql/<v>/bin``), if any."""
+    found: list[tuple[int, Path]] = []
+    with contextlib.suppress(OSError):
+        for entry in POSTGRESQL_LIB.iterdir():
+            bin_path = entry / "bin"
+            if entry.name.isdigit() and all(os.access(bin_path / tool, os.X_OK)
+                                            for tool in ("initdb", "postgres", "pg_isready")):
+                found.append((int(entry.name), bin_path))
+    return max(found)[1] if found else None
+
+
+def _provision_postgresql() -> None:
+    """Debian's PostgreSQL server binaries (we never use the distro's cluster or service)."""
+    if postgresql_bin_dir() is not None:
+        return
+    if os.geteuid() != 0:
+        raise ProvisionError(f"PostgreSQL server not installed (no {POSTGRESQL_LIB}/<v>/bin/"
+                             "initdb); FerretDB's default handler needs it. As root run: "
+                             + POSTGRESQL_APT)
+    if not shutil.which("apt-get"):
+        raise ProvisionError("PostgreSQL server not installed and apt-get not found: install "
+                             f"PostgreSQL so that {POSTGRESQL_LIB}/<v>/bin/initdb exists")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    _run(["apt-get", "update"], env=env, what="apt-get update")
+    _run(["apt-get", "install", "-y", "--no-install-recommends", "postgresql"], env=env,
+         what="apt-get install postgresql")
+    if postgresql_bin_dir() is None:
+        raise ProvisionError(f"apt-get installed postgresql but {POSTGRESQL_LIB}/<v>/bin/initdb "
+                             "is still missing")
+
+
+def _provision_mongo() -> None:
+    _provision_ferretdb()
+    if mongo_handler() == "postgresql":
+        _provision_postgresql()
+
+
 _PROVISIONERS: dict[str, Callable[[], None]] = {
     "nats": _provision_nats,
-    "mongo": _provision_ferretdb,
+    "mongo": _provision_mongo,
     "opensearch": _provision_opensearch,
 }
 
@@ -423,6 +529,8 @@ def is_provisioned(name: str) -> bool:
         return shutil.which("nats-server") is not None
     if name == "mongo":
         target = bin_dir() / "ferretdb"
+        if mongo_handler() == "postgresql" and postgresql_bin_dir() is None:
+            return False
         return os.access(target, os.X_OK) and (
             f"version: {FERRETDB_VERSION}" in (_output_of([str(target), "--version"]) or ""))
     return _opensearch_ready(opensearch_build_key())
@@ -437,7 +545,8 @@ def require_provisioned(names: Iterable[str]) -> None:
     if missing:
         raise ProvisionError(
             f"{', '.join(missing)} not built in {cache_dir()}: run `make backends-install` "
-            "(builds NATS, FerretDB and OpenSearch once; needs Go, Java 17 and Maven)")
+            "(builds NATS, FerretDB and OpenSearch once, installs PostgreSQL; needs Go, Java 17 "
+            "and Maven)")
 
 
 # What each backend's build needs, and how to get it on Debian (the machine's registry).
@@ -448,6 +557,8 @@ _TOOL_HINTS: dict[str, str] = {
             "JAVA_HOME",
     "mvn": "Maven 3 (assembles OpenSearch from Maven Central): apt-get install maven",
     "npm": "npm (installs buf for `make protos-check`): apt-get install npm",
+    "postgresql": f"PostgreSQL server (FerretDB's storage; ENGRAM_LOCAL_MONGO_HANDLER=sqlite "
+                  f"avoids it): as root, {POSTGRESQL_APT}",
 }
 
 
@@ -483,6 +594,9 @@ def missing_tools(names: Iterable[str], *, npm: bool = False) -> list[str]:
                 problems.append(f"{_TOOL_HINTS['java']} (found {java}: version {major})")
         if not is_provisioned("opensearch") and not shutil.which("mvn"):
             problems.append(_TOOL_HINTS["mvn"])
+    if ("mongo" in wanted and mongo_handler() == "postgresql" and postgresql_bin_dir() is None
+            and (os.geteuid() != 0 or not shutil.which("apt-get"))):
+        problems.append(_TOOL_HINTS["postgresql"])
     if npm and not shutil.which("npm"):
         problems.append(_TOOL_HINTS["npm"])
     return problems
@@ -513,7 +627,7 @@ def provision(names: Iterable[str] = BACKEND_NAMES, *, check_npm: bool = False) 
 
 _BUILD_TIME_HINTS: dict[str, str] = {
     "nats": "about 1 minute on 2 cores",
-    "mongo": "2-4 minutes: the Go modules download, then the build",
+    "mongo": "2-4 minutes: the Go modules download, then the build (+ apt-get postgresql)",
     "opensearch": "1-3 minutes: about 120 MB of jars from Maven Central",
 }
 
@@ -924,7 +1038,12 @@ def mongo_command(port: int, command: dict[str, int | str], timeout: float = 2.0
 
 
 def _probe_mongo(b: RunningBackend, timeout: float) -> bool:
-    commands: list[dict[str, int | str]] = [{"hello": 1, "$db": "admin"}, {"ping": 1, "$db": "admin"}]
+    # listDatabases reads FerretDB's storage (PostgreSQL or SQLite), not just the listener.
+    commands: list[dict[str, int | str]] = [
+        {"hello": 1, "$db": "admin"},
+        {"ping": 1, "$db": "admin"},
+        {"listDatabases": 1, "nameOnly": 1, "$db": "admin"},
+    ]
     for cmd in commands:
         reply = mongo_command(b.port, cmd, timeout)
         if reply.get("ok") != 1:
@@ -932,34 +1051,216 @@ def _probe_mongo(b: RunningBackend, timeout: float) -> bool:
     return True
 
 
-def start_mongo(data_dir: Path, port: int | None = None, *, timeout: float = 30.0) -> RunningBackend:
-    """FerretDB v1 (SQLite backend, one ``<db>.sqlite`` file per database under
-    ``data_dir/sqlite``), telemetry off, no debug HTTP listener."""
-    binary = ferretdb_binary()
-    data_dir = Path(data_dir).resolve()
-    sqlite_dir = data_dir / "sqlite"
-    state_dir = data_dir / "state"
-    sqlite_dir.mkdir(parents=True, exist_ok=True)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    port = port if port is not None else free_port()
-    log_path = data_dir / "ferretdb.log"
-    argv = [
+def _ferretdb_argv(binary: Path, port: int, state_dir: Path, storage: list[str]) -> list[str]:
+    return [
         str(binary),
-        "--handler=sqlite",
-        f"--sqlite-url=file:{sqlite_dir}/",
+        *storage,
         f"--listen-addr=127.0.0.1:{port}",
         "--debug-addr=-",
         f"--state-dir={state_dir}",
         "--telemetry=disable",
         "--log-level=info",
     ]
+
+
+def start_mongo(data_dir: Path, port: int | None = None, *, timeout: float = 60.0,
+                handler: str | None = None) -> RunningBackend:
+    """FerretDB v1 on ``handler`` (default :func:`mongo_handler`: PostgreSQL), telemetry off,
+    no debug HTTP listener.
+
+    * ``postgresql``: its own PostgreSQL server, data in ``data_dir/pg`` (initdb on first
+      start), 127.0.0.1 on a free port plus a unix socket in ``data_dir/pg``, log
+      ``data_dir/postgresql.log``, durability traded for speed (``fsync=off``,
+      ``synchronous_commit=off``: a test backend). It runs in FerretDB's process group, so
+      ``stop()`` stops both; ``extra["postgresql_url"]`` is its URL.
+    * ``sqlite``: one ``<db>.sqlite`` file per database under ``data_dir/sqlite``.
+
+    Restarting with the same ``data_dir`` and ``port=previous.port`` keeps the URL and data."""
+    chosen = mongo_handler(handler)
+    binary = ferretdb_binary()
+    data_dir = Path(data_dir).resolve()
+    state_dir = data_dir / "state"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    if port is not None:
+        _wait_port_bindable(port, 10.0, "mongo")
+    port = port if port is not None else free_port()
+    log_path = data_dir / "ferretdb.log"
     env = dict(os.environ, DO_NOT_TRACK="1")
     offsets = {log_path: _file_size(log_path)}
+    url = f"mongodb://127.0.0.1:{port}/"
+    if chosen == "sqlite":
+        sqlite_dir = data_dir / "sqlite"
+        sqlite_dir.mkdir(parents=True, exist_ok=True)
+        argv = _ferretdb_argv(binary, port, state_dir,
+                              ["--handler=sqlite", f"--sqlite-url=file:{sqlite_dir}/"])
+        proc = _spawn(argv, cwd=data_dir, log_path=log_path, env=env)
+        backend = RunningBackend(name="mongo", url=url, pid=proc.pid, data_dir=data_dir,
+                                 log_path=log_path, port=port, extra={"handler": "sqlite"},
+                                 _proc=proc)
+        _wait_ready(backend, timeout, offsets)
+        return backend
+
+    pg = _prepare_postgresql(data_dir)
+    pg_port = free_port()
+    while pg_port == port:
+        pg_port = free_port()
+    pg_url = f"postgres://{PG_USER}@127.0.0.1:{pg_port}/{PG_DATABASE}"
+    pg_log = data_dir / "postgresql.log"
+    offsets[pg_log] = _file_size(pg_log)
+    spec = {
+        "postgres": pg.postgres_argv(pg_port),
+        "pg_isready": [str(pg.bin_dir / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(pg_port),
+                       "-U", PG_USER, "-d", PG_DATABASE],
+        "psql": [str(pg.bin_dir / "psql"), pg_url, "-q", "-v", "ON_ERROR_STOP=1", "-f", "-"],
+        "setup_sql": PG_GIN_TRIGGER_SQL,
+        "pg_dir": str(pg.pg_dir),
+        "pg_log": str(pg_log),
+        "run_as": list(pg.run_as) if pg.run_as else None,
+        "timeout": timeout,
+        "ferretdb": _ferretdb_argv(binary, port, state_dir,
+                                   ["--handler=postgresql",
+                                    f"--postgresql-url={pg_url}?pool_max_conns={FERRETDB_PG_POOL}"]),
+    }
+    # One process group for both servers: a small supervisor (this file, "_mongo_pg") starts
+    # PostgreSQL as its child, waits until it accepts connections, then execs FerretDB. The
+    # group's leader is FerretDB, so every existing stop path (RunningBackend.stop, the
+    # reaper, `backends.py stop`) stops PostgreSQL with it.
+    argv = [sys.executable, str(Path(__file__).resolve()), "_mongo_pg", json.dumps(spec)]
     proc = _spawn(argv, cwd=data_dir, log_path=log_path, env=env)
-    backend = RunningBackend(name="mongo", url=f"mongodb://127.0.0.1:{port}/", pid=proc.pid,
-                             data_dir=data_dir, log_path=log_path, port=port, _proc=proc)
+    backend = RunningBackend(
+        name="mongo", url=url, pid=proc.pid, data_dir=data_dir, log_path=log_path, port=port,
+        extra_logs=(pg_log,),
+        extra={"handler": "postgresql", "postgresql_url": pg_url, "postgresql_port": str(pg_port)},
+        _proc=proc)
     _wait_ready(backend, timeout, offsets)
     return backend
+
+
+@dataclass(frozen=True)
+class _PgLayout:
+    bin_dir: Path
+    pg_dir: Path
+    run_as: tuple[int, int] | None  # (uid, gid) when we are root
+
+    def postgres_argv(self, port: int) -> list[str]:
+        # A unix socket path must fit in sun_path (108 bytes); a deep data dir gets TCP only.
+        fits = len(str(self.pg_dir)) + len("/.s.PGSQL.65535") < 100
+        socket_dir = str(self.pg_dir) if fits else ""
+        settings = {
+            "listen_addresses": "127.0.0.1",
+            "unix_socket_directories": socket_dir,
+            # A test/bench backend: durability traded for speed. An OS crash can lose or
+            # corrupt this cluster; a killed server cannot (the WAL is still written).
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "max_connections": str(PG_MAX_CONNECTIONS),
+            "plan_cache_mode": "force_custom_plan",
+            "logging_collector": "off",
+            "log_min_messages": "warning",
+        }
+        argv = [str(self.bin_dir / "postgres"), "-D", str(self.pg_dir), "-p", str(port)]
+        for key, value in settings.items():
+            argv += ["-c", f"{key}={value}"]
+        return argv
+
+
+def _run_as_user() -> tuple[int, int] | None:
+    """(uid, gid) of PG_RUN_AS when we are root (PostgreSQL refuses to run as root)."""
+    if os.geteuid() != 0:
+        return None
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(PG_RUN_AS)
+    except KeyError as e:
+        raise BackendStartError(f"running as root, PostgreSQL needs an unprivileged user; "
+                                f"{PG_RUN_AS!r} does not exist") from e
+    return entry.pw_uid, entry.pw_gid
+
+
+def _let_user_reach(path: Path, uid: int) -> None:
+    """Give others search (x, not read) permission on each ancestor of ``path`` that ``uid``
+    could not traverse (e.g. a 0700 mkdtemp dir), so PostgreSQL running as ``uid`` reaches
+    its data dir."""
+    for parent in reversed(path.parents):
+        st = parent.stat()
+        if st.st_uid == uid or st.st_mode & stat.S_IXOTH:
+            continue
+        os.chmod(parent, stat.S_IMODE(st.st_mode) | stat.S_IXOTH)
+        _say(f"chmod o+x {parent} (PostgreSQL runs as {PG_RUN_AS} and must reach its data dir)")
+
+
+def _prepare_postgresql(data_dir: Path) -> _PgLayout:
+    """Find the PostgreSQL binaries and make sure ``data_dir/pg`` holds an initialised cluster."""
+    bin_path = postgresql_bin_dir()
+    if bin_path is None:
+        raise ProvisionError(f"PostgreSQL server not installed (no {POSTGRESQL_LIB}/<v>/bin/"
+                             f"initdb): run `make backends-install` (as root it runs: "
+                             f"{POSTGRESQL_APT})")
+    run_as = _run_as_user()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pg_dir = data_dir / "pg"
+    if run_as is not None:
+        _let_user_reach(pg_dir, run_as[0])
+    if not (pg_dir / "PG_VERSION").is_file():
+        _rmtree(pg_dir)  # a half-done initdb: start over
+        pg_dir.mkdir(mode=0o700, parents=True)
+        if run_as is not None:
+            os.chown(pg_dir, *run_as)
+        argv = [str(bin_path / "initdb"), "-D", str(pg_dir), "-U", PG_USER, "--auth=trust",
+                "--encoding=UTF8", "--locale=C", "--no-sync"]
+        proc = subprocess.run(argv, cwd=pg_dir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, check=False, timeout=120,
+                              **_as_user_kwargs(run_as))
+        if proc.returncode != 0:
+            out = proc.stdout.decode("utf-8", "replace").splitlines()[-LOG_TAIL_LINES:]
+            raise BackendStartError(f"initdb failed (exit {proc.returncode}): {' '.join(argv)}\n"
+                                    + "\n".join(out))
+    return _PgLayout(bin_dir=bin_path, pg_dir=pg_dir, run_as=run_as)
+
+
+def _as_user_kwargs(run_as: tuple[int, int] | None) -> dict[str, Any]:
+    if run_as is None:
+        return {}
+    return {"user": run_as[0], "group": run_as[1], "extra_groups": []}
+
+
+def _mongo_pg_supervisor(raw_spec: str) -> int:
+    """``backends.py _mongo_pg SPEC``: start PostgreSQL (our child, same process group), wait
+    until it accepts connections, then exec FerretDB in this process. Our stdout is
+    ferretdb.log, so a failure here lands at the top of that log."""
+    spec = json.loads(raw_spec)
+    run_as = tuple(spec["run_as"]) if spec["run_as"] else None
+    with open(spec["pg_log"], "ab") as log:
+        postgres = subprocess.Popen(spec["postgres"], cwd=spec["pg_dir"], stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT, close_fds=True,
+                                    **_as_user_kwargs(run_as))  # type: ignore[arg-type]
+    deadline = time.monotonic() + float(spec["timeout"])
+    while True:
+        code = postgres.poll()
+        if code is not None:
+            print(f"[engram-backends] postgres exited (code {code}) before accepting connections; "
+                  f"see {spec['pg_log']}", flush=True)
+            return 3
+        ready = subprocess.run(spec["pg_isready"], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        if ready.returncode == 0:
+            break
+        if time.monotonic() >= deadline:
+            print("[engram-backends] postgres did not accept connections in time", flush=True)
+            postgres.terminate()
+            return 3
+        time.sleep(0.1)
+    setup = subprocess.run(spec["psql"], input=spec["setup_sql"].encode(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, check=False, timeout=60)
+    if setup.returncode != 0:
+        print("[engram-backends] installing the GIN index trigger failed:\n"
+              + setup.stdout.decode("utf-8", "replace"), flush=True)
+        postgres.terminate()
+        return 3
+    print(f"[engram-backends] postgres (pid {postgres.pid}) ready; exec ferretdb", flush=True)
+    os.execv(spec["ferretdb"][0], spec["ferretdb"])
 
 
 # --------------------------------------------------------------------------------------
@@ -1211,6 +1512,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["_reap"] and len(argv) == 2:
         return _reap(int(argv[1]))
+    if argv[:1] == ["_mongo_pg"] and len(argv) == 2:
+        return _mongo_pg_supervisor(argv[1])
     parser = argparse.ArgumentParser(description="engram local backends (NATS, FerretDB, OpenSearch)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     for cmd in ("start", "stop", "status", "provision"):

@@ -207,6 +207,7 @@ class Components:
             provider=settings.embedder_provider,
             max_length=settings.embed_max_length,
             batch_size=settings.embed_batch_size,
+            batch_tokens=settings.embed_batch_tokens,
             threads=settings.embed_threads,
             nice=settings.indexing_nice,
             timeout_seconds=settings.embed_timeout_seconds,
@@ -272,7 +273,11 @@ class Components:
                 ),
             ),
             embedder=embedder,
-            query_embedder=embedder.for_queries(settings.search_embed_threads),
+            query_embedder=embedder.for_queries(
+                settings.search_embed_threads,
+                window_seconds=settings.search_embed_batch_window_ms / 1000,
+                max_batch=settings.search_embed_max_batch,
+            ),
             indexing=IndexingConfig(
                 chunk_size=settings.chunk_size,
                 chunk_overlap=settings.chunk_overlap,

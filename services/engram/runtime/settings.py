@@ -204,9 +204,15 @@ class Settings(BaseSettings):
     embed_max_length: int = Field(default=256, ge=8, le=512)
     """Token limit per text for the local model (longer texts are truncated)."""
     embed_batch_size: int = Field(default=32, ge=1, le=2048)
-    """Texts embedded per batch."""
+    """Texts embedded per batch (per model run of the local model, which also keeps each
+    run within ENGRAM_EMBED_BATCH_TOKENS)."""
+    embed_batch_tokens: int = Field(default=512, ge=16, le=65536)
+    """Padded tokens per model run of the local model: texts sorted by length go to the
+    model in runs of at most this many (rows x longest), at least one text each; small runs
+    keep the activations in the CPU's caches (~4 chunks of ~90 tokens, or 32 queries)."""
     embed_threads: int = Field(default=2, ge=1)
-    """onnxruntime intra-op threads of the local model."""
+    """Worker threads of the indexer's local model: this many model jobs run side by side,
+    each on one core (one thread per job costs less CPU per text than two)."""
     indexing_nice: int = Field(default=19, ge=0, le=19)
     """Indexing work (the indexer's local model, the tantivy writer) runs this much nicer
     than the process (Linux, per thread), taking the CPU that requests leave; 0 = same
@@ -264,8 +270,16 @@ class Settings(BaseSettings):
     search_query_cache_size: int = Field(default=1024, ge=0)
     """Query embeddings kept in memory, per process (0 = no cache)."""
     search_embed_threads: int = Field(default=1, ge=1)
-    """onnxruntime threads of search's own local query embedder (queries are short: one
-    thread is as fast at the median and leaves a core to the BM25 leg)."""
+    """Worker threads of search's own local query embedder, one core each (queries are
+    short: one thread is as fast at the median and leaves a core to the BM25 leg)."""
+    search_embed_batch_window_ms: float = Field(default=2.0, ge=0, le=100)
+    """Micro-batching of the local query embedder: queries arriving within this many
+    milliseconds of the first waiting one share one model job (0 = only those arriving while
+    a job runs). Waited only while queries arrive together (the last job carried several),
+    so a lone query at low load does not pay it."""
+    search_embed_max_batch: int = Field(default=32, ge=1, le=256)
+    """Queries per model job of the local query embedder; 32 jobs' worth may wait, beyond
+    that a query fails at once with UNAVAILABLE (INDEX_UNAVAILABLE)."""
 
     # --- indexer worker (ARCHITECTURE §4) ------------------------------------------------------
     indexer_durable: str = "indexer"

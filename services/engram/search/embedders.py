@@ -2,11 +2,13 @@
 
 The active vector model (the collection the alias names) decides which model embeds a query;
 this builds that model's embedder on first use, from its model id and the settings. Search
-owns these instances rather than borrowing the indexer's: the indexer's local model runs one
-batch at a time on one thread, and a query queued behind document batches waited 0.7 s at
-the median and 3 s at worst during an import (measured; with its own instance, 13 ms).
-Queries also get their own thread count (ENGRAM_SEARCH_EMBED_THREADS, default 1), which
-leaves the other core to the BM25 leg running at the same time.
+owns these instances rather than borrowing the indexer's: the indexer's local model runs
+document jobs on its few worker threads, and a query queued behind document batches waited
+0.7 s at the median and 3 s at worst during an import (measured; with its own instance,
+13 ms). Queries also get their own thread count (ENGRAM_SEARCH_EMBED_THREADS, default 1),
+which leaves the other core to the BM25 leg running at the same time, and their own
+micro-batching: concurrent queries share model jobs (ENGRAM_SEARCH_EMBED_BATCH_WINDOW_MS,
+ENGRAM_SEARCH_EMBED_MAX_BATCH; see `engram.indexer.embedders.batching`).
 """
 
 from __future__ import annotations

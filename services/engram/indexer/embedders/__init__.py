@@ -16,6 +16,8 @@ from engram.domain.chunks import ModelInfo
 from engram.indexer.ports import Embedder
 
 Provider = Literal["local", "openai", "ollama"]
+# Model jobs' worth of queries that may wait for the local query embedder.
+QUERY_QUEUE_BATCHES = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,9 +28,15 @@ class EmbedderConfig:
     provider: Provider = "local"
     max_length: int = 256
     batch_size: int = 32
-    # onnxruntime intra-op threads of the local model, and the niceness of its thread.
+    # Padded tokens per run of the local model.
+    batch_tokens: int = 512
+    # Worker threads of the local model (jobs side by side), and their niceness.
     threads: int = 2
     nice: int = 0
+    # Micro-batching of the local model's queries: the window after a query's arrival that
+    # later ones may join it in, and queries per model job (see `batching`).
+    query_window_seconds: float = 0.0
+    query_max_batch: int = 32
     timeout_seconds: float = 30.0
     max_retries: int = 4
     openai_base_url: str = "https://api.openai.com"
@@ -39,9 +47,18 @@ class EmbedderConfig:
     ollama_model: str = "nomic-embed-text"
     ollama_dimension: int | None = None
 
-    def for_queries(self, threads: int) -> EmbedderConfig:
-        """Search's own query embedders: `threads` threads at the process's priority."""
-        return replace(self, threads=threads, nice=0)
+    def for_queries(
+        self, threads: int, *, window_seconds: float = 0.0, max_batch: int = 32
+    ) -> EmbedderConfig:
+        """Search's own query embedders: `threads` threads at the process's priority,
+        concurrent queries batched within `window_seconds`, up to `max_batch` per job."""
+        return replace(
+            self,
+            threads=threads,
+            nice=0,
+            query_window_seconds=window_seconds,
+            query_max_batch=max_batch,
+        )
 
 
 def configured_embedder(config: EmbedderConfig) -> Embedder:
@@ -98,5 +115,10 @@ def _build(
         max_length=config.max_length,
         batch_size=config.batch_size,
         threads=config.threads,
+        batch_tokens=config.batch_tokens,
         nice=config.nice,
+        query_window=config.query_window_seconds,
+        query_max_batch=config.query_max_batch,
+        # Queries queued beyond this fail at once (UNAVAILABLE) instead of waiting.
+        query_max_pending=config.query_max_batch * QUERY_QUEUE_BATCHES,
     )

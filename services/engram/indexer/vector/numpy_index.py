@@ -113,22 +113,25 @@ def _atomic_write_json(path: Path, payload: dict[str, Any]) -> None:
         os.close(directory)
 
 
-# Chunk fields, one list per field: a str in a list is invisible to the cyclic garbage
-# collector, a Chunk object is not - 100k resident Chunks made each full collection ~8 ms
-# and showed up as search p99 spikes.
+# Chunk fields, one numpy object array per field, grown with the vectors. A numpy array is
+# not a container the cyclic garbage collector traverses; a list is, element by element:
+# with the fields in lists, one full collection at 1M resident chunks visited 7M strings and
+# took 200-450 ms, stopping the event loop (bench/scale_bench.py; Chunk objects were worse).
 _COLUMNS = ("chunk_id", "document_id", "tenant", "path", "chunk_index", "doc_version", "content")
 
 
 class _Space:
     """One space's chunks of one collection: row i of `vectors` is the chunk in row i of
-    the columns."""
+    the columns; rows from `size` on are spare capacity."""
 
     def __init__(self, space_id: str, dimension: int) -> None:
         self.space_id = space_id
         self.dimension = dimension
         self.vectors: npt.NDArray[np.float32] = np.empty((0, dimension), dtype=np.float32)
         self.size = 0
-        self.columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
+        self.columns: dict[str, npt.NDArray[np.object_]] = {
+            name: np.empty(0, dtype=object) for name in _COLUMNS
+        }
         # Tuples of ints, which the garbage collector stops tracking.
         self.rows_by_path: dict[str, tuple[int, ...]] = {}
         self._paths: npt.NDArray[np.str_] | None = None
@@ -163,26 +166,69 @@ class _Space:
                     row if r == last else r for r in self.rows_by_path[moved]
                 )
             for column in self.columns.values():
-                column.pop()
+                column[last] = None
             self.size -= 1
         self._paths = None
 
+    def reserve(self, rows: int) -> None:
+        """Room for `rows` more rows without growing."""
+        needed = self.size + rows
+        if needed <= self.vectors.shape[0]:
+            return
+        capacity = max(needed, 2 * self.vectors.shape[0], 16) if self.size else needed
+        grown = np.empty((capacity, self.dimension), dtype=np.float32)
+        grown[: self.size] = self.vectors[: self.size]
+        self.vectors = grown
+        for name, column in self.columns.items():
+            wider = np.empty(capacity, dtype=object)
+            wider[: self.size] = column[: self.size]
+            self.columns[name] = wider
+
     def append(self, chunks: Sequence[Chunk], vectors: Vectors) -> None:
-        needed = self.size + len(chunks)
-        if needed > self.vectors.shape[0]:
-            capacity = max(needed, 2 * self.vectors.shape[0], 16)
-            grown = np.empty((capacity, self.dimension), dtype=np.float32)
-            grown[: self.size] = self.vectors[: self.size]
-            self.vectors = grown
-        self.vectors[self.size : needed] = vectors
+        self.reserve(len(chunks))
+        start, needed = self.size, self.size + len(chunks)
+        self.vectors[start:needed] = vectors
         added: dict[str, list[int]] = {}
         for offset, chunk in enumerate(chunks):
-            added.setdefault(chunk.path, []).append(self.size + offset)
-            for name, column in self.columns.items():
-                column.append(getattr(chunk, name))
+            added.setdefault(chunk.path, []).append(start + offset)
+        for name, column in self.columns.items():
+            for offset, chunk in enumerate(chunks):
+                column[start + offset] = getattr(chunk, name)
         for path, rows in added.items():
             self.rows_by_path[path] = self.rows_by_path.get(path, ()) + tuple(rows)
         self.size = needed
+        self._paths = None
+
+    def load_row(
+        self,
+        path: str,
+        chunk_index: int,
+        chunk_id: str,
+        document_id: str,
+        tenant: str,
+        doc_version: int,
+        content: str,
+        vector: Vectors,
+    ) -> None:
+        """Appends one stored row (its vector normalised already) into room made by
+        `reserve`, while loading; the paths' row tuples are built by `finish_load`."""
+        row = self.size
+        self.vectors[row] = vector
+        c = self.columns
+        c["chunk_id"][row] = chunk_id
+        c["document_id"][row] = document_id
+        c["tenant"][row] = tenant
+        c["path"][row] = path
+        c["chunk_index"][row] = chunk_index
+        c["doc_version"][row] = doc_version
+        c["content"][row] = content
+        self.size = row + 1
+
+    def finish_load(self) -> None:
+        rows: dict[str, list[int]] = {}
+        for row, path in enumerate(self.columns["path"][: self.size]):
+            rows.setdefault(path, []).append(row)
+        self.rows_by_path = {path: tuple(found) for path, found in rows.items()}
         self._paths = None
 
     def search(self, query: Vectors, limit: int, scope: str) -> list[tuple[float, int]]:
@@ -194,13 +240,18 @@ class _Space:
         rows: npt.NDArray[np.intp] | None = None
         if scope:
             if self._paths is None:
-                self._paths = np.array(self.columns["path"], dtype=np.str_)
+                self._paths = np.array(self.columns["path"][: self.size], dtype=np.str_)
             inside = (self._paths == scope) | np.strings.startswith(self._paths, scope + "/")
             rows = np.flatnonzero(inside)
             if rows.size == 0:
                 return []
             matrix = matrix[rows]
-        scores = matrix @ query
+        # numpy's own loop, not BLAS: OpenBLAS's gemv starts its threads above a few
+        # thousand rows, and on a busy machine they wait for cores the concurrent searches
+        # and the event loop need (a 4,000-row scan took 9 ms instead of 0.3 on 2 loaded
+        # cores); single-threaded, einsum also beats OpenBLAS's gemv from ~16k rows on
+        # (bench/scale_bench.py scan).
+        scores = np.einsum("ij,j->i", matrix, query)
         if scores.shape[0] > limit:
             best = np.argpartition(-scores, limit - 1)[:limit]
         else:
@@ -541,21 +592,36 @@ class NumpyVectorIndex:
             if row is None:
                 return None, {}
             info = ModelInfo(str(row[0]), int(row[1]))
-            grouped: dict[str, tuple[list[Chunk], list[bytes]]] = {}
+            # Each space's matrix is allocated at its final size and filled row by row, and
+            # the repeated strings (tenant, path, document id: one per document, not per
+            # chunk) are shared: no Chunk objects, no list of blobs, no second copy of the
+            # vectors, so the peak while loading 1M chunks is what stays resident after.
+            counts = connection.execute(
+                "SELECT space_id, COUNT(*) FROM vector_chunks GROUP BY space_id"
+            ).fetchall()
+            spaces = {
+                str(space_id): _Space(str(space_id), info.dimension) for space_id, _ in counts
+            }
+            for space_id, count in counts:
+                spaces[space_id].reserve(int(count))
+            shared: dict[str, str] = {}
             cursor = connection.execute(
                 "SELECT space_id, path, chunk_index, chunk_id, document_id, tenant,"
                 " doc_version, content, vector FROM vector_chunks"
             )
             for space_id, path, index, cid, did, tenant, version, content, blob in cursor:
-                chunks, blobs = grouped.setdefault(space_id, ([], []))
-                chunks.append(Chunk(cid, did, space_id, tenant, path, index, version, content))
-                blobs.append(blob)
-            spaces: dict[str, _Space] = {}
-            for space_id, (chunks, blobs) in grouped.items():
-                matrix = np.frombuffer(b"".join(blobs), dtype=_FLOAT32).reshape(-1, info.dimension)
-                space = _Space(space_id, info.dimension)
-                space.append(chunks, matrix.astype(np.float32))
-                spaces[space_id] = space
+                spaces[space_id].load_row(
+                    shared.setdefault(path, path),
+                    int(index),
+                    cid,
+                    shared.setdefault(did, did),
+                    shared.setdefault(tenant, tenant),
+                    int(version),
+                    content,
+                    np.frombuffer(blob, dtype=_FLOAT32),
+                )
+            for space in spaces.values():
+                space.finish_load()
             return info, spaces
 
         info, spaces = await self._guard(database.read_snapshot(load))
