@@ -208,7 +208,12 @@ def loaded_deployment(
     """The deployment with the corpus in it: copied from the cache, or pre-loaded (and then
     cached: stopped, copied, started again)."""
     vectors = "model" if args.model_embeddings else "synthetic"
-    cached = args.corpus_cache / f"{args.target}-{spec.key()}-{vectors}"
+    # The real target's state is the backends' data: a FerretDB on SQLite and one on
+    # PostgreSQL keep it in different files, so each handler has a cache of its own.
+    target = args.target
+    if target == "real":
+        target = f"real-{deploy.launcher_module().mongo_handler()}"
+    cached = args.corpus_cache / f"{target}-{spec.key()}-{vectors}"
     use_cache = not args.no_corpus_cache
     info: dict[str, Any] = {"corpus": spec.__dict__, "cache": str(cached) if use_cache else None}
     if use_cache and (cached / "complete").exists():
