@@ -13,10 +13,16 @@ A charge touching two counters takes the space step, then the aggregate step; if
 aggregate refuses, the space step is reversed by a compensating step. A crash between
 the two leaves the space over-counted until `Reconcile` (never over its limit). Within
 one process, charges on the same counters queue on local locks.
+
+Round trips are overlapped where no order is needed: a charge records its idempotency key
+while it reads its counters (the reads are dropped if the key was already taken), and a step
+updates the head while it deletes the entry leaving history. A counter read early is only a
+starting point: the step's insert of `seq + 1` still fails if another writer took it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -81,22 +87,42 @@ class MongoUsageLedger:
                 )
             except DuplicateKeyError:
                 return False
-            try:
-                await self._heads.replace_one(
-                    {"_id": counter, "seq": {"$lt": seq}},
-                    {"seq": seq, "used": value, "owner": owner},
-                    upsert=True,
-                )
-            except DuplicateKeyError:
-                pass  # a newer head is in place
-            if seq > KEEP_STEPS:
-                await self._entries.delete_one({"_id": entry_id(counter, seq - KEEP_STEPS)})
+            await asyncio.gather(
+                self._advance_head(owner, counter, seq, value), self._forget(counter, seq)
+            )
         return True
 
-    async def _step(self, owner: str, counter: Counter, delta: int, *, check: bool) -> int:
-        """Moves one counter by `delta` (checked against its limit when growing)."""
+    async def _advance_head(self, owner: str, counter: str, seq: int, value: int) -> None:
+        try:
+            await self._heads.replace_one(
+                {"_id": counter, "seq": {"$lt": seq}},
+                {"seq": seq, "used": value, "owner": owner},
+                upsert=True,
+            )
+        except DuplicateKeyError:
+            pass  # a newer head is in place
+
+    async def _forget(self, counter: str, seq: int) -> None:
+        """Deletes the entry that step `seq` pushed out of the kept history."""
+        if seq > KEEP_STEPS:
+            await self._entries.delete_one({"_id": entry_id(counter, seq - KEEP_STEPS)})
+
+    async def _step(
+        self,
+        owner: str,
+        counter: Counter,
+        delta: int,
+        *,
+        check: bool,
+        read: tuple[int, int] | None = None,
+    ) -> int:
+        """Moves one counter by `delta` (checked against its limit when growing); `read` is
+        the counter's (seq, value) if it was just read, for the first attempt."""
         for _ in range(MAX_ATTEMPTS):
-            seq, used = await self._current(counter.key)
+            if read is None:
+                seq, used = await self._current(counter.key)
+            else:
+                (seq, used), read = read, None
             if check:
                 check_growth(counter, used, delta)
             value = apply_delta(used, delta)
@@ -110,18 +136,18 @@ class MongoUsageLedger:
         self, owner: str, counters: Sequence[Counter], delta: int, idempotency_key: str
     ) -> ChargeOutcome:
         async with self._locks.hold_all(counter.key for counter in counters):
-            with mongo_errors("recording a charge"):
-                try:
-                    await self._keys.insert_one({"_id": idempotency_key, "at": datetime.now(UTC)})
-                except DuplicateKeyError:
-                    return ChargeOutcome(
-                        applied=False, values=await self.read([c.key for c in counters])
-                    )
+            recorded, reads = await self._record_and_read(idempotency_key, counters)
+            if not recorded:
+                return ChargeOutcome(
+                    applied=False, values=await self.read([c.key for c in counters])
+                )
             values: dict[str, int] = {}
             completed = False
             try:
-                for counter in counters:
-                    values[counter.key] = await self._step(owner, counter, delta, check=delta > 0)
+                for counter, read in zip(counters, reads, strict=True):
+                    values[counter.key] = await self._step(
+                        owner, counter, delta, check=delta > 0, read=read
+                    )
                 completed = True
             finally:
                 if not completed:
@@ -134,6 +160,34 @@ class MongoUsageLedger:
                         await self._keys.delete_one({"_id": idempotency_key})
         await self._prune_keys()
         return ChargeOutcome(applied=True, values=values)
+
+    async def _record_and_read(
+        self, idempotency_key: str, counters: Sequence[Counter]
+    ) -> tuple[bool, list[tuple[int, int]]]:
+        """Takes the charge's key while reading its counters. If a read fails after the key
+        was taken, the key is freed again, so a retry of the charge can apply."""
+        key_taken, reads = await asyncio.gather(
+            self._record_key(idempotency_key),
+            asyncio.gather(*(self._current(c.key) for c in counters)),
+            return_exceptions=True,
+        )
+        if isinstance(key_taken, BaseException):
+            raise key_taken
+        if isinstance(reads, BaseException):
+            if key_taken:
+                with mongo_errors("releasing a charge key"):
+                    await self._keys.delete_one({"_id": idempotency_key})
+            raise reads
+        return key_taken, reads
+
+    async def _record_key(self, idempotency_key: str) -> bool:
+        """Takes the charge's key; False when a charge with that key was already recorded."""
+        with mongo_errors("recording a charge"):
+            try:
+                await self._keys.insert_one({"_id": idempotency_key, "at": datetime.now(UTC)})
+            except DuplicateKeyError:
+                return False
+        return True
 
     async def _prune_keys(self) -> None:
         self._applies += 1
