@@ -15,9 +15,13 @@ the two leaves the space over-counted until `Reconcile` (never over its limit). 
 one process, charges on the same counters queue on local locks.
 
 Round trips are overlapped where no order is needed: a charge records its idempotency key
-while it reads its counters (the reads are dropped if the key was already taken), and a step
-updates the head while it deletes the entry leaving history. A counter read early is only a
-starting point: the step's insert of `seq + 1` still fails if another writer took it.
+while it reads its counters' heads (the reads are dropped if the key was already taken), and
+a step updates the head while it deletes the entry leaving history. A charge's first try
+steps from the head without probing `seq + 1` first: the probe's answer is only a snapshot,
+and the insert of `seq + 1` fails all the same if another writer took it (then the counter
+is read again, probes included; a refusal is only ever decided on a fully read counter).
+Skipping it loses no safety: a probe cannot see an entry
+that history pruning already removed either.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pymongo import ASCENDING, IndexModel
 from pymongo.errors import DuplicateKeyError
 
 from engram.backends.mongo import MongoDatabase, ensure_indexes, mongo_errors
-from engram.domain.errors import WriteContention
+from engram.domain.errors import QuotaExceeded, WriteContention
 from engram.domain.quotas import Counter, apply_delta, check_growth
 from engram.quota.ports import ChargeOutcome
 from engram.runtime.keyed_locks import KeyedLocks
@@ -59,11 +63,16 @@ class MongoUsageLedger:
         await ensure_indexes(self._heads, [IndexModel([("owner", ASCENDING)], name="owner")])
         await ensure_indexes(self._keys, [IndexModel([("at", ASCENDING)], name="at")])
 
-    async def _current(self, counter: str) -> tuple[int, int]:
-        """(seq, value) of the counter's newest entry."""
+    async def _head(self, counter: str) -> tuple[int, int]:
+        """(seq, value) of the counter's head: its newest entry or a little behind it."""
         with mongo_errors("reading a usage counter"):
             head = await self._heads.find_one({"_id": counter})
-            seq, used = (int(head["seq"]), int(head["used"])) if head else (0, 0)
+        return (int(head["seq"]), int(head["used"])) if head else (0, 0)
+
+    async def _current(self, counter: str) -> tuple[int, int]:
+        """(seq, value) of the counter's newest entry."""
+        seq, used = await self._head(counter)
+        with mongo_errors("reading a usage counter"):
             while True:
                 entry = await self._entries.find_one({"_id": entry_id(counter, seq + 1)})
                 if entry is None:
@@ -117,14 +126,20 @@ class MongoUsageLedger:
         read: tuple[int, int] | None = None,
     ) -> int:
         """Moves one counter by `delta` (checked against its limit when growing); `read` is
-        the counter's (seq, value) if it was just read, for the first attempt."""
+        the counter's head (seq, value) if it was just read, for the first attempt."""
         for _ in range(MAX_ATTEMPTS):
+            from_head = read is not None
             if read is None:
                 seq, used = await self._current(counter.key)
             else:
                 (seq, used), read = read, None
             if check:
-                check_growth(counter, used, delta)
+                try:
+                    check_growth(counter, used, delta)
+                except QuotaExceeded:
+                    if from_head:
+                        continue  # refuse only on the newest entry, not a lagging head
+                    raise
             value = apply_delta(used, delta)
             if await self._take_step(owner, counter.key, seq + 1, value, delta):
                 return value
@@ -168,7 +183,7 @@ class MongoUsageLedger:
         was taken, the key is freed again, so a retry of the charge can apply."""
         key_taken, reads = await asyncio.gather(
             self._record_key(idempotency_key),
-            asyncio.gather(*(self._current(c.key) for c in counters)),
+            asyncio.gather(*(self._head(c.key) for c in counters)),
             return_exceptions=True,
         )
         if isinstance(key_taken, BaseException):
