@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -111,6 +112,9 @@ async def run(addr: str, token: str, *, count: int, time_cap: float) -> list[tup
     async with grpc.aio.insecure_channel(addr) as channel:
         stub = storage_pb2_grpc.StorageServiceStub(channel)
         run_id = f"{time.time_ns():x}"
+        # Every write's content is new: a phase that rewrote an earlier phase's content
+        # would be skipped by the service as unchanged and measure reads, not writes.
+        written = itertools.count()
 
         def writer(prefix: str) -> Callable[[int], Awaitable[object]]:
             async def write(i: int) -> object:
@@ -118,7 +122,7 @@ async def run(addr: str, token: str, *, count: int, time_cap: float) -> list[tup
                     storage_pb2.WriteDocumentRequest(
                         space=SPACE,
                         path=f"{run_id}/{prefix}/{i % 500:04d}.md",
-                        content=f"{BODY}\nrevision {i}\n",
+                        content=f"{BODY}\nrevision {next(written)}\n",
                     ),
                     metadata=metadata,
                 )
