@@ -1217,6 +1217,12 @@ def _prepare_postgresql(data_dir: Path) -> _PgLayout:
             out = proc.stdout.decode("utf-8", "replace").splitlines()[-LOG_TAIL_LINES:]
             raise BackendStartError(f"initdb failed (exit {proc.returncode}): {' '.join(argv)}\n"
                                     + "\n".join(out))
+    elif run_as is not None and pg_dir.stat().st_uid != run_as[0]:
+        # A cluster copied or restored as root (a cached pre-loaded state, a backup): give it
+        # back to the user PostgreSQL runs as, or it cannot read its own files.
+        for path in [pg_dir, *pg_dir.rglob("*")]:
+            os.lchown(path, *run_as)
+        _say(f"chown -R {PG_RUN_AS} {pg_dir} (the cluster was not owned by the user it runs as)")
     return _PgLayout(bin_dir=bin_path, pg_dir=pg_dir, run_as=run_as)
 
 

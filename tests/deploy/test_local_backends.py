@@ -150,6 +150,28 @@ def test_ferretdb_stores_in_its_own_postgresql(
     assert _processes_mentioning(str(tmp_path)) == []
 
 
+def test_a_data_dir_copied_as_root_starts_with_its_data(
+    launcher: ModuleType, tmp_path: Path, client_of: Any
+) -> None:
+    """A stopped mongo data dir copied elsewhere (the load harness's cached pre-loaded
+    corpus, a restored backup) starts there with its documents: as root the copy belongs to
+    root, and PostgreSQL, which runs as an unprivileged user, could not read it."""
+    import shutil
+
+    mongo = launcher.start_mongo(tmp_path / "mongo")
+    try:
+        client_of(mongo.url).engram_launcher_test.things.insert_one({"_id": "kept"})
+    finally:
+        mongo.stop()
+    shutil.copytree(tmp_path / "mongo", tmp_path / "copy", symlinks=True)
+    copy = launcher.start_mongo(tmp_path / "copy")
+    try:
+        found = client_of(copy.url).engram_launcher_test.things.find_one({"_id": "kept"})
+        assert found == {"_id": "kept"}
+    finally:
+        copy.stop()
+
+
 def test_sqlite_handler_stays_selectable(
     launcher: ModuleType, tmp_path: Path, client_of: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
