@@ -212,7 +212,6 @@ def _chart_plan(workdir: Path, backends: dict[str, Any], settings: dict[str, str
     """The chart rendered with the loopback values, the backends' URLs and LOAD_SETTINGS."""
     cl = cluster_module()
     from tests.deploy.chart import Helm, helm_binary
-    from tests.support.tokens import service_token
 
     binary = helm_binary()
     if binary is None:
@@ -223,36 +222,9 @@ def _chart_plan(workdir: Path, backends: dict[str, Any], settings: dict[str, str
         encoding="utf-8",
     )
     urls = cl.Backends(backends["nats"].url, backends["mongo"].url, backends["opensearch"].url)
-    secret = secrets.token_urlsafe(48)
-    token = service_token("engram-services", secret=secret)
-    docs = cl.render(
-        Helm(binary),
-        urls,
-        workdir,
-        secret=secret,
-        token=token,
-        values=(cl.LOOPBACK_VALUES, values),
-        database=DATABASE,
+    return cl.local_plan(
+        Helm(binary), urls, workdir, database=DATABASE, values=(cl.LOOPBACK_VALUES, values)
     )
-    existing: dict[str, dict[str, bytes]] = {}
-    tls = None
-    deployment = next(d for d in docs if d["kind"] == "Deployment")
-    for volume in deployment["spec"]["template"]["spec"].get("volumes", []):
-        if volume["name"] == "tls":
-            from tests.support.certs import TestCa
-
-            directory = workdir / "certificates"
-            directory.mkdir(parents=True, exist_ok=True)
-            ca = TestCa(directory)
-            pair = ca.issue("engram", server=True, client=True)
-            files = {
-                "ca.crt": ca.path.read_bytes(),
-                "tls.crt": pair.cert.read_bytes(),
-                "tls.key": pair.key.read_bytes(),
-            }
-            existing[volume["secret"]["secretName"]] = files
-            tls = cl.ClientTls(files["ca.crt"], files["tls.crt"], files["tls.key"])
-    return cl.plan(docs, workdir, secret=secret, token=token, existing=existing, tls=tls)
 
 
 def _serve_plan(workdir: Path, backends: dict[str, Any], settings: dict[str, str]) -> Any:

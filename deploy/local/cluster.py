@@ -402,6 +402,7 @@ def local_plan(
     *,
     secret: str | None = None,
     database: str = "engram_local",
+    values: Sequence[Path] = (LOOPBACK_VALUES,),
 ) -> Plan:
     """A service token for the secret (a fresh one by default), the chart rendered and
     planned. When the values turn TLS on, the TLS Secret they name is made here, as an
@@ -409,7 +410,9 @@ def local_plan(
     localhost, usable as server and client certificate (mTLS)."""
     secret = secret or secrets.token_urlsafe(48)
     token = service_token("engram-services", secret=secret)
-    docs = render(helm, backends, workdir, secret=secret, token=token, database=database)
+    docs = render(
+        helm, backends, workdir, secret=secret, token=token, values=values, database=database
+    )
     existing: dict[str, dict[str, bytes]] = {}
     tls = None
     deployment = next(d for d in docs if d["kind"] == "Deployment")
