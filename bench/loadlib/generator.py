@@ -19,7 +19,11 @@ agent's space), `memory_search` (WorkspaceService.MemorySearch), `append`
 Every write carries a unique token; each attempt goes to the ledger (JSON lines: kind, agent,
 path, token, acknowledged or not, the version the server answered). Every `freshness_every`
 seconds the next acknowledged write is also polled for by a lexical Search of its token
-(every 50 ms, up to `freshness_timeout`): freshness = found - acknowledged. A poll that
+(at once, then 50 ms later, each miss waiting 1.25 times longer, at most 500 ms, up to
+`freshness_timeout`): freshness = found - acknowledged, to within that interval. The growing
+interval bounds what the probes add to the load when the index falls behind (at a fixed
+50 ms, 20 probes 20 s behind send 400 searches a second, adding to what keeps it behind).
+A poll that
 fails (an error, not a miss) is retried with exponential backoff and jitter (from 100 ms up
 to 2 s, tenacity), so probes of a failing server do not add a request every 50 ms each to
 its load while it recovers. The polls are not part of the mix's figures.
@@ -63,6 +67,8 @@ WRITES = ("append", "replace")
 SEARCHES = ("search", "memory_search")
 REPLACE_SLOTS = 4
 POLL_INTERVAL = 0.05
+POLL_GROWTH = 1.25
+POLL_MAX_INTERVAL = 0.5
 # A failing poll is retried after 0.1 s, 0.2 s, 0.4 s ... up to 2 s (plus jitter).
 POLL_BACKOFF_INITIAL = 0.1
 POLL_BACKOFF_MAX = 2.0
@@ -208,6 +214,7 @@ class Generator:
         )
         deadline = acked + self.config["freshness_timeout"]
         found: float | None = None
+        interval = POLL_INTERVAL
 
         def count_error(state: RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome is not None else None
@@ -237,7 +244,8 @@ class Generator:
             if any(unique in r.content for r in answer.results):
                 found = time.monotonic() - self.start - acked
                 break
-            await asyncio.sleep(POLL_INTERVAL)
+            await asyncio.sleep(interval)
+            interval = min(interval * POLL_GROWTH, POLL_MAX_INTERVAL)
         self.freshness.append((round(acked, 3), found, unique, agent["sub"]))
 
     async def one(
