@@ -348,9 +348,21 @@ def wait(condition: Any, *, timeout: float, interval: float = 0.5, what: str = "
 
 
 def tree_copy(source: Path, destination: Path) -> None:
+    """Copies `source` to `destination` (replaced), keeping each entry's owner when we are
+    root: PostgreSQL's data directory belongs to the unprivileged user it runs as, and a
+    root-owned copy would not start."""
     if destination.exists():
         shutil.rmtree(destination)
     shutil.copytree(source, destination, symlinks=True)
+    if os.geteuid() != 0:
+        return
+    for folder, dirs, files in os.walk(source):
+        for name in [".", *dirs, *files]:
+            found = Path(folder) / name
+            info = found.lstat()
+            copy = destination / found.relative_to(source)
+            if copy.lstat().st_uid != info.st_uid or copy.lstat().st_gid != info.st_gid:
+                os.lchown(copy, info.st_uid, info.st_gid)
 
 
 def environment_note() -> dict[str, str]:

@@ -19,8 +19,14 @@ agent's space), `memory_search` (WorkspaceService.MemorySearch), `append`
 Every write carries a unique token; each attempt goes to the ledger (JSON lines: kind, agent,
 path, token, acknowledged or not, the version the server answered). Every `freshness_every`
 seconds the next acknowledged write is also polled for by a lexical Search of its token
-(every 50 ms, up to `freshness_timeout`): freshness = found - acknowledged. The polls are
-not part of the mix's figures.
+(at once, then 50 ms later, each miss waiting 1.25 times longer, at most 500 ms, up to
+`freshness_timeout`): freshness = found - acknowledged, to within that interval. The growing
+interval bounds what the probes add to the load when the index falls behind (at a fixed
+50 ms, 20 probes 20 s behind send 400 searches a second, adding to what keeps it behind).
+A poll that
+fails (an error, not a miss) is retried with exponential backoff and jitter (from 100 ms up
+to 2 s, tenacity), so probes of a failing server do not add a request every 50 ms each to
+its load while it recovers. The polls are not part of the mix's figures.
 
 The results file holds one row per request: scheduled offset (s), operation, latency (ms),
 status code, degraded (search answered from one index only).
@@ -39,6 +45,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
 
 from engram.v1 import (
     search_pb2,
@@ -54,6 +67,11 @@ WRITES = ("append", "replace")
 SEARCHES = ("search", "memory_search")
 REPLACE_SLOTS = 4
 POLL_INTERVAL = 0.05
+POLL_GROWTH = 1.25
+POLL_MAX_INTERVAL = 0.5
+# A failing poll is retried after 0.1 s, 0.2 s, 0.4 s ... up to 2 s (plus jitter).
+POLL_BACKOFF_INITIAL = 0.1
+POLL_BACKOFF_MAX = 2.0
 
 
 def token(rng: random.Random) -> str:
@@ -196,18 +214,38 @@ class Generator:
         )
         deadline = acked + self.config["freshness_timeout"]
         found: float | None = None
+        interval = POLL_INTERVAL
+
+        def count_error(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome is not None else None
+            if isinstance(error, grpc.aio.AioRpcError):
+                name = error.code().name
+                self.poll_errors[name] = self.poll_errors.get(name, 0) + 1
+
         while time.monotonic() - self.start < deadline:
-            self.polls += 1
+            left = deadline - (time.monotonic() - self.start)
             try:
-                answer = await self.search.Search(request, metadata=metadata, timeout=5)
+                async for attempt in AsyncRetrying(
+                    retry=retry_if_exception_type(grpc.aio.AioRpcError),
+                    wait=wait_exponential_jitter(
+                        initial=POLL_BACKOFF_INITIAL, max=POLL_BACKOFF_MAX, jitter=0.05
+                    ),
+                    stop=stop_after_delay(max(left, 0.0)),
+                    before_sleep=count_error,
+                    reraise=True,
+                ):
+                    with attempt:
+                        self.polls += 1
+                        answer = await self.search.Search(request, metadata=metadata, timeout=5)
             except grpc.aio.AioRpcError as error:
                 name = error.code().name
                 self.poll_errors[name] = self.poll_errors.get(name, 0) + 1
-            else:
-                if any(unique in r.content for r in answer.results):
-                    found = time.monotonic() - self.start - acked
-                    break
-            await asyncio.sleep(POLL_INTERVAL)
+                break
+            if any(unique in r.content for r in answer.results):
+                found = time.monotonic() - self.start - acked
+                break
+            await asyncio.sleep(interval)
+            interval = min(interval * POLL_GROWTH, POLL_MAX_INTERVAL)
         self.freshness.append((round(acked, 3), found, unique, agent["sub"]))
 
     async def one(
