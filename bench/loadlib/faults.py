@@ -275,6 +275,10 @@ class Outage:
         checks: dict[str, bool] = {"fault_happened": figures["back_at_s"] is not None}
         if self.name == "storage-replica-kill":
             checks["only_unavailable_errors"] = set(errors) <= {"UNAVAILABLE"}
+            # Errors only while a replica was down: a survivor that fails too (every call
+            # UNAVAILABLE from the start) is not a replica fault survived.
+            during = figures.get("errors_during_fault") or {}
+            checks["no_errors_outside_the_fault"] = sum(errors.values()) == sum(during.values())
             return checks
         checks["no_index_entry_lost"] = figures["index"]["missing"] == 0
         recovery = figures["freshness"]["recovery_s"]

@@ -6,7 +6,7 @@ import pytest
 
 from engram.client import EngramClient
 from engram.domain.errors import InvalidArgument
-from engram.runtime.channels import channel_target
+from engram.runtime.channels import ClientTls, channel_target, tls_name_options
 
 ROUND_ROBIN = (("grpc.lb_policy_name", "round_robin"),)
 
@@ -70,3 +70,22 @@ def test_the_cli_refuses_a_bad_list_with_an_error_line(capsys: pytest.CaptureFix
         pass
     assert exited.value.exit_code == 2
     assert "not an IP literal" in capsys.readouterr().err
+
+
+def test_replicas_on_one_host_over_tls_check_that_hosts_name() -> None:
+    """An ipv4: list has no host to check certificates against: replicas on one address
+    (several ports) are checked against it, so TLS to 127.0.0.1 replicas works."""
+    target = channel_target("127.0.0.1:50061,127.0.0.1:50062")
+    assert tls_name_options(target, ClientTls()) == [("grpc.ssl_target_name_override", "127.0.0.1")]
+    v6 = channel_target(["[::1]:50061", "[::1]:50062"])
+    assert tls_name_options(v6, ClientTls()) == [("grpc.ssl_target_name_override", "::1")]
+
+
+def test_replicas_at_different_addresses_over_tls_need_a_server_name() -> None:
+    target = channel_target(["10.0.0.5:50051", "10.0.0.6:50051"])
+    with pytest.raises(ValueError, match="ENGRAM_TLS_SERVER_NAME"):
+        tls_name_options(target, ClientTls())
+    named = ClientTls(server_name="engram-storage")
+    assert tls_name_options(target, named) == []  # channel_options sets the override
+    assert tls_name_options(target, None) == []  # plaintext: nothing to check
+    assert tls_name_options(channel_target("storage:50051"), ClientTls()) == []

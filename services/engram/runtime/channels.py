@@ -135,6 +135,27 @@ def channel_options(config: ChannelConfig) -> list[tuple[str, str | int]]:
     return options
 
 
+def tls_name_options(target: ChannelTarget, tls: ClientTls | None) -> list[tuple[str, str]]:
+    """The name checked in the servers' certificates when a TLS channel has several replicas
+    given as IP literals (an `ipv4:`/`ipv6:` list), whose default authority is no host: the
+    replicas' one IP address when they share it (several ports on one host); `server_name`
+    when set. Raises ValueError for replicas at different addresses without a server name,
+    which every call would otherwise fail at the certificate check."""
+    if tls is None or tls.server_name or not target.target.startswith(("ipv4:", "ipv6:")):
+        return []
+    hosts = {
+        entry.strip().rsplit(":", 1)[0].strip("[]")
+        for entry in target.target.split(":", 1)[1].split(",")
+        if entry.strip()
+    }
+    if len(hosts) == 1:
+        return [("grpc.ssl_target_name_override", hosts.pop())]
+    raise ValueError(
+        f"replicas at {', '.join(sorted(hosts))} over TLS need the name their certificates "
+        "carry: set ENGRAM_TLS_SERVER_NAME (ClientTls(server_name=...) in the client)"
+    )
+
+
 def open_channel(
     addr: Addresses,
     config: ChannelConfig,
@@ -146,7 +167,12 @@ def open_channel(
     TLS when `config.tls` is set, plaintext otherwise; `interceptors` wrap every call (the
     servers pass tracing's). Raises ValueError for an address list `channel_target` refuses."""
     target = channel_target(addr)
-    options = [*channel_options(config), *target.options, *(extra_options or [])]
+    options = [
+        *channel_options(config),
+        *target.options,
+        *tls_name_options(target, config.tls),
+        *(extra_options or []),
+    ]
     if config.tls is None:
         return grpc.aio.insecure_channel(target.target, options=options, interceptors=interceptors)
     return grpc.aio.secure_channel(
@@ -157,7 +183,7 @@ def open_channel(
 def open_sync_channel(addr: Addresses, config: ChannelConfig) -> grpc.Channel:
     """The blocking twin of `open_channel` (the CLI)."""
     target = channel_target(addr)
-    options = [*channel_options(config), *target.options]
+    options = [*channel_options(config), *target.options, *tls_name_options(target, config.tls)]
     if config.tls is None:
         return grpc.insecure_channel(target.target, options=options)
     return grpc.secure_channel(target.target, config.tls.credentials(), options=options)
