@@ -17,6 +17,7 @@ import pymongo
 import pytest
 
 from tests.support.backends import ROOT, load_launcher
+from tests.support.processes import processes_mentioning
 
 pytestmark = pytest.mark.real_backend
 
@@ -35,22 +36,6 @@ def launcher(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
             pytest.fail(str(error))
         pytest.skip(str(error))
     return module
-
-
-def _processes_mentioning(marker: str) -> list[str]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            raw = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        cmdline = raw.replace(b"\0", b" ").decode("utf-8", "replace")
-        if state != b"Z" and marker in cmdline:
-            found.append(f"{entry}: {cmdline[:160]}")
-    return found
 
 
 def _postmaster_pid(pg_dir: Path) -> int:
@@ -137,7 +122,7 @@ def test_ferretdb_stores_in_its_own_postgresql(
         mongo.stop()
     assert not _alive(postmaster), "stop() left PostgreSQL running"
     assert not mongo.alive()
-    assert _processes_mentioning(str(tmp_path)) == []
+    assert processes_mentioning(str(tmp_path)) == []
 
     # Same data dir and port: same URL, the document is still there.
     again = launcher.start_mongo(tmp_path / "mongo", port=mongo.port)
@@ -147,7 +132,7 @@ def test_ferretdb_stores_in_its_own_postgresql(
         assert client.engram_launcher_test.things.find_one({"_id": "a"}) == {"_id": "a", "n": 1}
     finally:
         again.stop()
-    assert _processes_mentioning(str(tmp_path)) == []
+    assert processes_mentioning(str(tmp_path)) == []
 
 
 def test_a_data_dir_copied_as_root_starts_with_its_data(
@@ -210,7 +195,7 @@ def test_cli_start_status_stop_covers_postgresql(launcher: ModuleType, tmp_path:
         stopped = cli("stop")
     assert stopped.returncode == 0, stopped.stderr
     assert not _alive(postmaster), "`backends.py stop` left PostgreSQL running"
-    assert _processes_mentioning(str(state)) == []
+    assert processes_mentioning(str(state)) == []
 
 
 def test_many_concurrent_updates_do_not_starve_ferretdbs_postgresql_pool(

@@ -16,30 +16,13 @@ from pathlib import Path
 import pytest
 
 from tests.support.backends import ENV_URLS, ROOT, RealBackends, load_launcher
+from tests.support.processes import processes_mentioning
 
 pytestmark = pytest.mark.real_backend
 
 SCENARIOS = "tests/e2e/backend_leak_scenarios.py"
 # A generous bound for the reaper or atexit hook to stop what was left (SIGTERM, then SIGKILL).
 CLEANUP_BOUND_S = 40.0
-
-
-def _processes_mentioning(marker: str) -> list[tuple[int, str]]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            raw = Path(f"/proc/{entry}/cmdline").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state == b"Z":
-            continue
-        cmdline = raw.replace(b"\0", b" ").decode("utf-8", "replace")
-        if marker in cmdline:
-            found.append((int(entry), cmdline[:200]))
-    return found
 
 
 def _port_is_free(port: int) -> bool:
@@ -55,7 +38,7 @@ def _port_is_free(port: int) -> bool:
 def _wait_until_gone(marker: str) -> list[tuple[int, str]]:
     deadline = time.monotonic() + CLEANUP_BOUND_S
     while True:
-        left = _processes_mentioning(marker)
+        left = processes_mentioning(marker)
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.25)
@@ -148,7 +131,7 @@ def test_a_killed_pytest_leaves_no_backend_behind(tmp_path: Path) -> None:
             assert child.poll() is None, "the child session ended before starting NATS"
             assert time.monotonic() < deadline, "the child never started NATS"
             time.sleep(0.2)
-        assert _processes_mentioning(str(tmp_path)), "NATS should be running by now"
+        assert processes_mentioning(str(tmp_path)), "NATS should be running by now"
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
