@@ -217,7 +217,7 @@ def print_report(report: Report, as_json: bool) -> None:
             if result.action in QUIET_ACTIONS:
                 continue
             suffix = f": {result.detail}" if result.detail else ""
-            version = f" v{result.version}" if result.version else ""
+            version = f" v{result.version}" if result.version and not result.detail else ""
             line = f"{result.action:<14} {result.path}{version}{suffix}"
             if result.action in FAILED_ACTIONS or result.action in ("pending_delete", "kept"):
                 err_console.print(f"[yellow]{line}[/]", highlight=False, markup=True)
