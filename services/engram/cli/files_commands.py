@@ -18,14 +18,16 @@ import os
 import stat
 import unicodedata
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import grpc
 import typer
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from engram.cli.client import (
     VISIBILITIES,
@@ -43,6 +45,8 @@ from engram.cli.client import (
 from engram.runtime.errors import received_status
 from engram.v1 import storage_pb2, storage_pb2_grpc
 
+R = TypeVar("R")
+
 STATE_FILE = ".engram-state.json"
 STATE_FORMAT = 1
 # Version-control directories: never pushed, never reported.
@@ -51,6 +55,12 @@ MARKDOWN_SUFFIX = ".md"
 # A local file above this is not even read (servers store at most a few MiB per document).
 MAX_LOCAL_FILE_BYTES = 64 * 1024 * 1024
 LIST_PAGE = 1000
+# Calls in flight at once (reads of pull, writes of push), and how far ahead they run.
+PARALLEL_CALLS = 8
+PARALLEL_BATCH = 64
+CONTENTION_ATTEMPTS = 4
+# The reason of an ABORTED conditional write or delete (engram.domain.errors.EtagMismatch).
+ETAG_MISMATCH = "ETAG_MISMATCH"
 # The server cannot be reached: stop (every further call would fail the same way).
 FATAL_CODES = frozenset(
     {
@@ -461,6 +471,13 @@ class Remote:
         request = storage_pb2.ReadDocumentRequest(space=self._space, path=path)
         return self._stub.ReadDocument(request, metadata=self._metadata)
 
+    def try_read(self, path: str) -> storage_pb2.ReadDocumentResponse | grpc.RpcError:
+        """The document, or the call's error (for a worker thread: nothing raised)."""
+        try:
+            return self.read(path)
+        except grpc.RpcError as error:
+            return error
+
     def write(
         self, path: str, content: str, *, expected_sha256: str = "", create_only: bool = False
     ) -> storage_pb2.WriteDocumentResponse:
@@ -472,13 +489,38 @@ class Remote:
             expected_sha256=expected_sha256,
             create_only=create_only,
         )
-        return self._stub.WriteDocument(request, metadata=self._metadata)
+        # Parallel writes to one space may lose a race on the server (WRITE_CONTENTION, not
+        # an etag conflict): retried a few times, with jitter.
+        for attempt in Retrying(
+            retry=retry_if_exception(_contention),
+            stop=stop_after_attempt(CONTENTION_ATTEMPTS),
+            wait=wait_random_exponential(multiplier=0.01, max=0.2),
+            reraise=True,
+        ):
+            with attempt:
+                response: storage_pb2.WriteDocumentResponse = self._stub.WriteDocument(
+                    request, metadata=self._metadata
+                )
+        return response
 
     def delete(self, path: str, expected_sha256: str) -> None:
         request = storage_pb2.DeleteDocumentRequest(
             space=self._space, path=path, expected_sha256=expected_sha256
         )
         self._stub.DeleteDocument(request, metadata=self._metadata)
+
+
+def _contention(error: BaseException) -> bool:
+    return isinstance(error, grpc.RpcError) and received_status(error).reason == "WRITE_CONTENTION"
+
+
+def in_parallel(function: Callable[[str], R], paths: list[str]) -> Iterator[tuple[str, R]]:
+    """(path, function(path)) in order, PARALLEL_CALLS calls at a time, a bounded batch
+    ahead (a batch of documents is all that is held)."""
+    with ThreadPoolExecutor(PARALLEL_CALLS) as pool:
+        for start in range(0, len(paths), PARALLEL_BATCH):
+            batch = paths[start : start + PARALLEL_BATCH]
+            yield from zip(batch, pool.map(function, batch), strict=True)
 
 
 def stop_if_fatal(error: grpc.RpcError) -> None:
@@ -493,22 +535,23 @@ def stop_if_fatal(error: grpc.RpcError) -> None:
 def pull_into(
     remote: Remote, directory: Path, state: SyncState, report: Report, *, force: bool
 ) -> None:
-    remote_paths = set()
-    for doc_path in remote.list_paths():
-        remote_paths.add(doc_path)
+    remote_paths = set(remote.list_paths())
+    wanted = []
+    for doc_path in sorted(remote_paths):
         blocked = blocked_by(directory, doc_path)
         if blocked:
             report.add(FileResult(doc_path, "skipped", f"not written: {blocked}"))
-            continue
-        try:
-            document = remote.read(doc_path).document
-        except grpc.RpcError as error:
-            stop_if_fatal(error)
-            if received_status(error).code == grpc.StatusCode.NOT_FOUND:
+        else:
+            wanted.append(doc_path)
+    for doc_path, read in in_parallel(remote.try_read, wanted):
+        if isinstance(read, grpc.RpcError):
+            stop_if_fatal(read)
+            if received_status(read).code == grpc.StatusCode.NOT_FOUND:
                 remote_paths.discard(doc_path)  # deleted since it was listed
-                continue
-            report.add(FileResult(doc_path, "refused", explain(error)))
+            else:
+                report.add(FileResult(doc_path, "refused", explain(read)))
             continue
+        document = read.document
         target = directory / doc_path
         prior = state.documents.get(doc_path)
         action = pull_action(file_sha256(target), prior, document.sha256, force=force)
@@ -593,24 +636,25 @@ def push_from(
             report.add(FileResult(doc_path, "deleted", "dry run"))
             continue
         report.add(_push_delete(remote, state, doc_path, state.documents[doc_path], force=force))
-    # Changed files before new ones, each in path order.
-    ordered = sorted(local.markdown, key=lambda p: (p not in state.documents, p))
-    for doc_path in ordered:
+
+    def push_one(doc_path: str) -> FileResult:
         read = read_markdown(local.markdown[doc_path])
         if isinstance(read, str):
-            report.add(FileResult(doc_path, "unsupported", read))
-            continue
+            return FileResult(doc_path, "unsupported", read)
         content, sha256 = read
         prior = state.documents.get(doc_path)
         if not push_needed(sha256, prior):
             assert prior is not None
-            report.add(FileResult(doc_path, "unchanged", "", prior.sha256, prior.version))
-            continue
+            return FileResult(doc_path, "unchanged", "", prior.sha256, prior.version)
         if dry_run:
-            action = "created" if prior is None else "updated"
-            report.add(FileResult(doc_path, action, "dry run", sha256))
-            continue
-        report.add(_push_write(remote, state, doc_path, content, sha256, prior, force=force))
+            return FileResult(doc_path, "created" if prior is None else "updated", "dry run")
+        return _push_write(remote, state, doc_path, content, sha256, prior, force=force)
+
+    # Changed files before new ones, each in path order. Workers only touch their own path's
+    # entry of state.documents.
+    ordered = sorted(local.markdown, key=lambda p: (p not in state.documents, p))
+    for _, result in in_parallel(push_one, ordered):
+        report.add(result)
 
 
 def _push_write(
@@ -632,7 +676,7 @@ def _push_write(
             response = remote.write(doc_path, content, expected_sha256=prior.sha256)
     except grpc.RpcError as error:
         stop_if_fatal(error)
-        if received_status(error).code != grpc.StatusCode.ABORTED:
+        if received_status(error).reason != ETAG_MISMATCH:
             return FileResult(doc_path, "refused", explain(error))
         return _after_conflict(remote, state, doc_path, sha256, prior)
     document = response.document
@@ -683,7 +727,7 @@ def _push_delete(
         if code == grpc.StatusCode.NOT_FOUND:
             del state.documents[doc_path]
             return FileResult(doc_path, "deleted", "already gone from the space")
-        if code == grpc.StatusCode.ABORTED:
+        if received_status(error).reason == ETAG_MISMATCH:
             return FileResult(
                 doc_path,
                 "conflict",
