@@ -48,6 +48,18 @@ def server_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def wait_until_quiet(pid: int, *, cap: float = 300.0) -> float:
+    """Waits (at most `cap` s) until the server uses < 5 % of a core over a second (the
+    indexer has embedded the imported documents), so the steps measure pull and push only."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < cap:
+        before = server_cpu(pid)
+        time.sleep(1.0)
+        if server_cpu(pid) - before < 0.05:
+            break
+    return time.perf_counter() - started
+
+
 def step(name: str, command: list[str], pid: int) -> None:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     server_before = server_cpu(pid)
@@ -95,6 +107,8 @@ def main() -> None:
                     iter(pieces), timeout=STEP_TIMEOUT
                 )
             print(f"space private:bench: {result.written} documents, {result.bytes} bytes")
+            print(f"server quiet (indexing done) after {wait_until_quiet(process.pid):.0f} s")
+            print(f"load average at the first step: {Path('/proc/loadavg').read_text().strip()}")
             work = Path(tmp) / "work"
             cli = [sys.executable, "-m", "engram"]
             common = ["--addr", addr]
