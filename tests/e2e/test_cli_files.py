@@ -189,8 +189,8 @@ async def test_files_that_cannot_be_stored_are_warned_about_one_by_one(
     (work / ".git" / "config").write_text("[core]\n")
     (work / "notes").mkdir()
     (work / "notes" / "fill.md").write_text("y" * 1500)
-    (work / "notes" / "z-over-quota.md").write_text("z" * 1500)
-    async with engram_factory(max_doc_bytes=2000, quota_private=3000) as engram:
+    (work / "notes" / "z-over-quota.md").write_text("z" * 1900)  # alone over the quota
+    async with engram_factory(max_doc_bytes=2000, quota_private=1800) as engram:
         cli = Cli(engram.port)
         report = await cli.json("push", str(work), code=1)
         assert actions(report) == {
@@ -213,6 +213,7 @@ async def test_files_that_cannot_be_stored_are_warned_about_one_by_one(
         assert await cli("read", "notes/fill.md") == "y" * 1500 + "\n"
         text = await cli("push", str(work), code=1)
         assert "avatar.png" in text and "not everything went in" in text
+        assert "[SECRET_IN_CONTENT]" in text, "the reason is printed, not taken for markup"
         listing = await cli("ls")
         assert "2 document(s)" in listing
 

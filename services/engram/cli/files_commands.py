@@ -27,6 +27,7 @@ from typing import Annotated, Any, TypeVar
 
 import grpc
 import typer
+from rich.text import Text
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from engram.cli.client import (
@@ -230,7 +231,8 @@ def print_report(report: Report, as_json: bool) -> None:
             version = f" v{result.version}" if result.version and not result.detail else ""
             line = f"{result.action:<14} {result.path}{version}{suffix}"
             if result.action in FAILED_ACTIONS or result.action in ("pending_delete", "kept"):
-                err_console.print(f"[yellow]{line}[/]", highlight=False, markup=True)
+                # Text, not markup: details carry "[REASON]" and paths may hold brackets.
+                err_console.print(Text(line, style="yellow"), highlight=False)
             else:
                 console.print(line, highlight=False, markup=False)
         summary = ", ".join(f"{count} {action}" for action, count in report.counts().items())
