@@ -23,7 +23,13 @@ from benchlib import free_port, spawn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc  # noqa: E402
+from engram.v1 import (  # noqa: E402
+    indexer_pb2,
+    indexer_pb2_grpc,
+    space_pb2,
+    storage_pb2,
+    storage_pb2_grpc,
+)
 
 TICKS = os.sysconf("SC_CLK_TCK")
 SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="bench")
@@ -48,15 +54,15 @@ def server_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def wait_until_quiet(pid: int, *, cap: float = 300.0) -> float:
-    """Waits (at most `cap` s) until the server uses < 5 % of a core over a second (the
-    indexer has embedded the imported documents), so the steps measure pull and push only."""
+def wait_until_indexed(channel: grpc.Channel, *, cap: float = 600.0) -> float:
+    """Waits (at most `cap` s) until the index backlog is empty, so the indexer's work on the
+    imported documents is not counted as pull's or push's."""
+    stub = indexer_pb2_grpc.IndexerServiceStub(channel)
     started = time.perf_counter()
     while time.perf_counter() - started < cap:
-        before = server_cpu(pid)
-        time.sleep(1.0)
-        if server_cpu(pid) - before < 0.05:
+        if stub.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), timeout=30).backlog == 0:
             break
+        time.sleep(1.0)
     return time.perf_counter() - started
 
 
@@ -106,8 +112,9 @@ def main() -> None:
                 result = storage_pb2_grpc.StorageServiceStub(channel).ImportSpace(
                     iter(pieces), timeout=STEP_TIMEOUT
                 )
-            print(f"space private:bench: {result.written} documents, {result.bytes} bytes")
-            print(f"server quiet (indexing done) after {wait_until_quiet(process.pid):.0f} s")
+                print(f"space private:bench: {result.written} documents, {result.bytes} bytes")
+                waited = wait_until_indexed(channel)
+            print(f"index backlog empty after {waited:.0f} s")
             print(f"load average at the first step: {Path('/proc/loadavg').read_text().strip()}")
             work = Path(tmp) / "work"
             cli = [sys.executable, "-m", "engram"]
