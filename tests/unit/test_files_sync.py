@@ -122,10 +122,10 @@ def test_state_round_trips(tmp_path: Path) -> None:
 
 def test_resolve_space() -> None:
     pulled = SpaceFlags("bot", "runs", project="p1", bot="b1")
-    none = (None,) * 6
-    assert resolve_space(None, *none) == SpaceFlags("private", "default")
-    assert resolve_space(pulled, *none) == pulled
-    assert resolve_space(pulled, "bot", "runs", "p1", "b1", None, None) == pulled
-    assert resolve_space(None, None, "n", None, None, None, None) == SpaceFlags("private", "n")
+    defaults = SpaceFlags("private", "default")
+    assert resolve_space(None, defaults, given=False) == defaults
+    assert resolve_space(pulled, defaults, given=False) == pulled
+    assert resolve_space(pulled, pulled, given=True) == pulled
+    assert resolve_space(None, SpaceFlags("private", "n"), given=True) == SpaceFlags("private", "n")
     with pytest.raises(typer.Exit):
-        resolve_space(pulled, None, "other", None, None, None, None)
+        resolve_space(pulled, SpaceFlags("bot", "other", project="p1", bot="b1"), given=True)

@@ -23,18 +23,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import grpc
 import typer
-from rich.text import Text
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from engram.cli.client import (
-    VISIBILITIES,
     AddrOption,
+    BotOption,
+    NameOption,
+    ProjectOption,
     SpaceFlags,
+    TenantOption,
     TokenOption,
+    UserOption,
+    VisibilityOption,
     call,
     channel,
     console,
@@ -43,8 +45,14 @@ from engram.cli.client import (
     fail,
     metadata,
 )
-from engram.runtime.errors import received_status
-from engram.v1 import storage_pb2, storage_pb2_grpc
+
+if TYPE_CHECKING:
+    import grpc
+
+    from engram.v1 import document_pb2, storage_pb2
+
+# Start-up cost: like every command module this one imports nothing heavy at import time
+# (grpc, the generated messages, rich, tenacity are imported where they are used).
 
 R = TypeVar("R")
 
@@ -62,58 +70,19 @@ PARALLEL_BATCH = 64
 CONTENTION_ATTEMPTS = 4
 # The reason of an ABORTED conditional write or delete (engram.domain.errors.EtagMismatch).
 ETAG_MISMATCH = "ETAG_MISMATCH"
+WRITE_CONTENTION = "WRITE_CONTENTION"
 # The server cannot be reached: stop (every further call would fail the same way).
-FATAL_CODES = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.UNAUTHENTICATED,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-    }
-)
+FATAL_CODES = frozenset({"UNAVAILABLE", "UNAUTHENTICATED", "DEADLINE_EXCEEDED"})
 
 # Actions that leave something not in place: any of them makes the exit code 1.
 FAILED_ACTIONS = frozenset({"conflict", "refused", "unsupported", "skipped"})
 
-OptionalVisibility = Annotated[
-    str | None,
-    typer.Option(
-        "--visibility",
-        "-v",
-        help="|".join(VISIBILITIES) + " (default: the space DIR was pulled from, else private)",
-        envvar="ENGRAM_VISIBILITY",
-        show_default=False,
-    ),
-]
-OptionalName = Annotated[
-    str | None,
-    typer.Option(
-        "--name",
-        "-n",
-        help="Space name (default: the space DIR was pulled from, else default).",
-        envvar="ENGRAM_SPACE",
-        show_default=False,
-    ),
-]
-OptionalProject = Annotated[
-    str | None, typer.Option("--project", help="Project (bot/project spaces).", show_default=False)
-]
-OptionalBot = Annotated[
-    str | None, typer.Option("--bot", help="Bot (bot spaces).", show_default=False)
-]
-OptionalUser = Annotated[
-    str | None, typer.Option("--user", help="User (user spaces; default: you).", show_default=False)
-]
-OptionalTenant = Annotated[
-    str | None,
-    typer.Option(
-        "--tenant",
-        help="Tenant (default: yours; service principals must set it).",
-        show_default=False,
-    ),
-]
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print one JSON document (fields: see the README).")
 ]
+# Space options that, given, name the space (else the directory's own is used).
+SPACE_PARAMS = ("visibility", "name", "project", "bot", "user", "tenant")
+NAMED_SOURCES = frozenset({"COMMANDLINE", "ENVIRONMENT"})
 
 
 # --- the state file --------------------------------------------------------------------------
@@ -222,7 +191,7 @@ QUIET_ACTIONS = frozenset({"unchanged"})
 
 def print_report(report: Report, as_json: bool) -> None:
     if as_json:
-        typer.echo(json.dumps(report.to_json(), ensure_ascii=False))
+        typer.echo(json.dumps(report.to_json(), ensure_ascii=False, separators=(",", ":")))
     else:
         for result in sorted(report.files, key=lambda r: r.path):
             if result.action in QUIET_ACTIONS:
@@ -232,7 +201,7 @@ def print_report(report: Report, as_json: bool) -> None:
             line = f"{result.action:<14} {result.path}{version}{suffix}"
             if result.action in FAILED_ACTIONS or result.action in ("pending_delete", "kept"):
                 # Text, not markup: details carry "[REASON]" and paths may hold brackets.
-                err_console.print(Text(line, style="yellow"), highlight=False)
+                err_console.print(_warning(line), highlight=False)
             else:
                 console.print(line, highlight=False, markup=False)
         summary = ", ".join(f"{count} {action}" for action, count in report.counts().items())
@@ -248,6 +217,12 @@ def print_report(report: Report, as_json: bool) -> None:
             )
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _warning(line: str) -> Any:
+    from rich.text import Text
+
+    return Text(line, style="yellow")
 
 
 def space_label(space: SpaceFlags) -> str:
@@ -417,48 +392,69 @@ def _remove_empty_parents(directory: Path, file: Path) -> None:
 # --- the space ---------------------------------------------------------------------------------
 
 
-def resolve_space(
-    state: SpaceFlags | None,
-    visibility: str | None,
-    name: str | None,
-    project: str | None,
-    bot: str | None,
-    user: str | None,
-    tenant: str | None,
-) -> SpaceFlags:
-    """The space named by the flags, else the one the directory was pulled from, else
-    private:default. Flags naming another space than the directory's are refused."""
-    given = (visibility, name, project, bot, user, tenant)
-    if all(value is None for value in given):
-        return state or SpaceFlags("private", "default")
-    flags = SpaceFlags(
-        visibility=visibility or "private",
-        name=name or "default",
-        project=project or "",
-        bot=bot or "",
-        user=user or "",
-        tenant=tenant or "",
-    )
+def space_given(ctx: typer.Context) -> bool:
+    """True when a space option was set on this command line, in the environment, or as a
+    global option before the command (`engram -v bot ... push DIR`), rather than left to
+    its default."""
+    for param in SPACE_PARAMS:
+        source = _source(ctx, param)
+        if source in NAMED_SOURCES:
+            return True
+        if source == "DEFAULT_MAP" and ctx.parent is not None:
+            # Handed down by the global options: given if they were.
+            if _source(ctx.parent, param) in NAMED_SOURCES:
+                return True
+    return False
+
+
+def _source(ctx: Any, param: str) -> str:
+    """Where click took a parameter's value from (its ParameterSource's name; "" if unset)."""
+    source = ctx.get_parameter_source(param)
+    return source.name if source is not None else ""
+
+
+def resolve_space(state: SpaceFlags | None, flags: SpaceFlags, *, given: bool) -> SpaceFlags:
+    """The space the options name when given, else the one the directory was pulled from,
+    else the options' defaults. Options naming another space than the directory's are
+    refused."""
+    if not given:
+        return state or flags
     if state is not None and state != flags:
         fail(
             f"this directory holds space {space_label(state)}, not {space_label(flags)}: "
-            "leave the space flags out, or use another directory"
+            "leave the space options out, or use another directory"
         )
     return flags
 
 
-class Remote:
-    """The StorageService calls pull and push make, on one channel."""
+class CallFailed(Exception):
+    """A StorageService call that failed: its status code's name, engram reason and the
+    printable `CODE: message [REASON]`."""
 
-    def __init__(self, stub: storage_pb2_grpc.StorageServiceStub, space: SpaceFlags, token: str):
-        self._stub = stub
+    def __init__(self, code: str, reason: str, explanation: str) -> None:
+        super().__init__(explanation)
+        self.code = code
+        self.reason = reason
+        self.explanation = explanation
+
+
+class Remote:
+    """The StorageService calls pull and push make, on one channel; a failed call raises
+    CallFailed, so the callers need nothing of grpc."""
+
+    def __init__(self, opened: grpc.Channel, space: SpaceFlags, token: str) -> None:
+        from engram.v1 import storage_pb2, storage_pb2_grpc
+
+        self._pb = storage_pb2
+        self._stub = storage_pb2_grpc.StorageServiceStub(opened)
         self._space = space.to_proto()
         self._metadata = metadata(token)
 
     def list_paths(self) -> Iterator[str]:
+        """Every document path of the space (a failure ends the command)."""
         page = ""
         while True:
-            request = storage_pb2.ListDocumentsRequest(
+            request = self._pb.ListDocumentsRequest(
                 space=self._space, recursive=True, page_size=LIST_PAGE, page_token=page
             )
             response = call(partial(self._stub.ListDocuments, request, metadata=self._metadata))
@@ -469,25 +465,33 @@ class Remote:
             if not page:
                 return
 
-    def read(self, path: str) -> storage_pb2.ReadDocumentResponse:
-        request = storage_pb2.ReadDocumentRequest(space=self._space, path=path)
-        return self._stub.ReadDocument(request, metadata=self._metadata)
+    def read(self, path: str) -> document_pb2.Document:
+        request = self._pb.ReadDocumentRequest(space=self._space, path=path)
+        response: storage_pb2.ReadDocumentResponse = self._call(self._stub.ReadDocument, request)
+        return response.document
 
-    def try_read(self, path: str) -> storage_pb2.ReadDocumentResponse | grpc.RpcError:
-        """The document, or the call's error (for a worker thread: nothing raised)."""
+    def try_read(self, path: str) -> document_pb2.Document | CallFailed:
+        """The document, or why not (for a worker thread: nothing raised)."""
         try:
             return self.read(path)
-        except grpc.RpcError as error:
-            return error
+        except CallFailed as failure:
+            return failure
 
     def write(
         self, path: str, content: str, *, expected_sha256: str = "", create_only: bool = False
     ) -> storage_pb2.WriteDocumentResponse:
-        request = storage_pb2.WriteDocumentRequest(
+        from tenacity import (
+            Retrying,
+            retry_if_exception,
+            stop_after_attempt,
+            wait_random_exponential,
+        )
+
+        request = self._pb.WriteDocumentRequest(
             space=self._space,
             path=path,
             content=content,
-            mode=storage_pb2.WRITE_MODE_REPLACE,
+            mode=self._pb.WRITE_MODE_REPLACE,
             expected_sha256=expected_sha256,
             create_only=create_only,
         )
@@ -500,20 +504,31 @@ class Remote:
             reraise=True,
         ):
             with attempt:
-                response: storage_pb2.WriteDocumentResponse = self._stub.WriteDocument(
-                    request, metadata=self._metadata
+                response: storage_pb2.WriteDocumentResponse = self._call(
+                    self._stub.WriteDocument, request
                 )
         return response
 
     def delete(self, path: str, expected_sha256: str) -> None:
-        request = storage_pb2.DeleteDocumentRequest(
+        request = self._pb.DeleteDocumentRequest(
             space=self._space, path=path, expected_sha256=expected_sha256
         )
-        self._stub.DeleteDocument(request, metadata=self._metadata)
+        self._call(self._stub.DeleteDocument, request)
+
+    def _call(self, method: Callable[..., Any], request: object) -> Any:
+        import grpc
+
+        from engram.runtime.errors import received_status
+
+        try:
+            return method(request, metadata=self._metadata)
+        except grpc.RpcError as error:
+            received = received_status(error)
+            raise CallFailed(received.code.name, received.reason, explain(error)) from None
 
 
 def _contention(error: BaseException) -> bool:
-    return isinstance(error, grpc.RpcError) and received_status(error).reason == "WRITE_CONTENTION"
+    return isinstance(error, CallFailed) and error.reason == WRITE_CONTENTION
 
 
 def in_parallel(function: Callable[[str], R], paths: list[str]) -> Iterator[tuple[str, R]]:
@@ -525,10 +540,10 @@ def in_parallel(function: Callable[[str], R], paths: list[str]) -> Iterator[tupl
             yield from zip(batch, pool.map(function, batch), strict=True)
 
 
-def stop_if_fatal(error: grpc.RpcError) -> None:
+def stop_if_fatal(failure: CallFailed) -> None:
     """Ends the command when the server cannot be reached or refuses the caller outright."""
-    if received_status(error).code in FATAL_CODES:
-        fail(explain(error), code=1)
+    if failure.code in FATAL_CODES:
+        fail(failure.explanation, code=1)
 
 
 # --- pull --------------------------------------------------------------------------------------
@@ -546,14 +561,14 @@ def pull_into(
         else:
             wanted.append(doc_path)
     for doc_path, read in in_parallel(remote.try_read, wanted):
-        if isinstance(read, grpc.RpcError):
+        if isinstance(read, CallFailed):
             stop_if_fatal(read)
-            if received_status(read).code == grpc.StatusCode.NOT_FOUND:
+            if read.code == "NOT_FOUND":
                 remote_paths.discard(doc_path)  # deleted since it was listed
             else:
-                report.add(FileResult(doc_path, "refused", explain(read)))
+                report.add(FileResult(doc_path, "refused", read.explanation))
             continue
-        document = read.document
+        document = read
         target = directory / doc_path
         prior = state.documents.get(doc_path)
         action = pull_action(file_sha256(target), prior, document.sha256, force=force)
@@ -676,10 +691,10 @@ def _push_write(
             response = remote.write(doc_path, content, create_only=True)
         else:
             response = remote.write(doc_path, content, expected_sha256=prior.sha256)
-    except grpc.RpcError as error:
-        stop_if_fatal(error)
-        if received_status(error).reason != ETAG_MISMATCH:
-            return FileResult(doc_path, "refused", explain(error))
+    except CallFailed as failure:
+        stop_if_fatal(failure)
+        if failure.reason != ETAG_MISMATCH:
+            return FileResult(doc_path, "refused", failure.explanation)
         return _after_conflict(remote, state, doc_path, sha256, prior)
     document = response.document
     state.documents[doc_path] = Tracked(document.sha256, document.version)
@@ -693,17 +708,17 @@ def _after_conflict(
     """A conditional write lost: fine if the space already holds this very content (a
     push cut off before it saved its state, or the same edit made twice), else a conflict."""
     try:
-        current = remote.read(doc_path).document
-    except grpc.RpcError as error:
-        stop_if_fatal(error)
-        if received_status(error).code == grpc.StatusCode.NOT_FOUND:
+        current = remote.read(doc_path)
+    except CallFailed as failure:
+        stop_if_fatal(failure)
+        if failure.code == "NOT_FOUND":
             return FileResult(
                 doc_path,
                 "conflict",
                 "deleted in the space since the last pull: not recreated "
                 "(push --force recreates it, pull --force removes it here)",
             )
-        return FileResult(doc_path, "refused", explain(error))
+        return FileResult(doc_path, "refused", failure.explanation)
     if current.sha256 == sha256:
         state.documents[doc_path] = Tracked(current.sha256, current.version)
         return FileResult(doc_path, "unchanged", "", current.sha256, current.version)
@@ -723,20 +738,19 @@ def _push_delete(
 ) -> FileResult:
     try:
         remote.delete(doc_path, "" if force else prior.sha256)
-    except grpc.RpcError as error:
-        stop_if_fatal(error)
-        code = received_status(error).code
-        if code == grpc.StatusCode.NOT_FOUND:
+    except CallFailed as failure:
+        stop_if_fatal(failure)
+        if failure.code == "NOT_FOUND":
             del state.documents[doc_path]
             return FileResult(doc_path, "deleted", "already gone from the space")
-        if received_status(error).reason == ETAG_MISMATCH:
+        if failure.reason == ETAG_MISMATCH:
             return FileResult(
                 doc_path,
                 "conflict",
                 "changed in the space since the last pull: not deleted "
                 "(pull to see it, or push --delete --force)",
             )
-        return FileResult(doc_path, "refused", explain(error))
+        return FileResult(doc_path, "refused", failure.explanation)
     del state.documents[doc_path]
     return FileResult(doc_path, "deleted")
 
@@ -747,18 +761,19 @@ def _push_delete(
 def register(app: typer.Typer) -> None:
     @app.command()
     def pull(
+        ctx: typer.Context,
         directory: Annotated[Path, typer.Argument(help="Directory to write the space into.")],
         force: Annotated[
             bool,
             typer.Option("--force", help="Replace local edits and files in the way."),
         ] = False,
         as_json: JsonOption = False,
-        visibility: OptionalVisibility = None,
-        name: OptionalName = None,
-        project: OptionalProject = None,
-        bot: OptionalBot = None,
-        user: OptionalUser = None,
-        tenant: OptionalTenant = None,
+        visibility: VisibilityOption = "private",
+        name: NameOption = "default",
+        project: ProjectOption = "",
+        bot: BotOption = "",
+        user: UserOption = "",
+        tenant: TenantOption = "",
         addr: AddrOption = "127.0.0.1:50051",
         token: TokenOption = "",
     ) -> None:
@@ -769,12 +784,14 @@ def register(app: typer.Typer) -> None:
         directory = directory.resolve()
         previous = load_state(directory)
         space = resolve_space(
-            previous.space if previous else None, visibility, name, project, bot, user, tenant
+            previous.space if previous else None,
+            SpaceFlags(visibility, name, project, bot, user, tenant),
+            given=space_given(ctx),
         )
         state = previous or SyncState(space)
         report = Report("pull", directory, space)
         with channel(addr) as opened:
-            remote = Remote(storage_pb2_grpc.StorageServiceStub(opened), space, token)
+            remote = Remote(opened, space, token)
             try:
                 pull_into(remote, directory, state, report, force=force)
             finally:
@@ -783,6 +800,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def push(
+        ctx: typer.Context,
         directory: Annotated[Path, typer.Argument(help="Directory to write back from.")],
         delete: Annotated[
             bool,
@@ -796,12 +814,12 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--dry-run", help="Report what would be written; write nothing.")
         ] = False,
         as_json: JsonOption = False,
-        visibility: OptionalVisibility = None,
-        name: OptionalName = None,
-        project: OptionalProject = None,
-        bot: OptionalBot = None,
-        user: OptionalUser = None,
-        tenant: OptionalTenant = None,
+        visibility: VisibilityOption = "private",
+        name: NameOption = "default",
+        project: ProjectOption = "",
+        bot: BotOption = "",
+        user: UserOption = "",
+        tenant: TenantOption = "",
         addr: AddrOption = "127.0.0.1:50051",
         token: TokenOption = "",
     ) -> None:
@@ -812,12 +830,14 @@ def register(app: typer.Typer) -> None:
         directory = directory.resolve()
         previous = load_state(directory)
         space = resolve_space(
-            previous.space if previous else None, visibility, name, project, bot, user, tenant
+            previous.space if previous else None,
+            SpaceFlags(visibility, name, project, bot, user, tenant),
+            given=space_given(ctx),
         )
         state = previous or SyncState(space)
         report = Report("push", directory, space)
         with channel(addr) as opened:
-            remote = Remote(storage_pb2_grpc.StorageServiceStub(opened), space, token)
+            remote = Remote(opened, space, token)
             try:
                 push_from(
                     remote, directory, state, report, delete=delete, force=force, dry_run=dry_run
