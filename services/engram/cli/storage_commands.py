@@ -330,7 +330,10 @@ def register(app: typer.Typer) -> None:
                 console.print(f"  {entry.path} -> {entry.stored_path}", highlight=False)
             elif entry.outcome == storage_pb2.IMPORT_OUTCOME_UNSUPPORTED:
                 err_console.print(
-                    f"[yellow]left out[/] {entry.path}: {entry.detail}", highlight=False
+                    f"left out {entry.path}: {entry.detail}",
+                    style="yellow",
+                    markup=False,
+                    highlight=False,
                 )
 
     @app.command()
