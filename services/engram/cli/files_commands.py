@@ -421,7 +421,7 @@ def resolve_space(state: SpaceFlags | None, flags: SpaceFlags, *, given: bool) -
         return state or flags
     if state is not None and state != flags:
         fail(
-            f"this directory holds space {space_label(state)}, not {space_label(flags)}: "
+            f"this directory holds space {space_label(state)}, not {space_label(flags)}; "
             "leave the space options out, or use another directory"
         )
     return flags
