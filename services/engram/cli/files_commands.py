@@ -327,7 +327,10 @@ def scan(directory: Path) -> LocalFiles:
 
 
 def _unsupported_file(entry: Path, name: str) -> str:
-    mode = entry.lstat().st_mode
+    try:
+        mode = entry.lstat().st_mode
+    except OSError as error:  # removed while the directory was read, or unreadable
+        return f"cannot read it: {error.strerror or error}"
     if stat.S_ISLNK(mode):
         return "a symbolic link: not followed"
     if not stat.S_ISREG(mode):
@@ -338,11 +341,13 @@ def _unsupported_file(entry: Path, name: str) -> str:
 
 
 def file_sha256(file: Path) -> str | None:
-    """The sha256 of a regular file's bytes; None when there is no regular file there."""
+    """The sha256 of a regular file's bytes, read in pieces; None when there is no regular
+    file there. Raises OSError when it cannot be read."""
     try:
         if not stat.S_ISREG(file.lstat().st_mode):
             return None
-        return hashlib.sha256(file.read_bytes()).hexdigest()
+        with file.open("rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
     except FileNotFoundError:
         return None
 
@@ -568,43 +573,62 @@ def pull_into(
             else:
                 report.add(FileResult(doc_path, "refused", read.explanation))
             continue
-        document = read
-        target = directory / doc_path
-        prior = state.documents.get(doc_path)
-        action = pull_action(file_sha256(target), prior, document.sha256, force=force)
-        detail = ""
-        if action in ("created", "updated"):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomically(target, document.content.encode("utf-8"))
-        if action == "conflict":
-            detail = _pull_conflict(target.exists(), prior)
-        elif action == "kept":
-            detail = (
-                "deleted here: not restored (push --delete deletes it, pull --force restores it)"
-            )
-        else:
-            state.documents[doc_path] = Tracked(document.sha256, document.version)
-        report.add(FileResult(doc_path, action, detail, document.sha256, document.version))
+        try:
+            report.add(_pull_one(directory, state, doc_path, read, force=force))
+        except OSError as error:
+            report.add(FileResult(doc_path, "skipped", f"local file: {_os_error(error)}"))
     for doc_path in sorted(set(state.documents) - remote_paths):
-        prior = state.documents[doc_path]
-        target = directory / doc_path
-        local = file_sha256(target)
-        action = pull_gone_action(local, prior, force=force)
-        if action == "removed":
-            if local is not None:
-                target.unlink()
-                _remove_empty_parents(directory, target)
-            del state.documents[doc_path]
-            report.add(FileResult(doc_path, "removed", "deleted in the space"))
-        else:
-            report.add(
-                FileResult(
-                    doc_path,
-                    "conflict",
-                    "deleted in the space, edited here: local file kept "
-                    "(push --force recreates it, pull --force removes it)",
-                )
-            )
+        try:
+            report.add(_pull_gone(directory, state, doc_path, force=force))
+        except OSError as error:
+            report.add(FileResult(doc_path, "skipped", f"local file: {_os_error(error)}"))
+
+
+def _pull_one(
+    directory: Path,
+    state: SyncState,
+    doc_path: str,
+    document: document_pb2.Document,
+    *,
+    force: bool,
+) -> FileResult:
+    """Brings one document of the space here (raises OSError if the local side fails)."""
+    target = directory / doc_path
+    prior = state.documents.get(doc_path)
+    action = pull_action(file_sha256(target), prior, document.sha256, force=force)
+    detail = ""
+    if action in ("created", "updated"):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(target, document.content.encode("utf-8"))
+    if action == "conflict":
+        detail = _pull_conflict(target.exists(), prior)
+    elif action == "kept":
+        detail = "deleted here: not restored (push --delete deletes it, pull --force restores it)"
+    else:
+        state.documents[doc_path] = Tracked(document.sha256, document.version)
+    return FileResult(doc_path, action, detail, document.sha256, document.version)
+
+
+def _pull_gone(directory: Path, state: SyncState, doc_path: str, *, force: bool) -> FileResult:
+    """A tracked document the space no longer holds."""
+    target = directory / doc_path
+    local = file_sha256(target)
+    if pull_gone_action(local, state.documents[doc_path], force=force) != "removed":
+        return FileResult(
+            doc_path,
+            "conflict",
+            "deleted in the space, edited here: local file kept "
+            "(push --force recreates it, pull --force removes it)",
+        )
+    if local is not None:
+        target.unlink()
+        _remove_empty_parents(directory, target)
+    del state.documents[doc_path]
+    return FileResult(doc_path, "removed", "deleted in the space")
+
+
+def _os_error(error: OSError) -> str:
+    return f"{error.strerror or error} ({error.filename})" if error.filename else str(error)
 
 
 def _pull_conflict(local_exists: bool, prior: Tracked | None) -> str:
