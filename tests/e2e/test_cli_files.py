@@ -233,6 +233,11 @@ async def test_push_to_a_named_space_and_the_directory_remembers_it(
     assert await cli("read", "notes.md", *bot) == "bot memory, more\n"
     refused = await cli("push", str(work), "-n", "other", code=2)
     assert "holds space bot:runs" in refused
+    # The environment's space default names a space as much as a flag does.
+    from_env = await asyncio.to_thread(
+        cli.runner.invoke, app, ["push", str(work), "--addr", cli.addr], env={"ENGRAM_SPACE": "x"}
+    )
+    assert from_env.exit_code == 2 and "holds space bot:runs" in from_env.output
 
 
 async def test_a_push_cut_off_before_saving_its_state_resumes_cleanly(
