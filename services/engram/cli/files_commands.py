@@ -801,7 +801,11 @@ def register(app: typer.Typer) -> None:
         addr: AddrOption = "127.0.0.1:50051",
         token: TokenOption = "",
     ) -> None:
-        """Write a space's documents into DIR as files; a local edit is never overwritten."""
+        """Write a space's documents into DIR as files; a local edit is never overwritten.
+
+        Etags go to DIR/.engram-state.json with the space: later pulls and pushes of DIR
+        need no space options. Exit 1 when something was not written (conflict, skipped).
+        """
         if directory.exists() and not directory.is_dir():
             fail(f"{directory} is not a directory")
         directory.mkdir(parents=True, exist_ok=True)
@@ -848,7 +852,11 @@ def register(app: typer.Typer) -> None:
         token: TokenOption = "",
     ) -> None:
         """Write DIR's changed and new files back to the space, each only if the space
-        has not changed it since the last pull; report what was deleted here."""
+        has not changed it since the last pull; report what was deleted here.
+
+        The space is the one DIR was pulled from (space options naming another are
+        refused). Exit 1 when some file did not go in (conflict, refused, unsupported).
+        """
         if not directory.is_dir():
             fail(f"no such directory: {directory}")
         directory = directory.resolve()
