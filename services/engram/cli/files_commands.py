@@ -786,7 +786,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def pull(
         ctx: typer.Context,
-        directory: Annotated[Path, typer.Argument(help="Directory to write the space into.")],
+        directory: Annotated[
+            Path, typer.Argument(metavar="DIR", help="Directory to write the space into.")
+        ],
         force: Annotated[
             bool,
             typer.Option("--force", help="Replace local edits and files in the way."),
@@ -829,7 +831,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def push(
         ctx: typer.Context,
-        directory: Annotated[Path, typer.Argument(help="Directory to write back from.")],
+        directory: Annotated[
+            Path, typer.Argument(metavar="DIR", help="Directory to write back from.")
+        ],
         delete: Annotated[
             bool,
             typer.Option("--delete", help="Delete from the space what was deleted here."),
