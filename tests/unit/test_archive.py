@@ -128,6 +128,15 @@ def test_skip_unsupported_leaves_out_links() -> None:
     assert "symbolic link" in entries[0].unsupported
 
 
+def test_skip_unsupported_still_refuses_vendor_entry_types() -> None:
+    """A GNU sparse member may be followed by blocks its size does not count: it cannot be
+    read past safely, so it refuses the archive whatever the option says."""
+    tar = hostile_archives.tar_header(b"holes.bin", 0, kind=b"S") + b"\0" * 1024
+    data = b"".join(hostile_archives.gzip_stream([tar]))
+    with pytest.raises(InvalidArchive, match="unknown type"):
+        read_archive(data, LIMITS, skip_unsupported=True)
+
+
 def test_skipped_data_is_read_past_not_kept() -> None:
     """A skipped member's declared data is consumed in bounded steps and counted against
     the archive's size limit, never held."""

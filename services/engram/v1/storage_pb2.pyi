@@ -555,7 +555,7 @@ class ImportSpaceRequest(_message.Message):
     skip_unsupported: _builtins.bool
     """First message only: leave out, and report as IMPORT_OUTCOME_UNSUPPORTED, the
     entries engram cannot store instead of refusing the whole archive: files whose
-    name does not end in .md, links and other non-regular files; and, when the
+    name does not end in .md, links, devices and FIFOs; and, when the
     archive is an OpenClaw/Minara agent workspace (AGENTS.md, SOUL.md, TOOLS.md,
     IDENTITY.md or USER.md at its root), its root BOOTSTRAP.md and HEARTBEAT.md,
     which mean something else to engram. A bad Markdown entry still refuses it all.
