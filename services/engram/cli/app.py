@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from engram.cli import (
     admin_commands,
+    files_commands,
     indexer_commands,
     jobs_commands,
     mcp_command,
@@ -42,6 +43,7 @@ memory_commands.register(app)
 space_commands.register(app)
 jobs_commands.register(app)
 watch_command.register(app)
+files_commands.register(app)
 
 
 @app.callback()

@@ -284,6 +284,14 @@ def register(app: typer.Typer) -> None:
     def import_space(
         archive: Annotated[Path, typer.Option("--in", "-i", help="A .tar.gz of Markdown files.")],
         strategy: Annotated[str, typer.Option("--strategy", help="skip|overwrite|rename")] = "skip",
+        skip_unsupported: Annotated[
+            bool,
+            typer.Option(
+                "--skip-unsupported",
+                help="Leave out (and list) non-Markdown files and links, and an OpenClaw "
+                "workspace's BOOTSTRAP.md and HEARTBEAT.md, instead of refusing the archive.",
+            ),
+        ] = False,
         visibility: VisibilityOption = "private",
         name: NameOption = "default",
         project: ProjectOption = "",
@@ -302,7 +310,9 @@ def register(app: typer.Typer) -> None:
         space = _space(visibility, name, project, bot, user, tenant).to_proto()
 
         def messages() -> Iterator[storage_pb2.ImportSpaceRequest]:
-            yield storage_pb2.ImportSpaceRequest(space=space, strategy=STRATEGIES[strategy])
+            yield storage_pb2.ImportSpaceRequest(
+                space=space, strategy=STRATEGIES[strategy], skip_unsupported=skip_unsupported
+            )
             for start in range(0, len(data), IMPORT_CHUNK):
                 yield storage_pb2.ImportSpaceRequest(data=data[start : start + IMPORT_CHUNK])
 
@@ -311,12 +321,20 @@ def register(app: typer.Typer) -> None:
             result = call(lambda: stub.ImportSpace(messages(), metadata=metadata(token)))
         console.print(
             f"imported: {result.written} written, {result.renamed} renamed, "
-            f"{result.skipped} skipped, {format_size(result.bytes)}",
+            f"{result.skipped} skipped, {format_size(result.bytes)}"
+            + (f", {result.unsupported} unsupported left out" if result.unsupported else ""),
             highlight=False,
         )
         for entry in result.entries:
             if entry.outcome == storage_pb2.IMPORT_OUTCOME_RENAMED:
                 console.print(f"  {entry.path} -> {entry.stored_path}", highlight=False)
+            elif entry.outcome == storage_pb2.IMPORT_OUTCOME_UNSUPPORTED:
+                err_console.print(
+                    f"left out {entry.path}: {entry.detail}",
+                    style="yellow",
+                    markup=False,
+                    highlight=False,
+                )
 
     @app.command()
     def history(
