@@ -19,7 +19,10 @@ from tests.support.scripts import ROOT
 
 pytestmark = pytest.mark.unit
 
-HEADER = "| visibility | qualifiers | `engram search -s` | who reads | who writes | quota of each space |"
+HEADER = (
+    "| visibility | qualifiers | `engram search -s` | who reads | who writes "
+    "| quota of each space |"
+)
 TENANT, USER = "acme", "ann"
 
 # The callers every row is decided for, each asking for the space of tenant acme (and, for a
