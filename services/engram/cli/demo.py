@@ -78,12 +78,14 @@ async def run_demo(address: str, console: Console, *, token: str = "") -> None:
             console.print(f"[green]indexed[/] (waited {waited:.2f} s)", highlight=False)
         for query in DEMO_SEARCHES:
             found = await _search(client, query)
-            console.print(hits_table(found, title=f"memory_search: {query!r}"))
+            title = f"memory_search: {query!r}"
+            if found.results:
+                console.print(hits_table(found, title=title))
+            else:
+                console.print(Text(f"{title}: ").append("no results", style="yellow"))
             if found.degraded:
-                reasons = ", ".join(found.degraded_reasons) or "one index did not answer"
+                reasons = "; ".join(found.degraded_reasons) or "one index did not answer"
                 console.print(f"[yellow]degraded:[/] {reasons}", highlight=False)
-            if not found.results:
-                console.print("[yellow]no results[/]", highlight=False)
         prompt = await client.system_prompt()
     console.print(
         Panel(
