@@ -173,6 +173,16 @@ def test_no_bash_fence_starts_a_server() -> None:
     assert servers == [], "move these to a ```text fence: they start a server"
 
 
+def test_no_engram_command_hides_in_an_unlabelled_fence() -> None:
+    """A fence says whether its commands run (```bash) or are only shown (```text)."""
+    unlabelled = [
+        f"README.md:{line.line}: {line.text}"
+        for line in fenced_lines(README.read_text(encoding="utf-8"), language="")
+        if "engram" in line.text.split("#", 1)[0].split()
+    ]
+    assert unlabelled == [], "label these fences ```bash (run by the test) or ```text"
+
+
 def test_the_extraction_finds_what_bash_would_run() -> None:
     markdown = "\n".join(
         [
