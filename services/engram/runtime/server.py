@@ -105,7 +105,7 @@ def check_port_free(what: str, host: str, port: int, setting: str) -> None:
             except OSError as error:
                 if error.errno == errno.EADDRINUSE:
                     raise PortInUse(what, host, port, setting) from None
-                raise
+                # Anything else (an address family this host lacks): the bind decides.
 
 
 def check_ports_free(settings: Settings) -> None:
