@@ -32,13 +32,22 @@ CAST = {
     "member": Principal(USER, TENANT, Role.MEMBER),
     "admin": Principal(USER, TENANT, Role.ADMIN),
     "another user, admin": Principal("bob", TENANT, Role.ADMIN),
+    "another user, platform admin": Principal("bob", TENANT, Role.ADMIN, platform_admin=True),
     "another tenant, admin": Principal(USER, "globex", Role.ADMIN),
     "platform admin of another tenant": Principal(
         "root", "globex", Role.ADMIN, platform_admin=True
     ),
     "service": Principal("indexer", "", Role.ADMIN, service=True),
 }
-TENANT_MEMBERS = {"viewer", "member", "admin", "another user, admin", "service"}
+TENANT_MEMBERS = {
+    "viewer",
+    "member",
+    "admin",
+    "another user, admin",
+    "another user, platform admin",
+    "service",
+}
+PLATFORM_ADMINS = {"another user, platform admin", "platform admin of another tenant"}
 
 # What each phrase of the table means, as the callers of CAST it admits.
 READS = {
@@ -47,9 +56,9 @@ READS = {
     "everyone, in every tenant": set(CAST),
 }
 WRITES = {
-    "members and admins of the tenant": {"member", "admin", "another user, admin", "service"},
+    "members and admins of the tenant": TENANT_MEMBERS - {"viewer"},
     "only its user, as member or admin": {"member", "admin", "service"},
-    "platform admins only (audited)": {"platform admin of another tenant"},
+    "platform admins only (audited)": PLATFORM_ADMINS,
 }
 SPELLING_VALUES = {"PROJECT": "p1", "BOT": "b1", "USER": USER, "NAME": "notes"}
 
