@@ -145,6 +145,8 @@ def _key(command: CommandLine) -> str:
     return " ".join(" ".join(words) for words in commands_of(command.text))
 
 
+# ~45 CLI processes one after the other, each starting Python: minutes on a busy machine.
+@pytest.mark.timeout(900)
 def test_every_readme_command_runs_against_a_fresh_engram_dev(
     fresh_dev: str, tmp_path: Path
 ) -> None:

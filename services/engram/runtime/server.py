@@ -231,6 +231,7 @@ class GrpcServer:
                     settings.metrics_host, settings.metrics_port, self.ready
                 )
             except OSError as error:
+                await self._server.stop(None)  # releases the gRPC port bound above
                 if error.errno == errno.EADDRINUSE:
                     raise PortInUse(
                         "metrics",
