@@ -363,9 +363,9 @@ def client_variables() -> dict[str, ClientVariable]:
     return dict(sorted(found.items()))
 
 
-def _commands_cell(commands: set[str], clients: set[str]) -> str:
+def _commands_cell(commands: set[str], clients: set[str], option: str) -> str:
     if commands == {""}:
-        return "every command (a global option: `engram OPTION COMMAND`)"
+        return f"global, before the command (`engram {option} ... COMMAND`)"
     if commands == clients:
         return "every command that calls a server"
     missing = clients - commands
@@ -389,7 +389,7 @@ def client_table() -> str:
     rows = ["| variable | option | commands | description |", "|---|---|---|---|"]
     for name, variable in variables.items():
         options = ", ".join(f"`{option}`" for option in variable.options)
-        commands = _commands_cell(variable.commands, clients)
+        commands = _commands_cell(variable.commands, clients, variable.options[0])
         rows.append(f"| `{name}` | {options} | {commands} | {_cell(variable.help)} |")
     return "\n".join(rows)
 
