@@ -29,6 +29,7 @@ from engram.indexer.ports import (
     KeywordIndex,
     VectorIndex,
 )
+from engram.indexer.progress import IndexProgress
 from engram.indexer.sources import DocumentSource
 from engram.indexer.worker import IndexWorker
 from engram.runtime.rate_limit import RateLimitStore
@@ -77,12 +78,14 @@ async def build_indexing(
     cache: EmbeddingCache,
     source: DocumentSource,
     sole_owner: bool,
+    progress: IndexProgress | None = None,
 ) -> Indexing:
     """Opens both indexes and the configured embedder (model loaded, one inference run),
     the model registry and the worker; a pending model switch is built, not started.
 
     `sole_owner`: this process alone uses the vector index, so collections left inactive
-    by an interrupted switch can be dropped at start.
+    by an interrupted switch can be dropped at start. `progress`: where the worker records
+    what each index holds, for read-your-writes searches.
     """
     await keyword.open()
     stack.push_async_callback(keyword.close)
@@ -116,6 +119,7 @@ async def build_indexing(
         chunk_size=indexing.chunk_size,
         chunk_overlap=indexing.chunk_overlap,
         concurrency=indexing.concurrency,
+        progress=progress,
     )
     switch: ModelSwitch | None = None
     if models.pending is not None:
@@ -146,9 +150,11 @@ async def build_search(
     keyword: KeywordIndex,
     vector: VectorIndex,
     authorizer: Authorizer,
+    progress: IndexProgress | None = None,
 ) -> SearchService:
     """SearchService on opened indexes, with its own query embedders; the active model's
-    embedder is loaded and has run once before this returns."""
+    embedder is loaded and has run once before this returns. `progress`: the indexer's
+    records, for searches that carry positions (without it they answer degraded)."""
     embedders = ModelEmbedders.from_config(components.query_embedder)
     stack.push_async_callback(embedders.aclose)
     try:
@@ -164,6 +170,7 @@ async def build_search(
         authorizer,
         options=components.search,
         query_cache=QueryEmbeddingCache(components.query_cache_size),
+        progress=progress,
     )
 
 
