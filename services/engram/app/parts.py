@@ -59,6 +59,8 @@ class Indexing:
     worker: IndexWorker
     # Set while a model switch fills the new collection (started by the process builder).
     switch: ModelSwitch | None
+    # Where the worker records what each index holds (read-your-writes).
+    progress: IndexProgress | None = None
 
     @property
     def embedders(self) -> dict[str, Embedder]:
@@ -134,7 +136,7 @@ async def build_indexing(
             backfill,
             drop_grace_seconds=indexing.drop_grace_seconds,
         )
-    return Indexing(keyword, vector, embedder, models, worker, switch)
+    return Indexing(keyword, vector, embedder, models, worker, switch, progress)
 
 
 def start_switch(indexing: Indexing, stack: contextlib.AsyncExitStack) -> None:
