@@ -9,6 +9,7 @@ import pytest
 
 from engram.app.embedded import EmbeddedEngram
 from engram.app.parts import Indexing
+from engram.client import EngramClient, Space
 from engram.domain.positions import IndexLeg
 from engram.v1 import (
     position_pb2,
@@ -19,8 +20,13 @@ from engram.v1 import (
     workspace_pb2,
     workspace_pb2_grpc,
 )
+from tests.conftest import EngramFactory
 from tests.support.grpc_helpers import fails, space, write_request
-from tests.support.read_your_writes import several_writes_one_search, write_then_search_pairs
+from tests.support.read_your_writes import (
+    PATIENT_SEARCH,
+    several_writes_one_search,
+    write_then_search_pairs,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -31,15 +37,20 @@ def indexing_of(engram: EmbeddedEngram) -> Indexing:
     return indexing
 
 
+@pytest.mark.timeout(900)
 async def test_200_write_then_search_pairs_each_find_their_write(
-    channel: grpc.aio.Channel,
+    engram_factory: EngramFactory,
 ) -> None:
-    report = await write_then_search_pairs(
-        storage_pb2_grpc.StorageServiceStub(channel),
-        search_pb2_grpc.SearchServiceStub(channel),
-        space(),
-        pairs=200,
-    )
+    async with (
+        engram_factory(**PATIENT_SEARCH) as engram,
+        grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
+    ):
+        report = await write_then_search_pairs(
+            storage_pb2_grpc.StorageServiceStub(channel),
+            search_pb2_grpc.SearchServiceStub(channel),
+            space(),
+            pairs=200,
+        )
     print(
         f"\nengram dev: {report.pairs} pairs in {report.seconds:.1f} s, waited per search "
         f"max {max(report.waited_ms)} ms"
@@ -225,3 +236,24 @@ async def test_memory_write_then_memory_search_finds_it(channel: grpc.aio.Channe
 
     assert not found.degraded, found.degraded_reasons
     assert {hit.path for hit in found.hits} == {"MEMORY.md", logged.path}
+
+
+async def test_the_typed_client_carries_positions(engram: EmbeddedEngram) -> None:
+    async with EngramClient(
+        f"127.0.0.1:{engram.port}", space=Space(name="typed"), timeout=30
+    ) as client:
+        written = await client.write_document("notes/plover.md", "The plover survey is due.")
+        memory = await client.memory_write("Survey the lapwing nests.", target="memory")
+        assert written.position is not None and memory.position is not None
+        assert (written.position.path, written.position.version) == ("notes/plover.md", 1)
+
+        found = await client.search(
+            "plover lapwing", mode="lexical", min_positions=[written.position, memory.position]
+        )
+        assert not found.degraded, found.degraded_reasons
+        assert {hit.path for hit in found.results} == {"notes/plover.md", "MEMORY.md"}
+        assert (found.keyword_positions_behind, found.vector_positions_behind) == (0, 0)
+
+        recalled = await client.memory_search("lapwing", min_positions=[memory.position])
+        assert recalled.results[0].path == "MEMORY.md"
+        assert not recalled.degraded
