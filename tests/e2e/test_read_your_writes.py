@@ -160,7 +160,22 @@ async def test_a_delete_or_a_new_document_at_the_path_satisfies_older_positions(
     search = search_pb2_grpc.SearchServiceStub(channel)
     first = await storage.WriteDocument(write_request("cycle.md", "The first heron note."))
     second = await storage.WriteDocument(write_request("cycle.md", "The second heron note."))
-    await storage.DeleteDocument(storage_pb2.DeleteDocumentRequest(space=space(), path="cycle.md"))
+    deleted = await storage.DeleteDocument(
+        storage_pb2.DeleteDocumentRequest(space=space(), path="cycle.md")
+    )
+    assert deleted.position.document_id == first.position.document_id
+    assert deleted.position.version == 2
+    gone = await search.Search(
+        search_pb2.SearchRequest(
+            spaces=[space()],
+            query="heron",
+            mode=search_pb2.SEARCH_MODE_LEXICAL,
+            min_positions=[deleted.position],
+            max_wait_ms=20_000,
+        )
+    )
+    assert not gone.degraded, gone.degraded_reasons
+    assert [r.path for r in gone.results] == []
     again = await storage.WriteDocument(write_request("cycle.md", "A brand new egret note."))
     assert again.position.document_id != first.position.document_id
     assert again.position.version == 1

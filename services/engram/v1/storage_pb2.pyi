@@ -286,16 +286,22 @@ class DeleteDocumentResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DELETED_BYTES_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
     deleted_bytes: _builtins.int
     """Size of the deleted document, credited back to the quota."""
+    @_builtins.property
+    def position(self) -> _position_pb2.IndexPosition:
+        """Give it to SearchRequest.min_positions: the search then no longer finds the document."""
+
     def __init__(
         self,
         *,
         deleted_bytes: _builtins.int = ...,
+        position: _position_pb2.IndexPosition | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["position", b"position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_bytes", b"deleted_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_bytes", b"deleted_bytes", "position", b"position"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
