@@ -321,6 +321,8 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
             interceptors=tracing_client_interceptors(),
         )
         stack.push_async_callback(channel.close)
+        progress = MongoIndexProgress(database)
+        await progress.ensure_indexes()
         catalog = RepositoryDocumentSource(
             MongoDocumentRepository(database, retention=components.version_retention)
         )
@@ -337,7 +339,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
             cache=cache,
             source=source,
             sole_owner=False,
-            progress=MongoIndexProgress(database),
+            progress=progress,
         )
         nats_client = await connect_nats(nats_url, name="engram-indexer")
         stack.push_async_callback(nats_client.close)

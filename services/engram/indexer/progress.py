@@ -19,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
+from pymongo import ASCENDING, IndexModel
 from pymongo.errors import DuplicateKeyError
 
-from engram.backends.mongo import MongoDatabase, mongo_errors
+from engram.backends.mongo import MongoDatabase, ensure_indexes, mongo_errors
 from engram.backends.sqlite import SqliteDatabase, to_micros
 from engram.domain.positions import IndexLeg, IndexPosition, ProgressKey, behind
 
@@ -212,7 +213,8 @@ class MongoIndexProgress:
         self._notifier = _Notifier()
 
     async def ensure_indexes(self) -> None:
-        """Nothing beyond _id: rows are read by _id, and DeleteSpace (rare) scans."""
+        """Rows are read by _id; DeleteSpace drops a space's rows by `space_id`."""
+        await ensure_indexes(self._rows, [IndexModel([("space_id", ASCENDING)], name="space_id")])
 
     async def record(
         self, leg: IndexLeg, space_id: str, path: str, versions: Mapping[str, int]
