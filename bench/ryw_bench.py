@@ -26,8 +26,8 @@ import uuid
 from pathlib import Path
 
 import grpc
-from benchlib import free_port
-from search_bench import percentile, server_env, server_process
+from benchlib import free_port, percentile
+from search_bench import server_env, server_process
 
 from engram.v1 import search_pb2, search_pb2_grpc, space_pb2, storage_pb2, storage_pb2_grpc
 
