@@ -9,12 +9,13 @@ import grpc
 import pytest
 
 from engram.app.production import open_indexer, search_on_backends, storage_on_mongo
-from engram.v1 import search_pb2_grpc, storage_pb2_grpc
+from engram.v1 import search_pb2_grpc, storage_pb2_grpc, workspace_pb2, workspace_pb2_grpc
 from tests.e2e.test_indexer_jetstream import (  # the same deployment as the indexer's suite
     MEMBER,
     Deployment,
     deployment,
 )
+from tests.e2e.test_workspace_processes import AGENT, ANN, replicas
 from tests.support.grpc_helpers import space
 from tests.support.read_your_writes import (
     PATIENT_SEARCH,
@@ -29,7 +30,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning"),
 ]
 
-__all__ = ["deployment"]
+__all__ = ["deployment", "replicas"]
 
 
 # Each pair goes through JetStream, OpenSearch, Qdrant local mode and FerretDB: minutes on a
@@ -65,3 +66,32 @@ async def test_200_write_then_search_pairs_on_real_backends(deployment: Deployme
 
         answer = await several_writes_one_search(storage, search, space(), metadata=MEMBER)
         assert not answer.degraded
+
+
+async def test_workspace_replicas_pass_positions_through_the_remote_services(
+    replicas: list[workspace_pb2_grpc.WorkspaceServiceStub],
+) -> None:
+    """`engram serve workspace` calls storage and search over gRPC: the write's position
+    comes back through StorageService, and MemorySearch hands it on to SearchService."""
+    first, second = replicas
+    written = await first.MemoryWrite(
+        workspace_pb2.MemoryWriteRequest(
+            space=AGENT,
+            target=workspace_pb2.MEMORY_TARGET_MEMORY,
+            content="The corncrake survey starts at dawn.",
+        ),
+        metadata=ANN,
+    )
+    assert (written.position.path, written.position.version) == ("MEMORY.md", written.version)
+
+    found = await second.MemorySearch(
+        workspace_pb2.MemorySearchRequest(
+            space=AGENT, query="corncrake survey", min_positions=[written.position]
+        ),
+        metadata=ANN,
+        timeout=30,
+    )
+
+    assert not found.degraded, found.degraded_reasons
+    assert (found.keyword_positions_behind, found.vector_positions_behind) == (0, 0)
+    assert found.hits[0].path == "MEMORY.md"
