@@ -53,7 +53,7 @@ async def test_200_write_then_search_pairs_each_find_their_write(
         )
     print(
         f"\nengram dev: {report.pairs} pairs in {report.seconds:.1f} s, waited per search "
-        f"max {max(report.waited_ms)} ms"
+        f"{report.wait_summary()}"
     )
     assert report.missed == []
     assert report.found_first_time == 200

@@ -36,6 +36,15 @@ class PairsReport:
     waited_ms: list[int]
     seconds: float
 
+    def wait_summary(self) -> str:
+        """The server-reported waits, nearest-rank p50 / p95 / max, in ms."""
+        ordered = sorted(self.waited_ms)
+
+        def rank(q: float) -> int:
+            return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+        return f"p50 {rank(0.5)} / p95 {rank(0.95)} / max {ordered[-1]} ms"
+
 
 def _body(token: str) -> str:
     return f"Run note {token}: the agent deployed the billing service and noted the retries.\n"
