@@ -45,6 +45,7 @@ from pymongo import ASCENDING, IndexModel
 from pymongo.errors import DuplicateKeyError
 
 from engram.backends.mongo import MongoDatabase, ensure_indexes, mongo_errors
+from engram.backends.mongo_batch import GroupedInserts
 from engram.domain.errors import EngramError, QuotaExceeded, WriteContention
 from engram.domain.quotas import Counter, apply_delta, check_growth
 from engram.quota.ports import ChargeOutcome
@@ -87,6 +88,9 @@ class MongoUsageLedger:
         self._keys = database["usage_keys"]
         self._overrides = database["quota_overrides"]
         self._locks = KeyedLocks()
+        # Concurrent charges' inserts share commands (see backends/mongo_batch.py).
+        self._entry_inserts = GroupedInserts(self._entries)
+        self._key_inserts = GroupedInserts(self._keys)
         self._applies = 0
         # counter -> (seq, value) of the newest entry this process wrote or read.
         self._known: dict[str, tuple[int, int]] = {}
@@ -147,7 +151,7 @@ class MongoUsageLedger:
             entry["reconciled"] = True
         with mongo_errors("charging a usage counter"):
             try:
-                await self._entries.insert_one(entry)
+                await self._entry_inserts.insert(entry)
             except DuplicateKeyError:
                 return False
             self._learn(counter, seq, value)
@@ -322,9 +326,8 @@ class MongoUsageLedger:
     async def _release_key(self, charge: _Charge, idempotency_key: str) -> None:
         """Frees a charge's key if it recorded it, so a retry of the charge can apply."""
         recorded = charge.key_recorded
-        if not recorded.done():
-            recorded.cancel()
-            await asyncio.wait({recorded})
+        # Not cancelled: an insert already sent may land all the same. Its outcome decides.
+        await asyncio.wait({recorded})
         if recorded.cancelled() or recorded.exception() is not None or not recorded.result():
             return
         with mongo_errors("releasing a charge key"):
@@ -407,7 +410,7 @@ class MongoUsageLedger:
         """Takes the charge's key; False when a charge with that key was already recorded."""
         with mongo_errors("recording a charge"):
             try:
-                await self._keys.insert_one({"_id": idempotency_key, "at": datetime.now(UTC)})
+                await self._key_inserts.insert({"_id": idempotency_key, "at": datetime.now(UTC)})
             except DuplicateKeyError:
                 return False
         return True

@@ -45,6 +45,7 @@ from pymongo import ASCENDING, IndexModel
 from pymongo.errors import DuplicateKeyError
 
 from engram.backends.mongo import MongoDatabase, ensure_indexes, mongo_errors
+from engram.backends.mongo_batch import GroupedInserts
 from engram.domain.documents import (
     DocumentDeletion,
     DocumentEvent,
@@ -214,6 +215,9 @@ class MongoDocumentRepository:
         self._retention = retention
         self._recent: OrderedDict[tuple[str, str], tuple[float, _Chain]] = OrderedDict()
         self._listeners: list[CommitListener] = []
+        # Concurrent writes' inserts share commands (see backends/mongo_batch.py).
+        self._pointer_inserts = GroupedInserts(self._outbox)
+        self._revision_inserts = GroupedInserts(self._revisions)
 
     def on_commit(self, listener: CommitListener) -> None:
         """Calls `listener` after each announced change is committed (see CommitListener):
@@ -693,7 +697,7 @@ class MongoDocumentRepository:
         tombstones), then inserts the revision: the commit."""
         with mongo_errors("writing a document"):
             if announce:
-                await self._outbox.insert_one(
+                await self._pointer_inserts.insert(
                     {
                         "_id": revision["event_id"],
                         "revision": revision["_id"],
@@ -701,7 +705,7 @@ class MongoDocumentRepository:
                     }
                 )
             try:
-                await self._revisions.insert_one(revision)
+                await self._revision_inserts.insert(revision)
             except DuplicateKeyError:
                 if announce:
                     await self._outbox.delete_one({"_id": revision["event_id"]})

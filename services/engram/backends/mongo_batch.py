@@ -1,0 +1,95 @@
+"""GroupedInserts: single-document inserts from concurrent callers, sent as one command.
+
+FerretDB's cost is per command (its own work and PostgreSQL's transaction per command,
+and the driver's per round trip), not per document: an unordered `insert_many` of 10
+documents costs about what one `insert_one` does. So inserts into one collection queue
+while one `insert_many` is in flight and go out together in the next; a caller alone pays
+no wait. Each caller still gets its own outcome: an unordered insert applies every
+document it can and reports each duplicate `_id` on its own, so a caller whose document
+collided gets DuplicateKeyError exactly as from `insert_one` (the unique-`_id` insert stays
+the atomic primitive it is in storage/mongo_repository.py and quota/mongo_ledger.py).
+
+A caller cancelled while its document is still queued takes it out (it is never sent); a
+document already sent may land, as with a cancelled `insert_one`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, PyMongoError
+
+from engram.backends.mongo import MongoCollection
+
+# Documents per command at most (the driver splits larger messages by size anyway).
+MAX_GROUP = 128
+DUPLICATE_KEY = 11000
+
+
+class GroupedInserts:
+    def __init__(self, collection: MongoCollection, *, max_group: int = MAX_GROUP) -> None:
+        self._collection = collection
+        self._max_group = max_group
+        self._queue: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+        self._sender: asyncio.Task[None] | None = None
+
+    async def insert(self, document: dict[str, Any]) -> None:
+        """Inserts `document`; raises DuplicateKeyError if its `_id` is taken (and the
+        driver's errors, as `insert_one` would)."""
+        outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Retrieved here, so an outcome nobody awaits any more (its caller was cancelled
+        # after sending) is not reported as an exception never retrieved.
+        outcome.add_done_callback(_retrieve)
+        entry = (document, outcome)
+        self._queue.append(entry)
+        sender = self._sender
+        if sender is None or sender.done() or sender.get_loop() is not outcome.get_loop():
+            self._sender = asyncio.create_task(self._send(), name="mongo-grouped-inserts")
+        try:
+            await asyncio.shield(entry[1])
+        except asyncio.CancelledError:
+            if entry in self._queue:
+                self._queue.remove(entry)
+            raise
+
+    async def _send(self) -> None:
+        while self._queue:
+            group, self._queue = self._queue[: self._max_group], self._queue[self._max_group :]
+            try:
+                await self._collection.insert_many(
+                    [document for document, _ in group], ordered=False
+                )
+            except BulkWriteError as error:
+                failed = {int(e["index"]): e for e in error.details.get("writeErrors", [])}
+                for index, (_, outcome) in enumerate(group):
+                    if index in failed:
+                        outcome.set_exception(_document_error(failed[index]))
+                    else:
+                        outcome.set_result(None)
+                continue
+            except PyMongoError as error:
+                for _, outcome in group:
+                    outcome.set_exception(error)
+                continue
+            except BaseException:
+                # The sender itself was cancelled (shutdown): nobody waits in vain.
+                for _, outcome in group + self._queue:
+                    outcome.cancel()
+                self._queue = []
+                raise
+            for _, outcome in group:
+                outcome.set_result(None)
+
+
+def _retrieve(outcome: asyncio.Future[None]) -> None:
+    if not outcome.cancelled():
+        outcome.exception()
+
+
+def _document_error(write_error: dict[str, Any]) -> PyMongoError:
+    code = int(write_error.get("code", 0))
+    message = str(write_error.get("errmsg", "write error"))
+    if code == DUPLICATE_KEY:
+        return DuplicateKeyError(message, code, write_error)
+    return OperationFailure(message, code, write_error)
