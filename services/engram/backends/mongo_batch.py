@@ -1,16 +1,17 @@
-"""GroupedInserts: single-document inserts from concurrent callers, sent as one command.
+"""GroupedWrites: single-document writes from concurrent callers, sent as one command.
 
 FerretDB's cost is per command (its own work and PostgreSQL's transaction per command,
 and the driver's per round trip), not per document: an unordered `insert_many` of 10
-documents costs about what one `insert_one` does. So inserts into one collection queue
-while one `insert_many` is in flight and go out together in the next; a caller alone pays
-no wait. Each caller still gets its own outcome: an unordered insert applies every
-document it can and reports each duplicate `_id` on its own, so a caller whose document
-collided gets DuplicateKeyError exactly as from `insert_one` (the unique-`_id` insert stays
-the atomic primitive it is in storage/mongo_repository.py and quota/mongo_ledger.py).
+documents costs about what one `insert_one` does. So writes to one collection queue while
+one unordered `bulk_write` is in flight and go out together in the next (the driver sends
+one command per kind: the inserts in one, the replaces in another); a caller alone pays no
+wait. Each caller still gets its own outcome: an unordered bulk write applies every
+operation it can and reports each failure on its own, so a caller whose insert collided
+gets DuplicateKeyError exactly as from `insert_one` (the unique-`_id` insert stays the
+atomic primitive it is in storage/mongo_repository.py and quota/mongo_ledger.py).
 
-A caller cancelled while its document is still queued takes it out (it is never sent); a
-document already sent may land, as with a cancelled `insert_one`.
+A caller cancelled while its write is still queued takes it out (it is never sent); a
+write already sent may land, as with a cancelled `insert_one`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pymongo import InsertOne, ReplaceOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, PyMongoError
 
 from engram.backends.mongo import MongoCollection
@@ -27,25 +29,37 @@ MAX_GROUP = 128
 DUPLICATE_KEY = 11000
 
 
-class GroupedInserts:
+_Write = InsertOne[dict[str, Any]] | ReplaceOne[dict[str, Any]]
+
+
+class GroupedWrites:
     def __init__(self, collection: MongoCollection, *, max_group: int = MAX_GROUP) -> None:
         self._collection = collection
         self._max_group = max_group
-        self._queue: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+        self._queue: list[tuple[_Write, asyncio.Future[None]]] = []
         self._sender: asyncio.Task[None] | None = None
 
     async def insert(self, document: dict[str, Any]) -> None:
         """Inserts `document`; raises DuplicateKeyError if its `_id` is taken (and the
         driver's errors, as `insert_one` would)."""
+        await self._write(InsertOne(document))
+
+    async def replace(
+        self, selector: dict[str, Any], document: dict[str, Any], *, upsert: bool = False
+    ) -> None:
+        """`replace_one(selector, document, upsert=upsert)`, with its errors."""
+        await self._write(ReplaceOne(selector, document, upsert=upsert))
+
+    async def _write(self, operation: _Write) -> None:
         outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # Retrieved here, so an outcome nobody awaits any more (its caller was cancelled
         # after sending) is not reported as an exception never retrieved.
         outcome.add_done_callback(_retrieve)
-        entry = (document, outcome)
+        entry = (operation, outcome)
         self._queue.append(entry)
         sender = self._sender
         if sender is None or sender.done() or sender.get_loop() is not outcome.get_loop():
-            self._sender = asyncio.create_task(self._send(), name="mongo-grouped-inserts")
+            self._sender = asyncio.create_task(self._send(), name="mongo-grouped-writes")
         try:
             await asyncio.shield(entry[1])
         except asyncio.CancelledError:
@@ -57,8 +71,8 @@ class GroupedInserts:
         while self._queue:
             group, self._queue = self._queue[: self._max_group], self._queue[self._max_group :]
             try:
-                await self._collection.insert_many(
-                    [document for document, _ in group], ordered=False
+                await self._collection.bulk_write(
+                    [operation for operation, _ in group], ordered=False
                 )
             except BulkWriteError as error:
                 failed = {int(e["index"]): e for e in error.details.get("writeErrors", [])}

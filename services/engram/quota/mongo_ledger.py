@@ -45,7 +45,7 @@ from pymongo import ASCENDING, IndexModel
 from pymongo.errors import DuplicateKeyError
 
 from engram.backends.mongo import MongoDatabase, ensure_indexes, mongo_errors
-from engram.backends.mongo_batch import GroupedInserts
+from engram.backends.mongo_batch import GroupedWrites
 from engram.domain.errors import EngramError, QuotaExceeded, WriteContention
 from engram.domain.quotas import Counter, apply_delta, check_growth
 from engram.quota.ports import ChargeOutcome
@@ -88,9 +88,9 @@ class MongoUsageLedger:
         self._keys = database["usage_keys"]
         self._overrides = database["quota_overrides"]
         self._locks = KeyedLocks()
-        # Concurrent charges' inserts share commands (see backends/mongo_batch.py).
-        self._entry_inserts = GroupedInserts(self._entries)
-        self._key_inserts = GroupedInserts(self._keys)
+        # Concurrent charges share commands (see backends/mongo_batch.py).
+        self._entry_inserts = GroupedWrites(self._entries)
+        self._key_inserts = GroupedWrites(self._keys)
         self._applies = 0
         # counter -> (seq, value) of the newest entry this process wrote or read.
         self._known: dict[str, tuple[int, int]] = {}

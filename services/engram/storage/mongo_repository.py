@@ -45,7 +45,7 @@ from pymongo import ASCENDING, IndexModel
 from pymongo.errors import DuplicateKeyError
 
 from engram.backends.mongo import MongoDatabase, ensure_indexes, mongo_errors
-from engram.backends.mongo_batch import GroupedInserts
+from engram.backends.mongo_batch import GroupedWrites
 from engram.domain.documents import (
     DocumentDeletion,
     DocumentEvent,
@@ -215,9 +215,10 @@ class MongoDocumentRepository:
         self._retention = retention
         self._recent: OrderedDict[tuple[str, str], tuple[float, _Chain]] = OrderedDict()
         self._listeners: list[CommitListener] = []
-        # Concurrent writes' inserts share commands (see backends/mongo_batch.py).
-        self._pointer_inserts = GroupedInserts(self._outbox)
-        self._revision_inserts = GroupedInserts(self._revisions)
+        # Concurrent writes share commands (see backends/mongo_batch.py).
+        self._pointer_inserts = GroupedWrites(self._outbox)
+        self._revision_inserts = GroupedWrites(self._revisions)
+        self._head_writes = GroupedWrites(self._heads)
 
     def on_commit(self, listener: CommitListener) -> None:
         """Calls `listener` after each announced change is committed (see CommitListener):
@@ -283,7 +284,7 @@ class MongoDocumentRepository:
         key = head_id(revision["space_id"], revision["path"])
         with mongo_errors("updating a document head"):
             try:
-                await self._heads.replace_one(
+                await self._head_writes.replace(
                     {"_id": key, "rev": {"$lt": revision["rev"]}}, head, upsert=True
                 )
             except DuplicateKeyError:
