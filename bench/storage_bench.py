@@ -3,6 +3,7 @@
     python bench/storage_bench.py                   # starts `engram dev` (embedded backends)
     python bench/storage_bench.py --target real     # NATS + FerretDB + `engram serve storage`
     python bench/storage_bench.py --target real --mongo-transport tcp   # FerretDB over TCP
+    python bench/storage_bench.py --target real --count-commands   # + Mongo commands per op
     python bench/storage_bench.py --addr HOST:PORT [--token T]   # a server already running
 
 Load comes from ghz (a compiled gRPC load generator, built once with `go install` into
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import importlib.util
 import itertools
@@ -52,12 +54,33 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 class CpuMeter:
-    """CPU seconds (user + system, children included) of named process trees."""
+    """CPU seconds (user + system, children included) of named process trees; with
+    `commands`, also the Mongo commands the server sent (bench/mongo_command_counter.py)."""
 
-    def __init__(self, roots: dict[str, int]) -> None:
+    def __init__(self, roots: dict[str, int], commands: Path | None = None) -> None:
         self._roots = roots
+        self._commands = commands
+        self._counts: collections.Counter[str] = collections.Counter()
+        # (phase, Mongo commands per operation) for each measured phase, when counting.
+        self.notes: list[tuple[str, str]] = []
+
+    def _read_commands(self) -> collections.Counter[str]:
+        """Asks the server for its command counts (SIGUSR1) and reads them (bounded)."""
+        assert self._commands is not None
+        before = self._commands.stat().st_mtime_ns if self._commands.exists() else 0
+        os.kill(self._roots["server"], signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self._commands.exists() and self._commands.stat().st_mtime_ns != before:
+                return collections.Counter(json.loads(self._commands.read_text()))
+            time.sleep(0.05)
+        raise SystemExit("the server did not report its Mongo command counts")
 
     def sample(self) -> dict[str, float]:
+        if self._commands is not None:
+            # Lets the relay finish the previous phase's events first.
+            time.sleep(1.5)
+            self._counts = self._read_commands()
         totals: dict[str, float] = {}
         for name, pid in self._roots.items():
             total = 0.0
@@ -75,6 +98,20 @@ class CpuMeter:
             totals[name] = total
         return totals
 
+    def commands_per_op(self, phase: str, before: collections.Counter[str], ops: int) -> None:
+        """Notes the Mongo commands per operation since `before` (a copy of `counts`)."""
+        if self._commands is None:
+            return
+        sent = self._counts - before
+        top = ", ".join(
+            f"{name} {count / max(ops, 1):.2f}" for name, count in sent.most_common() if count
+        )
+        self.notes.append((phase, f"{sum(sent.values()) / max(ops, 1):.2f} ({top})"))
+
+    @property
+    def counts(self) -> collections.Counter[str]:
+        return collections.Counter(self._counts)
+
     @staticmethod
     def per_op(before: dict[str, float], after: dict[str, float], ops: int) -> str:
         return ", ".join(
@@ -84,7 +121,7 @@ class CpuMeter:
 
 @contextlib.asynccontextmanager
 async def started_server(
-    target: str, workdir: Path, *, mongo_transport: str = "unix"
+    target: str, workdir: Path, *, mongo_transport: str = "unix", count_commands: bool = False
 ) -> AsyncIterator[tuple[str, str, CpuMeter]]:
     """Starts the server under test; yields (addr, token, CPU meter of its processes)."""
     port = free_port()
@@ -132,6 +169,9 @@ async def started_server(
             ENGRAM_JWT_SECRET=secret,
         )
         command = [sys.executable, "-m", "engram", "serve", "storage", "--port", str(port)]
+        if count_commands:
+            env["ENGRAM_BENCH_COMMAND_COUNTS"] = str(workdir / "commands.json")
+            command[1:3] = [str(ROOT / "bench" / "mongo_command_counter.py")]
     process = await asyncio.to_thread(spawn, command, env, workdir / "server.log")
     roots = {"server": process.pid}
     if backends:
@@ -139,7 +179,8 @@ async def started_server(
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             await asyncio.wait_for(channel.channel_ready(), 60)
-        yield f"127.0.0.1:{port}", token, CpuMeter(roots)
+        counts = workdir / "commands.json" if count_commands and backends else None
+        yield f"127.0.0.1:{port}", token, CpuMeter(roots, counts)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -186,11 +227,14 @@ async def run(
         for label, operation in (("write", writer("c1")), ("read", read)):
             for concurrency in (1, 16):
                 before = meter.sample() if meter else {}
+                sent = meter.counts if meter else collections.Counter()
                 latencies, elapsed = await closed_loop(
                     operation, count=count, concurrency=concurrency, cap=time_cap
                 )
                 done = len(latencies)
                 cpu = CpuMeter.per_op(before, meter.sample(), done) if meter else "-"
+                if meter:
+                    meter.commands_per_op(f"{label} c{concurrency}", sent, done)
                 rows.append(
                     (
                         label,
@@ -257,6 +301,7 @@ def ghz_phase(
         command[1:1] = ["--metadata", json.dumps({"authorization": f"Bearer {token}"})]
     # The count bounds the phase, and so does the time cap (ghz's -z would override -n).
     before = meter.sample() if meter else {}
+    sent = meter.counts if meter else collections.Counter()
     completed = subprocess.run(
         command, capture_output=True, text=True, check=True, timeout=time_cap * 4
     )
@@ -267,6 +312,8 @@ def ghz_phase(
     latency = {p["percentage"]: p["latency"] / 1e6 for p in report["latencyDistribution"]}
     done = int(report["count"])
     cpu = CpuMeter.per_op(before, meter.sample(), done) if meter else "-"
+    if meter:
+        meter.commands_per_op(f"{method} c{concurrency}", sent, done)
     return (
         method.replace("Document", "").lower(),
         str(concurrency),
@@ -363,16 +410,26 @@ async def main() -> None:
         default="unix",
         help="how the storage service reaches FerretDB on the real target",
     )
+    parser.add_argument(
+        "--count-commands",
+        action="store_true",
+        help="real target: count the Mongo commands the server sends per operation",
+    )
     args = parser.parse_args()
+    notes: list[tuple[str, str]] = []
     if args.addr:
         rows = await measure(args, args.addr, args.token)
         target = args.addr
     else:
         with tempfile.TemporaryDirectory(prefix="engram-bench-") as workdir:
             async with started_server(
-                args.target, Path(workdir), mongo_transport=args.mongo_transport
+                args.target,
+                Path(workdir),
+                mongo_transport=args.mongo_transport,
+                count_commands=args.count_commands,
             ) as (addr, token, meter):
                 rows = await measure(args, addr, token, meter)
+                notes = meter.notes
         target = args.target
         if args.target == "real":
             target += f" (FerretDB over {args.mongo_transport})"
@@ -382,6 +439,8 @@ async def main() -> None:
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
     for row in (header, *rows):
         print("  ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)))
+    for phase, commands in notes:
+        print(f"Mongo commands per op, {phase}: {commands}")
 
 
 if __name__ == "__main__":
