@@ -1,14 +1,16 @@
-"""GroupedWrites: single-document writes from concurrent callers, sent as one command.
+"""GroupedWrites: single-document inserts from concurrent callers, sent as one command.
 
 FerretDB's cost is per command (its own work and PostgreSQL's transaction per command,
 and the driver's per round trip), not per document: an unordered `insert_many` of 10
-documents costs about what one `insert_one` does. So writes to one collection queue while
-one unordered `bulk_write` is in flight and go out together in the next (the driver sends
-one command per kind: the inserts in one, the replaces in another); a caller alone pays no
-wait. Each caller still gets its own outcome: an unordered bulk write applies every
-operation it can and reports each failure on its own, so a caller whose insert collided
-gets DuplicateKeyError exactly as from `insert_one` (the unique-`_id` insert stays the
-atomic primitive it is in storage/mongo_repository.py and quota/mongo_ledger.py).
+documents costs about what one `insert_one` does. So inserts into one collection queue
+while one unordered bulk insert is in flight and go out together in the next; a caller
+alone pays no wait. Each caller still gets its own outcome: an unordered insert applies
+every document it can and reports each failure on its own, so a caller whose insert
+collided gets DuplicateKeyError exactly as from `insert_one` (the unique-`_id` insert stays
+the atomic primitive it is in storage/mongo_repository.py and quota/mongo_ledger.py).
+
+Inserts only: FerretDB 1.24's reply to a multi-statement `update` can lack `nModified`,
+which PyMongo's bulk write does not survive (KeyError), so replaces stay single commands.
 
 A caller cancelled while its write is still queued takes it out (it is never sent); a
 write already sent may land, as with a cancelled `insert_one`.
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pymongo import InsertOne, ReplaceOne
+from pymongo import InsertOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, PyMongoError
 
 from engram.backends.mongo import MongoCollection
@@ -29,7 +31,7 @@ MAX_GROUP = 128
 DUPLICATE_KEY = 11000
 
 
-_Write = InsertOne[dict[str, Any]] | ReplaceOne[dict[str, Any]]
+_Write = InsertOne[dict[str, Any]]
 
 
 class GroupedWrites:
@@ -43,12 +45,6 @@ class GroupedWrites:
         """Inserts `document`; raises DuplicateKeyError if its `_id` is taken (and the
         driver's errors, as `insert_one` would)."""
         await self._write(InsertOne(document))
-
-    async def replace(
-        self, selector: dict[str, Any], document: dict[str, Any], *, upsert: bool = False
-    ) -> None:
-        """`replace_one(selector, document, upsert=upsert)`, with its errors."""
-        await self._write(ReplaceOne(selector, document, upsert=upsert))
 
     async def _write(self, operation: _Write) -> None:
         outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -86,12 +82,18 @@ class GroupedWrites:
                 for _, outcome in group:
                     outcome.set_exception(error)
                 continue
-            except BaseException:
-                # The sender itself was cancelled (shutdown): nobody waits in vain.
-                for _, outcome in group + self._queue:
-                    outcome.cancel()
-                self._queue = []
-                raise
+            except BaseException as error:
+                # Anything else (a driver bug, the sender cancelled at shutdown): every
+                # caller of this group gets it, nobody waits in vain. An error is theirs to
+                # raise; a cancellation stops the sender, failing what is still queued.
+                if not isinstance(error, Exception):
+                    for _, outcome in group + self._queue:
+                        outcome.cancel()
+                    self._queue = []
+                    raise
+                for _, outcome in group:
+                    outcome.set_exception(error)
+                continue
             for _, outcome in group:
                 outcome.set_result(None)
 

@@ -218,7 +218,6 @@ class MongoDocumentRepository:
         # Concurrent writes share commands (see backends/mongo_batch.py).
         self._pointer_inserts = GroupedWrites(self._outbox)
         self._revision_inserts = GroupedWrites(self._revisions)
-        self._head_writes = GroupedWrites(self._heads)
 
     def on_commit(self, listener: CommitListener) -> None:
         """Calls `listener` after each announced change is committed (see CommitListener):
@@ -284,7 +283,7 @@ class MongoDocumentRepository:
         key = head_id(revision["space_id"], revision["path"])
         with mongo_errors("updating a document head"):
             try:
-                await self._head_writes.replace(
+                await self._heads.replace_one(
                     {"_id": key, "rev": {"$lt": revision["rev"]}}, head, upsert=True
                 )
             except DuplicateKeyError:
