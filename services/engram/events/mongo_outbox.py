@@ -53,7 +53,9 @@ class MongoOutbox:
         if revision is None:
             self._look = True
             return
-        self._memory[event_id] = revision
+        # The event needs no content: memory holds a few hundred bytes per event, however
+        # large the document (while the broker is away, up to MEMORY_LIMIT of them).
+        self._memory[event_id] = {key: value for key, value in revision.items() if key != "content"}
         if len(self._memory) > MEMORY_LIMIT:
             self._memory.popitem(last=False)
             self._look = True
