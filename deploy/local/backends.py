@@ -47,6 +47,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -1051,8 +1052,9 @@ def _probe_mongo(b: RunningBackend, timeout: float) -> bool:
     return True
 
 
-def _ferretdb_argv(binary: Path, port: int, state_dir: Path, storage: list[str]) -> list[str]:
-    return [
+def _ferretdb_argv(binary: Path, port: int, state_dir: Path, storage: list[str],
+                   unix_socket: Path | None = None) -> list[str]:
+    argv = [
         str(binary),
         *storage,
         f"--listen-addr=127.0.0.1:{port}",
@@ -1061,6 +1063,25 @@ def _ferretdb_argv(binary: Path, port: int, state_dir: Path, storage: list[str])
         "--telemetry=disable",
         "--log-level=info",
     ]
+    if unix_socket is not None:
+        argv.append(f"--listen-unix={unix_socket}")
+    return argv
+
+
+# A unix socket path must fit in sun_path (108 bytes, NUL included).
+_SUN_PATH_MAX = 100
+
+
+def _mongo_unix_socket(data_dir: Path, port: int) -> Path | None:
+    """Where FerretDB also listens on a unix socket (None when the path would not fit).
+    PyMongo takes a host ending in ``.sock`` as a unix socket path."""
+    path = data_dir / f"mongodb-{port}.sock"
+    return path if len(str(path)) < _SUN_PATH_MAX else None
+
+
+def mongo_unix_url(socket_path: Path) -> str:
+    """The MongoDB URI of a unix socket (its path percent-encoded as the host)."""
+    return "mongodb://" + urllib.parse.quote(str(socket_path), safe="") + "/"
 
 
 def start_mongo(data_dir: Path, port: int | None = None, *, timeout: float = 60.0,
@@ -1072,8 +1093,13 @@ def start_mongo(data_dir: Path, port: int | None = None, *, timeout: float = 60.
       start), 127.0.0.1 on a free port plus a unix socket in ``data_dir/pg``, log
       ``data_dir/postgresql.log``, durability traded for speed (``fsync=off``,
       ``synchronous_commit=off``: a test backend). It runs in FerretDB's process group, so
-      ``stop()`` stops both; ``extra["postgresql_url"]`` is its URL.
+      ``stop()`` stops both; ``extra["postgresql_url"]`` is its URL. FerretDB reaches it
+      over that unix socket.
     * ``sqlite``: one ``<db>.sqlite`` file per database under ``data_dir/sqlite``.
+
+    FerretDB listens on 127.0.0.1 (``url``) and on the unix socket
+    ``data_dir/mongodb-<port>.sock`` (``extra["unix_url"]``, absent when the path is too long
+    for a socket): same server, cheaper round trips for clients on this machine.
 
     Restarting with the same ``data_dir`` and ``port=previous.port`` keeps the URL and data."""
     chosen = mongo_handler(handler)
@@ -1088,15 +1114,20 @@ def start_mongo(data_dir: Path, port: int | None = None, *, timeout: float = 60.
     env = dict(os.environ, DO_NOT_TRACK="1")
     offsets = {log_path: _file_size(log_path)}
     url = f"mongodb://127.0.0.1:{port}/"
+    unix_socket = _mongo_unix_socket(data_dir, port)
+    unix_extra: dict[str, str] = {}
+    if unix_socket is not None:
+        unix_socket.unlink(missing_ok=True)  # left by a killed FerretDB on this port
+        unix_extra["unix_url"] = mongo_unix_url(unix_socket)
     if chosen == "sqlite":
         sqlite_dir = data_dir / "sqlite"
         sqlite_dir.mkdir(parents=True, exist_ok=True)
         argv = _ferretdb_argv(binary, port, state_dir,
-                              ["--handler=sqlite", f"--sqlite-url=file:{sqlite_dir}/"])
+                              ["--handler=sqlite", f"--sqlite-url=file:{sqlite_dir}/"], unix_socket)
         proc = _spawn(argv, cwd=data_dir, log_path=log_path, env=env)
         backend = RunningBackend(name="mongo", url=url, pid=proc.pid, data_dir=data_dir,
-                                 log_path=log_path, port=port, extra={"handler": "sqlite"},
-                                 _proc=proc)
+                                 log_path=log_path, port=port,
+                                 extra={"handler": "sqlite", **unix_extra}, _proc=proc)
         _wait_ready(backend, timeout, offsets)
         return backend
 
@@ -1105,6 +1136,12 @@ def start_mongo(data_dir: Path, port: int | None = None, *, timeout: float = 60.
     while pg_port == port:
         pg_port = free_port()
     pg_url = f"postgres://{PG_USER}@127.0.0.1:{pg_port}/{PG_DATABASE}"
+    # FerretDB reaches PostgreSQL over its unix socket when it has one (cheaper than TCP
+    # loopback on both sides); pg_url stays the TCP URL for other clients.
+    pg_socket_dir = pg.socket_dir()
+    ferretdb_pg_url = (
+        f"postgres://{PG_USER}@/{PG_DATABASE}?host={urllib.parse.quote(pg_socket_dir, safe='/')}"
+        f"&port={pg_port}&" if pg_socket_dir else f"{pg_url}?")
     pg_log = data_dir / "postgresql.log"
     offsets[pg_log] = _file_size(pg_log)
     spec = {
@@ -1117,9 +1154,11 @@ def start_mongo(data_dir: Path, port: int | None = None, *, timeout: float = 60.
         "pg_log": str(pg_log),
         "run_as": list(pg.run_as) if pg.run_as else None,
         "timeout": timeout,
-        "ferretdb": _ferretdb_argv(binary, port, state_dir,
-                                   ["--handler=postgresql",
-                                    f"--postgresql-url={pg_url}?pool_max_conns={FERRETDB_PG_POOL}"]),
+        "ferretdb": _ferretdb_argv(
+            binary, port, state_dir,
+            ["--handler=postgresql",
+             f"--postgresql-url={ferretdb_pg_url}pool_max_conns={FERRETDB_PG_POOL}"],
+            unix_socket),
     }
     # One process group for both servers: a small supervisor (this file, "_mongo_pg") starts
     # PostgreSQL as its child, waits until it accepts connections, then execs FerretDB. The
@@ -1130,7 +1169,8 @@ def start_mongo(data_dir: Path, port: int | None = None, *, timeout: float = 60.
     backend = RunningBackend(
         name="mongo", url=url, pid=proc.pid, data_dir=data_dir, log_path=log_path, port=port,
         extra_logs=(pg_log,),
-        extra={"handler": "postgresql", "postgresql_url": pg_url, "postgresql_port": str(pg_port)},
+        extra={"handler": "postgresql", "postgresql_url": pg_url, "postgresql_port": str(pg_port),
+               **unix_extra},
         _proc=proc)
     _wait_ready(backend, timeout, offsets)
     return backend
@@ -1142,10 +1182,14 @@ class _PgLayout:
     pg_dir: Path
     run_as: tuple[int, int] | None  # (uid, gid) when we are root
 
+    def socket_dir(self) -> str:
+        """Where PostgreSQL's unix socket goes ("" when its path would not fit in sun_path:
+        a deep data dir gets TCP only)."""
+        fits = len(str(self.pg_dir)) + len("/.s.PGSQL.65535") < _SUN_PATH_MAX
+        return str(self.pg_dir) if fits else ""
+
     def postgres_argv(self, port: int) -> list[str]:
-        # A unix socket path must fit in sun_path (108 bytes); a deep data dir gets TCP only.
-        fits = len(str(self.pg_dir)) + len("/.s.PGSQL.65535") < 100
-        socket_dir = str(self.pg_dir) if fits else ""
+        socket_dir = self.socket_dir()
         settings = {
             "listen_addresses": "127.0.0.1",
             "unix_socket_directories": socket_dir,

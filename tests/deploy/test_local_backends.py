@@ -108,6 +108,21 @@ def test_ferretdb_stores_in_its_own_postgresql(
             " EXPLAIN EXECUTE q('_id', '\"a\"')",
         )
         assert "Bitmap Index Scan" in plan, plan
+        # The same server on its unix socket; FerretDB itself reaches PostgreSQL over
+        # PostgreSQL's unix socket (its sessions have no client address).
+        over_socket = client_of(mongo.extra["unix_url"])
+        assert over_socket.engram_launcher_test.things.find_one({"_id": "a"}) == {
+            "_id": "a",
+            "n": 1,
+        }
+        sessions = _psql(
+            launcher,
+            pg_url,
+            "select coalesce(host(client_addr), 'unix') from pg_stat_activity"
+            " where datname = 'postgres' and pid <> pg_backend_pid()"
+            " and backend_type = 'client backend'",
+        ).split()
+        assert sessions and set(sessions) == {"unix"}, sessions
         # PostgreSQL listens on 127.0.0.1 only and keeps its data in data_dir/pg.
         assert _psql(launcher, pg_url, "show listen_addresses").strip() == "127.0.0.1"
         assert _psql(launcher, pg_url, "show data_directory").strip() == str(
@@ -128,7 +143,8 @@ def test_ferretdb_stores_in_its_own_postgresql(
     again = launcher.start_mongo(tmp_path / "mongo", port=mongo.port)
     try:
         assert again.url == mongo.url
-        client = client_of(again.url)
+        assert again.extra["unix_url"] == mongo.extra["unix_url"]
+        client = client_of(again.extra["unix_url"])
         assert client.engram_launcher_test.things.find_one({"_id": "a"}) == {"_id": "a", "n": 1}
     finally:
         again.stop()

@@ -1,25 +1,80 @@
 """MongoOutbox: the event pointers MongoDocumentRepository records with every change.
 
-Before an event goes out its document head is rolled forward, so a crash between a
-revision insert and its head update is repaired by the relay, not left for good.
+The relay is fed from memory: the repository hands over each UPSERT or DELETE it commits
+(with its head written), and `pending` returns those without a query. The outbox collection
+is read when nothing waits in memory, when an erasure was committed (its event goes out
+only once the erasure is finished), when memory overflowed, and at least every
+OUTBOX_POLL_SECONDS under load, for what memory never held: another process's leftovers,
+and pointers of a writer that crashed. That last read skips pointers younger than
+IN_FLIGHT (writes still committing here or in another process, which their own relay
+publishes from memory), so it does not publish them a second time. Before an event read
+from the collection goes out its document head is rolled forward, so a crash between a
+revision insert and its head update is repaired by the relay, not left for good. A pointer
+stays in the collection until its event is published, memory or not, so a crash loses
+nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from itertools import islice
+from typing import Any
 
 from engram.events.ports import OutboxMessage
 from engram.storage.mongo_repository import MongoDocumentRepository, revision_event
 from engram.wire import encode_event
 
+# Events held in memory at most (the oldest fall back to the outbox collection).
+MEMORY_LIMIT = 10_000
+# Under load, the outbox collection is still read at least this often ...
+OUTBOX_POLL_SECONDS = 1.0
+# ... for pointers at least this old.
+IN_FLIGHT = timedelta(seconds=5)
+
 
 class MongoOutbox:
-    def __init__(self, repository: MongoDocumentRepository) -> None:
+    def __init__(
+        self,
+        repository: MongoDocumentRepository,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._repository = repository
+        self._clock = clock
+        self._memory: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._look = True  # read the collection at the next `pending`
+        self._looked_at = clock()
+        repository.on_commit(self._committed)
+
+    def _committed(self, event_id: str, revision: dict[str, Any] | None) -> None:
+        if revision is None:
+            self._look = True
+            return
+        # The event needs no content: memory holds a few hundred bytes per event, however
+        # large the document (while the broker is away, up to MEMORY_LIMIT of them).
+        self._memory[event_id] = {key: value for key, value in revision.items() if key != "content"}
+        if len(self._memory) > MEMORY_LIMIT:
+            self._memory.popitem(last=False)
+            self._look = True
 
     async def pending(self, limit: int) -> list[OutboxMessage]:
+        found = list(islice(self._memory.items(), limit))
+        now = self._clock()
+        if len(found) < limit and (
+            not found or self._look or now - self._looked_at >= OUTBOX_POLL_SECONDS
+        ):
+            # Only the periodic read under load skips the youngest pointers.
+            min_age = IN_FLIGHT if found and not self._look else None
+            self._look, self._looked_at = False, now
+            stored = await self._repository.pending_revisions(
+                limit, skip=self._memory.keys(), min_age=min_age
+            )
+            found += stored[: limit - len(found)]
         messages: list[OutboxMessage] = []
-        for event_id, revision in await self._repository.pending_revisions(limit):
+        for event_id, revision in found:
             event = revision_event(revision)
             messages.append(
                 OutboxMessage(
@@ -34,6 +89,8 @@ class MongoOutbox:
 
     async def clear(self, messages: Sequence[OutboxMessage]) -> None:
         await self._repository.clear_events([message.key for message in messages])
+        for message in messages:
+            self._memory.pop(message.key, None)
 
     async def backlog(self) -> int:
         return await self._repository.outbox_backlog()

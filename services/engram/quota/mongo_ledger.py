@@ -6,28 +6,38 @@ conditional increment is built on the one write every MongoDB-protocol server he
 atomic (FerretDB v1's `$inc` is not atomic under concurrency). Each step is checked
 against the limit, so a counter never passes it, however many writers race.
 
-`usage_counters` holds a head per counter (latest seq and value, and its owner); readers
-probe `seq + 1` by _id to catch up with a lagging head: only _id lookups on the hot path.
+`usage_counters` holds a head per counter (a recent seq and value, and its owner), written
+on the counter's first step and then every HEAD_EVERY steps; readers probe `seq + 1` by
+_id from it to the newest entry: only _id lookups on the hot path. Entries are grouped in
+buckets of BUCKET consecutive steps (an indexed `bucket` field, an equality FerretDB v1
+pushes down) and a step that completes a bucket deletes the bucket KEEP_STEPS steps back in
+one command, so at least KEEP_STEPS - BUCKET entries stay behind the newest: more than a
+head can lag by.
 
-A charge touching two counters takes the space step, then the aggregate step; if the
-aggregate refuses, the space step is reversed by a compensating step. A crash between
-the two leaves the space over-counted until `Reconcile` (never over its limit). Within
-one process, charges on the same counters queue on local locks.
+A charge touching two counters takes the space step and the aggregate step (at once when
+the heads just read admit both, else one after the other); if one refuses, the other is
+reversed by a compensating step. A crash in between leaves a counter over-counted until
+`Reconcile` (never over its limit).
 
-Round trips are overlapped where no order is needed: a charge records its idempotency key
-while it reads its counters' heads (the reads are dropped if the key was already taken), and
-a step updates the head while it deletes the entry leaving history. A charge's first try
-steps from the head without probing `seq + 1` first: the probe's answer is only a snapshot,
-and the insert of `seq + 1` fails all the same if another writer took it (then the counter
-is read again, probes included; a refusal is only ever decided on a fully read counter).
-Skipping it loses no safety: a probe cannot see an entry
-that history pruning already removed either.
+Within one process, charges on the same counters queue on local locks, and the queue is
+committed as a group: whoever gets the locks applies every charge waiting for the same
+counters as one step per counter (their sum; if the sum would pass a limit, one at a time,
+so exactly the charges that fit apply). Each charge's idempotency key is recorded while its
+group reads the counters' heads (a charge whose key was taken already is dropped from the
+group). A group steps from the newer of the head it just read and the newest entry this
+process wrote or read itself (the head lags by up to HEAD_EVERY steps; the process's own
+entry is newest as long as no other process charged the counter): the insert of `seq + 1`
+decides either way, and fails if another writer took it (then the counter is read again,
+probes included; a refusal is only ever decided on a fully read counter). Starting from a
+value at least as new as a head read a moment ago is safe: history pruning never reaches
+within KEEP_STEPS - BUCKET steps of the newest entry, further than any head lags.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -35,19 +45,40 @@ from pymongo import ASCENDING, IndexModel
 from pymongo.errors import DuplicateKeyError
 
 from engram.backends.mongo import MongoDatabase, ensure_indexes, mongo_errors
-from engram.domain.errors import QuotaExceeded, WriteContention
+from engram.backends.mongo_batch import GroupedWrites
+from engram.domain.errors import EngramError, QuotaExceeded, WriteContention
 from engram.domain.quotas import Counter, apply_delta, check_growth
 from engram.quota.ports import ChargeOutcome
 from engram.runtime.keyed_locks import KeyedLocks
 
 MAX_ATTEMPTS = 200
-# Entries this many steps behind the newest are history nobody reads: removed.
-KEEP_STEPS = 16
+# The head is written on a counter's first step and on every HEAD_EVERY-th.
+HEAD_EVERY = 8
+# Entries are deleted a bucket (BUCKET consecutive steps) at a time ...
+BUCKET = 8
+# ... once they are KEEP_STEPS steps behind the newest: at least KEEP_STEPS - BUCKET stay.
+KEEP_STEPS = 32
 KEY_RETENTION = timedelta(days=1)
 
 
 def entry_id(counter: str, seq: int) -> str:
     return f"{counter}\n{seq:012d}"
+
+
+def bucket_id(counter: str, seq: int) -> str:
+    return f"{counter}\n{seq // BUCKET}"
+
+
+@dataclass(eq=False, slots=True)
+class _Charge:
+    """One charge waiting for its group: its delta, its key being recorded, its result."""
+
+    delta: int
+    key_recorded: asyncio.Task[bool]
+    # The counter values after its step; None when its key was recorded already (a replay).
+    result: asyncio.Future[dict[str, int] | None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
 
 
 class MongoUsageLedger:
@@ -57,11 +88,29 @@ class MongoUsageLedger:
         self._keys = database["usage_keys"]
         self._overrides = database["quota_overrides"]
         self._locks = KeyedLocks()
+        # Concurrent charges share commands (see backends/mongo_batch.py).
+        self._entry_inserts = GroupedWrites(self._entries)
+        self._key_inserts = GroupedWrites(self._keys)
         self._applies = 0
+        # counter -> (seq, value) of the newest entry this process wrote or read.
+        self._known: dict[str, tuple[int, int]] = {}
+        # (owner, counters, growing) -> charges waiting to be committed as a group.
+        self._waiting: dict[tuple[str, tuple[str, ...], bool], list[_Charge]] = {}
 
     async def ensure_indexes(self) -> None:
         await ensure_indexes(self._heads, [IndexModel([("owner", ASCENDING)], name="owner")])
         await ensure_indexes(self._keys, [IndexModel([("at", ASCENDING)], name="at")])
+        await ensure_indexes(self._entries, [IndexModel([("bucket", ASCENDING)], name="bucket")])
+
+    def _learn(self, counter: str, seq: int, value: int) -> None:
+        known = self._known.get(counter)
+        if known is None or known[0] < seq:
+            self._known[counter] = (seq, value)
+
+    def _newer_than_head(self, counter: str, head: tuple[int, int]) -> tuple[int, int]:
+        """The newer of a just-read head and this process's own newest entry."""
+        known = self._known.get(counter)
+        return known if known is not None and known[0] >= head[0] else head
 
     async def _head(self, counter: str) -> tuple[int, int]:
         """(seq, value) of the counter's head: its newest entry or a little behind it."""
@@ -71,34 +120,47 @@ class MongoUsageLedger:
 
     async def _current(self, counter: str) -> tuple[int, int]:
         """(seq, value) of the counter's newest entry."""
-        seq, used = await self._head(counter)
+        seq, used = self._newer_than_head(counter, await self._head(counter))
         with mongo_errors("reading a usage counter"):
             while True:
                 entry = await self._entries.find_one({"_id": entry_id(counter, seq + 1)})
                 if entry is None:
+                    self._learn(counter, seq, used)
                     return seq, used
                 seq, used = seq + 1, int(entry["used"])
 
     async def _take_step(
-        self, owner: str, counter: str, seq: int, value: int, delta: int, **extra: Any
+        self,
+        owner: str,
+        counter: str,
+        seq: int,
+        value: int,
+        delta: int,
+        *,
+        reconciled: bool = False,
     ) -> bool:
         """Inserts entry `seq` with `value`; False when another writer took that step."""
+        entry: dict[str, Any] = {
+            "_id": entry_id(counter, seq),
+            "used": value,
+            "delta": delta,
+            "at": datetime.now(UTC),
+            "bucket": bucket_id(counter, seq),
+        }
+        if reconciled:
+            entry["reconciled"] = True
         with mongo_errors("charging a usage counter"):
             try:
-                await self._entries.insert_one(
-                    {
-                        "_id": entry_id(counter, seq),
-                        "used": value,
-                        "delta": delta,
-                        "at": datetime.now(UTC),
-                        **extra,
-                    }
-                )
+                await self._entry_inserts.insert(entry)
             except DuplicateKeyError:
                 return False
-            await asyncio.gather(
-                self._advance_head(owner, counter, seq, value), self._forget(counter, seq)
-            )
+            self._learn(counter, seq, value)
+            chores = []
+            if seq == 1 or seq % HEAD_EVERY == 0 or reconciled:
+                chores.append(self._advance_head(owner, counter, seq, value))
+            if seq % BUCKET == 0 and seq >= KEEP_STEPS:
+                chores.append(self._forget(counter, seq - KEEP_STEPS))
+            await asyncio.gather(*chores)
         return True
 
     async def _advance_head(self, owner: str, counter: str, seq: int, value: int) -> None:
@@ -112,9 +174,8 @@ class MongoUsageLedger:
             pass  # a newer head is in place
 
     async def _forget(self, counter: str, seq: int) -> None:
-        """Deletes the entry that step `seq` pushed out of the kept history."""
-        if seq > KEEP_STEPS:
-            await self._entries.delete_one({"_id": entry_id(counter, seq - KEEP_STEPS)})
+        """Deletes the bucket of entries holding step `seq` (history nobody reads)."""
+        await self._entries.delete_many({"bucket": bucket_id(counter, seq)})
 
     async def _step(
         self,
@@ -126,9 +187,9 @@ class MongoUsageLedger:
         read: tuple[int, int] | None = None,
     ) -> int:
         """Moves one counter by `delta` (checked against its limit when growing); `read` is
-        the counter's head (seq, value) if it was just read, for the first attempt."""
+        where the counter stood a moment ago (seq, value), for the first attempt."""
         for _ in range(MAX_ATTEMPTS):
-            from_head = read is not None
+            from_snapshot = read is not None
             if read is None:
                 seq, used = await self._current(counter.key)
             else:
@@ -137,7 +198,7 @@ class MongoUsageLedger:
                 try:
                     check_growth(counter, used, delta)
                 except QuotaExceeded:
-                    if from_head:
+                    if from_snapshot:
                         continue  # refuse only on the newest entry, not a lagging head
                     raise
             value = apply_delta(used, delta)
@@ -147,59 +208,209 @@ class MongoUsageLedger:
             f"usage counter {counter.key} kept changing under {MAX_ATTEMPTS} tries; retry"
         )
 
+    async def _step_all(
+        self,
+        owner: str,
+        counters: Sequence[Counter],
+        delta: int,
+        reads: Sequence[tuple[int, int] | None],
+    ) -> dict[str, int]:
+        """Steps every counter by `delta` in order; if one refuses or fails, reverses the
+        steps already taken (shrinking is never refused) before raising. When every counter
+        has a snapshot that admits the step, the steps are taken at once (one round trip)."""
+        if all(read is not None for read in reads) and self._admits(counters, delta, reads):
+            return await self._step_together(owner, counters, delta, reads)
+        values: dict[str, int] = {}
+        completed = False
+        try:
+            for counter, read in zip(counters, reads, strict=True):
+                values[counter.key] = await self._step(
+                    owner, counter, delta, check=delta > 0, read=read
+                )
+            completed = True
+        finally:
+            if not completed:
+                for counter in counters:
+                    if counter.key in values:
+                        await self._step(owner, counter, -delta, check=False)
+        return values
+
+    @staticmethod
+    def _admits(
+        counters: Sequence[Counter], delta: int, reads: Sequence[tuple[int, int] | None]
+    ) -> bool:
+        for counter, read in zip(counters, reads, strict=True):
+            if read is None:
+                return False
+            try:
+                check_growth(counter, read[1], delta)
+            except QuotaExceeded:
+                return False
+        return True
+
+    async def _step_together(
+        self,
+        owner: str,
+        counters: Sequence[Counter],
+        delta: int,
+        reads: Sequence[tuple[int, int] | None],
+    ) -> dict[str, int]:
+        """`_step_all` with every counter's step taken concurrently; if any refuses (after
+        a lost race re-read it) or fails, the steps that were taken are reversed and the
+        first counter's error (in order) is raised."""
+        steps = [
+            asyncio.ensure_future(self._step(owner, counter, delta, check=delta > 0, read=read))
+            for counter, read in zip(counters, reads, strict=True)
+        ]
+        try:
+            await asyncio.wait(steps)
+        except asyncio.CancelledError:
+            # Let the steps land, then reverse those taken: nothing stays half-done.
+            await asyncio.wait(steps)
+            await self._reverse(owner, counters, delta, steps)
+            raise
+        for step in steps:
+            error = step.exception()
+            if error is not None:
+                await self._reverse(owner, counters, delta, steps)
+                raise error
+        return {counter.key: step.result() for counter, step in zip(counters, steps, strict=True)}
+
+    async def _reverse(
+        self,
+        owner: str,
+        counters: Sequence[Counter],
+        delta: int,
+        steps: Sequence[asyncio.Future[int]],
+    ) -> None:
+        for counter, step in zip(counters, steps, strict=True):
+            if step.exception() is None:
+                await self._step(owner, counter, -delta, check=False)
+
     async def apply(
         self, owner: str, counters: Sequence[Counter], delta: int, idempotency_key: str
     ) -> ChargeOutcome:
-        async with self._locks.hold_all(counter.key for counter in counters):
-            recorded, reads = await self._record_and_read(idempotency_key, counters)
-            if not recorded:
-                return ChargeOutcome(
-                    applied=False, values=await self.read([c.key for c in counters])
-                )
-            values: dict[str, int] = {}
-            completed = False
-            try:
-                for counter, read in zip(counters, reads, strict=True):
-                    values[counter.key] = await self._step(
-                        owner, counter, delta, check=delta > 0, read=read
-                    )
-                completed = True
-            finally:
-                if not completed:
-                    # Reverse the steps already taken (shrinking is never refused) and free
-                    # the key, so a retry of this charge can apply.
-                    for counter in counters:
-                        if counter.key in values:
-                            await self._step(owner, counter, -delta, check=False)
-                    with mongo_errors("releasing a charge key"):
-                        await self._keys.delete_one({"_id": idempotency_key})
+        charge = _Charge(delta, asyncio.ensure_future(self._record_key(idempotency_key)))
+        group = (owner, tuple(counter.key for counter in counters), delta > 0)
+        waiting = self._waiting.setdefault(group, [])
+        waiting.append(charge)
+        try:
+            async with self._locks.hold_all(group[1]):
+                if not charge.result.done():
+                    # Nobody committed this charge yet: commit it with every charge waiting.
+                    taken = list(waiting)
+                    waiting.clear()
+                    await self._commit_group(owner, counters, taken)
+        except BaseException:
+            if charge in waiting:
+                # Cancelled before its group was taken: it never applies; free its key.
+                waiting.remove(charge)
+                await self._release_key(charge, idempotency_key)
+            elif charge.result.done() and charge.result.exception() is not None:
+                # It led a group that failed half-way: the group's steps were reversed.
+                await self._release_key(charge, idempotency_key)
+            raise
+        finally:
+            if not waiting and self._waiting.get(group) is waiting:
+                del self._waiting[group]
+        try:
+            values = charge.result.result()
+        except EngramError:
+            await self._release_key(charge, idempotency_key)
+            raise
+        if values is None:  # a replay: the key was recorded by an earlier charge
+            return ChargeOutcome(applied=False, values=await self.read([c.key for c in counters]))
         await self._prune_keys()
         return ChargeOutcome(applied=True, values=values)
 
-    async def _record_and_read(
-        self, idempotency_key: str, counters: Sequence[Counter]
-    ) -> tuple[bool, list[tuple[int, int]]]:
-        """Takes the charge's key while reading its counters. If a read fails after the key
-        was taken, the key is freed again, so a retry of the charge can apply."""
-        key_taken, reads = await asyncio.gather(
-            self._record_key(idempotency_key),
-            asyncio.gather(*(self._head(c.key) for c in counters)),
-            return_exceptions=True,
-        )
-        if isinstance(key_taken, BaseException):
-            raise key_taken
-        if isinstance(reads, BaseException):
-            if key_taken:
-                with mongo_errors("releasing a charge key"):
-                    await self._keys.delete_one({"_id": idempotency_key})
-            raise reads
-        return key_taken, reads
+    async def _release_key(self, charge: _Charge, idempotency_key: str) -> None:
+        """Frees a charge's key if it recorded it, so a retry of the charge can apply."""
+        recorded = charge.key_recorded
+        # Not cancelled: an insert already sent may land all the same. Its outcome decides.
+        await asyncio.wait({recorded})
+        if recorded.cancelled() or recorded.exception() is not None or not recorded.result():
+            return
+        with mongo_errors("releasing a charge key"):
+            await self._keys.delete_one({"_id": idempotency_key})
+
+    async def _commit_group(
+        self, owner: str, counters: Sequence[Counter], charges: list[_Charge]
+    ) -> None:
+        """Applies `charges` (same counters, same sign) and settles each one's result:
+        None for a charge whose key was recorded already (a replay, not applied), else the
+        counter values after its step, or the error that refused it. A group interrupted
+        half-way (its leader cancelled) reverses its steps and fails what it had not
+        settled with WriteContention, so those charges can be retried."""
+        try:
+            await self._commit_taken(owner, counters, charges)
+        finally:
+            for charge in charges:
+                if not charge.result.done():
+                    charge.result.set_exception(
+                        WriteContention("the charge was interrupted before it applied; retry")
+                    )
+
+    async def _commit_taken(
+        self, owner: str, counters: Sequence[Counter], charges: list[_Charge]
+    ) -> None:
+        heads = asyncio.ensure_future(asyncio.gather(*(self._head(c.key) for c in counters)))
+        pending: list[asyncio.Future[Any]] = [heads, *(c.key_recorded for c in charges)]
+        await asyncio.wait(pending)
+        live: list[_Charge] = []
+        for charge in charges:
+            failure = charge.key_recorded.exception()
+            if failure is not None:
+                charge.result.set_exception(failure)
+            elif not charge.key_recorded.result():
+                charge.result.set_result(None)
+            else:
+                live.append(charge)
+        failure = heads.exception()
+        if failure is not None:
+            for charge in live:
+                charge.result.set_exception(failure)
+            return
+        if not live:
+            return
+        reads: list[tuple[int, int] | None] = [
+            self._newer_than_head(counter.key, head)
+            for counter, head in zip(counters, heads.result(), strict=True)
+        ]
+        total = sum(charge.delta for charge in live)
+        try:
+            values = await self._step_all(owner, counters, total, reads)
+        except QuotaExceeded as refused:
+            if len(live) == 1:
+                live[0].result.set_exception(refused)
+                return
+            # The sum does not fit: one at a time, so exactly the charges that fit apply.
+            for charge in live:
+                try:
+                    values = await self._step_all(
+                        owner, counters, charge.delta, [None] * len(counters)
+                    )
+                except EngramError as error:
+                    charge.result.set_exception(error)
+                else:
+                    charge.result.set_result(values)
+            return
+        except EngramError as error:
+            for charge in live:
+                charge.result.set_exception(error)
+            return
+        # Each charge sees the values as they stood after its own step within the group.
+        after = 0
+        for charge in reversed(live):
+            charge.result.set_result(
+                {key: apply_delta(value, -after) for key, value in values.items()}
+            )
+            after += charge.delta
 
     async def _record_key(self, idempotency_key: str) -> bool:
         """Takes the charge's key; False when a charge with that key was already recorded."""
         with mongo_errors("recording a charge"):
             try:
-                await self._keys.insert_one({"_id": idempotency_key, "at": datetime.now(UTC)})
+                await self._key_inserts.insert({"_id": idempotency_key, "at": datetime.now(UTC)})
             except DuplicateKeyError:
                 return False
         return True

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -45,6 +45,7 @@ from pymongo import ASCENDING, IndexModel
 from pymongo.errors import DuplicateKeyError
 
 from engram.backends.mongo import MongoDatabase, ensure_indexes, mongo_errors
+from engram.backends.mongo_batch import GroupedWrites
 from engram.domain.documents import (
     DocumentDeletion,
     DocumentEvent,
@@ -83,10 +84,17 @@ ABANDONED_POINTER = timedelta(seconds=60)
 HEAD_GRACE = timedelta(seconds=5)
 # Document heads read at a time when pruning a space's versions.
 PRUNE_PAGE = 500
-# How long (seconds) a chain read by `get` may be reused by the `save` of the same path.
-CHAIN_REUSE = 0.5
+# How long (seconds) a chain read by `get` may be reused by the `save` of the same path. A
+# write's quota charge sits between the two, and under load it queues behind the charges on
+# the same counters (at 0.5 s, most writes at concurrency 16 read their chain twice).
+CHAIN_REUSE = 2.0
 # Chains kept for reuse (oldest dropped first).
 CHAIN_REUSE_SLOTS = 4096
+
+# Told of every announced change once it is committed and its head written: (event_id,
+# revision) for an UPSERT or DELETE, whose event can go out as it is; (event_id, None) for
+# an erasure, whose event must wait in the outbox until the erasure is finished.
+CommitListener = Callable[[str, dict[str, Any] | None], None]
 
 HEAD_INDEXES = [
     IndexModel(
@@ -206,6 +214,16 @@ class MongoDocumentRepository:
         self._outbox = database["outbox"]
         self._retention = retention
         self._recent: OrderedDict[tuple[str, str], tuple[float, _Chain]] = OrderedDict()
+        self._listeners: list[CommitListener] = []
+        # Concurrent writes share commands (see backends/mongo_batch.py).
+        self._pointer_inserts = GroupedWrites(self._outbox)
+        self._revision_inserts = GroupedWrites(self._revisions)
+
+    def on_commit(self, listener: CommitListener) -> None:
+        """Calls `listener` after each announced change is committed (see CommitListener):
+        the outbox relay publishes from memory what it is told, and reads the outbox
+        collection only for the rest (erasures, other processes' leftovers, crashes)."""
+        self._listeners.append(listener)
 
     async def ensure_indexes(self) -> None:
         """Creates every index (idempotent; run at startup)."""
@@ -228,13 +246,17 @@ class MongoDocumentRepository:
                 {"_id": head_id(space_id, path)}, projection={"rev": 1}
             )
         rev = int(head["rev"]) if head else 0
-        latest = await self._revision(space_id, path, rev) if rev else None
         advanced = False
-        while True:
-            following = await self._revision(space_id, path, rev + 1)
-            if following is None:
-                break
+        if rev:
+            # The head's revision and the probe past it, in one round trip.
+            latest, following = await asyncio.gather(
+                self._revision(space_id, path, rev), self._revision(space_id, path, rev + 1)
+            )
+        else:
+            latest, following = None, await self._revision(space_id, path, 1)
+        while following is not None:
             latest, rev, advanced = following, rev + 1, True
+            following = await self._revision(space_id, path, rev + 1)
         if advanced and latest is not None:
             await self._apply_head(latest)
         return _Chain(rev, latest)
@@ -675,7 +697,7 @@ class MongoDocumentRepository:
         tombstones), then inserts the revision: the commit."""
         with mongo_errors("writing a document"):
             if announce:
-                await self._outbox.insert_one(
+                await self._pointer_inserts.insert(
                     {
                         "_id": revision["event_id"],
                         "revision": revision["_id"],
@@ -683,7 +705,7 @@ class MongoDocumentRepository:
                     }
                 )
             try:
-                await self._revisions.insert_one(revision)
+                await self._revision_inserts.insert(revision)
             except DuplicateKeyError:
                 if announce:
                     await self._outbox.delete_one({"_id": revision["event_id"]})
@@ -692,6 +714,10 @@ class MongoDocumentRepository:
             self._apply_head(revision),
             self._prune(revision["space_id"], revision["path"], int(revision["rev"])),
         )
+        if announce:
+            fed = revision if revision["op"] in (UPSERT, DELETE) else None
+            for listener in self._listeners:
+                listener(revision["event_id"], fed)
 
     # --- erasure -----------------------------------------------------------------------------
 
@@ -832,8 +858,12 @@ class MongoDocumentRepository:
 
     # --- the outbox --------------------------------------------------------------------------
 
-    async def pending_revisions(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
-        """(event_id, revision) for recorded, unpublished events, oldest first; drops
+    async def pending_revisions(
+        self, limit: int, *, skip: Collection[str] = (), min_age: timedelta | None = None
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """(event_id, revision) for recorded, unpublished events, oldest first, except the
+        event ids in `skip` (the relay has them from memory already) and, with `min_age`,
+        pointers younger than that (most likely writes still in flight); drops
         pointers whose revision never landed. The writer updates the head right after its
         revision; a pointer older than HEAD_GRACE whose head is still behind its revision
         means the writer may have crashed in between, so that path's head is rolled forward
@@ -847,6 +877,13 @@ class MongoDocumentRepository:
             pointers = (
                 await self._outbox.find({}).sort("at", ASCENDING).limit(limit).to_list(length=limit)
             )
+            recorded_before = datetime.now(UTC) - (min_age or timedelta(0))
+            pointers = [
+                pointer
+                for pointer in pointers
+                if pointer["_id"] not in skip
+                and (min_age is None or pointer["at"] <= recorded_before)
+            ]
             if not pointers:
                 return []
             wanted = list(dict.fromkeys(pointer["revision"] for pointer in pointers))

@@ -1,0 +1,111 @@
+"""GroupedWrites: single-document inserts from concurrent callers, sent as one command.
+
+FerretDB's cost is per command (its own work and PostgreSQL's transaction per command,
+and the driver's per round trip), not per document: an unordered `insert_many` of 10
+documents costs about what one `insert_one` does. So inserts into one collection queue
+while one unordered bulk insert is in flight and go out together in the next; a caller
+alone pays no wait. Each caller still gets its own outcome: an unordered insert applies
+every document it can and reports each failure on its own, so a caller whose insert
+collided gets DuplicateKeyError exactly as from `insert_one` (the unique-`_id` insert stays
+the atomic primitive it is in storage/mongo_repository.py and quota/mongo_ledger.py).
+
+Inserts only: FerretDB 1.24's reply to a multi-statement `update` can lack `nModified`,
+which PyMongo's bulk write does not survive (KeyError), so replaces stay single commands.
+
+A caller cancelled while its write is still queued takes it out (it is never sent); a
+write already sent may land, as with a cancelled `insert_one`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pymongo import InsertOne
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, PyMongoError
+
+from engram.backends.mongo import MongoCollection
+
+# Documents per command at most (the driver splits larger messages by size anyway).
+MAX_GROUP = 128
+DUPLICATE_KEY = 11000
+
+
+_Write = InsertOne[dict[str, Any]]
+
+
+class GroupedWrites:
+    def __init__(self, collection: MongoCollection, *, max_group: int = MAX_GROUP) -> None:
+        self._collection = collection
+        self._max_group = max_group
+        self._queue: list[tuple[_Write, asyncio.Future[None]]] = []
+        self._sender: asyncio.Task[None] | None = None
+
+    async def insert(self, document: dict[str, Any]) -> None:
+        """Inserts `document`; raises DuplicateKeyError if its `_id` is taken (and the
+        driver's errors, as `insert_one` would)."""
+        await self._write(InsertOne(document))
+
+    async def _write(self, operation: _Write) -> None:
+        outcome: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Retrieved here, so an outcome nobody awaits any more (its caller was cancelled
+        # after sending) is not reported as an exception never retrieved.
+        outcome.add_done_callback(_retrieve)
+        entry = (operation, outcome)
+        self._queue.append(entry)
+        sender = self._sender
+        if sender is None or sender.done() or sender.get_loop() is not outcome.get_loop():
+            self._sender = asyncio.create_task(self._send(), name="mongo-grouped-writes")
+        try:
+            await asyncio.shield(entry[1])
+        except asyncio.CancelledError:
+            if entry in self._queue:
+                self._queue.remove(entry)
+            raise
+
+    async def _send(self) -> None:
+        while self._queue:
+            group, self._queue = self._queue[: self._max_group], self._queue[self._max_group :]
+            try:
+                await self._collection.bulk_write(
+                    [operation for operation, _ in group], ordered=False
+                )
+            except BulkWriteError as error:
+                failed = {int(e["index"]): e for e in error.details.get("writeErrors", [])}
+                for index, (_, outcome) in enumerate(group):
+                    if index in failed:
+                        outcome.set_exception(_document_error(failed[index]))
+                    else:
+                        outcome.set_result(None)
+                continue
+            except PyMongoError as error:
+                for _, outcome in group:
+                    outcome.set_exception(error)
+                continue
+            except BaseException as error:
+                # Anything else (a driver bug, the sender cancelled at shutdown): every
+                # caller of this group gets it, nobody waits in vain. An error is theirs to
+                # raise; a cancellation stops the sender, failing what is still queued.
+                if not isinstance(error, Exception):
+                    for _, outcome in group + self._queue:
+                        outcome.cancel()
+                    self._queue = []
+                    raise
+                for _, outcome in group:
+                    outcome.set_exception(error)
+                continue
+            for _, outcome in group:
+                outcome.set_result(None)
+
+
+def _retrieve(outcome: asyncio.Future[None]) -> None:
+    if not outcome.cancelled():
+        outcome.exception()
+
+
+def _document_error(write_error: dict[str, Any]) -> PyMongoError:
+    code = int(write_error.get("code", 0))
+    message = str(write_error.get("errmsg", "write error"))
+    if code == DUPLICATE_KEY:
+        return DuplicateKeyError(message, code, write_error)
+    return OperationFailure(message, code, write_error)
