@@ -107,7 +107,7 @@ async def test_du_history_export_import(cli: Cli, tmp_path: Path) -> None:
     with tarfile.open(archive) as tar:
         assert tar.getnames() == ["a.md"]
     imported = await cli("import", "--in", str(archive), "--strategy", "rename", "-n", "copy")
-    assert "1 written" in imported
+    assert "1 created" in imported
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         info = tarfile.TarInfo("a.md")

@@ -1,15 +1,19 @@
-"""`engram`: run the servers, and talk to them."""
+"""`engram`: run the servers, and talk to them.
+
+Start-up: this module and the command modules import typer and little else; everything
+heavy (grpc, the generated messages, pydantic, the servers) is imported inside the commands
+that use it, so `engram --help` and a client command start in well under 0.25 s of CPU
+(bench/cli_startup.py measures it, tests/unit/test_cli_imports.py guards it).
+"""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
 
+from engram import __version__
 from engram.cli import (
     admin_commands,
     indexer_commands,
@@ -21,16 +25,22 @@ from engram.cli import (
     storage_commands,
     watch_command,
 )
-from engram.cli.client import console, fail, use_tls
-from engram.domain.errors import EngramError
-from engram.runtime.logs import configure_logging
-from engram.runtime.settings import Settings, SettingsFileError
-from engram.runtime.tracing import configure_tracing
+from engram.cli.client import (
+    DEFAULT_ADDR,
+    VISIBILITIES,
+    command_defaults,
+    console,
+    fail,
+    typer_app,
+    use_tls,
+)
 
-app = typer.Typer(
+if TYPE_CHECKING:
+    from engram.runtime.settings import Settings
+
+app = typer_app(
     name="engram",
     no_args_is_help=True,
-    add_completion=False,
     help="Memory and knowledge spaces for AI agents.",
 )
 storage_commands.register(app)
@@ -44,8 +54,48 @@ jobs_commands.register(app)
 watch_command.register(app)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"engram {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(
+    ctx: typer.Context,
+    addr: Annotated[
+        str,
+        typer.Option("--addr", envvar="ENGRAM_ADDR", help="host:port of the engram server."),
+    ] = DEFAULT_ADDR,
+    token: Annotated[
+        str,
+        typer.Option(
+            "--token",
+            envvar="ENGRAM_TOKEN",
+            help="Bearer token (JWT or egm_...).",
+            show_default=False,
+        ),
+    ] = "",
+    visibility: Annotated[
+        str,
+        typer.Option("--visibility", "-v", envvar="ENGRAM_VISIBILITY", help="|".join(VISIBILITIES)),
+    ] = "private",
+    name: Annotated[
+        str, typer.Option("--name", "-n", envvar="ENGRAM_SPACE", help="Space name.")
+    ] = "default",
+    project: Annotated[
+        str, typer.Option("--project", envvar="ENGRAM_PROJECT", help="Project qualifier.")
+    ] = "",
+    bot: Annotated[str, typer.Option("--bot", envvar="ENGRAM_BOT", help="Bot qualifier.")] = "",
+    user: Annotated[
+        str, typer.Option("--user", envvar="ENGRAM_USER", help="User qualifier (user spaces).")
+    ] = "",
+    tenant: Annotated[
+        str, typer.Option("--tenant", envvar="ENGRAM_TENANT", help="Tenant (default: yours).")
+    ] = "",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Every command prints JSON instead of text.")
+    ] = False,
     tls: Annotated[
         bool,
         typer.Option("--tls", envvar="ENGRAM_TLS", help="Talk TLS to the server."),
@@ -74,13 +124,42 @@ def main_options(
             help="Name to check in the server's certificate.",
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
 ) -> None:
-    """Memory and knowledge spaces for AI agents."""
+    """Memory and knowledge spaces for AI agents.
+
+    The space and connection options given here (before the command) apply to every
+    command, e.g. `engram -v bot --project p1 --bot b1 -n runs ls`; a command's own options
+    win over them. Their environment variables: ENGRAM_ADDR, ENGRAM_TOKEN,
+    ENGRAM_VISIBILITY, ENGRAM_SPACE, ENGRAM_PROJECT, ENGRAM_BOT, ENGRAM_USER, ENGRAM_TENANT.
+    """
     use_tls(tls, ca, cert, key, server_name)
+    ctx.default_map = command_defaults(
+        ctx.command,
+        {
+            "addr": addr,
+            "token": token,
+            "visibility": visibility,
+            "name": name,
+            "project": project,
+            "bot": bot,
+            "user": user,
+            "tenant": tenant,
+            "as_json": as_json,
+        },
+    )
 
 
 def _tracing(service: str) -> None:
     """OpenTelemetry spans exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set."""
+    from engram.domain.errors import EngramError
+    from engram.runtime.tracing import configure_tracing
+
     try:
         configure_tracing(service)
     except EngramError as error:
@@ -88,6 +167,14 @@ def _tracing(service: str) -> None:
 
 
 def _settings(**overrides: object) -> Settings:
+    """The settings of a server command (`dev`, `serve`); warnings go to its logs."""
+    import logging
+
+    from pydantic import ValidationError
+
+    from engram.runtime.settings import Settings, SettingsFileError
+
+    logging.captureWarnings(True)
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
     except SettingsFileError as error:
@@ -120,7 +207,11 @@ def dev(
     ] = False,
 ) -> None:
     """Run every service in one process on embedded backends."""
+    import asyncio
+
     from engram.app.embedded import embedded_engram
+    from engram.domain.errors import EngramError
+    from engram.runtime.logs import configure_logging
     from engram.runtime.server import stop_on_signals
 
     settings = _settings(
@@ -176,7 +267,11 @@ def serve(
     ] = None,
 ) -> None:
     """Run one service on the production backends configured by ENGRAM_* settings."""
+    import asyncio
+
     from engram.app.production import PROCESSES, run_service
+    from engram.domain.errors import EngramError
+    from engram.runtime.logs import configure_logging
 
     if service not in PROCESSES:
         fail(f"unknown service {service!r}; choose one of {', '.join(PROCESSES)}")
@@ -192,5 +287,4 @@ def serve(
 
 
 def main() -> None:
-    logging.captureWarnings(True)
     app()

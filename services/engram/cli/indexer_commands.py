@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from engram.cli.client import (
     AddrOption,
     BotOption,
+    JsonOption,
     ProjectOption,
     SpaceFlags,
     TenantOption,
@@ -18,13 +19,13 @@ from engram.cli.client import (
     call,
     channel,
     console,
+    emit,
     fail,
     metadata,
 )
-from engram.domain.errors import InvalidSpaceRef
-from engram.domain.spaces import parse_space_id
-from engram.v1 import indexer_pb2, indexer_pb2_grpc, space_pb2
-from engram.wire import space_to_proto
+
+if TYPE_CHECKING:
+    from engram.v1 import space_pb2
 
 
 def space_refs(
@@ -32,6 +33,10 @@ def space_refs(
 ) -> list[space_pb2.SpaceRef]:
     """`--space` values: a space name (qualified by the other flags) or a whole space id
     (`v1:<visibility>:<tenant>:<project>:<bot>:<user>:<name>`)."""
+    from engram.domain.errors import InvalidSpaceRef
+    from engram.domain.spaces import parse_space_id
+    from engram.wire import space_to_proto
+
     refs = []
     for name in names:
         if name.startswith("v1:"):
@@ -69,8 +74,11 @@ def register(app: typer.Typer) -> None:
         tenant: TenantOption = "",
         addr: AddrOption = "127.0.0.1:50051",
         token: TokenOption = "",
+        as_json: JsonOption = False,
     ) -> None:
         """Queue documents for indexing again (after a failure, or to rebuild the indexes)."""
+        from engram.v1 import indexer_pb2, indexer_pb2_grpc
+
         names = space or []
         if all_spaces == bool(names):
             fail("name spaces with --space, or use --all (not both)")
@@ -80,14 +88,23 @@ def register(app: typer.Typer) -> None:
         with channel(addr) as opened:
             stub = indexer_pb2_grpc.IndexerServiceStub(opened)
             response = call(lambda: stub.Reindex(request, metadata=metadata(token)))
+        if as_json:
+            emit({"documents_enqueued": response.documents_enqueued})
+            return
         console.print(
             f"queued [bold]{response.documents_enqueued}[/] documents for indexing",
             highlight=False,
         )
 
     @app.command("index-status")
-    def index_status(addr: AddrOption = "127.0.0.1:50051", token: TokenOption = "") -> None:
+    def index_status(
+        addr: AddrOption = "127.0.0.1:50051",
+        token: TokenOption = "",
+        as_json: JsonOption = False,
+    ) -> None:
         """Show the active embedding model, a switch under way, and the indexing backlog."""
+        from engram.v1 import indexer_pb2, indexer_pb2_grpc
+
         with channel(addr) as opened:
             stub = indexer_pb2_grpc.IndexerServiceStub(opened)
             status = call(
@@ -95,6 +112,18 @@ def register(app: typer.Typer) -> None:
                     indexer_pb2.GetIndexStatusRequest(), metadata=metadata(token)
                 )
             )
+        if as_json:
+            emit(
+                {
+                    "active_model": status.active_model,
+                    "dimension": status.dimension,
+                    "pending_model": status.pending_model,
+                    "switch_documents_indexed": status.switch_documents_indexed,
+                    "backlog": status.backlog,
+                    "collections": list(status.collections),
+                }
+            )
+            return
         active = f"{status.active_model} ({status.dimension} dims)" if status.active_model else "-"
         console.print(f"active model   {active}", highlight=False)
         if status.pending_model:
