@@ -261,6 +261,7 @@ async def authz_on_mongo(
     async with _on_mongo(settings) as process:
         store = MongoTokenStore(process.database)
         audit = MongoAuditLog(process.database)
+        await store.ensure_indexes()
         await audit.ensure_indexes()
         tokens = token_authenticator(process.components.jwt, store)
         authz = AuthzService(

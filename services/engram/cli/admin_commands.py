@@ -3,6 +3,7 @@ show|set|reconcile, audit."""
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import Annotated, Any, cast
 
@@ -77,6 +78,81 @@ def token_create(
     )
     console.print("store it now; it is not shown again:", style="dim")
     typer.echo(created.token)
+
+
+@token_app.command("list")
+def token_list(
+    user: Annotated[str, typer.Option("--user", help="Only this user's tokens.")] = "",
+    tenant: Annotated[str, typer.Option("--tenant", help="Platform admins only.")] = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    token: TokenOption = "",
+    as_json: JsonOption = False,
+) -> None:
+    """List the tenant's personal access tokens (tenant admins); never their secrets."""
+    from rich import box
+    from rich.table import Table
+
+    from engram.v1 import authz_pb2, authz_pb2_grpc
+
+    tokens: list[Any] = []
+    page = ""
+    with channel(addr) as opened:
+        stub = authz_pb2_grpc.AuthzServiceStub(opened)
+        while True:
+            request = authz_pb2.ListTokensRequest(
+                tenant=tenant, user=user, page_size=1000, page_token=page
+            )
+            response = call(partial(stub.ListTokens, request, metadata=metadata(token)))
+            tokens.extend(response.tokens)
+            page = response.next_page_token
+            if not page:
+                break
+    tokens.sort(key=lambda info: (info.created_at.seconds, info.created_at.nanos, info.token_id))
+    if as_json:
+        emit(
+            {
+                "tokens": [
+                    {
+                        "token_id": info.token_id,
+                        "tenant": info.tenant,
+                        "user": info.user,
+                        "role": ROLE_NAMES.get(info.role, "unspecified"),
+                        "description": info.description,
+                        "created_at": timestamp(info.created_at),
+                        "expires_at": timestamp(info.expires_at),
+                        "created_by": info.created_by,
+                        "revoked": info.revoked,
+                        "revoked_at": timestamp(info.revoked_at),
+                    }
+                    for info in tokens
+                ]
+            }
+        )
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("id", no_wrap=True)
+    table.add_column("user", overflow="fold")
+    table.add_column("role", no_wrap=True)
+    table.add_column("expires", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("description", overflow="fold")
+    now = time.time()
+    for info in tokens:
+        state = (
+            "revoked"
+            if info.revoked
+            else ("expired" if info.expires_at.seconds < now else "active")
+        )
+        table.add_row(
+            info.token_id,
+            info.user,
+            ROLE_NAMES.get(info.role, "?"),
+            compact_time(info.expires_at)[:10],
+            state,
+            info.description,
+        )
+    console.print(table)
+    console.print(f"[dim]{len(tokens)} token(s)[/]", highlight=False)
 
 
 @token_app.command("revoke")
