@@ -221,3 +221,21 @@ async def test_import_counts_add_up_with_unchanged_entries(cli: Cli, tmp_path: A
     assert counts["created"] == 1 and counts["unchanged"] == 1 and counts["skipped"] == 1
     text = await cli("import", "--in", str(archive), "--strategy", "overwrite")
     assert "3 entries" in text and "unchanged" in text
+
+
+async def test_reindex_waits_for_the_backlog_and_status_has_a_rate(cli: Cli) -> None:
+    for n in range(30):
+        await cli("write", f"doc-{n}.md", stdin=f"document number {n}")
+    waited = await cli.json("reindex", "--space", "default", "--wait", "--timeout", "120")
+    assert waited["documents_enqueued"] == 30
+    assert waited["backlog"] == 0 and waited["seconds"] >= 0
+    status = await cli.json("index-status", "--sample", "0.2")
+    assert status["backlog"] == 0
+    # The reindexed events were counted as indexed (besides the 30 writes).
+    assert status["indexed_total"] >= 60
+    assert status["rate_per_second"] is not None and status["rate_per_second"] >= 0
+    text = await cli("reindex", "--space", "default", "--wait")
+    assert "queued 30 documents" in text and "the backlog reached 0" in text
+    shown = await cli("index-status", "--sample", "0.2")
+    assert "backlog        0 events" in shown and "events/s" in shown
+    assert "rate_per_second" in (await cli("index-status", "--json", "--sample", "0"))

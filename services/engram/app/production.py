@@ -351,6 +351,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
             vector,
             backlog=consumer.backlog,
             switch_progress=indexing.switch_progress,
+            indexed_total=consumer.indexed_total,
         )
         dependencies = [
             mongo_dependency(database),

@@ -41,9 +41,9 @@ def transfer_progress(description: str, total: int | None) -> Iterator[Callable[
 
 
 @contextmanager
-def count_progress(description: str, total: int) -> Iterator[Callable[[int], None]]:
+def count_progress(description: str, total: int) -> Iterator[Callable[..., None]]:
     """A bar of items done out of `total`, with the rate per second and an ETA; yields the
-    function that sets how many are done."""
+    function that sets how many are done (and, optionally, a new total)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -67,9 +67,9 @@ def count_progress(description: str, total: int) -> Iterator[Callable[[int], Non
     with progress:
         task = progress.add_task(description, total=total, rate="")
 
-        def update(done: int) -> None:
+        def update(done: int, total: int | None = None) -> None:
+            progress.update(task, completed=done, total=total)
             speed = progress.tasks[task].speed
-            rate = f"{speed:,.0f}/s" if speed else ""
-            progress.update(task, completed=done, rate=rate)
+            progress.update(task, rate=f"{speed:,.0f}/s" if speed else "")
 
         yield update

@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -238,10 +238,12 @@ class IndexWorker:
         keys: Iterable[tuple[SpaceRef, str]],
         *,
         traces: Mapping[DocumentKey, Sequence[Mapping[str, str]]] | None = None,
+        indexed: Callable[[DocumentKey], None] | None = None,
     ) -> dict[DocumentKey, Exception | None]:
         """Indexes several documents, `concurrency` at a time; the error of each one that
         failed (None for success), so one bad document never holds up the others. `traces`
-        gives each document's events' trace contexts (see `index`)."""
+        gives each document's events' trace contexts (see `index`); `indexed` is told each
+        document as soon as it is indexed (progress within a batch)."""
         semaphore = asyncio.Semaphore(self._concurrency)
         results: dict[DocumentKey, Exception | None] = {}
 
@@ -259,6 +261,8 @@ class IndexWorker:
                     results[(space.id, path)] = error
                 else:
                     results[(space.id, path)] = None
+                    if indexed is not None:
+                        indexed((space.id, path))
 
         await asyncio.gather(*(one(space, path) for space, path in keys))
         return results
