@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
@@ -196,9 +196,6 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
     ) -> None:
         """Show a space (or a directory of it) as a tree."""
-        from rich.markup import escape
-        from rich.tree import Tree
-
         from engram.v1 import storage_pb2, storage_pb2_grpc
 
         space = _space(visibility, name, project, bot, user, tenant)
@@ -240,26 +237,12 @@ def register(app: typer.Typer) -> None:
                 }
             )
             return
-        root = Tree(
-            f"[bold]{escape(space.label)}[/]" + (f"/{escape(directory)}" if directory else "")
-        )
-        nodes: dict[str, Tree] = {directory: root}
-        for entry in entries:
-            parent = nodes[directory]
-            relative = entry.path[len(directory) + 1 if directory else 0 :]
-            parts = relative.split("/")
-            prefix = directory
-            for part in parts[:-1]:
-                prefix = f"{prefix}/{part}" if prefix else part
-                if prefix not in nodes:
-                    nodes[prefix] = parent.add(f"[bold blue]{escape(part)}/[/]")
-                parent = nodes[prefix]
-            if entry.is_dir:
-                nodes.setdefault(entry.path, parent.add(f"[bold blue]{escape(parts[-1])}/[/]"))
-            else:
-                parent.add(f"{escape(parts[-1])} [dim]{format_size(entry.size_bytes)}[/]")
-        console.print(root)
-        console.print(f"[dim]{count} document(s)[/]")
+        # Drawn here rather than with rich's Tree: importing rich costs more CPU than the
+        # whole listing (issue 17's start-up budget).
+        label = space.label + (f"/{directory}" if directory else "")
+        for line in tree_lines(label, directory, entries):
+            typer.echo(line)
+        typer.echo(f"{count} document(s)")
 
     @app.command()
     def rm(
@@ -544,6 +527,37 @@ def register(app: typer.Typer) -> None:
                 note,
             )
         console.print(table)
+
+
+def tree_lines(label: str, directory: str, entries: Iterable[Any]) -> list[str]:
+    """A listing drawn as a tree (`├── `, `└── `), directories with a trailing slash and
+    documents with their size, in the listing's order."""
+    # Each node: name -> (children, size or None for a directory).
+    root: dict[str, Any] = {}
+    for entry in entries:
+        relative = entry.path[len(directory) + 1 if directory else 0 :]
+        parts = relative.split("/")
+        node = root
+        for part in parts[:-1]:
+            node = node.setdefault(part + "/", {})
+        if entry.is_dir:
+            node.setdefault(parts[-1] + "/", {})
+        else:
+            node[parts[-1]] = format_size(entry.size_bytes)
+    lines = [label]
+
+    def walk(node: dict[str, Any], indent: str) -> None:
+        names = list(node)
+        for index, name in enumerate(names):
+            last = index == len(names) - 1
+            value = node[name]
+            text = f"{name} {value}" if isinstance(value, str) else name
+            lines.append(f"{indent}{'└── ' if last else '├── '}{text}")
+            if isinstance(value, dict):
+                walk(value, indent + ("    " if last else "│   "))
+
+    walk(root, "")
+    return lines
 
 
 # ImportOutcome numbers of storage.proto and the names --json and the summary use.
