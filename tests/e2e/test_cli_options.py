@@ -239,3 +239,16 @@ async def test_reindex_waits_for_the_backlog_and_status_has_a_rate(cli: Cli) -> 
     shown = await cli("index-status", "--sample", "0.2")
     assert "backlog        0 events" in shown and "events/s" in shown
     assert "rate_per_second" in (await cli("index-status", "--json", "--sample", "0"))
+
+
+async def test_history_fits_80_columns_with_whole_timestamps(cli: Cli) -> None:
+    import re
+
+    for n in range(3):
+        await cli("write", "deep/path/to/a/long-document-name.md", stdin=f"version {n}")
+    shown = await cli("history", "deep/path/to/a/long-document-name.md")
+    lines = shown.splitlines()
+    assert all(len(line) <= 80 for line in lines), shown
+    stamps = [line for line in lines if re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", line)]
+    assert len(stamps) == 3, shown
+    assert "private:default" in shown

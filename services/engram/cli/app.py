@@ -41,7 +41,11 @@ if TYPE_CHECKING:
 app = typer_app(
     name="engram",
     no_args_is_help=True,
-    help="Memory and knowledge spaces for AI agents.",
+    help="Memory and knowledge spaces for AI agents.\n\n"
+    "The space and connection options below apply to every command (engram -v bot --project "
+    "p1 --bot b1 -n runs ls); a command's own options win over them, and they win over their "
+    "environment variables (ENGRAM_ADDR, ENGRAM_TOKEN, ENGRAM_VISIBILITY, ENGRAM_SPACE, "
+    "ENGRAM_PROJECT, ENGRAM_BOT, ENGRAM_USER, ENGRAM_TENANT).",
 )
 storage_commands.register(app)
 admin_commands.register(app)
