@@ -252,3 +252,25 @@ async def test_history_fits_80_columns_with_whole_timestamps(cli: Cli) -> None:
     stamps = [line for line in lines if re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", line)]
     assert len(stamps) == 3, shown
     assert "private:default" in shown
+
+
+async def test_json_output_of_memory_jobs_and_quota(cli: Cli) -> None:
+    written = await cli.json("memory", "write", "likes green tea", "--target", "memory")
+    assert written["path"] == "MEMORY.md" and written["version"] == 1
+    assert written["space"] == "private:default"
+    read = await cli.json("memory", "read", "MEMORY.md")
+    assert "likes green tea" in read["content"] and read["updated_at"].endswith("Z")
+    logged = await cli.json("memory", "log", "had a meeting")
+    assert logged["path"].startswith("daily/")
+    seeded = await cli.json("memory", "seed")
+    assert isinstance(seeded["created_paths"], list) and seeded["created_paths"]
+    prompt = await cli.json("memory", "prompt")
+    assert "likes green tea" in prompt["text"] and prompt["sections"]
+    found = await cli.json("memory", "search", "tea")
+    assert found["query"] == "tea" and isinstance(found["results"], list)
+    runs = await cli.json("jobs")
+    assert isinstance(runs["runs"], list)
+    settings = await cli.json("jobs", "settings")
+    assert set(settings) >= {"dream_enabled", "log_retention", "max_daily_logs"}
+    usage = await cli.json("quota", "show")
+    assert usage["tenant"] == "local" and usage["used_bytes"] > 0

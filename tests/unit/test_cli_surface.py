@@ -125,3 +125,28 @@ def test_space_labels() -> None:
     assert client.SpaceFlags("bot", "runs", project="p1", bot="b1").label == "bot:p1/b1/runs"
     assert client.SpaceFlags("private", "default", tenant="acme").label == "private:default@acme"
     assert client.space_label("v1:user:acme:::ann:notes") == "user:ann/notes"
+
+
+def test_progress_bars_draw_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from engram.cli import progress
+
+    drawn = io.StringIO()
+    monkeypatch.setattr(
+        progress, "err_console", Console(file=drawn, force_terminal=True, width=100)
+    )
+    with progress.transfer_progress("importing into private:default", total=4096) as advance:
+        advance(2048)
+        advance(2048)
+    with progress.count_progress("indexing", total=10) as update:
+        update(4)
+        update(10, total=10)
+    text = drawn.getvalue()
+    assert "importing into private:default" in text and "indexing" in text
+    assert "10/10" in text
+    quiet = io.StringIO()
+    monkeypatch.setattr(progress, "err_console", Console(file=quiet, force_terminal=False))
+    with progress.transfer_progress("exporting", total=None) as advance:
+        advance(10)
+    assert quiet.getvalue() == ""
