@@ -130,10 +130,10 @@ def register(app: typer.Typer) -> None:
                 }
             )
             return
-        console.print(
-            f"{verb} [bold]{doc.path}[/] v{doc.version} {format_size(doc.size_bytes)} "
-            f"({response.bytes_delta:+d} B) sha256 {doc.sha256[:12]}",
-            highlight=False,
+        # typer.echo, not rich: a write is an everyday command and rich costs its import.
+        typer.echo(
+            f"{verb} {doc.path} v{doc.version} {format_size(doc.size_bytes)} "
+            f"({response.bytes_delta:+d} B) sha256 {doc.sha256[:12]}"
         )
 
     @app.command()
@@ -274,9 +274,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             emit({"path": path, "deleted": True, "deleted_bytes": response.deleted_bytes})
             return
-        console.print(
-            f"deleted [bold]{path}[/] ({format_size(response.deleted_bytes)})", highlight=False
-        )
+        typer.echo(f"deleted {path} ({format_size(response.deleted_bytes)})")
 
     @app.command()
     def du(
