@@ -1,8 +1,6 @@
 """Client commands for identity and quotas: token create|list|revoke, quota
 show|set|reconcile, audit."""
 
-from __future__ import annotations
-
 import time
 from functools import partial
 from typing import Annotated, Any, cast

@@ -6,8 +6,6 @@ that use it, so `engram --help` and a client command start in well under 0.25 s 
 (bench/cli_startup.py measures it, tests/unit/test_cli_imports.py guards it).
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -170,7 +168,7 @@ def _tracing(service: str) -> None:
         fail(error.message)
 
 
-def _settings(**overrides: object) -> Settings:
+def _settings(**overrides: object) -> "Settings":
     """The settings of a server command (`dev`, `serve`); warnings go to its logs."""
     import logging
 

@@ -7,8 +7,6 @@ inside the functions that need them, so `engram --help` never loads them
 (tests/unit/test_cli_imports.py guards it).
 """
 
-from __future__ import annotations
-
 import json
 import os
 import sys
@@ -107,7 +105,7 @@ class SpaceFlags:
     user: str = ""
     tenant: str = ""
 
-    def to_proto(self) -> space_pb2.SpaceRef:
+    def to_proto(self) -> "space_pb2.SpaceRef":
         from engram.v1 import space_pb2
 
         visibility = VISIBILITIES.get(self.visibility)
@@ -171,14 +169,14 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def timestamp(value: Timestamp) -> str:
+def timestamp(value: "Timestamp") -> str:
     """A protobuf Timestamp as ISO 8601 UTC (`2026-01-02T03:04:05Z`); "" when unset."""
     if not value.seconds and not value.nanos:
         return ""
     return value.ToDatetime().isoformat(timespec="seconds") + "Z"
 
 
-def compact_time(value: Timestamp | datetime | None) -> str:
+def compact_time(value: "Timestamp | datetime | None") -> str:
     """`2026-01-02 03:04` in UTC (16 columns, for tables that must fit 80)."""
     if value is None:
         return "-"
@@ -192,7 +190,7 @@ def compact_time(value: Timestamp | datetime | None) -> str:
 
 
 # The global TLS flags of this invocation (set by the app's callback).
-_client_tls: ContextVar[ClientTls | None] = ContextVar("client_tls", default=None)
+_client_tls: "ContextVar[ClientTls | None]" = ContextVar("client_tls", default=None)
 
 
 def use_tls(
@@ -212,7 +210,7 @@ def use_tls(
         fail("--cert and --key go together (a client certificate for mTLS)")
 
 
-def tls_flags() -> ClientTls | None:
+def tls_flags() -> "ClientTls | None":
     """The global TLS flags of this invocation (None: plaintext)."""
     return _client_tls.get()
 
@@ -239,7 +237,7 @@ def command_defaults(command: Any, values: Mapping[str, object]) -> dict[str, An
 
 
 @contextmanager
-def channel(addr: str) -> Iterator[grpc.Channel]:
+def channel(addr: str) -> "Iterator[grpc.Channel]":
     """A channel to `addr`, with TLS as the global flags say (`engram --tls --ca ca.pem ...`)."""
     from engram.runtime.channels import ChannelConfig, open_sync_channel
 
@@ -251,7 +249,7 @@ def channel(addr: str) -> Iterator[grpc.Channel]:
         yield opened
 
 
-def explain(error: grpc.RpcError) -> str:
+def explain(error: "grpc.RpcError") -> str:
     """`CODE: message [reason]` from a failed call, without a traceback."""
     from engram.runtime.errors import received_status
 

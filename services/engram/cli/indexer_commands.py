@@ -1,7 +1,5 @@
 """Client commands for IndexerService: reindex, index-status."""
 
-from __future__ import annotations
-
 import time
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -31,7 +29,7 @@ if TYPE_CHECKING:
 
 def space_refs(
     names: list[str], visibility: str, project: str, bot: str, user: str, tenant: str
-) -> list[space_pb2.SpaceRef]:
+) -> "list[space_pb2.SpaceRef]":
     """`--space` values: a space name (qualified by the other flags) or a whole space id
     (`v1:<visibility>:<tenant>:<project>:<bot>:<user>:<name>`)."""
     from engram.domain.errors import InvalidSpaceRef

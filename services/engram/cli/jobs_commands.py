@@ -1,7 +1,5 @@
 """Client commands for MaintenanceService: `engram jobs` (runs), `jobs run`, `jobs settings`."""
 
-from __future__ import annotations
-
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -49,24 +47,24 @@ jobs = typer_app(
 )
 
 
-def _stub(opened: grpc.Channel) -> maintenance_pb2_grpc.MaintenanceServiceStub:
+def _stub(opened: "grpc.Channel") -> "maintenance_pb2_grpc.MaintenanceServiceStub":
     from engram.v1 import maintenance_pb2_grpc
 
     return maintenance_pb2_grpc.MaintenanceServiceStub(opened)
 
 
-def _duration(run: maintenance_pb2.JobRun) -> str:
+def _duration(run: "maintenance_pb2.JobRun") -> str:
     if not run.HasField("finished_at"):
         return "-"
     seconds = run.finished_at.ToNanoseconds() / 1e9 - run.started_at.ToNanoseconds() / 1e9
     return f"{seconds:.1f}s"
 
 
-def _counts(run: maintenance_pb2.JobRun) -> str:
+def _counts(run: "maintenance_pb2.JobRun") -> str:
     return ", ".join(f"{name}={value}" for name, value in sorted(run.counts.items()))
 
 
-def run_record(run: maintenance_pb2.JobRun) -> dict[str, Any]:
+def run_record(run: "maintenance_pb2.JobRun") -> dict[str, Any]:
     """A job run's `--json` fields."""
     return {
         "run_id": run.run_id,
@@ -82,7 +80,7 @@ def run_record(run: maintenance_pb2.JobRun) -> dict[str, Any]:
     }
 
 
-def print_run(run: maintenance_pb2.JobRun) -> None:
+def print_run(run: "maintenance_pb2.JobRun") -> None:
     outcome = OUTCOMES.get(run.outcome, "?")
     colour = {"succeeded": "green", "failed": "red"}.get(outcome, "yellow")
     console.print(

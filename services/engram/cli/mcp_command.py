@@ -1,7 +1,5 @@
 """`engram mcp`: serve the memory tools to an MCP host (stdio) or over streamable HTTP."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

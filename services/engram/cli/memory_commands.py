@@ -1,8 +1,6 @@
 """`engram memory ...`: an agent's workspace through WorkspaceService (the memory tools),
 over the typed client `engram.client`."""
 
-from __future__ import annotations
-
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
@@ -65,7 +63,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(memory_app, name="memory")
 
 
-def _space(visibility: str, name: str, project: str, bot: str, user: str, tenant: str) -> Space:
+def _space(visibility: str, name: str, project: str, bot: str, user: str, tenant: str) -> "Space":
     from engram.client import Space
 
     try:
@@ -85,7 +83,9 @@ def _failed(error: EngramError) -> NoReturn:
     fail(text, code=1)
 
 
-def _run(addr: str, token: str, space: Space, call: Callable[[EngramClient], Awaitable[T]]) -> T:
+def _run(
+    addr: str, token: str, space: "Space", call: "Callable[[EngramClient], Awaitable[T]]"
+) -> T:
     """Runs `call` with a client of `addr` for `space` (TLS as the global flags say); a
     failure is printed, exit code 1."""
     import asyncio
@@ -215,7 +215,7 @@ def _when(moment: datetime | None) -> str:
     return moment.isoformat(timespec="seconds") if moment else "-"
 
 
-def add_tree_nodes(parent: Tree, nodes: Sequence[TreeNode]) -> None:
+def add_tree_nodes(parent: "Tree", nodes: "Sequence[TreeNode]") -> None:
     """Adds memory_tree's nodes under `parent`, directories in bold."""
     from rich.markup import escape
     from rich.text import Text
@@ -256,7 +256,7 @@ def tree(
     console.print(root)
 
 
-def _node_record(node: TreeNode) -> dict[str, Any]:
+def _node_record(node: "TreeNode") -> dict[str, Any]:
     return {
         "name": node.name,
         "path": node.path,
@@ -265,7 +265,7 @@ def _node_record(node: TreeNode) -> dict[str, Any]:
     }
 
 
-def hits_table(found: SearchResults, title: str = "") -> Table:
+def hits_table(found: "SearchResults", title: str = "") -> "Table":
     """memory_search's results, best first: path, score, found by both legs, a snippet."""
     from rich.table import Table
     from rich.text import Text

@@ -4,8 +4,6 @@ They draw only when stderr is a terminal, so scripts, pipes (`export --out -`) a
 output stay clean.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 

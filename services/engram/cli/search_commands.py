@@ -1,7 +1,5 @@
 """`engram search`: hybrid search over one or more spaces, printed as a table."""
 
-from __future__ import annotations
-
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
@@ -46,7 +44,7 @@ SPACE_HELP = (
 SNIPPET_CHARS = 60
 
 
-def parse_space(spec: str, *, tenant: str = "") -> space_pb2.SpaceRef:
+def parse_space(spec: str, *, tenant: str = "") -> "space_pb2.SpaceRef":
     """`private:notes`, `project:p1/notes`, `bot:p1/b1/runs`, `user:me`, or a `v1:` id."""
     from engram.v1 import space_pb2
 

@@ -1,7 +1,5 @@
 """Client commands for erasing and administering spaces: purge, spaces, spaces delete."""
 
-from __future__ import annotations
-
 from functools import partial
 from typing import Annotated, Any
 

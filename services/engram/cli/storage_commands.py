@@ -1,7 +1,5 @@
 """Client commands for StorageService: write, read, ls, rm, du, export, import, history."""
 
-from __future__ import annotations
-
 import sys
 from collections.abc import Iterable, Iterator
 from functools import partial
@@ -51,7 +49,7 @@ def _space(
     )
 
 
-def document_record(doc: document_pb2.Document, *, content: bool = False) -> dict[str, Any]:
+def document_record(doc: "document_pb2.Document", *, content: bool = False) -> dict[str, Any]:
     """A document's `--json` fields."""
     record: dict[str, Any] = {
         "space_id": doc.space_id,

@@ -1,7 +1,5 @@
 """`engram watch`: print a space's changes as they happen (WatchSpace), resuming by itself."""
 
-from __future__ import annotations
-
 import json
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -33,7 +31,7 @@ if TYPE_CHECKING:
 KINDS = {1: "written", 2: "deleted", 3: "purged", 4: "space_deleted"}
 
 
-def change_record(change: storage_pb2.SpaceChange) -> dict[str, Any]:
+def change_record(change: "storage_pb2.SpaceChange") -> dict[str, Any]:
     """One `--json` line."""
     return {
         "cursor": change.cursor,
@@ -48,7 +46,7 @@ def change_record(change: storage_pb2.SpaceChange) -> dict[str, Any]:
     }
 
 
-def change_line(change: storage_pb2.SpaceChange) -> str:
+def change_line(change: "storage_pb2.SpaceChange") -> str:
     record = change_record(change)
     target = record["path"] or "(the whole space)"
     return (
@@ -73,7 +71,7 @@ def _worth_resuming(error: BaseException, *, connected: bool) -> bool:
     return received.code == grpc.StatusCode.UNAVAILABLE and (connected or bool(received.reason))
 
 
-def _say_resuming(state: RetryCallState) -> None:
+def _say_resuming(state: "RetryCallState") -> None:
     import grpc
 
     error = state.outcome.exception() if state.outcome else None
