@@ -4,11 +4,15 @@ puts this directory on the import path)."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import os
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -44,3 +48,57 @@ async def closed_loop(
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return latencies, time.perf_counter() - started
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile, `q` in 0..100."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def load_launcher() -> Any:
+    """deploy/local/backends.py as a module (it is a script, not part of the package)."""
+    root = Path(__file__).resolve().parents[1]
+    name = "engram_local_backends"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, root / "deploy/local/backends.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def bench_token(secret: str, **claims: Any) -> str:
+    """An HS256 token valid for a day, for servers started with `secret`."""
+    import jwt
+
+    return jwt.encode({"exp": int(time.time() + 24 * 3600), **claims}, secret, algorithm="HS256")
+
+
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of one process (all its threads)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def new_events_consumer(nats_url: str, durable: str) -> None:
+    """Creates the run's durable consumer from the stream's end, before anything is written:
+    shared NATS servers hold other runs' events, which this run must not spend time on."""
+    import nats
+    from nats.js.api import DeliverPolicy
+
+    from engram.app.config import Components
+    from engram.indexer.jetstream_consumer import consumer_config, ensure_streams
+    from engram.runtime.settings import Settings
+
+    settings = Settings(nats_url=nats_url, indexer_durable=durable)
+    connection = await nats.connect(nats_url)
+    try:
+        await ensure_streams(connection)
+        config = consumer_config(Components.from_settings(settings).consumer)
+        config.deliver_policy = DeliverPolicy.NEW
+        await connection.jetstream().add_consumer("ENGRAM_DOCS", config=config)
+    finally:
+        await connection.close()

@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
 import os
 import random
 import statistics
@@ -59,8 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import jwt
-from benchlib import free_port
+from benchlib import bench_token, free_port, load_launcher, new_events_consumer, percentile
 from prometheus_client import REGISTRY
 
 from engram.domain.chunking import chunk_text
@@ -214,11 +212,6 @@ def cpu_seconds(pids: Iterable[int] = (), groups: Iterable[int] = ()) -> float:
         if int(entry) in wanted or int(fields[2]) in wanted_groups:
             total += (int(fields[11]) + int(fields[12])) / ticks
     return total
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def summary(values: list[float]) -> str:
@@ -460,11 +453,6 @@ async def embedded(args: argparse.Namespace, workdir: Path, raw: RawCost) -> Non
 # --- real backends -------------------------------------------------------------------------
 
 
-def token(**claims: Any) -> str:
-    body = {"exp": int(time.time() + 24 * 3600), **claims}
-    return jwt.encode(body, SECRET, algorithm="HS256")
-
-
 @contextlib.asynccontextmanager
 async def real_backends(
     workdir: Path, *, reuse: bool
@@ -475,13 +463,7 @@ async def real_backends(
         names = {"nats": "NATS_URL", "mongo": "MONGO_URI", "opensearch": "OPENSEARCH_URL"}
         yield {name: os.environ[f"ENGRAM_TEST_{var}"] for name, var in names.items()}, []
         return
-    spec = importlib.util.spec_from_file_location(
-        "engram_local_backends", ROOT / "deploy" / "local" / "backends.py"
-    )
-    assert spec is not None and spec.loader is not None
-    launcher = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = launcher
-    spec.loader.exec_module(launcher)
+    launcher = load_launcher()
     launcher.provision(["nats", "mongo", "opensearch"])
     started = []
     try:
@@ -529,7 +511,7 @@ async def real(args: argparse.Namespace, workdir: Path, raw: RawCost) -> None:
             opensearch_index=f"bench{run_id}-chunks",
             opensearch_replicas=0,
             storage_addr=f"127.0.0.1:{storage_port}",
-            service_token=token(sub="indexer", service=True),
+            service_token=bench_token(SECRET, sub="indexer", service=True),
             indexer_durable=f"bench-{run_id}",
             grpc_port=0,
             metrics_port=0,
@@ -538,7 +520,7 @@ async def real(args: argparse.Namespace, workdir: Path, raw: RawCost) -> None:
             **vector,
         )
         try:
-            await _new_events_only(urls["nats"], settings)
+            await new_events_consumer(urls["nats"], settings.indexer_durable)
             async with grpc.aio.insecure_channel(f"127.0.0.1:{storage_port}") as channel:
                 await asyncio.wait_for(channel.channel_ready(), 30)
                 async with open_indexer(settings) as indexer:
@@ -546,16 +528,12 @@ async def real(args: argparse.Namespace, workdir: Path, raw: RawCost) -> None:
                     async def idle() -> bool:
                         return await indexer.consumer.backlog() == 0
 
+                    bearer = bench_token(SECRET, sub="bench", tenant="bench", role="member")
                     await run(
                         Target(
                             f"real/{args.vector}",
                             storage_pb2_grpc.StorageServiceStub(channel),
-                            (
-                                (
-                                    "authorization",
-                                    f"Bearer {token(sub='bench', tenant='bench', role='member')}",
-                                ),
-                            ),
+                            (("authorization", f"Bearer {bearer}"),),
                             indexer.keyword,
                             indexer.vector,
                             SPACE_ID_REAL,
@@ -572,25 +550,6 @@ async def real(args: argparse.Namespace, workdir: Path, raw: RawCost) -> None:
         finally:
             storage_process.terminate()
             await asyncio.to_thread(storage_process.wait, 20)
-
-
-async def _new_events_only(nats_url: str, settings: Settings) -> None:
-    """Creates the run's consumer from the stream's end: shared NATS servers hold other
-    runs' events, which this run must not spend its time on."""
-    import nats
-    from nats.js.api import DeliverPolicy
-
-    from engram.app.config import Components
-    from engram.indexer.jetstream_consumer import consumer_config, ensure_streams
-
-    connection = await nats.connect(nats_url)
-    try:
-        await ensure_streams(connection)
-        config = consumer_config(Components.from_settings(settings).consumer)
-        config.deliver_policy = DeliverPolicy.NEW
-        await connection.jetstream().add_consumer("ENGRAM_DOCS", config=config)
-    finally:
-        await connection.close()
 
 
 async def _cleanup(urls: dict[str, str], settings: Settings) -> None:

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import os
 import random
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -33,6 +31,8 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
+
+from benchlib import load_launcher, percentile
 
 from engram.domain.chunks import Chunk, chunk_id
 from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex, WriteRefresh
@@ -131,15 +131,8 @@ class Corpus:
         return " ".join(words)
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def fmt(values: list[float]) -> str:
-    return (
-        f"p50 {percentile(values, 0.5) * 1e3:7.2f} ms  p99 {percentile(values, 0.99) * 1e3:7.2f} ms"
-    )
+    return f"p50 {percentile(values, 50) * 1e3:7.2f} ms  p99 {percentile(values, 99) * 1e3:7.2f} ms"
 
 
 async def timed(fn: Callable[[], Awaitable[Any]]) -> float:
@@ -214,17 +207,6 @@ async def measure(name: str, index: KeywordIndex, corpus: Corpus, args: argparse
         print(f"  write -> found by search:                  {fmt(visible_s)}")
 
 
-def _backends_module() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "engram_local_backends", ROOT / "deploy" / "local" / "backends.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", choices=["tantivy", "opensearch", "both"], default="both")
@@ -262,7 +244,7 @@ async def main() -> None:
         if args.backend in ("opensearch", "both"):
             url = os.environ.get("ENGRAM_TEST_OPENSEARCH_URL")
             if not url:
-                backends = _backends_module()
+                backends = load_launcher()
                 backends.provision(["opensearch"])
                 running = backends.start_opensearch(workdir / "opensearch")
                 stack.callback(running.stop)

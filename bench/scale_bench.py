@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 import tantivy
+from benchlib import bench_token, load_launcher, new_events_consumer, percentile, process_cpu
 
 from engram.authz.enforcement import PolicyAuthorizer
 from engram.domain.chunks import Chunk, ModelInfo, chunk_id
@@ -418,11 +419,6 @@ def page_in(directory: Path) -> None:
                 pass
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
 async def timed(
     service: SearchService,
     queries: list[SearchQuery],
@@ -640,32 +636,6 @@ SECRET = "scale-bench-secret-0123456789abcdef0123456789"
 INDEX_WRITERS = 8
 
 
-def load_launcher() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "engram_local_backends", ROOT / "deploy" / "local" / "backends.py"
-    )
-    assert spec is not None and spec.loader is not None
-    launcher = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = launcher
-    spec.loader.exec_module(launcher)
-    return launcher
-
-
-def bench_token(**claims: Any) -> str:
-    import jwt
-
-    return jwt.encode({"exp": int(time.time() + 24 * 3600), **claims}, SECRET, algorithm="HS256")
-
-
-def process_cpu(pid: int) -> float:
-    """User + system CPU seconds of one process (all its threads)."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def process_rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status", encoding="ascii") as handle:
         for line in handle:
@@ -693,27 +663,6 @@ def documents(count: int, seed: int) -> list[str]:
             raise RuntimeError("a bench document did not chunk into 4 chunks")
         texts.append(text)
     return texts
-
-
-async def new_events_consumer(nats_url: str, durable: str) -> None:
-    """Creates the run's durable consumer from the stream's end, before anything is written,
-    so the backlog is exactly this run's events."""
-    import nats
-    from nats.js.api import DeliverPolicy
-
-    from engram.app.config import Components
-    from engram.indexer.jetstream_consumer import consumer_config, ensure_streams
-    from engram.runtime.settings import Settings
-
-    settings = Settings(nats_url=nats_url, indexer_durable=durable)
-    connection = await nats.connect(nats_url)
-    try:
-        await ensure_streams(connection)
-        config = consumer_config(Components.from_settings(settings).consumer)
-        config.deliver_policy = DeliverPolicy.NEW
-        await connection.jetstream().add_consumer("ENGRAM_DOCS", config=config)
-    finally:
-        await connection.close()
 
 
 async def chunks_indexed(ports: Sequence[int]) -> list[float]:
@@ -809,7 +758,7 @@ async def indexing_run(
             "ENGRAM_OPENSEARCH_INDEX": f"{run}-chunks",
             "ENGRAM_OPENSEARCH_REPLICAS": "0",
             "ENGRAM_STORAGE_ADDR": f"127.0.0.1:{storage_port}",
-            "ENGRAM_SERVICE_TOKEN": bench_token(sub="indexer", service=True),
+            "ENGRAM_SERVICE_TOKEN": bench_token(SECRET, sub="indexer", service=True),
             "ENGRAM_INDEXER_DURABLE": run,
             # Shared by the replicas (Qdrant local mode is one process per directory).
             "ENGRAM_VECTOR_DIR": str(run_dir / "vectors"),
@@ -829,7 +778,10 @@ async def indexing_run(
             # One after another: the first creates the shared vector directory.
             await serving(grpc_port, time.monotonic() + 300)
         metadata = (
-            ("authorization", f"Bearer {bench_token(sub='bench', tenant='bench', role='member')}"),
+            (
+                "authorization",
+                f"Bearer {bench_token(SECRET, sub='bench', tenant='bench', role='member')}",
+            ),
         )
         space = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="bench")
         async with grpc.aio.insecure_channel(f"127.0.0.1:{storage_port}") as channel:

@@ -330,13 +330,77 @@ def table() -> str:
     return "\n".join(rows)
 
 
+@dataclass
+class ClientVariable:
+    """One environment variable of the `engram` CLI: its option and the commands taking it."""
+
+    options: tuple[str, ...]
+    help: str
+    commands: set[str] = field(default_factory=set)
+
+
+def client_variables() -> dict[str, ClientVariable]:
+    """Every environment variable an option of the `engram` CLI reads (typer's `envvar`),
+    found by walking the CLI's commands."""
+    import typer.main
+
+    from engram.cli.app import app
+
+    found: dict[str, ClientVariable] = {}
+
+    def walk(command: Any, path: list[str]) -> None:
+        for param in command.params:
+            envvars = param.envvar or ()
+            for envvar in [envvars] if isinstance(envvars, str) else envvars:
+                entry = found.setdefault(
+                    envvar, ClientVariable(tuple(param.opts), getattr(param, "help", "") or "")
+                )
+                entry.commands.add(" ".join(path))
+        for name, sub in sorted(getattr(command, "commands", {}).items()):
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return dict(sorted(found.items()))
+
+
+def _commands_cell(commands: set[str], clients: set[str], option: str) -> str:
+    if commands == {""}:
+        return f"global, before the command (`engram {option} ... COMMAND`)"
+    if commands == clients:
+        return "every command that calls a server"
+    missing = clients - commands
+    if len(missing) < len(commands) and commands <= clients:
+        return "every command that calls a server but " + ", ".join(
+            f"`{name}`" for name in sorted(missing)
+        )
+    return ", ".join(f"`{name}`" for name in sorted(commands))
+
+
+CLIENT_INTRO = """#### The CLI's environment
+
+The `engram` client commands (and `engram mcp`) read these variables as defaults of their
+options; an option given on the command line wins.
+"""
+
+
+def client_table() -> str:
+    variables = client_variables()
+    clients = variables["ENGRAM_ADDR"].commands if "ENGRAM_ADDR" in variables else set()
+    rows = ["| variable | option | commands | description |", "|---|---|---|---|"]
+    for name, variable in variables.items():
+        options = ", ".join(f"`{option}`" for option in variable.options)
+        commands = _commands_cell(variable.commands, clients, variable.options[0])
+        rows.append(f"| `{name}` | {options} | {commands} | {_cell(variable.help)} |")
+    return "\n".join(rows)
+
+
 def render(readme: str) -> str:
-    """`readme` with the table between the markers replaced by the current one."""
+    """`readme` with the tables between the markers replaced by the current ones."""
     if readme.count(BEGIN) != 1 or readme.count(END) != 1:
         raise ValueError(f"README.md needs one {BEGIN} and one {END}")
     head, rest = readme.split(BEGIN)
     _, tail = rest.split(END)
-    return f"{head}{BEGIN}\n{INTRO}\n{table()}\n\n{END}{tail}"
+    return f"{head}{BEGIN}\n{INTRO}\n{table()}\n\n{CLIENT_INTRO}\n{client_table()}\n\n{END}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:

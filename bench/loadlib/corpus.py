@@ -44,6 +44,10 @@ SYLLABLES = (
 ).split()
 
 
+# Bumped when what a cached pre-load holds changes, so older caches are not reused.
+PRELOAD_FORMAT = 2
+
+
 @dataclass(frozen=True)
 class CorpusSpec:
     chunks: int = 100_000
@@ -52,7 +56,10 @@ class CorpusSpec:
     seed: int = 16
 
     def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        """Names the cached pre-load: the corpus, and the pre-load's format (2: cached after
+        the maintenance worker's first sweep)."""
+        keyed = {**asdict(self), "preload_format": PRELOAD_FORMAT}
+        return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

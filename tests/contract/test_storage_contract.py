@@ -543,10 +543,19 @@ def make_tar(entries: dict[str, bytes]) -> bytes:
 
 
 async def import_tar(
-    stub: Stub, data: bytes, strategy: int, ref: space_pb2.SpaceRef | None = None
+    stub: Stub,
+    data: bytes,
+    strategy: int,
+    ref: space_pb2.SpaceRef | None = None,
+    *,
+    skip_unsupported: bool = False,
 ) -> storage_pb2.ImportSpaceResponse:
     async def messages() -> AsyncIterator[storage_pb2.ImportSpaceRequest]:
-        yield storage_pb2.ImportSpaceRequest(space=ref or space(), strategy=strategy)  # type: ignore[arg-type]
+        yield storage_pb2.ImportSpaceRequest(
+            space=ref or space(),
+            strategy=strategy,  # type: ignore[arg-type]
+            skip_unsupported=skip_unsupported,
+        )
         for start in range(0, len(data), 1000):
             yield storage_pb2.ImportSpaceRequest(data=data[start : start + 1000])
 
@@ -595,6 +604,49 @@ async def test_import_strategies(stub: Stub) -> None:
     assert overwritten.written == 1
     assert (await read(stub, "a.md")).document.content == "new a"
     assert (await read(stub, "a.md")).document.version == 2
+
+
+async def test_import_skip_unsupported_reports_what_it_left_out(stub: Stub) -> None:
+    await stub.WriteDocument(write_request("SOUL.md", "calm"))
+    files = {
+        "AGENTS.md": b"rules",
+        "SOUL.md": b"calm",
+        "BOOTSTRAP.md": b"first run",
+        "HEARTBEAT.md": b"- check mail",
+        "memory/2026-01-01.md": b"day",
+        "avatar.png": b"\x89PNG",
+        "TOOLS.md": b"tools",
+    }
+    archive = make_tar(files)
+    await fails(import_tar(stub, archive, storage_pb2.IMPORT_STRATEGY_SKIP), INVALID)
+    result = await import_tar(
+        stub, archive, storage_pb2.IMPORT_STRATEGY_SKIP, skip_unsupported=True
+    )
+    outcome = {e.path: e.outcome for e in result.entries}
+    assert [e.path for e in result.entries] == list(files), "archive order"
+    assert outcome == {
+        "AGENTS.md": storage_pb2.IMPORT_OUTCOME_CREATED,
+        "SOUL.md": storage_pb2.IMPORT_OUTCOME_UNCHANGED,
+        "BOOTSTRAP.md": storage_pb2.IMPORT_OUTCOME_UNSUPPORTED,
+        "HEARTBEAT.md": storage_pb2.IMPORT_OUTCOME_UNSUPPORTED,
+        "memory/2026-01-01.md": storage_pb2.IMPORT_OUTCOME_CREATED,
+        "avatar.png": storage_pb2.IMPORT_OUTCOME_UNSUPPORTED,
+        "TOOLS.md": storage_pb2.IMPORT_OUTCOME_CREATED,
+    }
+    details = {e.path: e.detail for e in result.entries if e.detail}
+    assert set(details) == {"BOOTSTRAP.md", "HEARTBEAT.md", "avatar.png"}
+    assert "Markdown" in details["avatar.png"] and "onboarding" in details["BOOTSTRAP.md"]
+    assert (result.written, result.skipped, result.unsupported) == (3, 0, 3)
+    assert result.bytes == len(b"rules") + len(b"day") + len(b"tools")
+    listing = await stub.ListDocuments(
+        storage_pb2.ListDocumentsRequest(space=space(), recursive=True)
+    )
+    assert [e.path for e in listing.entries] == [
+        "AGENTS.md",
+        "SOUL.md",
+        "TOOLS.md",
+        "memory/2026-01-01.md",
+    ]
 
 
 @pytest.mark.parametrize(

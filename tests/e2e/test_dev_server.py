@@ -135,7 +135,8 @@ def test_engram_dev_demo_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
                 break
         output = "".join(lines)
         assert f"serving on 127.0.0.1:{port}" in output
-        assert "seeded private:demo: AGENTS.md" in output, output
+        # The CLI's default space, so `engram ls` after `make run` shows these documents.
+        assert "seeded private:default: AGENTS.md" in output, output
         assert "memory_write memory: appended to MEMORY.md" in output
         assert "memory_write daily_log: appended to daily/" in output
         found = output[output.index("memory_search: 'ERR_4021'") : output.index("system prompt: ")]
@@ -145,6 +146,16 @@ def test_engram_dev_demo_serves_and_stops_on_sigterm(tmp_path: Path) -> None:
         positions = [prompt.index(heading) for heading in PROMPT_HEADINGS]
         assert positions == sorted(positions), prompt
         assert "The user prefers concise answers" in prompt, "the fact reached the prompt"
+        assert "indexed (waited " in output
+        assert "in the space private:default" in output and "`engram ls`" in output
+        listing = subprocess.run(
+            [sys.executable, "-m", "engram", "ls", "--addr", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert "MEMORY.md" in listing and "AGENTS.md" in listing, listing
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             health = health_pb2_grpc.HealthStub(channel)
             assert health.Check(health_pb2.HealthCheckRequest()).status == (

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.support.backends import load_launcher
+from tests.support.scripts import load_script
 
 pytestmark = [pytest.mark.load, pytest.mark.real_backend]
 
@@ -110,32 +111,16 @@ def test_degraded_recovery_is_not_claimed_when_the_run_ended_first() -> None:
     assert (unseen["recovery_observed"], unseen["recovery_s"]) == (False, None)
 
 
-def test_a_second_storage_replica_gets_its_own_ports_and_every_client_both() -> None:
+def test_a_second_storage_replica_gets_its_own_ports_and_every_client_both(tmp_path: Path) -> None:
     faults: Any = _faults_module()
-    from dataclasses import dataclass, field
-
-    @dataclass
-    class Spec:
-        component: str
-        argv: list[str]
-        env: dict[str, str]
-        grpc_port: int
-        metrics_port: int
-        changes: dict[str, Any] = field(default_factory=dict)
-
-        @property
-        def address(self) -> str:
-            return f"127.0.0.1:{self.grpc_port}"
-
-    @dataclass
-    class Plan:
-        specs: dict[str, Spec]
+    cluster: Any = load_script("deploy/local/cluster.py")
+    Spec, Plan = cluster.Spec, cluster.Plan
 
     ports = {"ENGRAM_GRPC_PORT": "5001", "ENGRAM_METRICS_PORT": "9001"}
     storage = Spec("storage", ["engram", "serve", "storage"], ports, 5001, 9001)
     clients = {"ENGRAM_STORAGE_ADDR": "127.0.0.1:5001"}
     workspace = Spec("workspace", ["engram", "serve", "workspace"], clients, 5002, 9002)
-    plan = Plan({"storage": storage, "workspace": workspace})
+    plan = Plan({"storage": storage, "workspace": workspace}, "secret", "token", tmp_path)
     faults.add_storage_replica(plan, lambda n: [6001, 7001][:n])
     second = plan.specs["storage-2"]
     assert (second.grpc_port, second.metrics_port) == (6001, 7001)

@@ -20,7 +20,9 @@ from engram.domain.errors import (
     SecretInContent,
 )
 from engram.storage.archive import (
+    INFLATE_STEP,
     MAX_METADATA_BYTES,
+    ArchiveEntry,
     ArchiveLimits,
     ArchiveReader,
     ArchiveWriter,
@@ -85,6 +87,114 @@ def test_bad_entries_refuse_the_whole_archive(
 def test_links_are_refused() -> None:
     with pytest.raises(InvalidArchive, match="not a regular file"):
         read_archive(make_tar([("link.md", b"")], kind=tarfile.SYMTYPE), LIMITS)
+
+
+# --- skip_unsupported: what engram cannot store is reported, the rest imported ---------------
+
+
+def outcomes(entries: list[ArchiveEntry]) -> list[tuple[str, str, bool]]:
+    """(path, content, left out?) per entry, in archive order."""
+    return [(e.path, e.content, bool(e.unsupported)) for e in entries]
+
+
+def test_skip_unsupported_leaves_out_non_markdown_entries_in_archive_order() -> None:
+    data = make_tar(
+        [
+            ("notes/a.md", b"a"),
+            ("./picture.png", b"\x89PNG" * 400),  # over max_doc_bytes: skipped, not refused
+            ("README.MD", b"shouting"),
+            (".git/config", b"[core]"),
+            ("b.md", b"b"),
+        ]
+    )
+    entries = read_archive(data, LIMITS, skip_unsupported=True)
+    assert outcomes(entries) == [
+        ("notes/a.md", "a", False),
+        ("picture.png", "", True),
+        ("README.MD", "", True),
+        (".git/config", "", True),
+        ("b.md", "b", False),
+    ]
+    assert "not a Markdown file" in entries[1].unsupported
+    with pytest.raises(InvalidPath, match="Markdown"):
+        read_archive(data, LIMITS)  # without the option the archive is refused whole
+
+
+def test_skip_unsupported_leaves_out_links() -> None:
+    entries = read_archive(
+        make_tar([("link.md", b"")], kind=tarfile.SYMTYPE), LIMITS, skip_unsupported=True
+    )
+    assert outcomes(entries) == [("link.md", "", True)]
+    assert "symbolic link" in entries[0].unsupported
+
+
+def test_skip_unsupported_still_refuses_vendor_entry_types() -> None:
+    """A GNU sparse member may be followed by blocks its size does not count: it cannot be
+    read past safely, so it refuses the archive whatever the option says."""
+    tar = hostile_archives.tar_header(b"holes.bin", 0, kind=b"S") + b"\0" * 1024
+    data = b"".join(hostile_archives.gzip_stream([tar]))
+    with pytest.raises(InvalidArchive, match="unknown type"):
+        read_archive(data, LIMITS, skip_unsupported=True)
+
+
+def test_skipped_data_is_read_past_not_kept() -> None:
+    """A skipped member's declared data is consumed in bounded steps and counted against
+    the archive's size limit, never held."""
+    big = 3 * INFLATE_STEP
+    tar = hostile_archives.tar_header(b"blob.bin", big) + b"\0" * big
+    tar += hostile_archives.tar_header(b"a.md", 1) + b"a" + b"\0" * 511 + b"\0" * 1024
+    compressed = b"".join(hostile_archives.gzip_stream([tar]))
+    reader = ArchiveReader(replace(SERVER_LIMITS, max_doc_bytes=10), skip_unsupported=True)
+    for start in range(0, len(compressed), 64):
+        reader.feed(compressed[start : start + 64])
+        assert len(reader._data) <= 1  # the skipped member's bytes are never gathered
+    assert outcomes(reader.finish()) == [("blob.bin", "", True), ("a.md", "a", False)]
+    with pytest.raises(InvalidArchive, match="expands to more than"):
+        read_archive(
+            b"".join(hostile_archives.gzip_stream([tar])),
+            replace(SERVER_LIMITS, max_bytes=big),
+            skip_unsupported=True,
+        )
+
+
+@pytest.mark.parametrize(
+    ("entries", "error"),
+    [
+        ([("ok.md", b"x"), ("../evil.md", b"x")], InvalidPath),
+        ([("ok.md", b"x"), ("big.md", b"x" * 1025)], ContentTooLarge),
+        ([("ok.md", b"x"), ("bad.md", b"\xff\xfe")], InvalidContent),
+        ([("ok.png", b"x"), ("s.md", b"AKIAQ3EGUK5EXAMPLE7Z")], SecretInContent),
+    ],
+)
+def test_a_bad_markdown_entry_still_refuses_the_archive(
+    entries: list[tuple[str, bytes]], error: type[Exception]
+) -> None:
+    with pytest.raises(error, match="nothing was imported"):
+        read_archive(make_tar(entries), LIMITS, skip_unsupported=True)
+
+
+def test_an_agent_workspace_leaves_out_its_runtime_files() -> None:
+    workspace = [
+        ("AGENTS.md", b"rules"),
+        ("BOOTSTRAP.md", b"first run"),
+        ("HEARTBEAT.md", b"- check mail"),
+        ("memory/2026-01-01.md", b"day"),
+        ("notes/HEARTBEAT.md", b"a note of that name"),
+    ]
+    entries = read_archive(make_tar(workspace), LIMITS, skip_unsupported=True)
+    assert outcomes(entries) == [
+        ("AGENTS.md", "rules", False),
+        ("BOOTSTRAP.md", "", True),
+        ("HEARTBEAT.md", "", True),
+        ("memory/2026-01-01.md", "day", False),
+        ("notes/HEARTBEAT.md", "a note of that name", False),
+    ]
+    assert "onboarding" in entries[1].unsupported and "status" in entries[2].unsupported
+    # Not a workspace (no marker file at the root): they are ordinary documents.
+    plain = read_archive(make_tar(workspace[1:]), LIMITS, skip_unsupported=True)
+    assert not any(e.unsupported for e in plain)
+    # Without the option nothing is left out.
+    assert not any(e.unsupported for e in read_archive(make_tar(workspace), LIMITS))
 
 
 def test_not_a_tarball_is_refused_cleanly() -> None:

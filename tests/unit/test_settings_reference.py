@@ -101,3 +101,23 @@ def test_no_code_outside_the_scanned_modules_reads_the_settings() -> None:
         for read in _settings_reads(path)
     ]
     assert outside == []
+
+
+def test_the_cli_s_environment_variables_are_listed_with_their_options() -> None:
+    cells = [
+        [c.strip() for c in re.split(r"(?<!\\)\|", line)]
+        for line in reference.client_table().splitlines()[2:]
+    ]
+    rows = {row[1].strip("`"): row for row in cells}
+    assert {"ENGRAM_ADDR", "ENGRAM_TOKEN", "ENGRAM_TLS_CA_FILE"} <= set(rows)
+    assert rows["ENGRAM_ADDR"][2] == "`--addr`"
+    # Per command (each client command has the option) or global (before the command).
+    assert rows["ENGRAM_ADDR"][3] in (
+        "every command that calls a server",
+        "global, before the command (`engram --addr ... COMMAND`)",
+    )
+    assert rows["ENGRAM_TLS"][3] == "global, before the command (`engram --tls ... COMMAND`)"
+    assert "`memory write`" in rows["ENGRAM_TIME_ZONE"][3]
+    # Every variable a CLI option reads is a row: none is left to be found by reading code.
+    assert set(rows) == set(reference.client_variables())
+    assert all(name.startswith("ENGRAM_") for name in rows)

@@ -14,6 +14,7 @@ import typer
 from engram import __version__
 from engram.cli import (
     admin_commands,
+    files_commands,
     indexer_commands,
     jobs_commands,
     mcp_command,
@@ -54,6 +55,7 @@ memory_commands.register(app)
 space_commands.register(app)
 jobs_commands.register(app)
 watch_command.register(app)
+files_commands.register(app)
 
 
 def _print_version(value: bool) -> None:
@@ -208,18 +210,26 @@ def dev(
         typer.Option("--auth", help="Require tokens; prints an admin token for tenant `local`."),
     ] = False,
 ) -> None:
-    """Run every service in one process on embedded backends."""
+    """Run every service in one process on embedded backends.
+
+    Logs are text and calls are not logged one by one (ENGRAM_LOG_FORMAT=json and
+    ENGRAM_ACCESS_LOG=true give what `engram serve` logs by default)."""
     import asyncio
 
     from engram.app.embedded import embedded_engram
     from engram.domain.errors import EngramError
     from engram.runtime.logs import configure_logging
-    from engram.runtime.server import stop_on_signals
+    from engram.runtime.server import PortInUse, check_ports_free, stop_on_signals
 
-    settings = _settings(
-        data_dir=data_dir, grpc_port=port, grpc_host=host, metrics_port=metrics_port
+    settings = _for_a_terminal(
+        _settings(data_dir=data_dir, grpc_port=port, grpc_host=host, metrics_port=metrics_port)
     )
     configure_logging(settings.log_level, settings.log_format)
+    flags = {"ENGRAM_GRPC_PORT": "--port", "ENGRAM_METRICS_PORT": "--metrics-port"}
+    try:
+        check_ports_free(settings)  # before the model loads: a taken port fails at once
+    except PortInUse as error:
+        fail(_port_message(error, flags), code=1)
     _tracing("dev")
 
     async def main() -> None:
@@ -252,6 +262,8 @@ def dev(
         asyncio.run(main())
     except EngramError as error:
         fail(error.message, code=1)
+    except PortInUse as error:
+        fail(_port_message(error, flags), code=1)
     except OSError as error:
         fail(str(error), code=1)
 
@@ -274,18 +286,45 @@ def serve(
     from engram.app.production import PROCESSES, run_service
     from engram.domain.errors import EngramError
     from engram.runtime.logs import configure_logging
+    from engram.runtime.server import PortInUse, check_ports_free
 
     if service not in PROCESSES:
         fail(f"unknown service {service!r}; choose one of {', '.join(PROCESSES)}")
     settings = _settings(grpc_port=port, grpc_host=host)
     configure_logging(settings.log_level, settings.log_format)
-    _tracing(service)
+    flags = {"ENGRAM_GRPC_PORT": "--port"}
     try:
+        check_ports_free(settings)  # before the backends are reached
+        _tracing(service)
         asyncio.run(run_service(service, settings))
     except EngramError as error:
         fail(error.message, code=1)
+    except PortInUse as error:
+        fail(_port_message(error, flags), code=1)
     except OSError as error:
         fail(str(error), code=1)
+
+
+def _for_a_terminal(settings: "Settings") -> "Settings":
+    """`engram dev`'s defaults: text logs and no line per call, unless the settings say."""
+    defaults = {"log_format": "text", "access_log": False}
+    return settings.model_copy(
+        update={k: v for k, v in defaults.items() if k not in settings.model_fields_set}
+    )
+
+
+def _port_message(error: OSError, flags: dict[str, str]) -> str:
+    """The PortInUse message, with the command's flag for the port's setting."""
+    from engram.runtime.server import OFF_HINT, PortInUse
+
+    if not isinstance(error, PortInUse):
+        return str(error)
+    flag = flags.get(error.setting)
+    choose = f"{flag} or {error.setting}" if flag else error.setting
+    return (
+        f"the {error.what} port {error.host}:{error.port} is already in use (another engram?): "
+        f"stop what holds it, or choose another port with {choose}{OFF_HINT.get(error.what, '')}"
+    )
 
 
 def main() -> None:

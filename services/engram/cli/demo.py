@@ -13,11 +13,13 @@ from rich.text import Text
 from rich.tree import Tree
 
 from engram.cli.memory_commands import add_tree_nodes, hits_table
-from engram.client import EngramClient, Space
+from engram.client import EngramClient, SearchResults, Space
 from engram.domain.errors import NotFound
 from engram.v1 import indexer_pb2, indexer_pb2_grpc
 
-DEMO_SPACE = Space(visibility="private", name="demo")
+# The space every CLI command uses when none is named, so `engram ls` shows the demo's work.
+DEMO_SPACE = Space()
+DEMO_SPACE_LABEL = f"{DEMO_SPACE.visibility}:{DEMO_SPACE.name}"
 
 FACTS = """- The user prefers concise answers with code examples.
 - Project codename: engram. Deploys go out on Tuesdays.
@@ -28,15 +30,23 @@ LOG_ENTRY = "Ran the engram demo: seeded this workspace, searched it, assembled 
 DEMO_SEARCHES = ("when do we ship releases?", "ERR_4021")
 # Indexing in `engram dev` takes tens of milliseconds; the demo waits at most this long.
 INDEX_WAIT_SECONDS = 20.0
+# Polls of the indexer's backlog: from this interval, doubling up to the next one.
+POLL_FIRST_SECONDS = 0.05
+POLL_MAX_SECONDS = 0.5
+# A degraded answer (one leg failed or timed out, e.g. on a busy machine) is asked again this
+# many times, a second apart, before the demo shows it as it is.
+SEARCH_ATTEMPTS = 3
+SEARCH_RETRY_SECONDS = 1.0
 
 
 async def run_demo(address: str, console: Console, *, token: str = "") -> None:
-    """Seeds the workspace `private:demo`, writes a fact and a daily-log entry through the
-    memory tools, searches them, and prints the system prompt they assemble into."""
+    """Seeds the default workspace (`private:default`, the CLI's default space), writes a fact
+    and a daily-log entry through the memory tools, waits until the indexer has them, searches
+    them, and prints the system prompt they assemble into."""
     async with EngramClient(address, token=token, space=DEMO_SPACE) as client:
         seeded = await client.seed_workspace()
         console.print(
-            "[green]seeded[/] private:demo: "
+            f"[green]seeded[/] {DEMO_SPACE_LABEL}: "
             + (", ".join(seeded.created_paths) or "nothing new (already seeded)"),
             highlight=False,
         )
@@ -57,10 +67,25 @@ async def run_demo(address: str, console: Console, *, token: str = "") -> None:
         tree = Tree("[bold]memory_tree[/] (depth 2)")
         add_tree_nodes(tree, await client.memory_tree(depth=2))
         console.print(tree)
-        await _wait_until_indexed(address, token)
+        waited = await _wait_until_indexed(address, token)
+        if waited is None:
+            console.print(
+                f"[yellow]not indexed yet[/] after {INDEX_WAIT_SECONDS:.0f} s "
+                "(`engram index-status` shows the backlog); searching anyway",
+                highlight=False,
+            )
+        else:
+            console.print(f"[green]indexed[/] (waited {waited:.2f} s)", highlight=False)
         for query in DEMO_SEARCHES:
-            found = await client.memory_search(query, limit=3)
-            console.print(hits_table(found, title=f"memory_search: {query!r}"))
+            found = await _search(client, query)
+            title = f"memory_search: {query!r}"
+            if found.results:
+                console.print(hits_table(found, title=title))
+            else:
+                console.print(Text(f"{title}: ").append("no results", style="yellow"))
+            if found.degraded:
+                reasons = "; ".join(found.degraded_reasons) or "one index did not answer"
+                console.print(f"[yellow]degraded:[/] {reasons}", highlight=False)
         prompt = await client.system_prompt()
     console.print(
         Panel(
@@ -70,6 +95,23 @@ async def run_demo(address: str, console: Console, *, token: str = "") -> None:
         ),
         soft_wrap=False,  # wrap long lines inside the panel instead of cutting them
     )
+    console.print(
+        f"The demo's documents are in the space {DEMO_SPACE_LABEL}, the default of every "
+        "command: try `engram ls`, `engram read MEMORY.md`, "
+        '`engram search "when do we ship releases?"`.',
+        highlight=False,
+    )
+
+
+async def _search(client: EngramClient, query: str) -> SearchResults:
+    """memory_search, asked again (bounded) while the answer is degraded."""
+    found = await client.memory_search(query, limit=3)
+    for _ in range(SEARCH_ATTEMPTS - 1):
+        if not found.degraded:
+            break
+        await asyncio.sleep(SEARCH_RETRY_SECONDS)
+        found = await client.memory_search(query, limit=3)
+    return found
 
 
 async def _memory_md(client: EngramClient) -> str:
@@ -79,14 +121,19 @@ async def _memory_md(client: EngramClient) -> str:
         return ""
 
 
-async def _wait_until_indexed(address: str, token: str) -> None:
+async def _wait_until_indexed(address: str, token: str) -> float | None:
+    """Seconds until the indexer's backlog was empty, or None after INDEX_WAIT_SECONDS."""
     metadata = (("authorization", f"Bearer {token}"),) if token else ()
-    deadline = time.monotonic() + INDEX_WAIT_SECONDS
+    start = time.monotonic()
+    deadline = start + INDEX_WAIT_SECONDS
+    pause = POLL_FIRST_SECONDS
     async with grpc.aio.insecure_channel(address) as channel:
         stub = indexer_pb2_grpc.IndexerServiceStub(channel)
         while time.monotonic() < deadline:
             request = indexer_pb2.GetIndexStatusRequest()
             status = await stub.GetIndexStatus(request, metadata=metadata)
             if status.backlog == 0:
-                return
-            await asyncio.sleep(0.05)
+                return time.monotonic() - start
+            await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, POLL_MAX_SECONDS)
+    return None

@@ -383,6 +383,14 @@ def register(app: typer.Typer) -> None:
             str, typer.Option("--in", "-i", help="A .tar.gz of Markdown files ('-' = stdin).")
         ],
         strategy: Annotated[str, typer.Option("--strategy", help="skip|overwrite|rename")] = "skip",
+        skip_unsupported: Annotated[
+            bool,
+            typer.Option(
+                "--skip-unsupported",
+                help="Leave out (and list) non-Markdown files and links, and an OpenClaw "
+                "workspace's BOOTSTRAP.md and HEARTBEAT.md, instead of refusing the archive.",
+            ),
+        ] = False,
         visibility: VisibilityOption = "private",
         name: NameOption = "default",
         project: ProjectOption = "",
@@ -419,6 +427,7 @@ def register(app: typer.Typer) -> None:
                 yield storage_pb2.ImportSpaceRequest(
                     space=space_ref,
                     strategy=storage_pb2.ImportStrategy.ValueType(STRATEGIES[strategy]),
+                    skip_unsupported=skip_unsupported,
                 )
                 for start in range(0, len(data), IMPORT_CHUNK):
                     piece = data[start : start + IMPORT_CHUNK]
@@ -439,6 +448,7 @@ def register(app: typer.Typer) -> None:
                             "path": entry.path,
                             "stored_path": entry.stored_path,
                             "outcome": outcome_name(entry.outcome),
+                            "detail": entry.detail,
                         }
                         for entry in result.entries
                     ],
@@ -454,6 +464,13 @@ def register(app: typer.Typer) -> None:
         for entry in result.entries:
             if entry.outcome == storage_pb2.IMPORT_OUTCOME_RENAMED:
                 console.print(f"  {entry.path} -> {entry.stored_path}", highlight=False)
+            elif entry.outcome == storage_pb2.IMPORT_OUTCOME_UNSUPPORTED:
+                err_console.print(
+                    f"left out {entry.path}: {entry.detail}",
+                    style="yellow",
+                    markup=False,
+                    highlight=False,
+                )
 
     @app.command()
     def history(
@@ -557,7 +574,14 @@ def tree_lines(label: str, directory: str, entries: Iterable[Any]) -> list[str]:
 
 
 # ImportOutcome numbers of storage.proto and the names --json and the summary use.
-OUTCOMES = {1: "created", 2: "overwritten", 3: "skipped", 4: "renamed", 5: "unchanged"}
+OUTCOMES = {
+    1: "created",
+    2: "overwritten",
+    3: "skipped",
+    4: "renamed",
+    5: "unchanged",
+    6: "unsupported",
+}
 
 
 def outcome_name(outcome: int) -> str:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
+import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -62,6 +64,57 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
 
 def _ms(seconds: float) -> int:
     return int(seconds * 1000)
+
+
+# What else may be done about a taken port, by port.
+OFF_HINT = {"metrics": " (0 turns it off)"}
+
+
+class PortInUse(OSError):
+    """A port this process must bind is taken: `what` ("gRPC", "metrics") names which, and
+    `setting` the variable that chooses another."""
+
+    def __init__(self, what: str, host: str, port: int, setting: str) -> None:
+        self.what, self.host, self.port, self.setting = what, host, port, setting
+        super().__init__(
+            errno.EADDRINUSE,
+            f"the {what} port {host}:{port} is already in use (another engram?): stop what "
+            f"holds it, or choose another port with {setting}{OFF_HINT.get(what, '')}",
+        )
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def check_port_free(what: str, host: str, port: int, setting: str) -> None:
+    """Raises PortInUse when `host:port` cannot be bound (as gRPC binds: SO_REUSEADDR, no
+    SO_REUSEPORT), so a taken port is one clear error instead of gRPC's log line and
+    traceback; port 0 (any free port) is always free. A port taken between this check and
+    the bind is still reported by the bind."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return  # an unresolvable host: the bind itself says so
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    raise PortInUse(what, host, port, setting) from None
+                # Anything else (an address family this host lacks): the bind decides.
+
+
+def check_ports_free(settings: Settings) -> None:
+    """Both ports of a server process (gRPC, and metrics unless off) are free to bind."""
+    check_port_free("gRPC", settings.grpc_host, settings.grpc_port, "ENGRAM_GRPC_PORT")
+    if settings.metrics_port:
+        check_port_free(
+            "metrics", settings.metrics_host, settings.metrics_port, "ENGRAM_METRICS_PORT"
+        )
 
 
 def server_tls(settings: Settings) -> ServerTls | None:
@@ -157,20 +210,38 @@ class GrpcServer:
             ],
             self._server,
         )
-        address = f"{self._settings.grpc_host}:{self._settings.grpc_port}"
-        tls = server_tls(self._settings)
-        if tls is None:
-            self.port = self._server.add_insecure_port(address)
-        else:
-            self.port = self._server.add_secure_port(address, server_credentials(tls))
+        settings = self._settings
+        check_ports_free(settings)
+        address = f"{settings.grpc_host}:{settings.grpc_port}"
+        tls = server_tls(settings)
+        try:
+            if tls is None:
+                self.port = self._server.add_insecure_port(address)
+            else:
+                self.port = self._server.add_secure_port(address, server_credentials(tls))
+        except RuntimeError:  # grpc: "Failed to bind to address ..."
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"could not bind gRPC on {address}: is the port in use?")
-        await self._server.start()
-        if self._settings.metrics_port:
-            self._endpoint = HttpEndpoint(
-                self._settings.metrics_host, self._settings.metrics_port, self.ready
-            )
+            # Taken since the check (or not bindable at all): the check names which.
+            check_port_free("gRPC", settings.grpc_host, settings.grpc_port, "ENGRAM_GRPC_PORT")
+            raise OSError(f"could not bind gRPC on {address}")
+        if settings.metrics_port:
+            try:
+                self._endpoint = HttpEndpoint(
+                    settings.metrics_host, settings.metrics_port, self.ready
+                )
+            except OSError as error:
+                await self._server.stop(None)  # releases the gRPC port bound above
+                if error.errno == errno.EADDRINUSE:
+                    raise PortInUse(
+                        "metrics",
+                        settings.metrics_host,
+                        settings.metrics_port,
+                        "ENGRAM_METRICS_PORT",
+                    ) from None
+                raise
             self.metrics_port = self._endpoint.port
+        await self._server.start()
         # SERVING now unless a backend is down; the watch keeps it current from here on.
         await self._watch.check()
         self._watch.start()

@@ -46,9 +46,11 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     """Log level (DEBUG, INFO, WARNING, ERROR)."""
     log_format: Literal["json", "text"] = "json"
-    """One JSON object per line (with request and trace ids), or text for a terminal."""
+    """One JSON object per line (with request and trace ids), or text for a terminal
+    (`engram dev`'s default when this is not set)."""
     access_log: bool = True
-    """Log one line per call (method, code, duration, principal)."""
+    """Log one line per call (method, code, duration, principal); `engram dev` does not
+    unless this is set."""
     max_message_bytes: ByteSize = Field(default=ByteSize(16 * MIB), ge=1024)
     """Largest gRPC message, both ways."""
     max_concurrent_streams: int = Field(default=1000, ge=1)

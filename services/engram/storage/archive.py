@@ -2,8 +2,10 @@
 
 Reading validates every entry like a write (path, UTF-8, size, credentials) and refuses the
 whole archive on the first bad entry, naming it, bounded in time and memory whatever the
-bytes (see `ArchiveReader`). Both directions are CPU work: callers run them off the event
-loop, a bounded piece at a time.
+bytes (see `ArchiveReader`). With `skip_unsupported`, entries engram cannot store at all
+(non-Markdown names, links, another agent runtime's BOOTSTRAP.md and HEARTBEAT.md) are
+left out and reported instead; a bad Markdown entry still refuses the archive. Both
+directions are CPU work: callers run them off the event loop, a bounded piece at a time.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ from datetime import datetime
 
 from engram.domain.content import check_size, check_text, decode_utf8
 from engram.domain.errors import InvalidArchive, InvalidArgument
-from engram.domain.paths import MAX_PATH_BYTES, validate_document_path
+from engram.domain.paths import MARKDOWN_SUFFIX, MAX_PATH_BYTES, validate_document_path
+from engram.domain.workspace import BOOTSTRAP_PATH, HEARTBEAT_PATH
 
 
 @dataclass(frozen=True, slots=True)
 class ArchiveEntry:
     path: str
     content: str
+    # Why the entry is left out (skip_unsupported); empty for a document to store.
+    unsupported: str = ""
 
 
 class _Sink(io.RawIOBase):
@@ -184,6 +189,8 @@ class _Member:
     name: str
     size: int
     kind: bytes
+    # Data read past, never kept (an unsupported entry).
+    skip: bool = False
 
 
 class ArchiveReader:
@@ -195,9 +202,15 @@ class ArchiveReader:
     """
 
     def __init__(
-        self, limits: ArchiveLimits, *, account: Callable[[int], None] | None = None
+        self,
+        limits: ArchiveLimits,
+        *,
+        account: Callable[[int], None] | None = None,
+        skip_unsupported: bool = False,
     ) -> None:
         self._limits = limits
+        # Leave out (and report) what cannot be stored instead of refusing the archive.
+        self._skip_unsupported = skip_unsupported
         # Told the size of every decompressed step before it is kept (it may raise).
         self._account = account
         self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -247,12 +260,14 @@ class ArchiveReader:
                 field="data",
             )
         if not self._ended:
-            if self._member is None and not self._pending and self._members:
-                return self._entries  # tar end-of-archive blocks are optional in practice
-            raise InvalidArchive(
-                "data is not a readable .tar.gz archive (the tar stream is truncated)",
-                field="data",
-            )
+            if not (self._member is None and not self._pending and self._members):
+                raise InvalidArchive(
+                    "data is not a readable .tar.gz archive (the tar stream is truncated)",
+                    field="data",
+                )
+            # Otherwise complete: tar end-of-archive blocks are optional in practice.
+        if self._skip_unsupported:
+            return leave_out_foreign_workspace_files(self._entries)
         return self._entries
 
     # --- parsing -----------------------------------------------------------------------------
@@ -280,7 +295,7 @@ class ArchiveReader:
                 if step == 0:
                     break
                 keep = min(step, max(0, self._remaining - self._padding))
-                if keep:
+                if keep and not (self._member is not None and self._member.skip):
                     self._data += pending[position : position + keep]
                 self._remaining -= step
                 position += step
@@ -337,10 +352,20 @@ class ArchiveReader:
         if kind == DIRECTORY_TYPE:
             self._skip_data(size)
             return
+        path = _archive_path(name)
         if kind not in REGULAR_TYPES:
             what = LINK_TYPES.get(kind, f"of unknown type {kind!r} (sparse and vendor types)")
+            # Links, devices and FIFOs are a header and (normally no) data: read past. Vendor
+            # types (GNU sparse and others) may carry blocks their size does not count: refused.
+            if self._skip_unsupported and kind in LINK_TYPES:
+                self._leave_out(path, size, kind, f"{what}, not a regular file")
+                return
             raise _refuse(f"archive entry {name!r} is {what}, not a regular file", entry=name)
-        path = _archive_path(name)
+        if self._skip_unsupported and not is_markdown_name(path):
+            self._leave_out(
+                path, size, kind, f"not a Markdown file (engram stores {MARKDOWN_SUFFIX})"
+            )
+            return
         try:
             validate_document_path(path, field="data")
             check_size(size, self._limits.max_doc_bytes, what=f"document {path!r}")
@@ -370,6 +395,11 @@ class ArchiveReader:
         except UnicodeDecodeError:
             raise _refuse("an archive entry name is not UTF-8") from None
 
+    def _leave_out(self, path: str, size: int, kind: bytes, reason: str) -> None:
+        """Reports the entry as unsupported and reads past its data without keeping it."""
+        self._entries.append(ArchiveEntry(path=path, content="", unsupported=reason))
+        self._start(_Member(name=path, size=size, kind=kind, skip=True))
+
     def _start(self, member: _Member) -> None:
         padded = -(-member.size // BLOCK) * BLOCK
         self._member = member
@@ -387,6 +417,8 @@ class ArchiveReader:
         member, data = self._member, bytes(self._data)
         assert member is not None
         self._member, self._data = None, bytearray()
+        if member.skip:
+            return
         if member.kind == PAX_TYPE:
             self._pax = parse_pax(data)
         elif member.kind == PAX_GLOBAL_TYPE:
@@ -408,9 +440,47 @@ class ArchiveReader:
             self._entries.append(ArchiveEntry(path=path, content=content))
 
 
-def read_archive(data: bytes, limits: ArchiveLimits) -> list[ArchiveEntry]:
-    """Every document in a whole archive, validated; raises on the first bad entry."""
-    reader = ArchiveReader(limits)
+def is_markdown_name(path: str) -> bool:
+    """True when the entry's file name ends in `.md` (and is more than that)."""
+    leaf = path.rpartition("/")[2]
+    return leaf.endswith(MARKDOWN_SUFFIX) and leaf != MARKDOWN_SUFFIX
+
+
+# Files at the root of an OpenClaw (or Minara) agent workspace; any one of them marks one.
+WORKSPACE_MARKERS = frozenset({"AGENTS.md", "SOUL.md", "TOOLS.md", "IDENTITY.md", "USER.md"})
+# Root files such a workspace holds that mean something else to engram.
+FOREIGN_RUNTIME_FILES = {
+    BOOTSTRAP_PATH: (
+        "another agent runtime's first-run ritual: here it would put the agent back into "
+        "onboarding (engram seeds its own BOOTSTRAP.md)"
+    ),
+    HEARTBEAT_PATH: (
+        "another agent runtime's heartbeat checklist: engram's HEARTBEAT.md is the agent's "
+        "rendered status (memory_write target heartbeat)"
+    ),
+}
+
+
+def leave_out_foreign_workspace_files(entries: list[ArchiveEntry]) -> list[ArchiveEntry]:
+    """In an OpenClaw/Minara workspace archive, marks its root BOOTSTRAP.md and
+    HEARTBEAT.md unsupported; any other archive is returned as it is."""
+    stored = {entry.path for entry in entries if not entry.unsupported}
+    if not stored & WORKSPACE_MARKERS:
+        return entries
+    return [
+        ArchiveEntry(entry.path, "", FOREIGN_RUNTIME_FILES[entry.path])
+        if entry.path in FOREIGN_RUNTIME_FILES and not entry.unsupported
+        else entry
+        for entry in entries
+    ]
+
+
+def read_archive(
+    data: bytes, limits: ArchiveLimits, *, skip_unsupported: bool = False
+) -> list[ArchiveEntry]:
+    """Every entry of a whole archive, validated; raises on the first bad entry (with
+    skip_unsupported, what cannot be stored comes back marked `unsupported` instead)."""
+    reader = ArchiveReader(limits, skip_unsupported=skip_unsupported)
     for start in range(0, len(data), INFLATE_STEP):
         reader.feed(data[start : start + INFLATE_STEP])
     return reader.finish()

@@ -74,11 +74,15 @@ class ImportStream(Generic[R]):
         limits: ArchiveLimits,
         budget: InFlightBudget,
         commit: Callable[[list[ArchiveEntry]], Awaitable[R]],
+        *,
+        skip_unsupported: bool = False,
     ) -> None:
         self._key = principal_key(principal)
         self._limits = limits
         self._budget = budget
-        self._reader = ArchiveReader(limits, account=self._charge)
+        self._reader = ArchiveReader(
+            limits, account=self._charge, skip_unsupported=skip_unsupported
+        )
         self._commit = commit
         self._received = 0
         self._held = 0

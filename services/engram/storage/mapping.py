@@ -34,6 +34,7 @@ IMPORT_OUTCOMES = {
     ImportOutcome.SKIPPED: storage_pb2.IMPORT_OUTCOME_SKIPPED,
     ImportOutcome.RENAMED: storage_pb2.IMPORT_OUTCOME_RENAMED,
     ImportOutcome.UNCHANGED: storage_pb2.IMPORT_OUTCOME_UNCHANGED,
+    ImportOutcome.UNSUPPORTED: storage_pb2.IMPORT_OUTCOME_UNSUPPORTED,
 }
 
 
@@ -107,9 +108,11 @@ def import_response(result: ImportResult) -> storage_pb2.ImportSpaceResponse:
                 path=entry.path,
                 stored_path=entry.stored_path,
                 outcome=IMPORT_OUTCOMES[entry.outcome],
+                detail=entry.detail,
             )
             for entry in result.entries
         ],
+        unsupported=result.count(ImportOutcome.UNSUPPORTED),
     )
 
 

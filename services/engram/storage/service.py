@@ -112,6 +112,8 @@ class ImportOutcome(StrEnum):
     SKIPPED = "skipped"
     RENAMED = "renamed"
     UNCHANGED = "unchanged"
+    # Left out because engram cannot store it (skip_unsupported).
+    UNSUPPORTED = "unsupported"
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +177,8 @@ class ImportedEntry:
     path: str
     stored_path: str
     outcome: ImportOutcome
+    # Why it was left out (UNSUPPORTED only).
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -653,22 +657,42 @@ class StorageService:
         )
 
     async def begin_import(
-        self, principal: Principal, space: SpaceRef, strategy: ImportStrategy
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        strategy: ImportStrategy,
+        *,
+        skip_unsupported: bool = False,
     ) -> ImportStream[ImportResult]:
         """Authorizes an import before a byte of it is read; the caller feeds the upload to
-        the returned stream, commits it, and closes it whatever happens."""
+        the returned stream, commits it, and closes it whatever happens. With
+        `skip_unsupported`, entries engram cannot store are reported, not refused."""
         granted = await self._authorize(principal, Action.IMPORT, space)
 
         async def commit(entries: list[ArchiveEntry]) -> ImportResult:
             return await self._import_entries(granted, principal, entries, strategy)
 
-        return ImportStream(principal, self._archive_limits(), self._import_budget, commit)
+        return ImportStream(
+            principal,
+            self._archive_limits(),
+            self._import_budget,
+            commit,
+            skip_unsupported=skip_unsupported,
+        )
 
     async def import_archive(
-        self, principal: Principal, space: SpaceRef, data: bytes, strategy: ImportStrategy
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        data: bytes,
+        strategy: ImportStrategy,
+        *,
+        skip_unsupported: bool = False,
     ) -> ImportResult:
         """Imports a whole .tar.gz: every entry is validated before anything is written."""
-        stream = await self.begin_import(principal, space, strategy)
+        stream = await self.begin_import(
+            principal, space, strategy, skip_unsupported=skip_unsupported
+        )
         try:
             for start in range(0, len(data), FEED_BATCH_BYTES):
                 await stream.feed(data[start : start + FEED_BATCH_BYTES])
@@ -694,7 +718,8 @@ class StorageService:
             async for attempt in _on_conflict(IMPORT_ATTEMPTS):
                 with attempt:
                     current = await self._repository.get_many(
-                        granted.space.id, [entry.path for entry in entries]
+                        granted.space.id,
+                        [entry.path for entry in entries if not entry.unsupported],
                     )
                     outcomes, changes = await self._plan_import(
                         granted.space, entries, current, strategy, principal
@@ -817,10 +842,15 @@ class StorageService:
     ) -> tuple[list[ImportedEntry], list[DocumentWrite]]:
         outcomes: list[ImportedEntry] = []
         changes: list[DocumentWrite] = []
-        taken = set(current) | {entry.path for entry in entries}
+        taken = set(current) | {entry.path for entry in entries if not entry.unsupported}
         # Hashing and counting 100s of MiB is CPU work: off the event loop.
         facts = await asyncio.to_thread(lambda: [content_facts(e.content) for e in entries])
         for entry, fact in zip(entries, facts, strict=True):
+            if entry.unsupported:
+                outcomes.append(
+                    ImportedEntry(entry.path, "", ImportOutcome.UNSUPPORTED, entry.unsupported)
+                )
+                continue
             existing = current.get(entry.path)
             if existing is None:
                 changes.append(

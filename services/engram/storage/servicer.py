@@ -141,7 +141,10 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
                 "strategy must be IMPORT_STRATEGY_SKIP, _OVERWRITE or _RENAME", field="strategy"
             )
         stream = await self._service.begin_import(
-            current_principal(), requested_space(first.space), strategy
+            current_principal(),
+            requested_space(first.space),
+            strategy,
+            skip_unsupported=first.skip_unsupported,
         )
         try:
             await stream.feed(first.data)

@@ -109,6 +109,8 @@ class _ImportOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ImportO
     IMPORT_OUTCOME_RENAMED: _ImportOutcome.ValueType  # 4
     IMPORT_OUTCOME_UNCHANGED: _ImportOutcome.ValueType  # 5
     """The entry equals the stored document; nothing changed."""
+    IMPORT_OUTCOME_UNSUPPORTED: _ImportOutcome.ValueType  # 6
+    """Left out because engram cannot store it (ImportSpaceRequest.skip_unsupported)."""
 
 class ImportOutcome(_ImportOutcome, metaclass=_ImportOutcomeEnumTypeWrapper):
     """ImportOutcome is what happened to one archive entry."""
@@ -120,6 +122,8 @@ IMPORT_OUTCOME_SKIPPED: ImportOutcome.ValueType  # 3
 IMPORT_OUTCOME_RENAMED: ImportOutcome.ValueType  # 4
 IMPORT_OUTCOME_UNCHANGED: ImportOutcome.ValueType  # 5
 """The entry equals the stored document; nothing changed."""
+IMPORT_OUTCOME_UNSUPPORTED: ImportOutcome.ValueType  # 6
+"""Left out because engram cannot store it (ImportSpaceRequest.skip_unsupported)."""
 Global___ImportOutcome: _TypeAlias = ImportOutcome  # noqa: Y015
 
 @_typing.final
@@ -543,10 +547,19 @@ class ImportSpaceRequest(_message.Message):
     SPACE_FIELD_NUMBER: _builtins.int
     STRATEGY_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
+    SKIP_UNSUPPORTED_FIELD_NUMBER: _builtins.int
     strategy: Global___ImportStrategy.ValueType
     """First message only: what to do with a path that already exists."""
     data: _builtins.bytes
     """Every message after the first: the next chunk of a gzipped tar."""
+    skip_unsupported: _builtins.bool
+    """First message only: leave out, and report as IMPORT_OUTCOME_UNSUPPORTED, the
+    entries engram cannot store instead of refusing the whole archive: files whose
+    name does not end in .md, links, devices and FIFOs; and, when the
+    archive is an OpenClaw/Minara agent workspace (AGENTS.md, SOUL.md, TOOLS.md,
+    IDENTITY.md or USER.md at its root), its root BOOTSTRAP.md and HEARTBEAT.md,
+    which mean something else to engram. A bad Markdown entry still refuses it all.
+    """
     @_builtins.property
     def space(self) -> _space_pb2.SpaceRef:
         """First message only."""
@@ -557,10 +570,11 @@ class ImportSpaceRequest(_message.Message):
         space: _space_pb2.SpaceRef | None = ...,
         strategy: Global___ImportStrategy.ValueType = ...,
         data: _builtins.bytes = ...,
+        skip_unsupported: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "space", b"space", "strategy", b"strategy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "skip_unsupported", b"skip_unsupported", "space", b"space", "strategy", b"strategy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -575,6 +589,7 @@ class ImportSpaceResponse(_message.Message):
     RENAMED_FIELD_NUMBER: _builtins.int
     BYTES_FIELD_NUMBER: _builtins.int
     ENTRIES_FIELD_NUMBER: _builtins.int
+    UNSUPPORTED_FIELD_NUMBER: _builtins.int
     written: _builtins.int
     """Documents created or overwritten."""
     skipped: _builtins.int
@@ -583,6 +598,8 @@ class ImportSpaceResponse(_message.Message):
     """Entries written under a new path because theirs existed (RENAME)."""
     bytes: _builtins.int
     """Bytes written."""
+    unsupported: _builtins.int
+    """Entries left out because engram cannot store them (skip_unsupported)."""
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImportedEntry]:
         """What happened to each entry, in archive order."""
@@ -595,10 +612,11 @@ class ImportSpaceResponse(_message.Message):
         renamed: _builtins.int = ...,
         bytes: _builtins.int = ...,
         entries: _abc.Iterable[Global___ImportedEntry] | None = ...,
+        unsupported: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "entries", b"entries", "renamed", b"renamed", "skipped", b"skipped", "written", b"written"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "entries", b"entries", "renamed", b"renamed", "skipped", b"skipped", "unsupported", b"unsupported", "written", b"written"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -613,21 +631,25 @@ class ImportedEntry(_message.Message):
     PATH_FIELD_NUMBER: _builtins.int
     STORED_PATH_FIELD_NUMBER: _builtins.int
     OUTCOME_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     """The entry's path in the archive."""
     stored_path: _builtins.str
     """Where it was written (differs from path when renamed; empty when skipped)."""
     outcome: Global___ImportOutcome.ValueType
+    detail: _builtins.str
+    """Why the entry was left out (IMPORT_OUTCOME_UNSUPPORTED only)."""
     def __init__(
         self,
         *,
         path: _builtins.str = ...,
         stored_path: _builtins.str = ...,
         outcome: Global___ImportOutcome.ValueType = ...,
+        detail: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcome", b"outcome", "path", b"path", "stored_path", b"stored_path"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "outcome", b"outcome", "path", b"path", "stored_path", b"stored_path"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
