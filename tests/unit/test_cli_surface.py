@@ -110,13 +110,14 @@ def test_listing_tree() -> None:
 
 
 def test_import_counts_name_every_outcome() -> None:
-    result = SimpleNamespace(entries=[SimpleNamespace(outcome=o) for o in (1, 1, 5, 3, 2, 4, 9)])
+    result = SimpleNamespace(entries=[SimpleNamespace(outcome=o) for o in (1, 1, 5, 3, 2, 4, 6, 9)])
     assert import_counts(result) == {
         "created": 2,
         "overwritten": 1,
         "skipped": 1,
         "renamed": 1,
         "unchanged": 1,
+        "unsupported": 1,
         "outcome_9": 1,
     }
 
