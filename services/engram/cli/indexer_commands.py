@@ -221,5 +221,5 @@ def follow_backlog(stub: Any, token: str, timeout: float) -> dict[str, Any]:
             largest = max(largest, remaining)
             update(largest - remaining, total=largest)
         if remaining == 0:
-            update(largest, total=max(largest, 1))
+            update(max(largest, 1), total=max(largest, 1))
     return {"backlog": remaining, "seconds": round(time.monotonic() - started, 3)}
