@@ -8,9 +8,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from engram.domain.documents import DocumentEvent, EventOp
 from engram.domain.errors import InvalidArgument, InvalidSpaceRef
+from engram.domain.positions import IndexPosition
 from engram.domain.principals import Principal, Role
 from engram.domain.spaces import SpaceRef, Visibility, parse_space_id
-from engram.v1 import authz_pb2, events_pb2, space_pb2
+from engram.v1 import authz_pb2, events_pb2, position_pb2, space_pb2
 
 VISIBILITY_FROM_PROTO: dict[int, Visibility] = {
     space_pb2.VISIBILITY_PRIVATE: Visibility.PRIVATE,
@@ -33,6 +34,24 @@ ROLE_FROM_PROTO: dict[int, Role] = {
 ROLE_TO_PROTO: dict[Role, authz_pb2.Role.ValueType] = {
     v: authz_pb2.Role.ValueType(k) for k, v in ROLE_FROM_PROTO.items()
 }
+
+
+def position_to_proto(position: IndexPosition) -> position_pb2.IndexPosition:
+    return position_pb2.IndexPosition(
+        space_id=position.space_id,
+        path=position.path,
+        document_id=position.document_id,
+        version=position.version,
+    )
+
+
+def position_from_proto(position: position_pb2.IndexPosition) -> IndexPosition:
+    return IndexPosition(
+        space_id=position.space_id,
+        path=position.path,
+        document_id=position.document_id,
+        version=position.version,
+    )
 
 
 def requested_space(message: space_pb2.SpaceRef, *, field: str = "space") -> SpaceRef:

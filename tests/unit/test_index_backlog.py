@@ -37,6 +37,7 @@ class SteppedWorker:
         keys: Iterable[tuple[Any, str]],
         *,
         traces: Mapping[Any, Sequence[Mapping[str, str]]] | None = None,
+        named: Mapping[Any, Any] | None = None,
         indexed: Callable[[tuple[str, str]], None] | None = None,
     ) -> dict[tuple[str, str], Exception | None]:
         results: dict[tuple[str, str], Exception | None] = {}

@@ -27,6 +27,7 @@ from engram.indexer.embedding_cache import SCHEMA as EMBEDDING_CACHE_SCHEMA
 from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
 from engram.indexer.ports import VectorIndex
+from engram.indexer.progress import SCHEMA as INDEX_PROGRESS_SCHEMA
 from engram.indexer.vector.numpy_index import NumpyVectorIndex
 from engram.maintenance.dream_watermarks import SCHEMA as DREAM_WATERMARK_SCHEMA
 from engram.maintenance.sqlite_stores import SCHEMA as MAINTENANCE_SCHEMA
@@ -58,6 +59,7 @@ async def open_sqlite(settings: Settings, stack: contextlib.AsyncExitStack) -> S
             AGENT_STATE_SCHEMA,
             MAINTENANCE_SCHEMA,
             DREAM_WATERMARK_SCHEMA,
+            INDEX_PROGRESS_SCHEMA,
         ],
         [migrate_outbox],
     )

@@ -299,6 +299,7 @@ class Components:
             search=SearchOptions(
                 candidate_depth=settings.search_candidate_depth,
                 backend_timeout_seconds=settings.search_backend_timeout_seconds,
+                max_wait_seconds=settings.search_max_wait_seconds,
             ),
             query_cache_size=settings.search_query_cache_size,
             workspace_writes=WriteLimits(

@@ -48,6 +48,7 @@ from engram.events.sqlite_feed import SqliteChangeFeed
 from engram.events.sqlite_outbox import SqliteOutbox
 from engram.indexer.embedding_cache import SqliteEmbeddingCache
 from engram.indexer.outbox_feed import OutboxIndexHandler, OutboxReindexQueue
+from engram.indexer.progress import SqliteIndexProgress
 from engram.indexer.service import IndexerService
 from engram.indexer.sources import RepositoryDocumentSource
 from engram.maintenance.dream_watermarks import SqliteWatermarkStore
@@ -207,6 +208,8 @@ async def embedded_engram(
         core = await build_core(settings, stack)
         components = core.components
         source = RepositoryDocumentSource(core.repository)
+        # One store for the worker and search: a record wakes the searches waiting on it.
+        progress = SqliteIndexProgress(core.database)
         indexing = await build_indexing(
             components,
             stack,
@@ -215,6 +218,7 @@ async def embedded_engram(
             cache=SqliteEmbeddingCache(core.database),
             source=source,
             sole_owner=True,
+            progress=progress,
         )
         reindex = OutboxReindexQueue(core.repository, core.relay)
         index_handler = OutboxIndexHandler(
@@ -245,6 +249,7 @@ async def embedded_engram(
             keyword=indexing.keyword,
             vector=indexing.vector,
             authorizer=core.authorizer,
+            progress=progress,
         )
         # The feed subscribes before the relay starts: no event is published to nobody.
         core.publisher.subscribe(index_handler)

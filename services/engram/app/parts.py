@@ -29,6 +29,7 @@ from engram.indexer.ports import (
     KeywordIndex,
     VectorIndex,
 )
+from engram.indexer.progress import IndexProgress
 from engram.indexer.sources import DocumentSource
 from engram.indexer.worker import IndexWorker
 from engram.runtime.rate_limit import RateLimitStore
@@ -58,6 +59,8 @@ class Indexing:
     worker: IndexWorker
     # Set while a model switch fills the new collection (started by the process builder).
     switch: ModelSwitch | None
+    # Where the worker records what each index holds (read-your-writes).
+    progress: IndexProgress | None = None
 
     @property
     def embedders(self) -> dict[str, Embedder]:
@@ -77,12 +80,14 @@ async def build_indexing(
     cache: EmbeddingCache,
     source: DocumentSource,
     sole_owner: bool,
+    progress: IndexProgress | None = None,
 ) -> Indexing:
     """Opens both indexes and the configured embedder (model loaded, one inference run),
     the model registry and the worker; a pending model switch is built, not started.
 
     `sole_owner`: this process alone uses the vector index, so collections left inactive
-    by an interrupted switch can be dropped at start.
+    by an interrupted switch can be dropped at start. `progress`: where the worker records
+    what each index holds, for read-your-writes searches.
     """
     await keyword.open()
     stack.push_async_callback(keyword.close)
@@ -116,6 +121,7 @@ async def build_indexing(
         chunk_size=indexing.chunk_size,
         chunk_overlap=indexing.chunk_overlap,
         concurrency=indexing.concurrency,
+        progress=progress,
     )
     switch: ModelSwitch | None = None
     if models.pending is not None:
@@ -130,7 +136,7 @@ async def build_indexing(
             backfill,
             drop_grace_seconds=indexing.drop_grace_seconds,
         )
-    return Indexing(keyword, vector, embedder, models, worker, switch)
+    return Indexing(keyword, vector, embedder, models, worker, switch, progress)
 
 
 def start_switch(indexing: Indexing, stack: contextlib.AsyncExitStack) -> None:
@@ -146,9 +152,11 @@ async def build_search(
     keyword: KeywordIndex,
     vector: VectorIndex,
     authorizer: Authorizer,
+    progress: IndexProgress | None = None,
 ) -> SearchService:
     """SearchService on opened indexes, with its own query embedders; the active model's
-    embedder is loaded and has run once before this returns."""
+    embedder is loaded and has run once before this returns. `progress`: the indexer's
+    records, for searches that carry positions (without it they answer degraded)."""
     embedders = ModelEmbedders.from_config(components.query_embedder)
     stack.push_async_callback(embedders.aclose)
     try:
@@ -164,6 +172,7 @@ async def build_search(
         authorizer,
         options=components.search,
         query_cache=QueryEmbeddingCache(components.query_cache_size),
+        progress=progress,
     )
 
 

@@ -65,6 +65,7 @@ from engram.events.relay import OutboxRelay
 from engram.indexer.embedding_cache import MongoIdEmbeddingCache
 from engram.indexer.jetstream_consumer import JetStreamIndexConsumer, JetStreamReindexQueue
 from engram.indexer.ports import VectorIndex
+from engram.indexer.progress import MongoIndexProgress
 from engram.indexer.service import IndexerService
 from engram.indexer.sources import RepositoryDocumentSource, StorageClientDocumentSource
 from engram.maintenance.dream_watermarks import MongoWatermarkStore
@@ -321,6 +322,8 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
             interceptors=tracing_client_interceptors(),
         )
         stack.push_async_callback(channel.close)
+        progress = MongoIndexProgress(database)
+        await progress.ensure_indexes()
         catalog = RepositoryDocumentSource(
             MongoDocumentRepository(database, retention=components.version_retention)
         )
@@ -337,6 +340,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
             cache=cache,
             source=source,
             sole_owner=False,
+            progress=progress,
         )
         nats_client = await connect_nats(nats_url, name="engram-indexer")
         stack.push_async_callback(nats_client.close)
@@ -410,17 +414,28 @@ async def search_on_backends(
     components = Components.from_settings(settings)
     async with contextlib.AsyncExitStack() as stack:
         dependencies: list[Dependency] = []
+        progress: MongoIndexProgress | None = None
         if authenticator is None:
             database = connect_mongo(required[MongoNeeds], settings, stack)
             authenticator = await mongo_token_authenticator(components, database)
             dependencies.append(mongo_dependency(database))
+            progress = MongoIndexProgress(database)
+        elif settings.mongo_uri:
+            # Tokens come from elsewhere; the indexer's progress still lives on MongoDB.
+            database = connect_mongo(MongoNeeds(mongo_uri=settings.mongo_uri), settings, stack)
+            progress = MongoIndexProgress(database)
         keyword = opensearch_index(required[OpenSearchNeeds].opensearch_url, settings)
         await open_or_keep_trying(keyword, "keyword", stack)
         if vector is None:
             vector = vector_index(required.vector)
         await open_or_keep_trying(vector, "vector", stack)
         service = await build_search(
-            components, stack, keyword=keyword, vector=vector, authorizer=PolicyAuthorizer()
+            components,
+            stack,
+            keyword=keyword,
+            vector=vector,
+            authorizer=PolicyAuthorizer(),
+            progress=progress,
         )
         indexes = either_index_dependency(keyword, vector)
         if indexes is not None:

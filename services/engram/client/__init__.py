@@ -31,6 +31,7 @@ from engram.client.models import (
     WriteResult,
 )
 from engram.client.sync import Engram
+from engram.domain.positions import IndexPosition
 from engram.runtime.channels import ClientTls
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "Engram",
     "EngramClient",
     "Heartbeat",
+    "IndexPosition",
     "MemoryDocument",
     "PromptSection",
     "SearchHit",

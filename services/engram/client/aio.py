@@ -66,6 +66,7 @@ from engram.client.models import (
     WriteResult,
 )
 from engram.domain.errors import InvalidArgument
+from engram.domain.positions import IndexPosition
 from engram.runtime.channels import (
     Addresses,
     ChannelConfig,
@@ -82,6 +83,7 @@ from engram.v1 import (
     workspace_pb2,
     workspace_pb2_grpc,
 )
+from engram.wire import position_to_proto
 
 log = logging.getLogger("engram.client")
 
@@ -292,11 +294,24 @@ class EngramClient:
         return [mapping.tree_node(node) for node in response.nodes]
 
     async def memory_search(
-        self, query: str, *, limit: int = 0, space: Space | None = None
+        self,
+        query: str,
+        *,
+        limit: int = 0,
+        space: Space | None = None,
+        min_positions: Sequence[IndexPosition] = (),
+        max_wait_ms: int = 0,
     ) -> SearchResults:
-        """Hybrid search of the workspace, best first; `limit` 1..20 (0 = 5)."""
+        """Hybrid search of the workspace, best first; `limit` 1..20 (0 = 5).
+        `min_positions` (from memory_write / append_daily_log results): answer once the
+        indexes hold those writes, waiting at most `max_wait_ms` (0 = the server's cap and
+        this client's timeout); past it the answer is degraded."""
         request = workspace_pb2.MemorySearchRequest(
-            space=self._space(space), query=query, limit=limit
+            space=self._space(space),
+            query=query,
+            limit=limit,
+            min_positions=[position_to_proto(p) for p in min_positions],
+            max_wait_ms=max_wait_ms,
         )
         response = await self._call(
             "WorkspaceService.MemorySearch",
@@ -456,9 +471,13 @@ class EngramClient:
         mode: str = "hybrid",
         path_prefix: str = "",
         min_score: float = 0.0,
+        min_positions: Sequence[IndexPosition] = (),
+        max_wait_ms: int = 0,
     ) -> SearchResults:
         """Hybrid (or "lexical" / "semantic") search of up to 16 spaces (default: the
-        client's space); `limit` 1..100 (0 = 5)."""
+        client's space); `limit` 1..100 (0 = 5). `min_positions` (from write results):
+        answer once the indexes hold those writes, waiting at most `max_wait_ms` (0 = the
+        server's cap and this client's timeout); past it the answer is degraded."""
         search_mode = mapping.SEARCH_MODES.get(mode)
         if search_mode is None:
             raise InvalidArgument(
@@ -471,6 +490,8 @@ class EngramClient:
             mode=search_mode,
             path_prefix=path_prefix,
             min_score=min_score,
+            min_positions=[position_to_proto(p) for p in min_positions],
+            max_wait_ms=max_wait_ms,
         )
         response = await self._call(
             "SearchService.Search", self._stubs.search.Search, request, idempotent=True

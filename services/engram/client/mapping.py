@@ -22,6 +22,7 @@ from engram.client.models import (
     TreeNode,
     WriteResult,
 )
+from engram.domain.positions import IndexPosition
 from engram.v1 import (
     document_pb2,
     search_pb2,
@@ -29,7 +30,7 @@ from engram.v1 import (
     storage_pb2,
     workspace_pb2,
 )
-from engram.wire import from_timestamp, timestamp
+from engram.wire import from_timestamp, position_from_proto, timestamp
 
 TARGETS = {
     "memory": workspace_pb2.MEMORY_TARGET_MEMORY,
@@ -123,6 +124,7 @@ def write_result(message: workspace_pb2.MemoryWriteResponse) -> WriteResult:
         status=message.status or "written",
         append=message.append,
         size_bytes=message.size_bytes,
+        position=_position(message),
     )
 
 
@@ -132,7 +134,16 @@ def daily_log_result(message: workspace_pb2.AppendDailyLogResponse) -> WriteResu
         content_length=message.content_length,
         sha256=message.sha256,
         version=message.version,
+        position=_position(message),
     )
+
+
+def _position(
+    message: workspace_pb2.MemoryWriteResponse
+    | workspace_pb2.AppendDailyLogResponse
+    | storage_pb2.WriteDocumentResponse,
+) -> IndexPosition | None:
+    return position_from_proto(message.position) if message.HasField("position") else None
 
 
 def memory_document(message: workspace_pb2.MemoryReadResponse) -> MemoryDocument:
@@ -171,6 +182,9 @@ def memory_search_results(message: workspace_pb2.MemorySearchResponse) -> Search
         result_count=message.result_count,
         degraded=message.degraded,
         degraded_reasons=tuple(message.degraded_reasons),
+        keyword_positions_behind=message.keyword_positions_behind,
+        vector_positions_behind=message.vector_positions_behind,
+        waited_ms=message.waited_ms,
     )
 
 
@@ -218,6 +232,7 @@ def document_write(message: storage_pb2.WriteDocumentResponse) -> DocumentWrite:
         document=document(message.document),
         created=message.created,
         bytes_delta=message.bytes_delta,
+        position=_position(message),
     )
 
 
@@ -257,4 +272,7 @@ def search_results(message: search_pb2.SearchResponse) -> SearchResults:
         result_count=message.result_count,
         degraded=message.degraded,
         degraded_reasons=tuple(message.degraded_reasons),
+        keyword_positions_behind=message.keyword_positions_behind,
+        vector_positions_behind=message.vector_positions_behind,
+        waited_ms=message.waited_ms,
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engram.domain.errors import InvalidSpaceRef
+from engram.domain.positions import IndexPosition
 from engram.v1 import space_pb2
 
 # "private", "bot", "project", ...: the proto's Visibility names, lower case, unprefixed.
@@ -62,6 +63,9 @@ class WriteResult:
     append: bool = True
     # Size of the whole document after the write (0 when the server does not say).
     size_bytes: int = 0
+    # Give it to memory_search(min_positions=...) to find this write on the first search
+    # (None when the server does not say).
+    position: IndexPosition | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +113,14 @@ class SearchResults:
     query: str
     results: tuple[SearchHit, ...]
     result_count: int
-    # One backend failed or timed out and the other answered.
+    # One backend failed or timed out and the other answered, or an index had not
+    # reached the given min_positions when the wait ended.
     degraded: bool = False
     degraded_reasons: tuple[str, ...] = ()
+    # min_positions each index had not reached, and the time the search waited for them.
+    keyword_positions_behind: int = 0
+    vector_positions_behind: int = 0
+    waited_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +174,8 @@ class DocumentWrite:
     created: bool
     # New size minus old size.
     bytes_delta: int
+    # Give it to search(min_positions=...) to find this write on the first search.
+    position: IndexPosition | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,7 @@ from engram.indexer.worker import (
     DocumentKey,
     IndexWorker,
     UndecodableEvent,
+    event_documents,
     observe_lag,
     read_event,
 )
@@ -345,7 +346,12 @@ class JetStreamIndexConsumer:
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     OUTAGE_RETRIES.inc()
-                await self._worker.index(space, path, traces=_traces(held))
+                await self._worker.index(
+                    space,
+                    path,
+                    traces=_traces(held),
+                    named=event_documents(h.event for h in held if h.event is not None),
+                )
 
     async def _failed(self, held: Sequence[_Held], error: Exception) -> None:
         reason = getattr(error, "message", None) or f"{type(error).__name__}: {error}"

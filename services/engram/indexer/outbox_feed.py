@@ -21,6 +21,7 @@ from engram.indexer.worker import (
     IndexWorker,
     UndecodableEvent,
     coalesce,
+    event_documents,
     event_traces,
     observe_lag,
     read_event,
@@ -75,6 +76,7 @@ class OutboxIndexHandler:
         results = await self._worker.index_many(
             ((group[0].space, path) for (_, path), group in groups.items()),
             traces={key: event_traces(group) for key, group in groups.items()},
+            named={key: event_documents(group) for key, group in groups.items()},
             indexed=indexed,
         )
         retry: list[Exception] = []

@@ -24,6 +24,12 @@ as gone, and its chunks go.
 Within a process, work on one (space, path) is serialised; across replicas the re-read
 carries correctness. Callers acknowledge an event only after `index` returned for its
 document, having started after the event arrived.
+
+Read-your-writes: after each leg (the keyword index, then the vector collections) applied a
+document, the worker records in `IndexProgress` the (document id, version) that leg now
+holds, and marks the document ids the events named that are no longer current as finished
+(engram.domain.positions). The keyword index is written before the chunks are embedded, so
+a lexical search waiting for a write never waits for embedding or the vector backend.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -43,9 +49,11 @@ from engram.domain.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE, bu
 from engram.domain.chunks import Chunk
 from engram.domain.documents import DocumentEvent, StoredDocument
 from engram.domain.errors import EngramError, InvalidArgument, Unavailable
+from engram.domain.positions import IndexLeg, applied_versions
 from engram.domain.spaces import SpaceRef
 from engram.indexer.models import IndexModels, ModelTarget
 from engram.indexer.ports import IndexModelMismatch, KeywordIndex, VectorIndex, Vectors
+from engram.indexer.progress import IndexProgress
 from engram.indexer.sources import DocumentSource
 from engram.runtime.keyed_locks import KeyedLocks
 from engram.runtime.tracing import consumer_span
@@ -132,6 +140,11 @@ def coalesce(events: Iterable[DocumentEvent]) -> dict[DocumentKey, list[Document
     return groups
 
 
+def event_documents(events: Iterable[DocumentEvent]) -> frozenset[str]:
+    """The document ids the events name (a reindex request names none)."""
+    return frozenset(event.document_id for event in events if event.document_id)
+
+
 def event_traces(events: Iterable[DocumentEvent]) -> list[dict[str, str]]:
     """The trace contexts the events carry (from the writes that made them)."""
     return [dict(event.trace_context) for event in events if event.trace_context]
@@ -173,6 +186,7 @@ class IndexWorker:
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
         concurrency: int = 8,
         max_passes: int = 6,
+        progress: IndexProgress | None = None,
     ) -> None:
         self._source = source
         self._keyword = keyword
@@ -182,6 +196,7 @@ class IndexWorker:
         self._chunk_overlap = chunk_overlap
         self._concurrency = concurrency
         self._max_passes = max_passes
+        self._progress = progress
         self._locks = KeyedLocks()
 
     @property
@@ -199,12 +214,14 @@ class IndexWorker:
         *,
         backfill: bool = False,
         traces: Sequence[Mapping[str, str]] = (),
+        named: Collection[str] = (),
     ) -> Outcome:
         """Makes both indexes hold the current chunks of (space, path), or none if it is
         deleted. With `backfill`, writes only the pending model's collection (a model switch
         filling it); the keyword index and the active collection are left to events.
         `traces` are the trace contexts of the events this run answers: its span continues
-        the first one's trace and links to all.
+        the first one's trace and links to all. `named` are the document ids those events
+        name (see the module's read-your-writes note).
 
         An empty `path` (a SPACE_DELETE event) erases the whole space from both indexes.
 
@@ -223,7 +240,7 @@ class IndexWorker:
             async with self._locks.hold((space.id, path)):
                 outcome: Outcome | None = None
                 try:
-                    outcome = await self._converge(space, path, backfill=backfill)
+                    outcome = await self._converge(space, path, backfill=backfill, named=named)
                 finally:
                     if outcome is None and not _cancelling():
                         DOCUMENTS.labels("failed").inc()
@@ -238,19 +255,27 @@ class IndexWorker:
         keys: Iterable[tuple[SpaceRef, str]],
         *,
         traces: Mapping[DocumentKey, Sequence[Mapping[str, str]]] | None = None,
+        named: Mapping[DocumentKey, Collection[str]] | None = None,
         indexed: Callable[[DocumentKey], None] | None = None,
     ) -> dict[DocumentKey, Exception | None]:
         """Indexes several documents, `concurrency` at a time; the error of each one that
         failed (None for success), so one bad document never holds up the others. `traces`
-        gives each document's events' trace contexts (see `index`); `indexed` is told each
-        document as soon as it is indexed (progress within a batch)."""
+        and `named` give each document's events' trace contexts and document ids (see
+        `index`); `indexed` is told each document as soon as it is indexed (progress within
+        a batch)."""
         semaphore = asyncio.Semaphore(self._concurrency)
         results: dict[DocumentKey, Exception | None] = {}
 
         async def one(space: SpaceRef, path: str) -> None:
             async with semaphore:
                 try:
-                    await self.index(space, path, traces=(traces or {}).get((space.id, path), ()))
+                    key = (space.id, path)
+                    await self.index(
+                        space,
+                        path,
+                        traces=(traces or {}).get(key, ()),
+                        named=(named or {}).get(key, ()),
+                    )
                 except Exception as error:  # noqa: BLE001 - reported per document; the caller retries it
                     if not isinstance(error, EngramError):
                         log.error(
@@ -274,6 +299,9 @@ class IndexWorker:
         }
         with consumer_span("engram.indexer/EraseSpace", traces, attributes):
             async with self._locks.hold((space.id, "")):
+                if self._progress is not None:
+                    # Positions of the erased documents are never reached again.
+                    await self._progress.forget_space(space.id)
                 await self._keyword.delete_space(space.id)
                 await self._vector.delete_space(space.id)
                 # Documents stored now were written after the erasure (or raced it).
@@ -288,7 +316,9 @@ class IndexWorker:
 
     # --- one document ------------------------------------------------------------------------
 
-    async def _converge(self, space: SpaceRef, path: str, *, backfill: bool) -> Outcome:
+    async def _converge(
+        self, space: SpaceRef, path: str, *, backfill: bool, named: Collection[str]
+    ) -> Outcome:
         for attempt in range(self._max_passes):
             if attempt:
                 REPASSES.inc()
@@ -301,7 +331,7 @@ class IndexWorker:
                 targets = await self._models.targets()
             document = await self._source.current(space, path)
             try:
-                written = await self._write(space.id, path, document, targets, backfill)
+                written = await self._write(space.id, path, document, targets, backfill, named)
             except IndexModelMismatch:
                 # A collection went away under us (another replica finished a switch and
                 # dropped the old one): with fresh targets this is worth another pass.
@@ -324,19 +354,36 @@ class IndexWorker:
         document: StoredDocument | None,
         targets: Sequence[ModelTarget],
         backfill: bool,
+        named: Collection[str],
     ) -> _Written:
+        """Writes the document's state to the keyword index, then (embedded) to every
+        target collection, recording each leg's progress once it holds the state. A
+        backfill writes only a pending collection, which no search reads yet: no record."""
+        held = None if document is None else (document.document_id, document.version)
+        versions = applied_versions(held, named)
         if document is None:
             await self._keyword.delete_chunks(space_id, path)
+            await self._record(IndexLeg.KEYWORD, space_id, path, versions)
             await self._vector.delete_chunks(space_id, path)
+            await self._record(IndexLeg.VECTOR, space_id, path, versions)
             return _Written(None, 0)
         chunks = await self._chunks(document)
-        texts = [chunk.indexed_text for chunk in chunks]
-        vectors = await asyncio.gather(*(_embed(target, texts) for target in targets))
         if not backfill:
             await self._keyword.replace_chunks(space_id, path, chunks)
+            await self._record(IndexLeg.KEYWORD, space_id, path, versions)
+        texts = [chunk.indexed_text for chunk in chunks]
+        vectors = await asyncio.gather(*(_embed(target, texts) for target in targets))
         for target, matrix in zip(targets, vectors, strict=True):
             await self._vector.replace_chunks(target.model.model_id, space_id, path, chunks, matrix)
+        if not backfill:
+            await self._record(IndexLeg.VECTOR, space_id, path, versions)
         return _Written(document, len(chunks))
+
+    async def _record(
+        self, leg: IndexLeg, space_id: str, path: str, versions: Mapping[str, int]
+    ) -> None:
+        if self._progress is not None:
+            await self._progress.record(leg, space_id, path, versions)
 
     async def _chunks(self, document: StoredDocument) -> list[Chunk]:
         def build() -> list[Chunk]:

@@ -269,6 +269,10 @@ class Settings(BaseSettings):
     search_backend_timeout_seconds: float = Field(default=1.0, gt=0)
     """Deadline of each backend leg (query embedding + vector search; BM25 search); one
     that fails or overruns degrades the answer to the other."""
+    search_max_wait_seconds: float = Field(default=10.0, gt=0, le=300)
+    """The longest a search carrying min_positions (read-your-writes) waits for the indexes
+    to reach them; a request's own deadline and max_wait_ms can only shorten it. When it
+    runs out the search answers anyway, degraded, naming the index that is behind."""
     search_query_cache_size: int = Field(default=1024, ge=0)
     """Query embeddings kept in memory, per process (0 = no cache)."""
     search_embed_threads: int = Field(default=1, ge=1)

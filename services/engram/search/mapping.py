@@ -6,7 +6,7 @@ from engram.domain.errors import InvalidArgument
 from engram.domain.fusion import DEFAULT_RRF_K, DEFAULT_WEIGHT
 from engram.search.service import SearchHit, SearchMode, SearchOutcome, SearchQuery
 from engram.v1 import search_pb2
-from engram.wire import requested_space
+from engram.wire import position_from_proto, requested_space
 
 MODES = {
     search_pb2.SEARCH_MODE_UNSPECIFIED: SearchMode.HYBRID,
@@ -16,8 +16,17 @@ MODES = {
 }
 
 
-def search_query(request: search_pb2.SearchRequest) -> SearchQuery:
-    """The request as a domain query; proto zeros mean the defaults."""
+def wait_seconds(max_wait_ms: int) -> float | None:
+    """A request's max_wait_ms as the domain's cap: 0 = none; negative stays negative so
+    validation refuses it."""
+    return None if max_wait_ms == 0 else max_wait_ms / 1000
+
+
+def search_query(
+    request: search_pb2.SearchRequest, *, deadline_seconds: float | None = None
+) -> SearchQuery:
+    """The request as a domain query; proto zeros mean the defaults. `deadline_seconds`:
+    the time left before the call's deadline."""
     mode = MODES.get(request.mode)
     if mode is None:
         raise InvalidArgument(
@@ -36,6 +45,9 @@ def search_query(request: search_pb2.SearchRequest) -> SearchQuery:
         rrf_k=request.rrf_k or DEFAULT_RRF_K,
         min_score=request.min_score,
         path_prefix=request.path_prefix,
+        min_positions=[position_from_proto(p) for p in request.min_positions],
+        max_wait_seconds=wait_seconds(request.max_wait_ms),
+        deadline_seconds=deadline_seconds,
     )
 
 
@@ -64,4 +76,7 @@ def search_response(outcome: SearchOutcome) -> search_pb2.SearchResponse:
         result_count=len(outcome.hits),
         degraded=outcome.degraded,
         degraded_reasons=outcome.degraded_reasons,
+        keyword_positions_behind=outcome.keyword_positions_behind,
+        vector_positions_behind=outcome.vector_positions_behind,
+        waited_ms=round(outcome.waited_seconds * 1000),
     )

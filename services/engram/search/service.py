@@ -9,15 +9,24 @@
 4. The lists are fused by weighted RRF (`engram.domain.fusion`). A leg that failed or
    overran is left out and the answer is marked degraded; if no leg answered the request
    fails with UNAVAILABLE.
+
+Read-your-writes: a query carrying `min_positions` (what writes answered) makes each leg
+first wait until its index has reached them (engram.indexer.progress), within one wait
+budget: the request deadline less the backend timeout, the query's `max_wait_seconds` and
+the server's `max_wait_seconds`, whichever is shortest. A leg still behind when the budget
+is spent searches anyway and the answer is degraded, the reason naming that index and how
+many positions it lacked. Each leg waits for its own index only: a lexical search never
+waits for the vector index.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -27,6 +36,7 @@ from engram.domain.chunks import Chunk, ModelInfo, ScoredChunk
 from engram.domain.errors import EngramError, InvalidArgument, InvalidSpaceRef, PermissionDenied
 from engram.domain.fusion import DEFAULT_RRF_K, DEFAULT_WEIGHT, FusionParams, RankedHit, fuse
 from engram.domain.ports import Authorizer
+from engram.domain.positions import IndexLeg, IndexPosition, merge_positions
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
 from engram.indexer.ports import (
@@ -35,6 +45,7 @@ from engram.indexer.ports import (
     KeywordIndex,
     VectorIndex,
 )
+from engram.indexer.progress import IndexProgress, wait_for_positions
 from engram.search.errors import SearchUnavailable
 from engram.search.ports import QueryEmbedders
 from engram.search.query_cache import QueryEmbeddingCache
@@ -64,6 +75,17 @@ BACKEND_SECONDS = Histogram(
     ("backend",),
     buckets=(0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.5, 1, 2.5),
 )
+WAIT_SECONDS = Histogram(
+    "engram_search_position_wait_seconds",
+    "Time a search waited for an index to reach the positions it was given, by index.",
+    ("backend",),
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+BEHIND = Counter(
+    "engram_search_positions_behind_total",
+    "Searches answered before an index reached their positions (wait budget spent).",
+    ("backend",),
+)
 FOREIGN_HITS = Counter(
     "engram_search_foreign_hits_total",
     "Hits an index returned from a space the request did not authorize (dropped; a bug).",
@@ -83,6 +105,8 @@ class SearchOptions:
 
     candidate_depth: int = 50
     backend_timeout_seconds: float = 1.0
+    # The longest a search waits for its min_positions.
+    max_wait_seconds: float = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +122,12 @@ class SearchQuery:
     rrf_k: float = DEFAULT_RRF_K
     min_score: float = 0.0
     path_prefix: str = ""
+    # Answer once the indexes hold these writes (or the wait budget is spent).
+    min_positions: Sequence[IndexPosition] = ()
+    # The caller's cap on that wait; None = no cap of its own.
+    max_wait_seconds: float | None = None
+    # Seconds left before the request's deadline; None = no deadline.
+    deadline_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +147,11 @@ class SearchOutcome:
     hits: list[SearchHit]
     degraded: bool = False
     degraded_reasons: list[str] = field(default_factory=list)
+    # min_positions each index had not reached when it was searched.
+    keyword_positions_behind: int = 0
+    vector_positions_behind: int = 0
+    # Time spent waiting for min_positions.
+    waited_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +161,10 @@ class _Leg:
     backend: str
     hits: list[ScoredChunk] | None
     reason: str = ""
+    # Positions its index had not reached, and why (empty when none were behind).
+    behind: int = 0
+    behind_reason: str = ""
+    waited: float = 0.0
 
 
 class SearchService:
@@ -138,6 +177,7 @@ class SearchService:
         *,
         options: SearchOptions | None = None,
         query_cache: QueryEmbeddingCache | None = None,
+        progress: IndexProgress | None = None,
     ) -> None:
         self._keyword = keyword
         self._vector = vector
@@ -146,10 +186,13 @@ class SearchService:
         self._options = options or SearchOptions()
         self._query_cache = query_cache or QueryEmbeddingCache(1024)
         self._active: tuple[ModelInfo, float] | None = None
+        self._progress = progress
 
     async def search(self, principal: Principal, query: SearchQuery) -> SearchOutcome:
         space_ids = await self._authorize(principal, query.spaces)
         limit, params = _validate(query)
+        positions = merge_positions(query.min_positions, space_ids)
+        budget = self._wait_budget(query)
         # Fusion needs a deeper candidate list from each leg; a single leg's fused order is
         # its own rank order, so its first `limit` hits are the answer. Asking it for 50
         # when 10 are returned cost the keyword leg 40 stored-document reads (the tail of
@@ -162,13 +205,22 @@ class SearchService:
         # the model runs (without the GIL) the BM25 leg overlaps it almost for free.
         if query.mode is not SearchMode.LEXICAL:
             legs.append(
-                self._leg(VECTOR, self._semantic(space_ids, query.text, depth, query.path_prefix))
+                self._caught_up_leg(
+                    VECTOR,
+                    IndexLeg.VECTOR,
+                    positions,
+                    budget,
+                    lambda: self._semantic(space_ids, query.text, depth, query.path_prefix),
+                )
             )
         if query.mode is not SearchMode.SEMANTIC:
             legs.append(
-                self._leg(
+                self._caught_up_leg(
                     KEYWORD,
-                    self._keyword.search(
+                    IndexLeg.KEYWORD,
+                    positions,
+                    budget,
+                    lambda: self._keyword.search(
                         space_ids, query.text, limit=depth, path_prefix=query.path_prefix
                     ),
                 )
@@ -203,8 +255,15 @@ class SearchService:
             )
             for hit in fused
         ]
+        behind = [leg.behind_reason for leg in answered.values() if leg.behind]
         return SearchOutcome(
-            query=query.text, hits=hits, degraded=bool(reasons), degraded_reasons=reasons
+            query=query.text,
+            hits=hits,
+            degraded=bool(reasons or behind),
+            degraded_reasons=behind + reasons,
+            keyword_positions_behind=_behind(answered.get(KEYWORD)),
+            vector_positions_behind=_behind(answered.get(VECTOR)),
+            waited_seconds=max(leg.waited for leg in answered.values()),
         )
 
     # --- steps -------------------------------------------------------------------------------
@@ -246,6 +305,55 @@ class SearchService:
                 raise decision
             space_ids[decision.space.id] = None
         return list(space_ids)
+
+    def _wait_budget(self, query: SearchQuery) -> float:
+        """Seconds the legs may wait for the query's positions (see the module doc)."""
+        budget = self._options.max_wait_seconds
+        if query.max_wait_seconds is not None:
+            budget = min(budget, query.max_wait_seconds)
+        if query.deadline_seconds is not None:
+            budget = min(budget, query.deadline_seconds - self._options.backend_timeout_seconds)
+        return max(0.0, budget)
+
+    async def _caught_up_leg(
+        self,
+        backend: str,
+        leg: IndexLeg,
+        positions: Sequence[IndexPosition],
+        budget: float,
+        work: Callable[[], Awaitable[list[ScoredChunk]]],
+    ) -> _Leg:
+        """The leg's answer once its index has reached `positions` (or the budget is
+        spent: then it answers with what the index holds, and says how far behind it is)."""
+        if not positions:
+            return await self._leg(backend, work())
+        started = time.perf_counter()
+        why = ""
+        if self._progress is None:
+            pending: Sequence[IndexPosition] = positions
+            why = "this search service cannot see the indexer's progress"
+        else:
+            try:
+                pending = await wait_for_positions(self._progress, leg, positions, budget)
+            except EngramError as error:
+                pending = positions
+                why = f"index progress unreadable: {error.message}"
+        waited = time.perf_counter() - started
+        WAIT_SECONDS.labels(backend).observe(waited)
+        answer = await self._leg(backend, work())
+        if not pending:
+            return dataclasses.replace(answer, waited=waited)
+        BEHIND.labels(backend).inc()
+        reason = (
+            f"{backend} index behind: {len(pending)} of {len(positions)} positions not "
+            f"reached after {waited * 1000:.0f} ms"
+        )
+        return dataclasses.replace(
+            answer,
+            behind=len(pending),
+            behind_reason=f"{reason} ({why})" if why else reason,
+            waited=waited,
+        )
 
     async def _leg(self, backend: str, work: Awaitable[list[ScoredChunk]]) -> _Leg:
         """Runs one backend call under its deadline; a failure becomes a reason, not an error."""
@@ -324,12 +432,20 @@ def _validate(query: SearchQuery) -> tuple[int, FusionParams]:
         raise InvalidArgument(
             f"path_prefix is over {MAX_PATH_PREFIX_BYTES} bytes", field="path_prefix"
         )
+    if query.max_wait_seconds is not None and not (
+        math.isfinite(query.max_wait_seconds) and query.max_wait_seconds >= 0
+    ):
+        raise InvalidArgument("max_wait_ms must not be negative", field="max_wait_ms")
     if not isinstance(query.mode, SearchMode):
         raise InvalidArgument("mode must be hybrid, lexical or semantic", field="mode")
     params = FusionParams(
         bm25_weight=query.bm25_weight, vector_weight=query.vector_weight, k=query.rrf_k
     )
     return limit, params
+
+
+def _behind(leg: _Leg | None) -> int:
+    return 0 if leg is None else leg.behind
 
 
 def _inside(leg: _Leg | None, allowed: set[str]) -> list[ScoredChunk] | None:

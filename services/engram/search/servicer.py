@@ -21,5 +21,6 @@ class SearchServicer(search_pb2_grpc.SearchServiceServicer):
     async def Search(
         self, request: search_pb2.SearchRequest, context: Context
     ) -> search_pb2.SearchResponse:
-        outcome = await self._service.search(current_principal(), mapping.search_query(request))
+        query = mapping.search_query(request, deadline_seconds=context.time_remaining())
+        outcome = await self._service.search(current_principal(), query)
         return mapping.search_response(outcome)

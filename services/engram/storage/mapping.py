@@ -15,7 +15,7 @@ from engram.storage.service import (
     WriteMode,
     WriteResult,
 )
-from engram.v1 import document_pb2, storage_pb2
+from engram.v1 import document_pb2, position_pb2, storage_pb2
 from engram.wire import space_to_proto, timestamp
 
 WRITE_MODES = {
@@ -60,6 +60,17 @@ def write_response(result: WriteResult) -> storage_pb2.WriteDocumentResponse:
         document=document_to_proto(result.document, with_content=False),
         created=result.created,
         bytes_delta=result.bytes_delta,
+        position=position_of(result.document),
+    )
+
+
+def position_of(document: StoredDocument) -> position_pb2.IndexPosition:
+    """The index position a change left `document` in (read-your-writes searches)."""
+    return position_pb2.IndexPosition(
+        space_id=document.space_id,
+        path=document.path,
+        document_id=document.document_id,
+        version=document.version,
     )
 
 

@@ -133,6 +133,14 @@ class WriteResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Deletion:
+    """A delete's outcome: the document as it was deleted, and its size (credited back)."""
+
+    document: StoredDocument
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class DirectoryItem:
     path: str
     is_dir: bool
@@ -470,6 +478,15 @@ class StorageService:
         self, principal: Principal, space: SpaceRef, path: str, *, expected_sha256: str = ""
     ) -> int:
         """Deletes the document (keeping its content as a version); returns its size."""
+        deleted = await self.delete_document(
+            principal, space, path, expected_sha256=expected_sha256
+        )
+        return deleted.size_bytes
+
+    async def delete_document(
+        self, principal: Principal, space: SpaceRef, path: str, *, expected_sha256: str = ""
+    ) -> Deletion:
+        """`delete`, answering the deleted document too (its index position)."""
         granted = await self._authorize(principal, Action.DELETE, space)
         validate_document_path(path)
         _validate_preconditions(expected_sha256, create_only=False)
@@ -478,7 +495,7 @@ class StorageService:
 
     async def _delete_locked(
         self, granted: AuthorizedSpace, principal: Principal, path: str, expected_sha256: str
-    ) -> int:
+    ) -> Deletion:
         try:
             async for attempt in _on_conflict(MAX_WRITE_ATTEMPTS):
                 with attempt:
@@ -501,15 +518,16 @@ class StorageService:
                         trace_context=current_trace_context(),
                     )
                     await self._repository.delete(deletion)
-                    size = current.size_bytes
+                    deleted = current
         except RetryError:
             raise WriteContention(
                 f"{quoted(path)} kept changing while it was being deleted; try again"
             ) from None
         self._notifier.changed()
+        size = deleted.size_bytes
         await self._credit(granted.space, size)
         await self._record_audit(granted, principal, path, -size)
-        return size
+        return Deletion(deleted, size)
 
     # --- erasure and space administration ----------------------------------------------------
 

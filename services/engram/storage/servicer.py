@@ -59,13 +59,15 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
     async def DeleteDocument(
         self, request: storage_pb2.DeleteDocumentRequest, context: Context
     ) -> storage_pb2.DeleteDocumentResponse:
-        deleted = await self._service.delete(
+        deleted = await self._service.delete_document(
             current_principal(),
             requested_space(request.space),
             request.path,
             expected_sha256=request.expected_sha256,
         )
-        return storage_pb2.DeleteDocumentResponse(deleted_bytes=deleted)
+        return storage_pb2.DeleteDocumentResponse(
+            deleted_bytes=deleted.size_bytes, position=mapping.position_of(deleted.document)
+        )
 
     async def ListDocuments(
         self, request: storage_pb2.ListDocumentsRequest, context: Context

@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from engram.v1 import position_pb2 as _position_pb2
 from engram.v1 import space_pb2 as _space_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -55,6 +56,8 @@ class SearchRequest(_message.Message):
     RRF_K_FIELD_NUMBER: _builtins.int
     MIN_SCORE_FIELD_NUMBER: _builtins.int
     PATH_PREFIX_FIELD_NUMBER: _builtins.int
+    MIN_POSITIONS_FIELD_NUMBER: _builtins.int
+    MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """Non-blank query text, at most 4096 characters."""
     limit: _builtins.int
@@ -73,10 +76,22 @@ class SearchRequest(_message.Message):
     segments, so "notes" (or "notes/") matches notes/a.md and notes/x/b.md but not
     notesX.md; "notes/a.md" matches that document; empty = every path.
     """
+    max_wait_ms: _builtins.int
+    """How long to wait for min_positions, in milliseconds; 0 = until the request deadline.
+    The server caps it (ENGRAM_SEARCH_MAX_WAIT_SECONDS). When the wait ends first, the
+    answer is degraded and a reason names the index that is behind.
+    """
     @_builtins.property
     def spaces(self) -> _containers.RepeatedCompositeFieldContainer[_space_pb2.SpaceRef]:
         """1 to 16 distinct spaces (a repeated space counts once); one the caller may not read
         refuses the whole request.
+        """
+
+    @_builtins.property
+    def min_positions(self) -> _containers.RepeatedCompositeFieldContainer[_position_pb2.IndexPosition]:
+        """Answer only once the indexes the mode uses hold these states (from write, append and
+        delete responses; several may be given, e.g. after several writes). Each must name
+        one of `spaces` (else INVALID_ARGUMENT); at most 256.
         """
 
     def __init__(
@@ -91,10 +106,12 @@ class SearchRequest(_message.Message):
         rrf_k: _builtins.float = ...,
         min_score: _builtins.float = ...,
         path_prefix: _builtins.str = ...,
+        min_positions: _abc.Iterable[_position_pb2.IndexPosition] | None = ...,
+        max_wait_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bm25_weight", b"bm25_weight", "limit", b"limit", "min_score", b"min_score", "mode", b"mode", "path_prefix", b"path_prefix", "query", b"query", "rrf_k", b"rrf_k", "spaces", b"spaces", "vector_weight", b"vector_weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bm25_weight", b"bm25_weight", "limit", b"limit", "max_wait_ms", b"max_wait_ms", "min_positions", b"min_positions", "min_score", b"min_score", "mode", b"mode", "path_prefix", b"path_prefix", "query", b"query", "rrf_k", b"rrf_k", "spaces", b"spaces", "vector_weight", b"vector_weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -109,10 +126,20 @@ class SearchResponse(_message.Message):
     RESULT_COUNT_FIELD_NUMBER: _builtins.int
     DEGRADED_FIELD_NUMBER: _builtins.int
     DEGRADED_REASONS_FIELD_NUMBER: _builtins.int
+    KEYWORD_POSITIONS_BEHIND_FIELD_NUMBER: _builtins.int
+    VECTOR_POSITIONS_BEHIND_FIELD_NUMBER: _builtins.int
+    WAITED_MS_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     result_count: _builtins.int
     degraded: _builtins.bool
     """True when one backend failed or timed out and the answer came from the other."""
+    keyword_positions_behind: _builtins.int
+    """How many of min_positions an index this search used had not reached when it answered
+    (0 = the answer reflects every given write), counted per index (keyword, vector).
+    """
+    vector_positions_behind: _builtins.int
+    waited_ms: _builtins.int
+    """Milliseconds this search waited for min_positions."""
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchResult]: ...
     @_builtins.property
@@ -125,10 +152,13 @@ class SearchResponse(_message.Message):
         result_count: _builtins.int = ...,
         degraded: _builtins.bool = ...,
         degraded_reasons: _abc.Iterable[_builtins.str] | None = ...,
+        keyword_positions_behind: _builtins.int = ...,
+        vector_positions_behind: _builtins.int = ...,
+        waited_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "degraded_reasons", b"degraded_reasons", "query", b"query", "result_count", b"result_count", "results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "degraded_reasons", b"degraded_reasons", "keyword_positions_behind", b"keyword_positions_behind", "query", b"query", "result_count", b"result_count", "results", b"results", "vector_positions_behind", b"vector_positions_behind", "waited_ms", b"waited_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -23,81 +23,82 @@ _sym_db = _symbol_database.Default()
 
 
 from engram.v1 import document_pb2 as engram_dot_v1_dot_document__pb2
+from engram.v1 import position_pb2 as engram_dot_v1_dot_position__pb2
 from engram.v1 import space_pb2 as engram_dot_v1_dot_space__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65ngram/v1/storage.proto\x12\tengram.v1\x1a\x18\x65ngram/v1/document.proto\x1a\x15\x65ngram/v1/space.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"X\n\x13ReadDocumentRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x03\"=\n\x14ReadDocumentResponse\x12%\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x13.engram.v1.Document\"\xab\x01\n\x14WriteDocumentRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\"\n\x04mode\x18\x04 \x01(\x0e\x32\x14.engram.v1.WriteMode\x12\x17\n\x0f\x65xpected_sha256\x18\x05 \x01(\t\x12\x13\n\x0b\x63reate_only\x18\x06 \x01(\x08\"d\n\x15WriteDocumentResponse\x12%\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x13.engram.v1.Document\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x13\n\x0b\x62ytes_delta\x18\x03 \x01(\x03\"b\n\x15\x44\x65leteDocumentRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x17\n\x0f\x65xpected_sha256\x18\x03 \x01(\t\"/\n\x16\x44\x65leteDocumentResponse\x12\x15\n\rdeleted_bytes\x18\x01 \x01(\x03\"\x81\x01\n\x14ListDocumentsRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0b\n\x03\x64ir\x18\x02 \x01(\t\x12\x11\n\trecursive\x18\x03 \x01(\x08\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"\\\n\x15ListDocumentsResponse\x12*\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x19.engram.v1.DirectoryEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"r\n\x0e\x44irectoryEntry\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06is_dir\x18\x02 \x01(\x08\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12.\n\nupdated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"v\n\x1bListDocumentVersionsRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"e\n\x1cListDocumentVersionsResponse\x12,\n\x08versions\x18\x01 \x03(\x0b\x32\x1a.engram.v1.DocumentVersion\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"5\n\x0fGetUsageRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\"\x8a\x01\n\x10GetUsageResponse\x12\x12\n\nused_bytes\x18\x01 \x01(\x03\x12\x13\n\x0bquota_bytes\x18\x02 \x01(\x03\x12\x19\n\x11tenant_used_bytes\x18\x03 \x01(\x03\x12\x1a\n\x12tenant_quota_bytes\x18\x04 \x01(\x03\x12\x16\n\x0e\x64ocument_count\x18\x05 \x01(\x03\"8\n\x12\x45xportSpaceRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\"#\n\x13\x45xportSpaceResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"\x8d\x01\n\x12ImportSpaceRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12+\n\x08strategy\x18\x02 \x01(\x0e\x32\x19.engram.v1.ImportStrategy\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x18\n\x10skip_unsupported\x18\x04 \x01(\x08\"\x97\x01\n\x13ImportSpaceResponse\x12\x0f\n\x07written\x18\x01 \x01(\x03\x12\x0f\n\x07skipped\x18\x02 \x01(\x03\x12\x0f\n\x07renamed\x18\x03 \x01(\x03\x12\r\n\x05\x62ytes\x18\x04 \x01(\x03\x12)\n\x07\x65ntries\x18\x05 \x03(\x0b\x32\x18.engram.v1.ImportedEntry\x12\x13\n\x0bunsupported\x18\x06 \x01(\x03\"m\n\rImportedEntry\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x13\n\x0bstored_path\x18\x02 \x01(\t\x12)\n\x07outcome\x18\x03 \x01(\x0e\x32\x18.engram.v1.ImportOutcome\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"H\n\x14PurgeDocumentRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0c\n\x04path\x18\x02 \x01(\t\"X\n\x15PurgeDocumentResponse\x12\x0e\n\x06purged\x18\x01 \x01(\x08\x12\x17\n\x0fversions_erased\x18\x02 \x01(\x03\x12\x16\n\x0erefunded_bytes\x18\x03 \x01(\x03\"R\n\x12\x44\x65leteSpaceRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x18\n\x10\x63onfirm_space_id\x18\x02 \x01(\t\"r\n\x13\x44\x65leteSpaceResponse\x12\x10\n\x08space_id\x18\x01 \x01(\t\x12\x18\n\x10\x64ocuments_erased\x18\x02 \x01(\x03\x12\x17\n\x0fversions_erased\x18\x03 \x01(\x03\x12\x16\n\x0erefunded_bytes\x18\x04 \x01(\x03\"Z\n\x11ListSpacesRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06global\x18\x02 \x01(\x08\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"V\n\x12ListSpacesResponse\x12\'\n\x06spaces\x18\x01 \x03(\x0b\x32\x17.engram.v1.SpaceSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xa3\x01\n\x0cSpaceSummary\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x10\n\x08space_id\x18\x02 \x01(\t\x12\x16\n\x0e\x64ocument_count\x18\x03 \x01(\x03\x12\x12\n\nused_bytes\x18\x04 \x01(\x03\x12\x31\n\rlast_write_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"[\n\x11WatchSpaceRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\x12\x12\n\nfrom_start\x18\x03 \x01(\x08\"O\n\x12WatchSpaceResponse\x12&\n\x06\x63hange\x18\x01 \x01(\x0b\x32\x16.engram.v1.SpaceChange\x12\x11\n\tcaught_up\x18\x02 \x01(\x08\"\xd4\x01\n\x0bSpaceChange\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\t\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.engram.v1.ChangeKind\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12\x12\n\nsize_bytes\x18\x06 \x01(\x03\x12&\n\x02\x61t\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x64ocument_id\x18\x08 \x01(\t\x12\x10\n\x08\x65vent_id\x18\t \x01(\t*\x92\x01\n\nChangeKind\x12\x1b\n\x17\x43HANGE_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43HANGE_KIND_WRITTEN\x10\x01\x12\x17\n\x13\x43HANGE_KIND_DELETED\x10\x02\x12\x16\n\x12\x43HANGE_KIND_PURGED\x10\x03\x12\x1d\n\x19\x43HANGE_KIND_SPACE_DELETED\x10\x04*V\n\tWriteMode\x12\x1a\n\x16WRITE_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12WRITE_MODE_REPLACE\x10\x01\x12\x15\n\x11WRITE_MODE_APPEND\x10\x02*\x86\x01\n\x0eImportStrategy\x12\x1f\n\x1bIMPORT_STRATEGY_UNSPECIFIED\x10\x00\x12\x18\n\x14IMPORT_STRATEGY_SKIP\x10\x01\x12\x1d\n\x19IMPORT_STRATEGY_OVERWRITE\x10\x02\x12\x1a\n\x16IMPORT_STRATEGY_RENAME\x10\x03*\xe1\x01\n\rImportOutcome\x12\x1e\n\x1aIMPORT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16IMPORT_OUTCOME_CREATED\x10\x01\x12\x1e\n\x1aIMPORT_OUTCOME_OVERWRITTEN\x10\x02\x12\x1a\n\x16IMPORT_OUTCOME_SKIPPED\x10\x03\x12\x1a\n\x16IMPORT_OUTCOME_RENAMED\x10\x04\x12\x1c\n\x18IMPORT_OUTCOME_UNCHANGED\x10\x05\x12\x1e\n\x1aIMPORT_OUTCOME_UNSUPPORTED\x10\x06\x32\xe8\x07\n\x0eStorageService\x12O\n\x0cReadDocument\x12\x1e.engram.v1.ReadDocumentRequest\x1a\x1f.engram.v1.ReadDocumentResponse\x12R\n\rWriteDocument\x12\x1f.engram.v1.WriteDocumentRequest\x1a .engram.v1.WriteDocumentResponse\x12U\n\x0e\x44\x65leteDocument\x12 .engram.v1.DeleteDocumentRequest\x1a!.engram.v1.DeleteDocumentResponse\x12R\n\rListDocuments\x12\x1f.engram.v1.ListDocumentsRequest\x1a .engram.v1.ListDocumentsResponse\x12g\n\x14ListDocumentVersions\x12&.engram.v1.ListDocumentVersionsRequest\x1a\'.engram.v1.ListDocumentVersionsResponse\x12\x43\n\x08GetUsage\x12\x1a.engram.v1.GetUsageRequest\x1a\x1b.engram.v1.GetUsageResponse\x12N\n\x0b\x45xportSpace\x12\x1d.engram.v1.ExportSpaceRequest\x1a\x1e.engram.v1.ExportSpaceResponse0\x01\x12N\n\x0bImportSpace\x12\x1d.engram.v1.ImportSpaceRequest\x1a\x1e.engram.v1.ImportSpaceResponse(\x01\x12R\n\rPurgeDocument\x12\x1f.engram.v1.PurgeDocumentRequest\x1a .engram.v1.PurgeDocumentResponse\x12L\n\x0b\x44\x65leteSpace\x12\x1d.engram.v1.DeleteSpaceRequest\x1a\x1e.engram.v1.DeleteSpaceResponse\x12I\n\nListSpaces\x12\x1c.engram.v1.ListSpacesRequest\x1a\x1d.engram.v1.ListSpacesResponse\x12K\n\nWatchSpace\x12\x1c.engram.v1.WatchSpaceRequest\x1a\x1d.engram.v1.WatchSpaceResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65ngram/v1/storage.proto\x12\tengram.v1\x1a\x18\x65ngram/v1/document.proto\x1a\x18\x65ngram/v1/position.proto\x1a\x15\x65ngram/v1/space.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"X\n\x13ReadDocumentRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x03\"=\n\x14ReadDocumentResponse\x12%\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x13.engram.v1.Document\"\xab\x01\n\x14WriteDocumentRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\"\n\x04mode\x18\x04 \x01(\x0e\x32\x14.engram.v1.WriteMode\x12\x17\n\x0f\x65xpected_sha256\x18\x05 \x01(\t\x12\x13\n\x0b\x63reate_only\x18\x06 \x01(\x08\"\x90\x01\n\x15WriteDocumentResponse\x12%\n\x08\x64ocument\x18\x01 \x01(\x0b\x32\x13.engram.v1.Document\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x13\n\x0b\x62ytes_delta\x18\x03 \x01(\x03\x12*\n\x08position\x18\x04 \x01(\x0b\x32\x18.engram.v1.IndexPosition\"b\n\x15\x44\x65leteDocumentRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x17\n\x0f\x65xpected_sha256\x18\x03 \x01(\t\"[\n\x16\x44\x65leteDocumentResponse\x12\x15\n\rdeleted_bytes\x18\x01 \x01(\x03\x12*\n\x08position\x18\x02 \x01(\x0b\x32\x18.engram.v1.IndexPosition\"\x81\x01\n\x14ListDocumentsRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0b\n\x03\x64ir\x18\x02 \x01(\t\x12\x11\n\trecursive\x18\x03 \x01(\x08\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"\\\n\x15ListDocumentsResponse\x12*\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x19.engram.v1.DirectoryEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"r\n\x0e\x44irectoryEntry\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0e\n\x06is_dir\x18\x02 \x01(\x08\x12\x12\n\nsize_bytes\x18\x03 \x01(\x03\x12.\n\nupdated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"v\n\x1bListDocumentVersionsRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"e\n\x1cListDocumentVersionsResponse\x12,\n\x08versions\x18\x01 \x03(\x0b\x32\x1a.engram.v1.DocumentVersion\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"5\n\x0fGetUsageRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\"\x8a\x01\n\x10GetUsageResponse\x12\x12\n\nused_bytes\x18\x01 \x01(\x03\x12\x13\n\x0bquota_bytes\x18\x02 \x01(\x03\x12\x19\n\x11tenant_used_bytes\x18\x03 \x01(\x03\x12\x1a\n\x12tenant_quota_bytes\x18\x04 \x01(\x03\x12\x16\n\x0e\x64ocument_count\x18\x05 \x01(\x03\"8\n\x12\x45xportSpaceRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\"#\n\x13\x45xportSpaceResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"\x8d\x01\n\x12ImportSpaceRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12+\n\x08strategy\x18\x02 \x01(\x0e\x32\x19.engram.v1.ImportStrategy\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x18\n\x10skip_unsupported\x18\x04 \x01(\x08\"\x97\x01\n\x13ImportSpaceResponse\x12\x0f\n\x07written\x18\x01 \x01(\x03\x12\x0f\n\x07skipped\x18\x02 \x01(\x03\x12\x0f\n\x07renamed\x18\x03 \x01(\x03\x12\r\n\x05\x62ytes\x18\x04 \x01(\x03\x12)\n\x07\x65ntries\x18\x05 \x03(\x0b\x32\x18.engram.v1.ImportedEntry\x12\x13\n\x0bunsupported\x18\x06 \x01(\x03\"m\n\rImportedEntry\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x13\n\x0bstored_path\x18\x02 \x01(\t\x12)\n\x07outcome\x18\x03 \x01(\x0e\x32\x18.engram.v1.ImportOutcome\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\"H\n\x14PurgeDocumentRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0c\n\x04path\x18\x02 \x01(\t\"X\n\x15PurgeDocumentResponse\x12\x0e\n\x06purged\x18\x01 \x01(\x08\x12\x17\n\x0fversions_erased\x18\x02 \x01(\x03\x12\x16\n\x0erefunded_bytes\x18\x03 \x01(\x03\"R\n\x12\x44\x65leteSpaceRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x18\n\x10\x63onfirm_space_id\x18\x02 \x01(\t\"r\n\x13\x44\x65leteSpaceResponse\x12\x10\n\x08space_id\x18\x01 \x01(\t\x12\x18\n\x10\x64ocuments_erased\x18\x02 \x01(\x03\x12\x17\n\x0fversions_erased\x18\x03 \x01(\x03\x12\x16\n\x0erefunded_bytes\x18\x04 \x01(\x03\"Z\n\x11ListSpacesRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06global\x18\x02 \x01(\x08\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"V\n\x12ListSpacesResponse\x12\'\n\x06spaces\x18\x01 \x03(\x0b\x32\x17.engram.v1.SpaceSummary\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xa3\x01\n\x0cSpaceSummary\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x10\n\x08space_id\x18\x02 \x01(\t\x12\x16\n\x0e\x64ocument_count\x18\x03 \x01(\x03\x12\x12\n\nused_bytes\x18\x04 \x01(\x03\x12\x31\n\rlast_write_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"[\n\x11WatchSpaceRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\x12\x12\n\nfrom_start\x18\x03 \x01(\x08\"O\n\x12WatchSpaceResponse\x12&\n\x06\x63hange\x18\x01 \x01(\x0b\x32\x16.engram.v1.SpaceChange\x12\x11\n\tcaught_up\x18\x02 \x01(\x08\"\xd4\x01\n\x0bSpaceChange\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\t\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.engram.v1.ChangeKind\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12\x12\n\nsize_bytes\x18\x06 \x01(\x03\x12&\n\x02\x61t\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0b\x64ocument_id\x18\x08 \x01(\t\x12\x10\n\x08\x65vent_id\x18\t \x01(\t*\x92\x01\n\nChangeKind\x12\x1b\n\x17\x43HANGE_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13\x43HANGE_KIND_WRITTEN\x10\x01\x12\x17\n\x13\x43HANGE_KIND_DELETED\x10\x02\x12\x16\n\x12\x43HANGE_KIND_PURGED\x10\x03\x12\x1d\n\x19\x43HANGE_KIND_SPACE_DELETED\x10\x04*V\n\tWriteMode\x12\x1a\n\x16WRITE_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12WRITE_MODE_REPLACE\x10\x01\x12\x15\n\x11WRITE_MODE_APPEND\x10\x02*\x86\x01\n\x0eImportStrategy\x12\x1f\n\x1bIMPORT_STRATEGY_UNSPECIFIED\x10\x00\x12\x18\n\x14IMPORT_STRATEGY_SKIP\x10\x01\x12\x1d\n\x19IMPORT_STRATEGY_OVERWRITE\x10\x02\x12\x1a\n\x16IMPORT_STRATEGY_RENAME\x10\x03*\xe1\x01\n\rImportOutcome\x12\x1e\n\x1aIMPORT_OUTCOME_UNSPECIFIED\x10\x00\x12\x1a\n\x16IMPORT_OUTCOME_CREATED\x10\x01\x12\x1e\n\x1aIMPORT_OUTCOME_OVERWRITTEN\x10\x02\x12\x1a\n\x16IMPORT_OUTCOME_SKIPPED\x10\x03\x12\x1a\n\x16IMPORT_OUTCOME_RENAMED\x10\x04\x12\x1c\n\x18IMPORT_OUTCOME_UNCHANGED\x10\x05\x12\x1e\n\x1aIMPORT_OUTCOME_UNSUPPORTED\x10\x06\x32\xe8\x07\n\x0eStorageService\x12O\n\x0cReadDocument\x12\x1e.engram.v1.ReadDocumentRequest\x1a\x1f.engram.v1.ReadDocumentResponse\x12R\n\rWriteDocument\x12\x1f.engram.v1.WriteDocumentRequest\x1a .engram.v1.WriteDocumentResponse\x12U\n\x0e\x44\x65leteDocument\x12 .engram.v1.DeleteDocumentRequest\x1a!.engram.v1.DeleteDocumentResponse\x12R\n\rListDocuments\x12\x1f.engram.v1.ListDocumentsRequest\x1a .engram.v1.ListDocumentsResponse\x12g\n\x14ListDocumentVersions\x12&.engram.v1.ListDocumentVersionsRequest\x1a\'.engram.v1.ListDocumentVersionsResponse\x12\x43\n\x08GetUsage\x12\x1a.engram.v1.GetUsageRequest\x1a\x1b.engram.v1.GetUsageResponse\x12N\n\x0b\x45xportSpace\x12\x1d.engram.v1.ExportSpaceRequest\x1a\x1e.engram.v1.ExportSpaceResponse0\x01\x12N\n\x0bImportSpace\x12\x1d.engram.v1.ImportSpaceRequest\x1a\x1e.engram.v1.ImportSpaceResponse(\x01\x12R\n\rPurgeDocument\x12\x1f.engram.v1.PurgeDocumentRequest\x1a .engram.v1.PurgeDocumentResponse\x12L\n\x0b\x44\x65leteSpace\x12\x1d.engram.v1.DeleteSpaceRequest\x1a\x1e.engram.v1.DeleteSpaceResponse\x12I\n\nListSpaces\x12\x1c.engram.v1.ListSpacesRequest\x1a\x1d.engram.v1.ListSpacesResponse\x12K\n\nWatchSpace\x12\x1c.engram.v1.WatchSpaceRequest\x1a\x1d.engram.v1.WatchSpaceResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'engram.v1.storage_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CHANGEKIND']._serialized_start=3063
-  _globals['_CHANGEKIND']._serialized_end=3209
-  _globals['_WRITEMODE']._serialized_start=3211
-  _globals['_WRITEMODE']._serialized_end=3297
-  _globals['_IMPORTSTRATEGY']._serialized_start=3300
-  _globals['_IMPORTSTRATEGY']._serialized_end=3434
-  _globals['_IMPORTOUTCOME']._serialized_start=3437
-  _globals['_IMPORTOUTCOME']._serialized_end=3662
-  _globals['_READDOCUMENTREQUEST']._serialized_start=120
-  _globals['_READDOCUMENTREQUEST']._serialized_end=208
-  _globals['_READDOCUMENTRESPONSE']._serialized_start=210
-  _globals['_READDOCUMENTRESPONSE']._serialized_end=271
-  _globals['_WRITEDOCUMENTREQUEST']._serialized_start=274
-  _globals['_WRITEDOCUMENTREQUEST']._serialized_end=445
-  _globals['_WRITEDOCUMENTRESPONSE']._serialized_start=447
-  _globals['_WRITEDOCUMENTRESPONSE']._serialized_end=547
-  _globals['_DELETEDOCUMENTREQUEST']._serialized_start=549
-  _globals['_DELETEDOCUMENTREQUEST']._serialized_end=647
-  _globals['_DELETEDOCUMENTRESPONSE']._serialized_start=649
-  _globals['_DELETEDOCUMENTRESPONSE']._serialized_end=696
-  _globals['_LISTDOCUMENTSREQUEST']._serialized_start=699
-  _globals['_LISTDOCUMENTSREQUEST']._serialized_end=828
-  _globals['_LISTDOCUMENTSRESPONSE']._serialized_start=830
-  _globals['_LISTDOCUMENTSRESPONSE']._serialized_end=922
-  _globals['_DIRECTORYENTRY']._serialized_start=924
-  _globals['_DIRECTORYENTRY']._serialized_end=1038
-  _globals['_LISTDOCUMENTVERSIONSREQUEST']._serialized_start=1040
-  _globals['_LISTDOCUMENTVERSIONSREQUEST']._serialized_end=1158
-  _globals['_LISTDOCUMENTVERSIONSRESPONSE']._serialized_start=1160
-  _globals['_LISTDOCUMENTVERSIONSRESPONSE']._serialized_end=1261
-  _globals['_GETUSAGEREQUEST']._serialized_start=1263
-  _globals['_GETUSAGEREQUEST']._serialized_end=1316
-  _globals['_GETUSAGERESPONSE']._serialized_start=1319
-  _globals['_GETUSAGERESPONSE']._serialized_end=1457
-  _globals['_EXPORTSPACEREQUEST']._serialized_start=1459
-  _globals['_EXPORTSPACEREQUEST']._serialized_end=1515
-  _globals['_EXPORTSPACERESPONSE']._serialized_start=1517
-  _globals['_EXPORTSPACERESPONSE']._serialized_end=1552
-  _globals['_IMPORTSPACEREQUEST']._serialized_start=1555
-  _globals['_IMPORTSPACEREQUEST']._serialized_end=1696
-  _globals['_IMPORTSPACERESPONSE']._serialized_start=1699
-  _globals['_IMPORTSPACERESPONSE']._serialized_end=1850
-  _globals['_IMPORTEDENTRY']._serialized_start=1852
-  _globals['_IMPORTEDENTRY']._serialized_end=1961
-  _globals['_PURGEDOCUMENTREQUEST']._serialized_start=1963
-  _globals['_PURGEDOCUMENTREQUEST']._serialized_end=2035
-  _globals['_PURGEDOCUMENTRESPONSE']._serialized_start=2037
-  _globals['_PURGEDOCUMENTRESPONSE']._serialized_end=2125
-  _globals['_DELETESPACEREQUEST']._serialized_start=2127
-  _globals['_DELETESPACEREQUEST']._serialized_end=2209
-  _globals['_DELETESPACERESPONSE']._serialized_start=2211
-  _globals['_DELETESPACERESPONSE']._serialized_end=2325
-  _globals['_LISTSPACESREQUEST']._serialized_start=2327
-  _globals['_LISTSPACESREQUEST']._serialized_end=2417
-  _globals['_LISTSPACESRESPONSE']._serialized_start=2419
-  _globals['_LISTSPACESRESPONSE']._serialized_end=2505
-  _globals['_SPACESUMMARY']._serialized_start=2508
-  _globals['_SPACESUMMARY']._serialized_end=2671
-  _globals['_WATCHSPACEREQUEST']._serialized_start=2673
-  _globals['_WATCHSPACEREQUEST']._serialized_end=2764
-  _globals['_WATCHSPACERESPONSE']._serialized_start=2766
-  _globals['_WATCHSPACERESPONSE']._serialized_end=2845
-  _globals['_SPACECHANGE']._serialized_start=2848
-  _globals['_SPACECHANGE']._serialized_end=3060
-  _globals['_STORAGESERVICE']._serialized_start=3665
-  _globals['_STORAGESERVICE']._serialized_end=4665
+  _globals['_CHANGEKIND']._serialized_start=3178
+  _globals['_CHANGEKIND']._serialized_end=3324
+  _globals['_WRITEMODE']._serialized_start=3326
+  _globals['_WRITEMODE']._serialized_end=3412
+  _globals['_IMPORTSTRATEGY']._serialized_start=3415
+  _globals['_IMPORTSTRATEGY']._serialized_end=3549
+  _globals['_IMPORTOUTCOME']._serialized_start=3552
+  _globals['_IMPORTOUTCOME']._serialized_end=3777
+  _globals['_READDOCUMENTREQUEST']._serialized_start=146
+  _globals['_READDOCUMENTREQUEST']._serialized_end=234
+  _globals['_READDOCUMENTRESPONSE']._serialized_start=236
+  _globals['_READDOCUMENTRESPONSE']._serialized_end=297
+  _globals['_WRITEDOCUMENTREQUEST']._serialized_start=300
+  _globals['_WRITEDOCUMENTREQUEST']._serialized_end=471
+  _globals['_WRITEDOCUMENTRESPONSE']._serialized_start=474
+  _globals['_WRITEDOCUMENTRESPONSE']._serialized_end=618
+  _globals['_DELETEDOCUMENTREQUEST']._serialized_start=620
+  _globals['_DELETEDOCUMENTREQUEST']._serialized_end=718
+  _globals['_DELETEDOCUMENTRESPONSE']._serialized_start=720
+  _globals['_DELETEDOCUMENTRESPONSE']._serialized_end=811
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_start=814
+  _globals['_LISTDOCUMENTSREQUEST']._serialized_end=943
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_start=945
+  _globals['_LISTDOCUMENTSRESPONSE']._serialized_end=1037
+  _globals['_DIRECTORYENTRY']._serialized_start=1039
+  _globals['_DIRECTORYENTRY']._serialized_end=1153
+  _globals['_LISTDOCUMENTVERSIONSREQUEST']._serialized_start=1155
+  _globals['_LISTDOCUMENTVERSIONSREQUEST']._serialized_end=1273
+  _globals['_LISTDOCUMENTVERSIONSRESPONSE']._serialized_start=1275
+  _globals['_LISTDOCUMENTVERSIONSRESPONSE']._serialized_end=1376
+  _globals['_GETUSAGEREQUEST']._serialized_start=1378
+  _globals['_GETUSAGEREQUEST']._serialized_end=1431
+  _globals['_GETUSAGERESPONSE']._serialized_start=1434
+  _globals['_GETUSAGERESPONSE']._serialized_end=1572
+  _globals['_EXPORTSPACEREQUEST']._serialized_start=1574
+  _globals['_EXPORTSPACEREQUEST']._serialized_end=1630
+  _globals['_EXPORTSPACERESPONSE']._serialized_start=1632
+  _globals['_EXPORTSPACERESPONSE']._serialized_end=1667
+  _globals['_IMPORTSPACEREQUEST']._serialized_start=1670
+  _globals['_IMPORTSPACEREQUEST']._serialized_end=1811
+  _globals['_IMPORTSPACERESPONSE']._serialized_start=1814
+  _globals['_IMPORTSPACERESPONSE']._serialized_end=1965
+  _globals['_IMPORTEDENTRY']._serialized_start=1967
+  _globals['_IMPORTEDENTRY']._serialized_end=2076
+  _globals['_PURGEDOCUMENTREQUEST']._serialized_start=2078
+  _globals['_PURGEDOCUMENTREQUEST']._serialized_end=2150
+  _globals['_PURGEDOCUMENTRESPONSE']._serialized_start=2152
+  _globals['_PURGEDOCUMENTRESPONSE']._serialized_end=2240
+  _globals['_DELETESPACEREQUEST']._serialized_start=2242
+  _globals['_DELETESPACEREQUEST']._serialized_end=2324
+  _globals['_DELETESPACERESPONSE']._serialized_start=2326
+  _globals['_DELETESPACERESPONSE']._serialized_end=2440
+  _globals['_LISTSPACESREQUEST']._serialized_start=2442
+  _globals['_LISTSPACESREQUEST']._serialized_end=2532
+  _globals['_LISTSPACESRESPONSE']._serialized_start=2534
+  _globals['_LISTSPACESRESPONSE']._serialized_end=2620
+  _globals['_SPACESUMMARY']._serialized_start=2623
+  _globals['_SPACESUMMARY']._serialized_end=2786
+  _globals['_WATCHSPACEREQUEST']._serialized_start=2788
+  _globals['_WATCHSPACEREQUEST']._serialized_end=2879
+  _globals['_WATCHSPACERESPONSE']._serialized_start=2881
+  _globals['_WATCHSPACERESPONSE']._serialized_end=2960
+  _globals['_SPACECHANGE']._serialized_start=2963
+  _globals['_SPACECHANGE']._serialized_end=3175
+  _globals['_STORAGESERVICE']._serialized_start=3780
+  _globals['_STORAGESERVICE']._serialized_end=4780
 # @@protoc_insertion_point(module_scope)

@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from engram.v1 import document_pb2 as _document_pb2
+from engram.v1 import position_pb2 as _position_pb2
 from engram.v1 import space_pb2 as _space_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -224,6 +225,7 @@ class WriteDocumentResponse(_message.Message):
     DOCUMENT_FIELD_NUMBER: _builtins.int
     CREATED_FIELD_NUMBER: _builtins.int
     BYTES_DELTA_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
     created: _builtins.bool
     """True when this write created the document."""
     bytes_delta: _builtins.int
@@ -232,16 +234,21 @@ class WriteDocumentResponse(_message.Message):
     def document(self) -> _document_pb2.Document:
         """The stored document, content omitted."""
 
+    @_builtins.property
+    def position(self) -> _position_pb2.IndexPosition:
+        """Give it to SearchRequest.min_positions to find this write on the first search."""
+
     def __init__(
         self,
         *,
         document: _document_pb2.Document | None = ...,
         created: _builtins.bool = ...,
         bytes_delta: _builtins.int = ...,
+        position: _position_pb2.IndexPosition | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["document", b"document", "position", b"position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_delta", b"bytes_delta", "created", b"created", "document", b"document"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_delta", b"bytes_delta", "created", b"created", "document", b"document", "position", b"position"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -279,16 +286,22 @@ class DeleteDocumentResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DELETED_BYTES_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
     deleted_bytes: _builtins.int
     """Size of the deleted document, credited back to the quota."""
+    @_builtins.property
+    def position(self) -> _position_pb2.IndexPosition:
+        """Give it to SearchRequest.min_positions: the search then no longer finds the document."""
+
     def __init__(
         self,
         *,
         deleted_bytes: _builtins.int = ...,
+        position: _position_pb2.IndexPosition | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["position", b"position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_bytes", b"deleted_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_bytes", b"deleted_bytes", "position", b"position"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -4,6 +4,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from engram.v1 import position_pb2 as _position_pb2
 from engram.v1 import space_pb2 as _space_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -151,6 +152,7 @@ class MemoryWriteResponse(_message.Message):
     APPEND_FIELD_NUMBER: _builtins.int
     CONTENT_LENGTH_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     size_bytes: _builtins.int
     """Size of the whole document after the write."""
@@ -162,6 +164,10 @@ class MemoryWriteResponse(_message.Message):
     content_length: _builtins.int
     """UTF-8 bytes this write added (the entry as written, with its prefix)."""
     version: _builtins.int
+    @_builtins.property
+    def position(self) -> _position_pb2.IndexPosition:
+        """Give it to MemorySearchRequest.min_positions to find this write on the first search."""
+
     def __init__(
         self,
         *,
@@ -172,10 +178,11 @@ class MemoryWriteResponse(_message.Message):
         append: _builtins.bool = ...,
         content_length: _builtins.int = ...,
         version: _builtins.int = ...,
+        position: _position_pb2.IndexPosition | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["position", b"position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "content_length", b"content_length", "path", b"path", "sha256", b"sha256", "size_bytes", b"size_bytes", "status", b"status", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "content_length", b"content_length", "path", b"path", "position", b"position", "sha256", b"sha256", "size_bytes", b"size_bytes", "status", b"status", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -323,21 +330,31 @@ class MemorySearchRequest(_message.Message):
     SPACE_FIELD_NUMBER: _builtins.int
     QUERY_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    MIN_POSITIONS_FIELD_NUMBER: _builtins.int
+    MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     limit: _builtins.int
     """1..20; 0 (unset) = 5."""
+    max_wait_ms: _builtins.int
+    """As SearchRequest.max_wait_ms."""
     @_builtins.property
     def space(self) -> _space_pb2.SpaceRef: ...
+    @_builtins.property
+    def min_positions(self) -> _containers.RepeatedCompositeFieldContainer[_position_pb2.IndexPosition]:
+        """As SearchRequest.min_positions: answer once the indexes hold these writes."""
+
     def __init__(
         self,
         *,
         space: _space_pb2.SpaceRef | None = ...,
         query: _builtins.str = ...,
         limit: _builtins.int = ...,
+        min_positions: _abc.Iterable[_position_pb2.IndexPosition] | None = ...,
+        max_wait_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "query", b"query", "space", b"space"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "max_wait_ms", b"max_wait_ms", "min_positions", b"min_positions", "query", b"query", "space", b"space"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -352,10 +369,17 @@ class MemorySearchResponse(_message.Message):
     RESULT_COUNT_FIELD_NUMBER: _builtins.int
     DEGRADED_FIELD_NUMBER: _builtins.int
     DEGRADED_REASONS_FIELD_NUMBER: _builtins.int
+    KEYWORD_POSITIONS_BEHIND_FIELD_NUMBER: _builtins.int
+    VECTOR_POSITIONS_BEHIND_FIELD_NUMBER: _builtins.int
+    WAITED_MS_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     result_count: _builtins.int
     degraded: _builtins.bool
     """True when one search backend failed or timed out and the other answered."""
+    keyword_positions_behind: _builtins.int
+    """As SearchResponse: positions an index had not reached, and the time waited."""
+    vector_positions_behind: _builtins.int
+    waited_ms: _builtins.int
     @_builtins.property
     def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemorySearchHit]:
         """The results, best first (the MCP tool names them "results")."""
@@ -370,10 +394,13 @@ class MemorySearchResponse(_message.Message):
         result_count: _builtins.int = ...,
         degraded: _builtins.bool = ...,
         degraded_reasons: _abc.Iterable[_builtins.str] | None = ...,
+        keyword_positions_behind: _builtins.int = ...,
+        vector_positions_behind: _builtins.int = ...,
+        waited_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "degraded_reasons", b"degraded_reasons", "hits", b"hits", "query", b"query", "result_count", b"result_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["degraded", b"degraded", "degraded_reasons", b"degraded_reasons", "hits", b"hits", "keyword_positions_behind", b"keyword_positions_behind", "query", b"query", "result_count", b"result_count", "vector_positions_behind", b"vector_positions_behind", "waited_ms", b"waited_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -455,11 +482,16 @@ class AppendDailyLogResponse(_message.Message):
     CONTENT_LENGTH_FIELD_NUMBER: _builtins.int
     SHA256_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     content_length: _builtins.int
     """UTF-8 bytes this entry added, with its prefix."""
     sha256: _builtins.str
     version: _builtins.int
+    @_builtins.property
+    def position(self) -> _position_pb2.IndexPosition:
+        """As MemoryWriteResponse.position."""
+
     def __init__(
         self,
         *,
@@ -467,10 +499,11 @@ class AppendDailyLogResponse(_message.Message):
         content_length: _builtins.int = ...,
         sha256: _builtins.str = ...,
         version: _builtins.int = ...,
+        position: _position_pb2.IndexPosition | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["position", b"position"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_length", b"content_length", "path", b"path", "sha256", b"sha256", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_length", b"content_length", "path", b"path", "position", b"position", "sha256", b"sha256", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

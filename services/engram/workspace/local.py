@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from engram.domain.documents import StoredDocument
 from engram.domain.errors import DocumentNotFound
+from engram.domain.positions import IndexPosition
 from engram.domain.principals import Principal
 from engram.domain.spaces import SpaceRef
 from engram.search.service import SearchMode, SearchQuery, SearchService
 from engram.storage.service import StorageService, WriteMode
 from engram.workspace.ports import (
+    NO_WAIT,
     MemoryHit,
     MemoryHits,
     PathPage,
+    PositionWait,
     StoredWrite,
     WorkspaceDocument,
     collect_paths,
@@ -73,6 +76,12 @@ class LocalDocuments:
             size_bytes=stored.size_bytes,
             version=stored.version,
             created=result.created,
+            position=IndexPosition(
+                space_id=stored.space_id,
+                path=stored.path,
+                document_id=stored.document_id,
+                version=stored.version,
+            ),
         )
 
     async def delete(
@@ -102,11 +111,25 @@ class LocalSearch:
         self._search = search
 
     async def search(
-        self, principal: Principal, space: SpaceRef, query: str, *, limit: int
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        query: str,
+        *,
+        limit: int,
+        wait: PositionWait = NO_WAIT,
     ) -> MemoryHits:
         outcome = await self._search.search(
             principal,
-            SearchQuery(spaces=[space], text=query, limit=limit, mode=SearchMode.HYBRID),
+            SearchQuery(
+                spaces=[space],
+                text=query,
+                limit=limit,
+                mode=SearchMode.HYBRID,
+                min_positions=wait.positions,
+                max_wait_seconds=wait.max_wait_seconds,
+                deadline_seconds=wait.deadline_seconds,
+            ),
         )
         return MemoryHits(
             hits=[
@@ -122,4 +145,7 @@ class LocalSearch:
             ],
             degraded=outcome.degraded,
             degraded_reasons=list(outcome.degraded_reasons),
+            keyword_positions_behind=outcome.keyword_positions_behind,
+            vector_positions_behind=outcome.vector_positions_behind,
+            waited_seconds=outcome.waited_seconds,
         )

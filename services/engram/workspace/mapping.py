@@ -8,9 +8,16 @@ from engram.domain.errors import InvalidArgument
 from engram.domain.heartbeat import HeartbeatFields
 from engram.domain.prompt import AssembledPrompt
 from engram.domain.workspace import Target, TreeNode
-from engram.v1 import workspace_pb2
-from engram.wire import from_timestamp, requested_space, timestamp
-from engram.workspace.ports import MemoryHits, WorkspaceDocument
+from engram.search.mapping import wait_seconds
+from engram.v1 import position_pb2, workspace_pb2
+from engram.wire import (
+    from_timestamp,
+    position_from_proto,
+    position_to_proto,
+    requested_space,
+    timestamp,
+)
+from engram.workspace.ports import MemoryHits, PositionWait, WorkspaceDocument
 from engram.workspace.service import WriteOutcome, WriteRequest
 
 WRITTEN = "written"
@@ -69,6 +76,7 @@ def write_response(outcome: WriteOutcome) -> workspace_pb2.MemoryWriteResponse:
         append=outcome.append,
         content_length=outcome.content_length,
         version=outcome.version,
+        position=_position(outcome),
     )
 
 
@@ -78,6 +86,7 @@ def append_response(outcome: WriteOutcome) -> workspace_pb2.AppendDailyLogRespon
         content_length=outcome.content_length,
         sha256=outcome.sha256,
         version=outcome.version,
+        position=_position(outcome),
     )
 
 
@@ -115,7 +124,24 @@ def search_response(query: str, found: MemoryHits) -> workspace_pb2.MemorySearch
         result_count=len(found.hits),
         degraded=found.degraded,
         degraded_reasons=found.degraded_reasons,
+        keyword_positions_behind=found.keyword_positions_behind,
+        vector_positions_behind=found.vector_positions_behind,
+        waited_ms=round(found.waited_seconds * 1000),
     )
+
+
+def position_wait(
+    request: workspace_pb2.MemorySearchRequest, deadline_seconds: float | None
+) -> PositionWait:
+    return PositionWait(
+        positions=[position_from_proto(p) for p in request.min_positions],
+        max_wait_seconds=wait_seconds(request.max_wait_ms),
+        deadline_seconds=deadline_seconds,
+    )
+
+
+def _position(outcome: WriteOutcome) -> position_pb2.IndexPosition | None:
+    return None if outcome.position is None else position_to_proto(outcome.position)
 
 
 def _last_seen(message: workspace_pb2.Heartbeat) -> datetime:

@@ -7,11 +7,12 @@ service principal for the stamped space.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from engram.domain.positions import IndexPosition
 from engram.domain.principals import Principal
 from engram.domain.spaces import SpaceRef
 
@@ -36,6 +37,8 @@ class StoredWrite:
     size_bytes: int
     version: int
     created: bool
+    # The index position the write left the document in (read-your-writes searches).
+    position: IndexPosition | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,21 @@ class MemoryHits:
     hits: list[MemoryHit]
     degraded: bool = False
     degraded_reasons: list[str] = field(default_factory=list)
+    keyword_positions_behind: int = 0
+    vector_positions_behind: int = 0
+    waited_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PositionWait:
+    """Search only once the indexes hold these writes (SearchQuery's fields of that name)."""
+
+    positions: Sequence[IndexPosition] = ()
+    max_wait_seconds: float | None = None
+    deadline_seconds: float | None = None
+
+
+NO_WAIT = PositionWait()
 
 
 class WorkspaceDocuments(Protocol):
@@ -92,7 +110,13 @@ class WorkspaceSearch(Protocol):
     """Hybrid search of one space (SearchService)."""
 
     async def search(
-        self, principal: Principal, space: SpaceRef, query: str, *, limit: int
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        query: str,
+        *,
+        limit: int,
+        wait: PositionWait = NO_WAIT,
     ) -> MemoryHits: ...
 
 

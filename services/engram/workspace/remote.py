@@ -12,11 +12,13 @@ from engram.domain.principals import Principal
 from engram.domain.spaces import SpaceRef
 from engram.runtime.errors import remote_errors
 from engram.v1 import search_pb2, search_pb2_grpc, storage_pb2, storage_pb2_grpc
-from engram.wire import from_timestamp, space_to_proto
+from engram.wire import from_timestamp, position_from_proto, position_to_proto, space_to_proto
 from engram.workspace.ports import (
+    NO_WAIT,
     MemoryHit,
     MemoryHits,
     PathPage,
+    PositionWait,
     StoredWrite,
     WorkspaceDocument,
     collect_paths,
@@ -88,6 +90,9 @@ class RemoteDocuments(_Remote):
             size_bytes=document.size_bytes,
             version=document.version,
             created=response.created,
+            position=(
+                position_from_proto(response.position) if response.HasField("position") else None
+            ),
         )
 
     async def delete(
@@ -125,18 +130,28 @@ class RemoteSearch(_Remote):
         self._stub = search_pb2_grpc.SearchServiceStub(channel)
 
     async def search(
-        self, principal: Principal, space: SpaceRef, query: str, *, limit: int
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        query: str,
+        *,
+        limit: int,
+        wait: PositionWait = NO_WAIT,
     ) -> MemoryHits:
         request = search_pb2.SearchRequest(
             spaces=[space_to_proto(space)],
             query=query,
             limit=limit,
             mode=search_pb2.SEARCH_MODE_HYBRID,
+            min_positions=[position_to_proto(p) for p in wait.positions],
+            max_wait_ms=_wait_ms(wait.max_wait_seconds),
         )
+        timeout = self._timeout
+        if wait.positions and wait.deadline_seconds is not None:
+            # Searching for positions may take up to the caller's own deadline.
+            timeout = max(timeout, wait.deadline_seconds)
         with remote_errors("SearchService.Search"):
-            response = await self._stub.Search(
-                request, metadata=self._metadata, timeout=self._timeout
-            )
+            response = await self._stub.Search(request, metadata=self._metadata, timeout=timeout)
         return MemoryHits(
             hits=[
                 MemoryHit(
@@ -151,4 +166,11 @@ class RemoteSearch(_Remote):
             ],
             degraded=response.degraded,
             degraded_reasons=list(response.degraded_reasons),
+            keyword_positions_behind=response.keyword_positions_behind,
+            vector_positions_behind=response.vector_positions_behind,
+            waited_seconds=response.waited_ms / 1000,
         )
+
+
+def _wait_ms(seconds: float | None) -> int:
+    return 0 if seconds is None else max(1, round(seconds * 1000))

@@ -20,6 +20,7 @@ from engram.domain.errors import DocumentNotFound, EtagMismatch, InvalidArgument
 from engram.domain.heartbeat import HeartbeatFields, render_heartbeat
 from engram.domain.paths import validate_directory, validate_document_path
 from engram.domain.ports import Authorizer
+from engram.domain.positions import IndexPosition
 from engram.domain.principals import Action, Principal
 from engram.domain.prompt import (
     IDENTITY_PATHS,
@@ -33,7 +34,9 @@ from engram.domain.text_rules import utf8_len
 from engram.domain.workspace import Target, TreeNode
 from engram.workspace.agent_state import AgentStateStore
 from engram.workspace.ports import (
+    NO_WAIT,
     MemoryHits,
+    PositionWait,
     StoredWrite,
     WorkspaceDocument,
     WorkspaceDocuments,
@@ -79,6 +82,8 @@ class WriteOutcome:
     size_bytes: int
     sha256: str
     version: int
+    # Where the indexes must be for a search to see this write (read-your-writes).
+    position: IndexPosition | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,7 @@ def _outcome(stored: StoredWrite, *, append: bool, added: str) -> WriteOutcome:
         size_bytes=stored.size_bytes,
         sha256=stored.sha256,
         version=stored.version,
+        position=stored.position,
     )
 
 
@@ -339,11 +345,21 @@ class WorkspaceService:
         )
 
     async def search(
-        self, principal: Principal, space: SpaceRef, query: str, limit: int
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        query: str,
+        limit: int,
+        *,
+        wait: PositionWait = NO_WAIT,
     ) -> MemoryHits:
+        """`wait`: answer once the indexes hold these writes (SearchService checks that
+        each position names the searched space)."""
         space = await self._authorize(principal, Action.SEARCH, space)
         text = rules.search_query(query)
-        return await self._search.search(principal, space, text, limit=rules.search_limit(limit))
+        return await self._search.search(
+            principal, space, text, limit=rules.search_limit(limit), wait=wait
+        )
 
 
 def _prompt_file(document: WorkspaceDocument) -> PromptFile:

@@ -45,7 +45,11 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         self, request: workspace_pb2.MemorySearchRequest, context: Context
     ) -> workspace_pb2.MemorySearchResponse:
         found = await self._service.search(
-            current_principal(), requested_space(request.space), request.query, request.limit
+            current_principal(),
+            requested_space(request.space),
+            request.query,
+            request.limit,
+            wait=mapping.position_wait(request, context.time_remaining()),
         )
         return mapping.search_response(request.query, found)
 
