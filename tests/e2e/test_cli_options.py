@@ -148,8 +148,15 @@ async def test_json_output_of_the_storage_commands(cli: Cli, tmp_path: Any) -> N
     # The global --json works as well as the command's own.
     globally = json.loads((await cli.run("--json", "du")).stdout)
     assert globally == usage
+    assert written["position"] == {
+        "space_id": written["space_id"],
+        "path": "notes/a.md",
+        "document_id": written["document_id"],
+        "version": 1,
+    }
     deleted = await cli.json("rm", "notes/a.md")
-    assert deleted == {"path": "notes/a.md", "deleted": True, "deleted_bytes": 10}
+    assert deleted["deleted"] is True and deleted["deleted_bytes"] == 10
+    assert deleted["position"]["path"] == "notes/a.md"
 
 
 async def test_json_output_of_search_spaces_and_status(cli: Cli) -> None:

@@ -68,6 +68,16 @@ def document_record(doc: "document_pb2.Document", *, content: bool = False) -> d
     return record
 
 
+def position_record(position: Any) -> dict[str, Any]:
+    """An IndexPosition's `--json` fields (what SearchRequest.min_positions takes)."""
+    return {
+        "space_id": position.space_id,
+        "path": position.path,
+        "document_id": position.document_id,
+        "version": position.version,
+    }
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def write(
@@ -125,6 +135,8 @@ def register(app: typer.Typer) -> None:
                     "created": response.created,
                     "bytes_delta": response.bytes_delta,
                     **document_record(doc),
+                    # For SearchRequest.min_positions: a search that waits for this write.
+                    "position": position_record(response.position),
                 }
             )
             return
@@ -270,7 +282,14 @@ def register(app: typer.Typer) -> None:
             stub = storage_pb2_grpc.StorageServiceStub(opened)
             response = call(lambda: stub.DeleteDocument(request, metadata=metadata(token)))
         if as_json:
-            emit({"path": path, "deleted": True, "deleted_bytes": response.deleted_bytes})
+            emit(
+                {
+                    "path": path,
+                    "deleted": True,
+                    "deleted_bytes": response.deleted_bytes,
+                    "position": position_record(response.position),
+                }
+            )
             return
         typer.echo(f"deleted {path} ({format_size(response.deleted_bytes)})")
 
