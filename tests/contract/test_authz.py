@@ -260,6 +260,64 @@ async def test_personal_access_tokens(deployment: Deployment) -> None:
         )
 
 
+async def test_token_listing(deployment: Deployment) -> None:
+    """ListTokens: a tenant admin sees the tenant's tokens (ids, users, roles, expiry,
+    revocations, never a secret), paged by id; members and other tenants' admins do not."""
+    authz = deployment.authz()
+    created = [
+        await authz.CreateToken(
+            authz_pb2.CreateTokenRequest(role=authz_pb2.ROLE_VIEWER, description=f"bot {n}"),
+            metadata=ADMIN,
+        )
+        for n in range(3)
+    ]
+    await authz.RevokeToken(
+        authz_pb2.RevokeTokenRequest(token_id=created[0].token_id), metadata=ADMIN
+    )
+    listed = []
+    page = ""
+    for _ in range(5):
+        response = await authz.ListTokens(
+            authz_pb2.ListTokensRequest(page_size=2, page_token=page), metadata=ADMIN
+        )
+        assert len(response.tokens) <= 2
+        listed.extend(response.tokens)
+        page = response.next_page_token
+        if not page:
+            break
+    ids = [info.token_id for info in listed]
+    assert ids == sorted(c.token_id for c in created)
+    by_id = {info.token_id: info for info in listed}
+    first = by_id[created[0].token_id]
+    assert first.revoked and first.revoked_at.seconds > 0
+    rest = by_id[created[1].token_id]
+    assert not rest.revoked and not rest.HasField("revoked_at")
+    assert (rest.user, rest.tenant, rest.role, rest.created_by) == (
+        "ada",
+        "acme",
+        authz_pb2.ROLE_VIEWER,
+        "ada",
+    )
+    assert rest.description == "bot 1"
+    assert rest.expires_at.seconds == created[1].expires_at.seconds
+    assert created[1].token not in str(listed)
+    only_ada = await authz.ListTokens(authz_pb2.ListTokensRequest(user="ada"), metadata=ADMIN)
+    assert len(only_ada.tokens) == 3
+    nobody = await authz.ListTokens(authz_pb2.ListTokensRequest(user="carl"), metadata=ADMIN)
+    assert list(nobody.tokens) == []
+    await fails(authz.ListTokens(authz_pb2.ListTokensRequest(), metadata=MEMBER), DENIED)
+    await fails(
+        authz.ListTokens(authz_pb2.ListTokensRequest(tenant="acme"), metadata=OTHER),
+        DENIED,
+        "TENANT_MISMATCH",
+    )
+    assert (
+        list((await authz.ListTokens(authz_pb2.ListTokensRequest(), metadata=OTHER)).tokens) == []
+    )
+    platform = await authz.ListTokens(authz_pb2.ListTokensRequest(tenant="acme"), metadata=PLATFORM)
+    assert len(platform.tokens) == 3
+
+
 async def test_act_as_is_explicit_and_audited(tmp_path: Path, real_backends: RealBackends) -> None:
     """With ENGRAM_ALLOW_ACT_AS an admin may mint a token for another user of the tenant;
     each one lands in the audit log naming the admin, the user and the token."""

@@ -278,6 +278,9 @@ def calls(deployment: Deployment) -> dict[str, Call]:
             metadata=md,
         ),
         "/engram.v1.AuthzService/RevokeToken": revoke,
+        "/engram.v1.AuthzService/ListTokens": lambda t, s, md, _: authz.ListTokens(
+            authz_pb2.ListTokensRequest(tenant=OTHER if t is Target.OTHER else ""), metadata=md
+        ),
         "/engram.v1.AuthzService/ListAuditEvents": lambda t, s, md, _: authz.ListAuditEvents(
             authz_pb2.ListAuditEventsRequest(since=Timestamp(seconds=0)), metadata=md
         ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import tarfile
 from pathlib import Path
 
@@ -107,7 +108,7 @@ async def test_du_history_export_import(cli: Cli, tmp_path: Path) -> None:
     with tarfile.open(archive) as tar:
         assert tar.getnames() == ["a.md"]
     imported = await cli("import", "--in", str(archive), "--strategy", "rename", "-n", "copy")
-    assert "1 written" in imported
+    assert "1 created" in imported
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         info = tarfile.TarInfo("a.md")
@@ -142,6 +143,24 @@ async def test_token_quota_and_audit_commands(tmp_path: Path) -> None:
         )
         assert "revoked" in await cli("token", "revoke", token_id, "--token", admin)
         assert "UNAUTHENTICATED" in await cli("read", "MEMORY.md", "--token", token, ok=False)
+        kept = await cli(
+            "token", "create", "-d", "nightly job", "--days", "7", "--json", "--token", admin
+        )
+        kept_id = json.loads(kept)["token_id"]
+        listed = json.loads(await cli("--token", admin, "token", "list", "--json"))["tokens"]
+        assert [(t["token_id"], t["role"], t["revoked"]) for t in listed] == [
+            (token_id, "viewer", True),
+            (kept_id, "member", False),
+        ]
+        assert listed[1]["description"] == "nightly job" and listed[1]["user"]
+        assert listed[1]["expires_at"].endswith("Z") and listed[0]["revoked_at"].endswith("Z")
+        table = await cli("token", "list", "--token", admin)
+        assert token_id in table and kept_id in table and "nightly job" in table
+        assert "revoked" in table and "active" in table
+        assert "2 token(s)" in table
+        assert all(len(line) <= 80 for line in table.splitlines())
+        member = json.loads(kept)["token"]
+        assert "PERMISSION_DENIED" in await cli("token", "list", "--token", member, ok=False)
         # Decimal and binary units both read (pydantic's ByteSize): 2GB = 2e9 bytes.
         assert "set to 1.9 GiB" in await cli("quota", "set", "local", "2GB", "--token", admin)
         assert "set to 2.0 GiB" in await cli("quota", "set", "local", "2GiB", "--token", admin)

@@ -221,14 +221,27 @@ async def embedded_engram(
             progress=progress,
         )
         reindex = OutboxReindexQueue(core.repository, core.relay)
+        index_handler = OutboxIndexHandler(
+            indexing.worker, max_attempts=components.indexing.max_attempts
+        )
+        outbox = SqliteOutbox(core.database)
+
+        async def backlog() -> int:
+            # Per event: the batch under way counts down as its documents are indexed.
+            return await outbox.backlog(excluding=index_handler.indexed_in_flight())
+
+        async def indexed_total() -> int:
+            return index_handler.indexed_total
+
         indexer = IndexerService(
             core.authorizer,
             source,
             reindex,
             indexing.models,
             indexing.vector,
-            backlog=SqliteOutbox(core.database).backlog,
+            backlog=backlog,
             switch_progress=indexing.switch_progress,
+            indexed_total=indexed_total,
         )
         search = await build_search(
             components,
@@ -239,9 +252,7 @@ async def embedded_engram(
             progress=progress,
         )
         # The feed subscribes before the relay starts: no event is published to nobody.
-        core.publisher.subscribe(
-            OutboxIndexHandler(indexing.worker, max_attempts=components.indexing.max_attempts)
-        )
+        core.publisher.subscribe(index_handler)
         rate_limits = SqliteRateLimitStore(core.database)
         workspace = build_workspace(
             components,

@@ -262,6 +262,7 @@ async def authz_on_mongo(
     async with _on_mongo(settings) as process:
         store = MongoTokenStore(process.database)
         audit = MongoAuditLog(process.database)
+        await store.ensure_indexes()
         await audit.ensure_indexes()
         tokens = token_authenticator(process.components.jwt, store)
         authz = AuthzService(
@@ -354,6 +355,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
             vector,
             backlog=consumer.backlog,
             switch_progress=indexing.switch_progress,
+            indexed_total=consumer.indexed_total,
         )
         dependencies = [
             mongo_dependency(database),

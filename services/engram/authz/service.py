@@ -23,7 +23,7 @@ from engram.domain.errors import (
     quoted,
 )
 from engram.domain.pagination import PageSize, decode_page_token, encode_page_token
-from engram.domain.policy import Decision
+from engram.domain.policy import RPC_POLICY, Decision, Target, admits
 from engram.domain.ports import AuditRecord
 from engram.domain.principals import Action, Principal, Role
 from engram.domain.spaces import RESERVED_TENANT, SpaceRef, validate_field
@@ -31,6 +31,8 @@ from engram.domain.spaces import RESERVED_TENANT, SpaceRef, validate_field
 DEFAULT_TOKEN_TTL = timedelta(days=90)
 MAX_TOKEN_TTL = timedelta(days=366)
 AUDIT_PAGE = PageSize(default=100, maximum=1000)
+TOKEN_PAGE = PageSize(default=100, maximum=1000)
+LIST_TOKENS_RPC = "/engram.v1.AuthzService/ListTokens"
 MAX_DESCRIPTION = 200
 ACT_AS_DISABLED = "act_as_disabled"
 ACT_AS_AUDIT_ACTION = "token.act_as"
@@ -41,6 +43,12 @@ class CreatedToken:
     token: str
     token_id: str
     expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TokenPage:
+    tokens: list[StoredToken]
+    next_page_token: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +186,34 @@ class AuthzService:
             )
         await self._tokens.revoke(token_id, self._clock())
         self._authenticator.forget(token_id)
+
+    async def list_tokens(
+        self, principal: Principal, *, tenant: str, user: str, page_size: int, page_token: str
+    ) -> TokenPage:
+        """A tenant's tokens, by id (tenant admins; platform admins name any tenant)."""
+        owner = tenant or principal.tenant
+        target = Target.OWN if owner == principal.tenant else Target.OTHER
+        if not admits(RPC_POLICY[LIST_TOKENS_RPC][target], principal, target):
+            if target is Target.OTHER:
+                raise PermissionDenied(
+                    "you can only list the tokens of your own tenant", rule="tenant_mismatch"
+                )
+            raise PermissionDenied(
+                "listing tokens needs a tenant admin", rule="admin_role_required"
+            )
+        validate_field("tenant", owner, required=True)
+        if user:
+            validate_field("user", user, required=True)
+        limit = TOKEN_PAGE.resolve(page_size)
+        scope = ("tokens", owner, user)
+        position = decode_page_token(page_token, scope) or {"after": ""}
+        found = await self._tokens.list(
+            owner, user=user, after=str(position["after"]), limit=limit + 1
+        )
+        more = len(found) > limit
+        found = found[:limit]
+        token = encode_page_token(scope, {"after": found[-1].token_id}) if more else ""
+        return TokenPage(tokens=found, next_page_token=token)
 
     async def list_audit(
         self, principal: Principal, since: datetime, *, page_size: int, page_token: str

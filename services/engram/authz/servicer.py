@@ -15,6 +15,7 @@ from engram.runtime.context import current_principal
 from engram.v1 import authz_pb2, authz_pb2_grpc
 from engram.wire import (
     ROLE_FROM_PROTO,
+    ROLE_TO_PROTO,
     from_timestamp,
     principal_to_proto,
     requested_space,
@@ -85,6 +86,34 @@ class AuthzServicer(authz_pb2_grpc.AuthzServiceServicer):
     ) -> authz_pb2.RevokeTokenResponse:
         await self._service.revoke_token(current_principal(), request.token_id)
         return authz_pb2.RevokeTokenResponse(revoked=True)
+
+    async def ListTokens(
+        self, request: authz_pb2.ListTokensRequest, context: Context
+    ) -> authz_pb2.ListTokensResponse:
+        page = await self._service.list_tokens(
+            current_principal(),
+            tenant=request.tenant,
+            user=request.user,
+            page_size=request.page_size,
+            page_token=request.page_token,
+        )
+        infos = []
+        for stored in page.tokens:
+            info = authz_pb2.TokenInfo(
+                token_id=stored.token_id,
+                tenant=stored.tenant,
+                user=stored.user,
+                role=ROLE_TO_PROTO[stored.role],
+                description=stored.description,
+                created_at=timestamp(stored.created_at),
+                expires_at=timestamp(stored.expires_at),
+                created_by=stored.created_by,
+                revoked=stored.revoked_at is not None,
+            )
+            if stored.revoked_at is not None:
+                info.revoked_at.CopyFrom(timestamp(stored.revoked_at))
+            infos.append(info)
+        return authz_pb2.ListTokensResponse(tokens=infos, next_page_token=page.next_page_token)
 
     async def ListAuditEvents(
         self, request: authz_pb2.ListAuditEventsRequest, context: Context

@@ -58,21 +58,20 @@ class SqliteTokenStore:
             row = connection.execute(
                 f"SELECT {_COLUMNS} FROM tokens WHERE token_id = ?", (token_id,)
             ).fetchone()
-            if row is None:
-                return None
-            (tid, digest, tenant, user, role, expires, created, by, description, revoked) = row
-            return StoredToken(
-                token_id=str(tid),
-                token_hash=str(digest),
-                tenant=str(tenant),
-                user=str(user),
-                role=Role[str(role).upper()],
-                expires_at=from_micros(int(expires)),
-                created_at=from_micros(int(created)),
-                created_by=str(by),
-                description=str(description),
-                revoked_at=from_micros(int(revoked)) if revoked is not None else None,
-            )
+            return None if row is None else _token(row)
+
+        return await self._db.read(work)
+
+    async def list(
+        self, tenant: str, *, user: str = "", after: str = "", limit: int
+    ) -> list[StoredToken]:
+        def work(connection: sqlite3.Connection) -> list[StoredToken]:
+            rows = connection.execute(
+                f"SELECT {_COLUMNS} FROM tokens WHERE tenant = ? AND (? = '' OR user = ?) "
+                "AND token_id > ? ORDER BY token_id LIMIT ?",
+                (tenant, user, user, after, limit),
+            ).fetchall()
+            return [_token(row) for row in rows]
 
         return await self._db.read(work)
 
@@ -85,3 +84,19 @@ class SqliteTokenStore:
             return cursor.rowcount > 0
 
         return await self._db.write(work)
+
+
+def _token(row: tuple[object, ...]) -> StoredToken:
+    (tid, digest, tenant, user, role, expires, created, by, description, revoked) = row
+    return StoredToken(
+        token_id=str(tid),
+        token_hash=str(digest),
+        tenant=str(tenant),
+        user=str(user),
+        role=Role[str(role).upper()],
+        expires_at=from_micros(int(str(expires))),
+        created_at=from_micros(int(str(created))),
+        created_by=str(by),
+        description=str(description),
+        revoked_at=from_micros(int(str(revoked))) if revoked is not None else None,
+    )

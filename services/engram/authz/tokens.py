@@ -159,6 +159,13 @@ class TokenStore(Protocol):
         """Marks the token revoked; False if there is no such token."""
         ...
 
+    async def list(
+        self, tenant: str, *, user: str = "", after: str = "", limit: int
+    ) -> list[StoredToken]:
+        """A tenant's tokens (only `user`'s when set) with ids after `after`, by id, at most
+        `limit`."""
+        ...
+
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()

@@ -1,15 +1,17 @@
-"""`engram`: run the servers, and talk to them."""
+"""`engram`: run the servers, and talk to them.
 
-from __future__ import annotations
+Start-up: this module and the command modules import typer and little else; everything
+heavy (grpc, the generated messages, pydantic, the servers) is imported inside the commands
+that use it, so `engram --help` and a client command start in well under 0.25 s of CPU
+(bench/cli_startup.py measures it, tests/unit/test_cli_imports.py guards it).
+"""
 
-import asyncio
-import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from pydantic import ValidationError
 
+from engram import __version__
 from engram.cli import (
     admin_commands,
     files_commands,
@@ -22,17 +24,27 @@ from engram.cli import (
     storage_commands,
     watch_command,
 )
-from engram.cli.client import console, fail, use_tls
-from engram.domain.errors import EngramError
-from engram.runtime.logs import configure_logging
-from engram.runtime.settings import Settings, SettingsFileError
-from engram.runtime.tracing import configure_tracing
+from engram.cli.client import (
+    DEFAULT_ADDR,
+    VISIBILITIES,
+    command_defaults,
+    console,
+    fail,
+    typer_app,
+    use_tls,
+)
 
-app = typer.Typer(
+if TYPE_CHECKING:
+    from engram.runtime.settings import Settings
+
+app = typer_app(
     name="engram",
     no_args_is_help=True,
-    add_completion=False,
-    help="Memory and knowledge spaces for AI agents.",
+    help="Memory and knowledge spaces for AI agents.\n\n"
+    "The space and connection options below apply to every command (engram -v bot --project "
+    "p1 --bot b1 -n runs ls); a command's own options win over them, and they win over their "
+    "environment variables (ENGRAM_ADDR, ENGRAM_TOKEN, ENGRAM_VISIBILITY, ENGRAM_SPACE, "
+    "ENGRAM_PROJECT, ENGRAM_BOT, ENGRAM_USER, ENGRAM_TENANT).",
 )
 storage_commands.register(app)
 admin_commands.register(app)
@@ -46,8 +58,48 @@ watch_command.register(app)
 files_commands.register(app)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"engram {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(
+    ctx: typer.Context,
+    addr: Annotated[
+        str,
+        typer.Option("--addr", envvar="ENGRAM_ADDR", help="host:port of the engram server."),
+    ] = DEFAULT_ADDR,
+    token: Annotated[
+        str,
+        typer.Option(
+            "--token",
+            envvar="ENGRAM_TOKEN",
+            help="Bearer token (JWT or egm_...).",
+            show_default=False,
+        ),
+    ] = "",
+    visibility: Annotated[
+        str,
+        typer.Option("--visibility", "-v", envvar="ENGRAM_VISIBILITY", help="|".join(VISIBILITIES)),
+    ] = "private",
+    name: Annotated[
+        str, typer.Option("--name", "-n", envvar="ENGRAM_SPACE", help="Space name.")
+    ] = "default",
+    project: Annotated[
+        str, typer.Option("--project", envvar="ENGRAM_PROJECT", help="Project qualifier.")
+    ] = "",
+    bot: Annotated[str, typer.Option("--bot", envvar="ENGRAM_BOT", help="Bot qualifier.")] = "",
+    user: Annotated[
+        str, typer.Option("--user", envvar="ENGRAM_USER", help="User qualifier (user spaces).")
+    ] = "",
+    tenant: Annotated[
+        str, typer.Option("--tenant", envvar="ENGRAM_TENANT", help="Tenant (default: yours).")
+    ] = "",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Every command prints JSON instead of text.")
+    ] = False,
     tls: Annotated[
         bool,
         typer.Option("--tls", envvar="ENGRAM_TLS", help="Talk TLS to the server."),
@@ -76,20 +128,57 @@ def main_options(
             help="Name to check in the server's certificate.",
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
 ) -> None:
-    """Memory and knowledge spaces for AI agents."""
+    """Memory and knowledge spaces for AI agents.
+
+    The space and connection options given here (before the command) apply to every
+    command, e.g. `engram -v bot --project p1 --bot b1 -n runs ls`; a command's own options
+    win over them. Their environment variables: ENGRAM_ADDR, ENGRAM_TOKEN,
+    ENGRAM_VISIBILITY, ENGRAM_SPACE, ENGRAM_PROJECT, ENGRAM_BOT, ENGRAM_USER, ENGRAM_TENANT.
+    """
     use_tls(tls, ca, cert, key, server_name)
+    ctx.default_map = command_defaults(
+        ctx.command,
+        {
+            "addr": addr,
+            "token": token,
+            "visibility": visibility,
+            "name": name,
+            "project": project,
+            "bot": bot,
+            "user": user,
+            "tenant": tenant,
+            "as_json": as_json,
+        },
+    )
 
 
 def _tracing(service: str) -> None:
     """OpenTelemetry spans exported over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set."""
+    from engram.domain.errors import EngramError
+    from engram.runtime.tracing import configure_tracing
+
     try:
         configure_tracing(service)
     except EngramError as error:
         fail(error.message)
 
 
-def _settings(**overrides: object) -> Settings:
+def _settings(**overrides: object) -> "Settings":
+    """The settings of a server command (`dev`, `serve`); warnings go to its logs."""
+    import logging
+
+    from pydantic import ValidationError
+
+    from engram.runtime.settings import Settings, SettingsFileError
+
+    logging.captureWarnings(True)
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
     except SettingsFileError as error:
@@ -125,7 +214,11 @@ def dev(
 
     Logs are text and calls are not logged one by one (ENGRAM_LOG_FORMAT=json and
     ENGRAM_ACCESS_LOG=true give what `engram serve` logs by default)."""
+    import asyncio
+
     from engram.app.embedded import embedded_engram
+    from engram.domain.errors import EngramError
+    from engram.runtime.logs import configure_logging
     from engram.runtime.server import PortInUse, check_ports_free, stop_on_signals
 
     settings = _for_a_terminal(
@@ -188,7 +281,11 @@ def serve(
     ] = None,
 ) -> None:
     """Run one service on the production backends configured by ENGRAM_* settings."""
+    import asyncio
+
     from engram.app.production import PROCESSES, run_service
+    from engram.domain.errors import EngramError
+    from engram.runtime.logs import configure_logging
     from engram.runtime.server import PortInUse, check_ports_free
 
     if service not in PROCESSES:
@@ -208,7 +305,7 @@ def serve(
         fail(str(error), code=1)
 
 
-def _for_a_terminal(settings: Settings) -> Settings:
+def _for_a_terminal(settings: "Settings") -> "Settings":
     """`engram dev`'s defaults: text logs and no line per call, unless the settings say."""
     defaults = {"log_format": "text", "access_log": False}
     return settings.model_copy(
@@ -231,5 +328,4 @@ def _port_message(error: OSError, flags: dict[str, str]) -> str:
 
 
 def main() -> None:
-    logging.captureWarnings(True)
     app()

@@ -1,60 +1,99 @@
-"""What every client command shares: the channel, the space flags, error printing."""
+"""What every client command shares: the global options, the channel, the space flags,
+JSON output and error printing.
 
-from __future__ import annotations
+Start-up cost matters here (every `engram ...` pays it): this module imports typer and
+nothing heavy. grpc, the generated messages, rich's renderables and pydantic are imported
+inside the functions that need them, so `engram --help` never loads them
+(tests/unit/test_cli_imports.py guards it).
+"""
 
+import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar, cast
 
-import grpc
 import typer
-from rich.console import Console
 
-from engram.runtime.channels import ChannelConfig, ClientTls, open_sync_channel
-from engram.runtime.errors import received_status
-from engram.v1 import space_pb2
+from engram.runtime.sizes import format_size as format_size
+from engram.runtime.sizes import parse_size as parse_size
+
+if TYPE_CHECKING:
+    import grpc
+    from google.protobuf.timestamp_pb2 import Timestamp
+    from rich.console import Console
+
+    from engram.runtime.channels import ClientTls
+    from engram.v1 import space_pb2
 
 T = TypeVar("T")
 
-err_console = Console(stderr=True, soft_wrap=True)
-console = Console(soft_wrap=True)
-
 DEFAULT_ADDR = "127.0.0.1:50051"
 
-VISIBILITIES = {
-    "private": space_pb2.VISIBILITY_PRIVATE,
-    "bot": space_pb2.VISIBILITY_BOT,
-    "project": space_pb2.VISIBILITY_PROJECT,
-    "cross_project": space_pb2.VISIBILITY_CROSS_PROJECT,
-    "user": space_pb2.VISIBILITY_USER,
-    "org": space_pb2.VISIBILITY_ORG,
-    "global": space_pb2.VISIBILITY_GLOBAL,
-}
 
-AddrOption = Annotated[
-    str, typer.Option("--addr", envvar="ENGRAM_ADDR", help="host:port of the engram server.")
-]
+class _LazyConsole:
+    """A rich Console made on first use (importing rich.console costs ~30 ms of CPU)."""
+
+    def __init__(self, *, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def __getattr__(self, attribute: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=self._stderr, soft_wrap=True)
+        return getattr(self._console, attribute)
+
+
+err_console = cast("Console", _LazyConsole(stderr=True))
+console = cast("Console", _LazyConsole(stderr=False))
+
+# Visibility names and their space_pb2.Visibility numbers (stable wire values).
+VISIBILITIES = {
+    "private": 1,
+    "bot": 2,
+    "project": 3,
+    "cross_project": 4,
+    "user": 5,
+    "org": 6,
+    "global": 7,
+}
+VISIBILITY_NAMES = {number: name for name, number in VISIBILITIES.items()}
+
+# Per-command options carry no environment variable: the global options (engram.cli.app)
+# read ENGRAM_ADDR, ENGRAM_TOKEN, ENGRAM_VISIBILITY, ENGRAM_SPACE, ENGRAM_PROJECT,
+# ENGRAM_BOT, ENGRAM_USER and ENGRAM_TENANT, and hand their values to every command as its
+# defaults, so a command's own option wins over a global one, which wins over the
+# environment.
+AddrOption = Annotated[str, typer.Option("--addr", help="host:port of the engram server.")]
 TokenOption = Annotated[
     str,
-    typer.Option(
-        "--token", envvar="ENGRAM_TOKEN", help="Bearer token (JWT or egm_...).", show_default=False
-    ),
+    typer.Option("--token", help="Bearer token (JWT or egm_...).", show_default=False),
 ]
-VisibilityOption = Annotated[
-    str, typer.Option("--visibility", "-v", help="|".join(VISIBILITIES), envvar="ENGRAM_VISIBILITY")
-]
-NameOption = Annotated[str, typer.Option("--name", "-n", help="Space name.", envvar="ENGRAM_SPACE")]
+VisibilityOption = Annotated[str, typer.Option("--visibility", "-v", help="|".join(VISIBILITIES))]
+NameOption = Annotated[str, typer.Option("--name", "-n", help="Space name.")]
 ProjectOption = Annotated[str, typer.Option("--project", help="Project (bot/project spaces).")]
 BotOption = Annotated[str, typer.Option("--bot", help="Bot (bot spaces).")]
 UserOption = Annotated[str, typer.Option("--user", help="User (user spaces; default: you).")]
 TenantOption = Annotated[
     str, typer.Option("--tenant", help="Tenant (default: yours; service principals must set it).")
 ]
+JsonOption = Annotated[
+    bool,
+    typer.Option("--json", help="Print JSON (stable field names) instead of text."),
+]
+
+
+def typer_app(**options: Any) -> typer.Typer:
+    """A Typer app or command group with plain (click) help and plain tracebacks: typer's rich
+    help imports markdown-it and pygments, ~0.2 s of CPU on every `--help`."""
+    return typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, **options)
 
 
 @dataclass(frozen=True)
@@ -66,18 +105,37 @@ class SpaceFlags:
     user: str = ""
     tenant: str = ""
 
-    def to_proto(self) -> space_pb2.SpaceRef:
+    def to_proto(self) -> "space_pb2.SpaceRef":
+        from engram.v1 import space_pb2
+
         visibility = VISIBILITIES.get(self.visibility)
         if visibility is None:
             fail(f"--visibility must be one of {', '.join(VISIBILITIES)}")
         return space_pb2.SpaceRef(
-            visibility=visibility,
+            visibility=cast("space_pb2.Visibility.ValueType", visibility),
             name=self.name,
             project=self.project,
             bot=self.bot,
             user=self.user,
             tenant=self.tenant,
         )
+
+    @property
+    def label(self) -> str:
+        """The space as `engram search --space` writes it: `bot:p1/b1/runs`, `private:notes`
+        (with `@tenant` when one is named)."""
+        qualifiers = [q for q in (self.project, self.bot, self.user) if q]
+        text = f"{self.visibility}:" + "/".join([*qualifiers, self.name])
+        return f"{text}@{self.tenant}" if self.tenant else text
+
+
+def space_label(space_id: str) -> str:
+    """A space id written the way --space takes it (without the tenant, which is yours)."""
+    parts = space_id.split(":")
+    if len(parts) != 7:
+        return space_id
+    _, visibility, _, project, bot, user, name = parts
+    return f"{visibility}:" + "/".join(p for p in (project, bot, user, name) if p)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -89,8 +147,50 @@ def metadata(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
-# The global `--tls/--ca/--cert/--key` flags of this invocation (set by the app's callback).
-_client_tls: ContextVar[ClientTls | None] = ContextVar("client_tls", default=None)
+def emit(document: Any) -> None:
+    """One JSON document (or one JSON line of a stream) on stdout."""
+    typer.echo(json.dumps(document, ensure_ascii=False, separators=(",", ":")))
+
+
+def jsonable(value: Any) -> Any:
+    """A client model (frozen dataclasses, tuples, datetimes) as JSON-ready values:
+    datetimes become ISO 8601 UTC strings."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            field.name: jsonable(getattr(value, field.name)) for field in dataclasses.fields(value)
+        }
+    if isinstance(value, list | tuple):
+        return [jsonable(item) for item in value]
+    if isinstance(value, datetime):
+        moment = value.astimezone(UTC) if value.tzinfo else value
+        return moment.replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
+    return value
+
+
+def timestamp(value: "Timestamp") -> str:
+    """A protobuf Timestamp as ISO 8601 UTC (`2026-01-02T03:04:05Z`); "" when unset."""
+    if not value.seconds and not value.nanos:
+        return ""
+    return value.ToDatetime().isoformat(timespec="seconds") + "Z"
+
+
+def compact_time(value: "Timestamp | datetime | None") -> str:
+    """`2026-01-02 03:04` in UTC (16 columns, for tables that must fit 80)."""
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        moment = value.astimezone(UTC) if value.tzinfo else value
+    else:
+        if not value.seconds and not value.nanos:
+            return "-"
+        moment = value.ToDatetime()
+    return moment.strftime("%Y-%m-%d %H:%M")
+
+
+# The global TLS flags of this invocation (set by the app's callback).
+_client_tls: "ContextVar[ClientTls | None]" = ContextVar("client_tls", default=None)
 
 
 def use_tls(
@@ -100,6 +200,8 @@ def use_tls(
     if not (tls or ca or cert or key):
         _client_tls.set(None)
         return
+    from engram.runtime.channels import ClientTls
+
     try:
         _client_tls.set(
             ClientTls(ca_file=ca, cert_file=cert, key_file=key, server_name=server_name)
@@ -108,14 +210,37 @@ def use_tls(
         fail("--cert and --key go together (a client certificate for mTLS)")
 
 
-def tls_flags() -> ClientTls | None:
+def tls_flags() -> "ClientTls | None":
     """The global TLS flags of this invocation (None: plaintext)."""
     return _client_tls.get()
 
 
+# Parameter names the global options hand down as defaults. The space qualifiers go only to
+# commands that address a space (they have a `visibility` option): `token create --user`
+# names a token's user, not a user space.
+CONNECTION_PARAMS = ("addr", "token", "as_json", "tenant")
+SPACE_PARAMS = ("visibility", "name", "project", "bot", "user")
+
+
+def command_defaults(command: Any, values: Mapping[str, object]) -> dict[str, Any]:
+    """click's `default_map` for `command` and its subcommands: the global options' values
+    for each parameter of the same name. A command's own option still wins (click reads the
+    command line before the default map)."""
+    names = {param.name for param in command.params}
+    wanted = CONNECTION_PARAMS + (SPACE_PARAMS if "visibility" in names else ())
+    defaults: dict[str, Any] = {
+        name: values[name] for name in wanted if name in names and name in values
+    }
+    for sub_name, sub in getattr(command, "commands", {}).items():
+        defaults[sub_name] = command_defaults(sub, values)
+    return defaults
+
+
 @contextmanager
-def channel(addr: str) -> Iterator[grpc.Channel]:
+def channel(addr: str) -> "Iterator[grpc.Channel]":
     """A channel to `addr`, with TLS as the global flags say (`engram --tls --ca ca.pem ...`)."""
+    from engram.runtime.channels import ChannelConfig, open_sync_channel
+
     try:
         opened = open_sync_channel(addr, ChannelConfig(tls=_client_tls.get(), keepalive_seconds=0))
     except (OSError, ValueError) as error:  # a TLS file unreadable, an address list refused
@@ -124,8 +249,10 @@ def channel(addr: str) -> Iterator[grpc.Channel]:
         yield opened
 
 
-def explain(error: grpc.RpcError) -> str:
+def explain(error: "grpc.RpcError") -> str:
     """`CODE: message [reason]` from a failed call, without a traceback."""
+    from engram.runtime.errors import received_status
+
     received = received_status(error)
     suffix = f" [{received.reason}]" if received.reason else ""
     return f"{received.code.name}: {received.message}{suffix}"
@@ -133,9 +260,13 @@ def explain(error: grpc.RpcError) -> str:
 
 def call(function: Callable[[], T]) -> T:
     """Runs one RPC; prints the server's message (not a traceback) and exits on failure."""
+    import grpc
+
     try:
         return function()
     except grpc.RpcError as error:
+        from engram.runtime.errors import received_status
+
         received = received_status(error)
         if received.code == grpc.StatusCode.UNAVAILABLE and not received.reason:
             # No engram ErrorInfo: the server itself did not answer.
@@ -143,10 +274,23 @@ def call(function: Callable[[], T]) -> T:
         fail(explain(error), code=1)
 
 
-def read_input(path: str | None) -> str:
+def read_input(path: str | None, *, allow_empty: bool = False) -> str:
+    """A file's text, or stdin's for None or "-". On a terminal, says it is reading stdin;
+    empty input is refused unless `allow_empty` (a mistyped redirection would otherwise
+    empty a document)."""
     if path is None or path == "-":
-        return sys.stdin.read()
-    if not os.path.exists(path):
-        fail(f"no such file: {path}")
-    with open(path, encoding="utf-8") as handle:
-        return handle.read()
+        if sys.stdin.isatty():
+            err_console.print(
+                "[dim]reading stdin (end with Ctrl-D; or pass --file)[/]", highlight=False
+            )
+        text = sys.stdin.read()
+        source = "stdin"
+    else:
+        if not os.path.exists(path):
+            fail(f"no such file: {path}")
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        source = path
+    if not text and not allow_empty:
+        fail(f"{source} is empty; pass --allow-empty to write an empty document")
+    return text

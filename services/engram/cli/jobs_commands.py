@@ -1,15 +1,13 @@
 """Client commands for MaintenanceService: `engram jobs` (runs), `jobs run`, `jobs settings`."""
 
-from __future__ import annotations
+from typing import TYPE_CHECKING, Annotated, Any
 
-from typing import Annotated
-
-import grpc
 import typer
 
 from engram.cli.client import (
     AddrOption,
     BotOption,
+    JsonOption,
     NameOption,
     ProjectOption,
     SpaceFlags,
@@ -20,27 +18,28 @@ from engram.cli.client import (
     call,
     channel,
     console,
+    emit,
     fail,
     metadata,
+    timestamp,
+    typer_app,
 )
 from engram.cli.indexer_commands import space_refs
-from engram.v1 import maintenance_pb2, maintenance_pb2_grpc
 
-OUTCOMES = {
-    maintenance_pb2.JOB_OUTCOME_RUNNING: "running",
-    maintenance_pb2.JOB_OUTCOME_SUCCEEDED: "succeeded",
-    maintenance_pb2.JOB_OUTCOME_FAILED: "failed",
-}
-RETENTIONS = {
-    "off": maintenance_pb2.LOG_RETENTION_OFF,
-    "archive": maintenance_pb2.LOG_RETENTION_ARCHIVE,
-    "delete": maintenance_pb2.LOG_RETENTION_DELETE,
-}
+if TYPE_CHECKING:
+    import grpc
+
+    from engram.v1 import maintenance_pb2, maintenance_pb2_grpc
+
+# JobOutcome and LogRetention numbers of maintenance.proto.
+OUTCOMES = {1: "running", 2: "succeeded", 3: "failed"}
+FAILED = 3
+RETENTIONS = {"off": 1, "archive": 2, "delete": 3}
 RETENTION_NAMES = {value: name for name, value in RETENTIONS.items()}
 # Runs fetched per call while listing.
 PAGE = 200
 
-jobs = typer.Typer(
+jobs = typer_app(
     name="jobs",
     help="Maintenance job runs; `jobs run JOB` runs one now, `jobs settings` a space's settings.",
     invoke_without_command=True,
@@ -48,22 +47,40 @@ jobs = typer.Typer(
 )
 
 
-def _stub(opened: grpc.Channel) -> maintenance_pb2_grpc.MaintenanceServiceStub:
+def _stub(opened: "grpc.Channel") -> "maintenance_pb2_grpc.MaintenanceServiceStub":
+    from engram.v1 import maintenance_pb2_grpc
+
     return maintenance_pb2_grpc.MaintenanceServiceStub(opened)
 
 
-def _duration(run: maintenance_pb2.JobRun) -> str:
+def _duration(run: "maintenance_pb2.JobRun") -> str:
     if not run.HasField("finished_at"):
         return "-"
     seconds = run.finished_at.ToNanoseconds() / 1e9 - run.started_at.ToNanoseconds() / 1e9
     return f"{seconds:.1f}s"
 
 
-def _counts(run: maintenance_pb2.JobRun) -> str:
+def _counts(run: "maintenance_pb2.JobRun") -> str:
     return ", ".join(f"{name}={value}" for name, value in sorted(run.counts.items()))
 
 
-def print_run(run: maintenance_pb2.JobRun) -> None:
+def run_record(run: "maintenance_pb2.JobRun") -> dict[str, Any]:
+    """A job run's `--json` fields."""
+    return {
+        "run_id": run.run_id,
+        "job": run.job,
+        "space_id": run.space_id,
+        "outcome": OUTCOMES.get(run.outcome, "unspecified"),
+        "on_demand": run.on_demand,
+        "started_at": timestamp(run.started_at),
+        "finished_at": timestamp(run.finished_at),
+        "counts": dict(run.counts),
+        "message": run.message,
+        "details": list(run.details),
+    }
+
+
+def print_run(run: "maintenance_pb2.JobRun") -> None:
     outcome = OUTCOMES.get(run.outcome, "?")
     colour = {"succeeded": "green", "failed": "red"}.get(outcome, "yellow")
     console.print(
@@ -100,10 +117,13 @@ def list_runs(
     tenant: TenantOption = "",
     addr: AddrOption = "127.0.0.1:50051",
     token: TokenOption = "",
+    as_json: JsonOption = False,
 ) -> None:
     """List maintenance job runs, newest first."""
     if ctx.invoked_subcommand is not None:
         return
+    from engram.v1 import maintenance_pb2
+
     request = maintenance_pb2.ListJobRunsRequest(job=job)
     if space is not None:
         (ref,) = space_refs([space], visibility, project, bot, user, tenant)
@@ -118,6 +138,9 @@ def list_runs(
             if not response.next_page_token:
                 break
             request.page_token = response.next_page_token
+    if as_json:
+        emit({"runs": [run_record(run) for run in runs]})
+        return
     if not runs:
         console.print("no job runs", highlight=False)
         return
@@ -146,8 +169,11 @@ def run_job(
     tenant: TenantOption = "",
     addr: AddrOption = "127.0.0.1:50051",
     token: TokenOption = "",
+    as_json: JsonOption = False,
 ) -> None:
     """Run one job on one space now (tenant admin) and print what it did."""
+    from engram.v1 import maintenance_pb2
+
     request = maintenance_pb2.RunJobRequest(
         job=job,
         space=SpaceFlags(visibility, name, project, bot, user, tenant).to_proto(),
@@ -155,8 +181,11 @@ def run_job(
     with channel(addr) as opened:
         stub = _stub(opened)
         response = call(lambda: stub.RunJob(request, metadata=metadata(token)))
-    print_run(response.run)
-    if response.run.outcome == maintenance_pb2.JOB_OUTCOME_FAILED:
+    if as_json:
+        emit(run_record(response.run))
+    else:
+        print_run(response.run)
+    if response.run.outcome == FAILED:
         raise typer.Exit(1)
 
 
@@ -196,8 +225,11 @@ def settings(
     tenant: TenantOption = "",
     addr: AddrOption = "127.0.0.1:50051",
     token: TokenOption = "",
+    as_json: JsonOption = False,
 ) -> None:
     """Show a space's maintenance settings; with any option, change them (tenant admin)."""
+    from engram.v1 import maintenance_pb2
+
     space = SpaceFlags(visibility, name, project, bot, user, tenant).to_proto()
     if log_retention is not None and log_retention not in RETENTIONS:
         fail(f"--log-retention must be one of {', '.join(RETENTIONS)}")
@@ -214,7 +246,9 @@ def settings(
             if dream is not None:
                 current.dream_enabled = dream
             if log_retention is not None:
-                current.log_retention = RETENTIONS[log_retention]
+                current.log_retention = maintenance_pb2.LogRetention.ValueType(
+                    RETENTIONS[log_retention]
+                )
             if retention_days is not None:
                 current.log_retention_days = retention_days
             if max_daily_logs is not None:
@@ -225,6 +259,17 @@ def settings(
             current = call(
                 lambda: stub.SetSpaceMaintenance(request, metadata=metadata(token))
             ).settings
+    if as_json:
+        emit(
+            {
+                "dream_enabled": current.dream_enabled,
+                "log_retention": RETENTION_NAMES.get(current.log_retention, "off"),
+                "log_retention_days": current.log_retention_days,
+                "max_daily_logs": current.max_daily_logs,
+                "stale_after_days": current.stale_after_days,
+            }
+        )
+        return
     console.print(
         f"dream: {'on' if current.dream_enabled else 'off'}\n"
         f"log retention: {RETENTION_NAMES.get(current.log_retention, 'off')}"

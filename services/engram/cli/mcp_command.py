@@ -1,8 +1,5 @@
 """`engram mcp`: serve the memory tools to an MCP host (stdio) or over streamable HTTP."""
 
-from __future__ import annotations
-
-import asyncio
 from typing import Annotated
 
 import typer
@@ -63,6 +60,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve memory_search, memory_write, memory_read and memory_tree over MCP, in one
         space (the agent's workspace), calling the engram server at --addr."""
+        import asyncio
+
         from engram.agent_mcp import HTTP_PATH, serve
         from engram.client import EngramClient, Space
 

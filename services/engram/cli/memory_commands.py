@@ -1,37 +1,41 @@
 """`engram memory ...`: an agent's workspace through WorkspaceService (the memory tools),
 over the typed client `engram.client`."""
 
-from __future__ import annotations
-
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Annotated, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
-from rich.tree import Tree
 
 from engram.cli.client import (
     AddrOption,
     BotOption,
+    JsonOption,
     NameOption,
     ProjectOption,
+    SpaceFlags,
     TenantOption,
     TokenOption,
     UserOption,
     VisibilityOption,
     console,
+    emit,
     err_console,
     fail,
+    format_size,
+    jsonable,
     read_input,
+    tls_flags,
+    typer_app,
 )
 from engram.cli.search_commands import snippet
-from engram.client import EngramClient, SearchResults, Space, TreeNode, explain
 from engram.domain.errors import EngramError, Unavailable
-from engram.runtime.sizes import format_size
+
+if TYPE_CHECKING:
+    from rich.table import Table
+    from rich.tree import Tree
+
+    from engram.client import EngramClient, SearchResults, Space, TreeNode
 
 T = TypeVar("T")
 
@@ -49,7 +53,7 @@ SessionOption = Annotated[
     str, typer.Option("--session", help="Write to daily/YYYY-MM-DD-<session>.md instead.")
 ]
 
-memory_app = typer.Typer(
+memory_app = typer_app(
     help="An agent's workspace: memory, daily logs, search, the system prompt.",
     no_args_is_help=True,
 )
@@ -59,7 +63,9 @@ def register(app: typer.Typer) -> None:
     app.add_typer(memory_app, name="memory")
 
 
-def _space(visibility: str, name: str, project: str, bot: str, user: str, tenant: str) -> Space:
+def _space(visibility: str, name: str, project: str, bot: str, user: str, tenant: str) -> "Space":
+    from engram.client import Space
+
     try:
         return Space(visibility, name, project, bot, user, tenant)
     except EngramError as error:  # an unknown visibility
@@ -68,6 +74,8 @@ def _space(visibility: str, name: str, project: str, bot: str, user: str, tenant
 
 def _failed(error: EngramError) -> NoReturn:
     """Prints `CODE: message [reason]` (never a traceback) and exits 1."""
+    from engram.client import explain
+
     text = explain(error)
     if isinstance(error, Unavailable) and "peer" in error.metadata:
         # The server itself did not answer (no engram status came back).
@@ -75,11 +83,17 @@ def _failed(error: EngramError) -> NoReturn:
     fail(text, code=1)
 
 
-def _run(addr: str, token: str, space: Space, call: Callable[[EngramClient], Awaitable[T]]) -> T:
-    """Runs `call` with a client of `addr` for `space`; a failure is printed, exit code 1."""
+def _run(
+    addr: str, token: str, space: "Space", call: "Callable[[EngramClient], Awaitable[T]]"
+) -> T:
+    """Runs `call` with a client of `addr` for `space` (TLS as the global flags say); a
+    failure is printed, exit code 1."""
+    import asyncio
+
+    from engram.client import EngramClient
 
     async def main() -> T:
-        async with EngramClient(addr, token=token, space=space) as client:
+        async with EngramClient(addr, token=token, space=space, tls=tls_flags() or False) as client:
             return await call(client)
 
     try:
@@ -105,6 +119,7 @@ def write(
     tenant: TenantOption = "",
     addr: AddrOption = "127.0.0.1:50051",
     token: TokenOption = "",
+    as_json: JsonOption = False,
 ) -> None:
     """Write to MEMORY.md, today's daily log (default), HEARTBEAT.md or a path; appends."""
     text = read_input("-") if content == "-" else content
@@ -117,6 +132,14 @@ def write(
             text, target=target, append=False if replace else None, time_zone=tz, session=session
         ),
     )
+    if as_json:
+        emit(
+            {
+                "space": SpaceFlags(visibility, name, project, bot, user, tenant).label,
+                **jsonable(result),
+            }
+        )
+        return
     verb = "appended to" if result.append else "replaced"
     console.print(
         f"{result.status}: {verb} [bold]{result.path}[/] v{result.version} "
@@ -139,6 +162,7 @@ def log(
     tenant: TenantOption = "",
     addr: AddrOption = "127.0.0.1:50051",
     token: TokenOption = "",
+    as_json: JsonOption = False,
 ) -> None:
     """Append one timestamped entry ([HH:MM:SS] ...) to today's daily log."""
     text = read_input("-") if entry == "-" else entry
@@ -149,6 +173,9 @@ def log(
         space,
         lambda client: client.append_daily_log(text, time_zone=tz, session=session),
     )
+    if as_json:
+        emit(jsonable(result))
+        return
     console.print(
         f"appended to [bold]{result.path}[/] v{result.version} (+{result.content_length} B)",
         highlight=False,
@@ -167,10 +194,14 @@ def read(
     tenant: TenantOption = "",
     addr: AddrOption = "127.0.0.1:50051",
     token: TokenOption = "",
+    as_json: JsonOption = False,
 ) -> None:
     """Print a workspace document to stdout."""
     space = _space(visibility, name, project, bot, user, tenant)
     document = _run(addr, token, space, lambda client: client.memory_read(path))
+    if as_json:
+        emit(jsonable(document))
+        return
     if meta:
         err_console.print(
             f"{document.path} v{document.version} {document.word_count} words "
@@ -184,8 +215,11 @@ def _when(moment: datetime | None) -> str:
     return moment.isoformat(timespec="seconds") if moment else "-"
 
 
-def add_tree_nodes(parent: Tree, nodes: Sequence[TreeNode]) -> None:
+def add_tree_nodes(parent: "Tree", nodes: "Sequence[TreeNode]") -> None:
     """Adds memory_tree's nodes under `parent`, directories in bold."""
+    from rich.markup import escape
+    from rich.text import Text
+
     for node in nodes:
         if node.is_dir:
             add_tree_nodes(parent.add(f"[bold blue]{escape(node.name)}[/]"), node.children)
@@ -205,17 +239,37 @@ def tree(
     tenant: TenantOption = "",
     addr: AddrOption = "127.0.0.1:50051",
     token: TokenOption = "",
+    as_json: JsonOption = False,
 ) -> None:
     """Show the workspace (or a directory of it) as a tree, to a depth."""
     space = _space(visibility, name, project, bot, user, tenant)
+    from rich.markup import escape
+    from rich.tree import Tree
+
     nodes = _run(addr, token, space, lambda client: client.memory_tree(path, depth=depth))
-    root = Tree(f"[bold]{visibility}:{name}[/]" + (f"/{path}" if path else ""))
+    label = SpaceFlags(visibility, name, project, bot, user, tenant).label
+    if as_json:
+        emit({"space": label, "path": path, "nodes": [_node_record(node) for node in nodes]})
+        return
+    root = Tree(f"[bold]{escape(label)}[/]" + (f"/{escape(path)}" if path else ""))
     add_tree_nodes(root, nodes)
     console.print(root)
 
 
-def hits_table(found: SearchResults, title: str = "") -> Table:
+def _node_record(node: "TreeNode") -> dict[str, Any]:
+    return {
+        "name": node.name,
+        "path": node.path,
+        "is_dir": node.is_dir,
+        "children": [_node_record(child) for child in node.children],
+    }
+
+
+def hits_table(found: "SearchResults", title: str = "") -> "Table":
     """memory_search's results, best first: path, score, found by both legs, a snippet."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=title or None, title_justify="left")
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("path", no_wrap=True)
@@ -245,10 +299,14 @@ def search(
     tenant: TenantOption = "",
     addr: AddrOption = "127.0.0.1:50051",
     token: TokenOption = "",
+    as_json: JsonOption = False,
 ) -> None:
     """Search the workspace by keywords and meaning together (memory_search)."""
     space = _space(visibility, name, project, bot, user, tenant)
     found = _run(addr, token, space, lambda client: client.memory_search(query, limit=limit))
+    if as_json:
+        emit(jsonable(found))
+        return
     table = hits_table(found)
     if found.results:
         console.print(table)
@@ -274,6 +332,7 @@ def prompt(
     tenant: TenantOption = "",
     addr: AddrOption = "127.0.0.1:50051",
     token: TokenOption = "",
+    as_json: JsonOption = False,
 ) -> None:
     """Print the assembled system prompt (identity files, memory, recent daily logs)."""
     space = _space(visibility, name, project, bot, user, tenant)
@@ -283,9 +342,14 @@ def prompt(
         space,
         lambda client: client.system_prompt(group_context=group, time_zone=tz),
     )
+    if as_json:
+        emit(jsonable(assembled))
+        return
     if not sections:
         typer.echo(assembled.text, nl=not assembled.text.endswith("\n"))
         return
+    from rich.text import Text
+
     # One line per section in sha256sum's shape, so a script can compare them.
     for section in assembled.sections:
         console.print(Text(f"{section.sha256}  {section.path}  {section.name}"))
@@ -305,10 +369,14 @@ def seed(
     tenant: TenantOption = "",
     addr: AddrOption = "127.0.0.1:50051",
     token: TokenOption = "",
+    as_json: JsonOption = False,
 ) -> None:
     """Copy the default templates into the workspace; never overwrites a file."""
     space = _space(visibility, name, project, bot, user, tenant)
     result = _run(addr, token, space, lambda client: client.seed_workspace())
+    if as_json:
+        emit(jsonable(result))
+        return
     for path in result.created_paths:
         console.print(f"[green]created[/] {path}", highlight=False)
     for path in result.existing_paths:
@@ -328,8 +396,12 @@ def bootstrap_done(
     tenant: TenantOption = "",
     addr: AddrOption = "127.0.0.1:50051",
     token: TokenOption = "",
+    as_json: JsonOption = False,
 ) -> None:
     """End onboarding: archive BOOTSTRAP.md, so prompts no longer carry it."""
     space = _space(visibility, name, project, bot, user, tenant)
     archived = _run(addr, token, space, lambda client: client.complete_bootstrap())
+    if as_json:
+        emit({"archived_path": archived})
+        return
     console.print(f"archived BOOTSTRAP.md as [bold]{archived}[/]", highlight=False)

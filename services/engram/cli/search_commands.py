@@ -1,31 +1,35 @@
 """`engram search`: hybrid search over one or more spaces, printed as a table."""
 
-from __future__ import annotations
-
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from rich.table import Table
-from rich.text import Text
 
 from engram.cli.client import (
     VISIBILITIES,
     AddrOption,
+    BotOption,
+    JsonOption,
+    NameOption,
+    ProjectOption,
+    SpaceFlags,
     TenantOption,
     TokenOption,
+    UserOption,
+    VisibilityOption,
     call,
     channel,
     console,
+    emit,
     fail,
     metadata,
+    space_label,
 )
-from engram.v1 import search_pb2, search_pb2_grpc, space_pb2
 
-MODES = {
-    "hybrid": search_pb2.SEARCH_MODE_HYBRID,
-    "lexical": search_pb2.SEARCH_MODE_LEXICAL,
-    "semantic": search_pb2.SEARCH_MODE_SEMANTIC,
-}
+if TYPE_CHECKING:
+    from engram.v1 import space_pb2
+
+# SearchMode numbers of search.proto.
+MODES = {"hybrid": 1, "lexical": 2, "semantic": 3}
 # The qualifiers a space spec carries before its name, per visibility.
 SPEC_QUALIFIERS = {
     "bot": ("project", "bot"),
@@ -35,20 +39,22 @@ SPEC_QUALIFIERS = {
 SPACE_HELP = (
     "A space to search (repeatable, up to 16): VISIBILITY:NAME, with the qualifiers first "
     "for project:PROJECT/NAME and bot:PROJECT/BOT/NAME; user:NAME is your own user space. "
-    "A space id (v1:...) works too."
+    "A space id (v1:...) works too. Default: the space of -v/-n and the qualifiers."
 )
 SNIPPET_CHARS = 60
 
 
-def parse_space(spec: str, *, tenant: str = "") -> space_pb2.SpaceRef:
+def parse_space(spec: str, *, tenant: str = "") -> "space_pb2.SpaceRef":
     """`private:notes`, `project:p1/notes`, `bot:p1/b1/runs`, `user:me`, or a `v1:` id."""
+    from engram.v1 import space_pb2
+
     if spec.startswith("v1:"):
         parts = spec.split(":")
         if len(parts) != 7 or parts[1] not in VISIBILITIES:
             fail(f"--space {spec!r} is not a space id (v1:VISIBILITY:TENANT:PROJECT:BOT:USER:NAME)")
         _, visibility, id_tenant, project, bot, user, name = parts
         return space_pb2.SpaceRef(
-            visibility=VISIBILITIES[visibility],
+            visibility=cast("space_pb2.Visibility.ValueType", VISIBILITIES[visibility]),
             tenant=id_tenant,
             project=project,
             bot=bot,
@@ -67,17 +73,11 @@ def parse_space(spec: str, *, tenant: str = "") -> space_pb2.SpaceRef:
         fail(f"--space {spec!r}: {visibility} spaces are written {visibility}:{shape}")
     fields = dict(zip(qualifiers, segments[:-1], strict=False))
     return space_pb2.SpaceRef(
-        visibility=VISIBILITIES[visibility], tenant=tenant, name=segments[-1], **fields
+        visibility=cast("space_pb2.Visibility.ValueType", VISIBILITIES[visibility]),
+        tenant=tenant,
+        name=segments[-1],
+        **fields,
     )
-
-
-def space_label(space_id: str) -> str:
-    """A space id written the way --space takes it (without the tenant, which is yours)."""
-    parts = space_id.split(":")
-    if len(parts) != 7:
-        return space_id
-    _, visibility, _, project, bot, user, name = parts
-    return f"{visibility}:" + "/".join(p for p in (project, bot, user, name) if p)
 
 
 def snippet(text: str) -> str:
@@ -111,18 +111,35 @@ def register(app: typer.Typer) -> None:
         full: Annotated[
             bool, typer.Option("--full", help="Print each result's whole chunk after the table.")
         ] = False,
+        visibility: VisibilityOption = "private",
+        name: NameOption = "default",
+        project: ProjectOption = "",
+        bot: BotOption = "",
+        user: UserOption = "",
         tenant: TenantOption = "",
         addr: AddrOption = "127.0.0.1:50051",
         token: TokenOption = "",
+        as_json: JsonOption = False,
     ) -> None:
-        """Search spaces (default private:default) by keywords and meaning together."""
+        """Search spaces (default: the -v/-n space, private:default) by keywords and meaning
+        together."""
+        from rich.table import Table
+        from rich.text import Text
+
+        from engram.v1 import search_pb2, search_pb2_grpc
+
         if mode not in MODES:
             fail(f"--mode must be one of {', '.join(MODES)}")
+        spaces = (
+            [parse_space(spec, tenant=tenant) for spec in space]
+            if space
+            else [SpaceFlags(visibility, name, project, bot, user, tenant).to_proto()]
+        )
         request = search_pb2.SearchRequest(
-            spaces=[parse_space(spec, tenant=tenant) for spec in space or ["private:default"]],
+            spaces=spaces,
             query=query,
             limit=limit,
-            mode=MODES[mode],
+            mode=cast("search_pb2.SearchMode.ValueType", MODES[mode]),
             path_prefix=path_prefix,
             min_score=min_score,
             bm25_weight=bm25_weight,
@@ -132,6 +149,9 @@ def register(app: typer.Typer) -> None:
         with channel(addr) as opened:
             stub = search_pb2_grpc.SearchServiceStub(opened)
             response = call(lambda: stub.Search(request, metadata=metadata(token)))
+        if as_json:
+            emit(search_record(response))
+            return
         several_spaces = len({result.space_id for result in response.results}) > 1
         # Paths and numbers stay whole; the snippet wraps to make room for them.
         table = Table()
@@ -162,3 +182,31 @@ def register(app: typer.Typer) -> None:
             for number, result in enumerate(response.results, start=1):
                 console.rule(f"#{number} {result.path} (chunk {result.chunk_index})")
                 console.print(result.content, highlight=False, markup=False)
+
+
+def search_record(response: Any) -> dict[str, Any]:
+    """A SearchResponse's `--json` fields."""
+    return {
+        "query": response.query,
+        "result_count": response.result_count,
+        "degraded": response.degraded,
+        "degraded_reasons": list(response.degraded_reasons),
+        "results": [
+            {
+                "space_id": result.space_id,
+                "space": space_label(result.space_id),
+                "path": result.path,
+                "document_id": result.document_id,
+                "chunk_id": result.chunk_id,
+                "chunk_index": result.chunk_index,
+                "score": result.score,
+                "bm25_score": result.bm25_score,
+                "vector_score": result.vector_score,
+                "bm25_rank": result.bm25_rank,
+                "vector_rank": result.vector_rank,
+                "is_hybrid_match": result.is_hybrid_match,
+                "content": result.content,
+            }
+            for result in response.results
+        ],
+    }

@@ -1,16 +1,14 @@
 """Client commands for erasing and administering spaces: purge, spaces, spaces delete."""
 
-from __future__ import annotations
-
 from functools import partial
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from engram.cli.client import (
     AddrOption,
     BotOption,
+    JsonOption,
     NameOption,
     ProjectOption,
     SpaceFlags,
@@ -20,14 +18,17 @@ from engram.cli.client import (
     VisibilityOption,
     call,
     channel,
+    compact_time,
     console,
+    emit,
     fail,
+    format_size,
     metadata,
+    timestamp,
+    typer_app,
 )
-from engram.runtime.sizes import format_size
-from engram.v1 import storage_pb2, storage_pb2_grpc
 
-spaces_app = typer.Typer(
+spaces_app = typer_app(
     help="List a tenant's spaces (the default) or delete one for good.",
     invoke_without_command=True,
 )
@@ -42,11 +43,16 @@ def spaces_list(
     global_: Annotated[bool, typer.Option("--global", help="The global spaces.")] = False,
     addr: AddrOption = "127.0.0.1:50051",
     token: TokenOption = "",
+    as_json: JsonOption = False,
 ) -> None:
     """List the spaces that hold documents: id, documents, size, last write."""
     if ctx.invoked_subcommand is not None:
         return
-    table = Table("space id", "documents", "size", "last write")
+    from rich.table import Table
+
+    from engram.v1 import storage_pb2, storage_pb2_grpc
+
+    summaries: list[Any] = []
     page = ""
     with channel(addr) as opened:
         stub = storage_pb2_grpc.StorageServiceStub(opened)
@@ -55,16 +61,33 @@ def spaces_list(
                 tenant=tenant, page_size=1000, page_token=page, **{"global": global_}
             )
             response = call(partial(stub.ListSpaces, request, metadata=metadata(token)))
-            for summary in response.spaces:
-                table.add_row(
-                    summary.space_id,
-                    str(summary.document_count),
-                    format_size(summary.used_bytes),
-                    summary.last_write_at.ToDatetime().isoformat(timespec="seconds") + "Z",
-                )
+            summaries.extend(response.spaces)
             page = response.next_page_token
             if not page:
                 break
+    if as_json:
+        emit(
+            {
+                "spaces": [
+                    {
+                        "space_id": summary.space_id,
+                        "document_count": summary.document_count,
+                        "used_bytes": summary.used_bytes,
+                        "last_write_at": timestamp(summary.last_write_at),
+                    }
+                    for summary in summaries
+                ]
+            }
+        )
+        return
+    table = Table("space id", "documents", "size", "last write (UTC)")
+    for summary in summaries:
+        table.add_row(
+            summary.space_id,
+            str(summary.document_count),
+            format_size(summary.used_bytes),
+            compact_time(summary.last_write_at),
+        )
     console.print(table)
 
 
@@ -82,8 +105,11 @@ def spaces_delete(
     tenant: TenantOption = "",
     addr: AddrOption = "127.0.0.1:50051",
     token: TokenOption = "",
+    as_json: JsonOption = False,
 ) -> None:
     """Erase a whole space for good: every document, every kept version, every chunk."""
+    from engram.v1 import storage_pb2, storage_pb2_grpc
+
     flags = SpaceFlags(
         visibility=visibility, name=name, project=project, bot=bot, user=user, tenant=tenant
     )
@@ -91,6 +117,16 @@ def spaces_delete(
     with channel(addr) as opened:
         stub = storage_pb2_grpc.StorageServiceStub(opened)
         response = call(partial(stub.DeleteSpace, request, metadata=metadata(token)))
+    if as_json:
+        emit(
+            {
+                "space_id": response.space_id,
+                "documents_erased": response.documents_erased,
+                "versions_erased": response.versions_erased,
+                "refunded_bytes": response.refunded_bytes,
+            }
+        )
+        return
     console.print(
         f"deleted [bold]{response.space_id}[/]: {response.documents_erased} document(s), "
         f"{response.versions_erased} kept version(s), {format_size(response.refunded_bytes)} "
@@ -114,8 +150,11 @@ def register(app: typer.Typer) -> None:
         tenant: TenantOption = "",
         addr: AddrOption = "127.0.0.1:50051",
         token: TokenOption = "",
+        as_json: JsonOption = False,
     ) -> None:
         """Erase a document for good, with every kept version (tenant admins)."""
+        from engram.v1 import storage_pb2, storage_pb2_grpc
+
         if not yes and not typer.confirm(
             f"Erase {path} and every kept version of it for good?", default=False
         ):
@@ -127,6 +166,16 @@ def register(app: typer.Typer) -> None:
         with channel(addr) as opened:
             stub = storage_pb2_grpc.StorageServiceStub(opened)
             response = call(partial(stub.PurgeDocument, request, metadata=metadata(token)))
+        if as_json:
+            emit(
+                {
+                    "path": path,
+                    "purged": response.purged,
+                    "versions_erased": response.versions_erased,
+                    "refunded_bytes": response.refunded_bytes,
+                }
+            )
+            return
         if not response.purged:
             console.print(f"nothing stored at {path}; nothing erased", highlight=False)
             return

@@ -1,19 +1,17 @@
 """Client commands for StorageService: write, read, ls, rm, du, export, import, history."""
 
-from __future__ import annotations
-
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import typer
-from rich.table import Table
-from rich.tree import Tree
 
 from engram.cli.client import (
     AddrOption,
     BotOption,
+    JsonOption,
     NameOption,
     ProjectOption,
     SpaceFlags,
@@ -23,21 +21,24 @@ from engram.cli.client import (
     VisibilityOption,
     call,
     channel,
+    compact_time,
     console,
+    emit,
     err_console,
     fail,
+    format_size,
     metadata,
     read_input,
+    timestamp,
 )
-from engram.runtime.sizes import format_size
-from engram.v1 import storage_pb2, storage_pb2_grpc
+from engram.cli.progress import transfer_progress
+
+if TYPE_CHECKING:
+    from engram.v1 import document_pb2
 
 IMPORT_CHUNK = 256 * 1024
-STRATEGIES = {
-    "skip": storage_pb2.IMPORT_STRATEGY_SKIP,
-    "overwrite": storage_pb2.IMPORT_STRATEGY_OVERWRITE,
-    "rename": storage_pb2.IMPORT_STRATEGY_RENAME,
-}
+# ImportStrategy numbers of storage.proto.
+STRATEGIES = {"skip": 1, "overwrite": 2, "rename": 3}
 
 
 def _space(
@@ -46,6 +47,35 @@ def _space(
     return SpaceFlags(
         visibility=visibility, name=name, project=project, bot=bot, user=user, tenant=tenant
     )
+
+
+def document_record(doc: "document_pb2.Document", *, content: bool = False) -> dict[str, Any]:
+    """A document's `--json` fields."""
+    record: dict[str, Any] = {
+        "space_id": doc.space_id,
+        "path": doc.path,
+        "version": doc.version,
+        "sha256": doc.sha256,
+        "size_bytes": doc.size_bytes,
+        "word_count": doc.word_count,
+        "created_at": timestamp(doc.created_at),
+        "updated_at": timestamp(doc.updated_at),
+        "updated_by": doc.updated_by,
+        "document_id": doc.document_id,
+    }
+    if content:
+        record["content"] = doc.content
+    return record
+
+
+def position_record(position: Any) -> dict[str, Any]:
+    """An IndexPosition's `--json` fields (what SearchRequest.min_positions takes)."""
+    return {
+        "space_id": position.space_id,
+        "path": position.path,
+        "document_id": position.document_id,
+        "version": position.version,
+    }
 
 
 def register(app: typer.Typer) -> None:
@@ -63,6 +93,10 @@ def register(app: typer.Typer) -> None:
             str, typer.Option("--if-sha", help="Only if the current sha256 is this.")
         ] = "",
         create_only: Annotated[bool, typer.Option("--create-only", help="Only if absent.")] = False,
+        allow_empty: Annotated[
+            bool,
+            typer.Option("--allow-empty", help="Write even when the input is empty."),
+        ] = False,
         visibility: VisibilityOption = "private",
         name: NameOption = "default",
         project: ProjectOption = "",
@@ -71,9 +105,12 @@ def register(app: typer.Typer) -> None:
         tenant: TenantOption = "",
         addr: AddrOption = "127.0.0.1:50051",
         token: TokenOption = "",
+        as_json: JsonOption = False,
     ) -> None:
-        """Write a document from a file or stdin."""
-        content = read_input(file)
+        """Write a document from a file or stdin (empty input is refused: see --allow-empty)."""
+        from engram.v1 import storage_pb2, storage_pb2_grpc
+
+        content = read_input(file, allow_empty=allow_empty)
         request = storage_pb2.WriteDocumentRequest(
             space=_space(visibility, name, project, bot, user, tenant).to_proto(),
             path=path,
@@ -91,10 +128,22 @@ def register(app: typer.Typer) -> None:
             if response.created
             else ("unchanged" if response.bytes_delta == 0 and not append else "updated")
         )
-        console.print(
-            f"{verb} [bold]{doc.path}[/] v{doc.version} {format_size(doc.size_bytes)} "
-            f"({response.bytes_delta:+d} B) sha256 {doc.sha256[:12]}",
-            highlight=False,
+        if as_json:
+            emit(
+                {
+                    "status": verb,
+                    "created": response.created,
+                    "bytes_delta": response.bytes_delta,
+                    **document_record(doc),
+                    # For SearchRequest.min_positions: a search that waits for this write.
+                    "position": position_record(response.position),
+                }
+            )
+            return
+        # typer.echo, not rich: a write is an everyday command and rich costs its import.
+        typer.echo(
+            f"{verb} {doc.path} v{doc.version} {format_size(doc.size_bytes)} "
+            f"({response.bytes_delta:+d} B) sha256 {doc.sha256[:12]}"
         )
 
     @app.command()
@@ -110,8 +159,11 @@ def register(app: typer.Typer) -> None:
         tenant: TenantOption = "",
         addr: AddrOption = "127.0.0.1:50051",
         token: TokenOption = "",
+        as_json: JsonOption = False,
     ) -> None:
         """Print a document (or one of its kept versions) to stdout."""
+        from engram.v1 import storage_pb2, storage_pb2_grpc
+
         request = storage_pb2.ReadDocumentRequest(
             space=_space(visibility, name, project, bot, user, tenant).to_proto(),
             path=path,
@@ -121,11 +173,13 @@ def register(app: typer.Typer) -> None:
             stub = storage_pb2_grpc.StorageServiceStub(opened)
             response = call(lambda: stub.ReadDocument(request, metadata=metadata(token)))
         doc = response.document
+        if as_json:
+            emit(document_record(doc, content=True))
+            return
         if meta:
             err_console.print(
                 f"{doc.path} v{doc.version} {format_size(doc.size_bytes)} {doc.word_count} words "
-                f"sha256 {doc.sha256} updated {doc.updated_at.ToDatetime().isoformat()}Z "
-                f"by {doc.updated_by}",
+                f"sha256 {doc.sha256} updated {timestamp(doc.updated_at)} by {doc.updated_by}",
                 highlight=False,
             )
         typer.echo(doc.content, nl=not doc.content.endswith("\n"))
@@ -133,7 +187,14 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def ls(
         directory: Annotated[str, typer.Argument(help="Directory ('' = root).")] = "",
-        recursive: Annotated[bool, typer.Option("--recursive", "-r", help="Whole subtree.")] = True,
+        recursive: Annotated[
+            bool,
+            typer.Option(
+                "--recursive/--no-recursive",
+                "-r/-R",
+                help="The whole subtree, or only the directory's own entries.",
+            ),
+        ] = True,
         visibility: VisibilityOption = "private",
         name: NameOption = "default",
         project: ProjectOption = "",
@@ -142,15 +203,15 @@ def register(app: typer.Typer) -> None:
         tenant: TenantOption = "",
         addr: AddrOption = "127.0.0.1:50051",
         token: TokenOption = "",
+        as_json: JsonOption = False,
     ) -> None:
         """Show a space (or a directory of it) as a tree."""
+        from engram.v1 import storage_pb2, storage_pb2_grpc
+
         space = _space(visibility, name, project, bot, user, tenant)
-        root = Tree(
-            f"[bold]{space.visibility}:{space.name}[/]" + (f"/{directory}" if directory else "")
-        )
-        nodes: dict[str, Tree] = {directory: root}
-        count = 0
-        token_page = ""
+        directory = directory.strip("/")
+        entries: list[storage_pb2.DirectoryEntry] = []
+        page = ""
         with channel(addr) as opened:
             stub = storage_pb2_grpc.StorageServiceStub(opened)
             while True:
@@ -159,29 +220,39 @@ def register(app: typer.Typer) -> None:
                     dir=directory,
                     recursive=recursive,
                     page_size=1000,
-                    page_token=token_page,
+                    page_token=page,
                 )
                 response = call(partial(stub.ListDocuments, request, metadata=metadata(token)))
-                for entry in response.entries:
-                    count += 0 if entry.is_dir else 1
-                    parent = nodes[directory]
-                    relative = entry.path[len(directory) + 1 if directory else 0 :]
-                    parts = relative.split("/")
-                    prefix = directory
-                    for part in parts[:-1]:
-                        prefix = f"{prefix}/{part}" if prefix else part
-                        if prefix not in nodes:
-                            nodes[prefix] = parent.add(f"[bold blue]{part}/[/]")
-                        parent = nodes[prefix]
-                    if entry.is_dir:
-                        nodes.setdefault(entry.path, parent.add(f"[bold blue]{parts[-1]}/[/]"))
-                    else:
-                        parent.add(f"{parts[-1]} [dim]{format_size(entry.size_bytes)}[/]")
-                token_page = response.next_page_token
-                if not token_page:
+                entries.extend(response.entries)
+                page = response.next_page_token
+                if not page:
                     break
-        console.print(root)
-        console.print(f"[dim]{count} document(s)[/]")
+        count = sum(0 if entry.is_dir else 1 for entry in entries)
+        if as_json:
+            emit(
+                {
+                    "space": space.label,
+                    "dir": directory,
+                    "recursive": recursive,
+                    "documents": count,
+                    "entries": [
+                        {
+                            "path": entry.path,
+                            "is_dir": entry.is_dir,
+                            "size_bytes": entry.size_bytes,
+                            "updated_at": timestamp(entry.updated_at),
+                        }
+                        for entry in entries
+                    ],
+                }
+            )
+            return
+        # Drawn here rather than with rich's Tree: importing rich costs more CPU than the
+        # whole listing (issue 17's start-up budget).
+        label = space.label + (f"/{directory}" if directory else "")
+        for line in tree_lines(label, directory, entries):
+            typer.echo(line)
+        typer.echo(f"{count} document(s)")
 
     @app.command()
     def rm(
@@ -197,8 +268,11 @@ def register(app: typer.Typer) -> None:
         tenant: TenantOption = "",
         addr: AddrOption = "127.0.0.1:50051",
         token: TokenOption = "",
+        as_json: JsonOption = False,
     ) -> None:
         """Delete a document (its content stays readable through `history`)."""
+        from engram.v1 import storage_pb2, storage_pb2_grpc
+
         request = storage_pb2.DeleteDocumentRequest(
             space=_space(visibility, name, project, bot, user, tenant).to_proto(),
             path=path,
@@ -207,9 +281,17 @@ def register(app: typer.Typer) -> None:
         with channel(addr) as opened:
             stub = storage_pb2_grpc.StorageServiceStub(opened)
             response = call(lambda: stub.DeleteDocument(request, metadata=metadata(token)))
-        console.print(
-            f"deleted [bold]{path}[/] ({format_size(response.deleted_bytes)})", highlight=False
-        )
+        if as_json:
+            emit(
+                {
+                    "path": path,
+                    "deleted": True,
+                    "deleted_bytes": response.deleted_bytes,
+                    "position": position_record(response.position),
+                }
+            )
+            return
+        typer.echo(f"deleted {path} ({format_size(response.deleted_bytes)})")
 
     @app.command()
     def du(
@@ -221,15 +303,31 @@ def register(app: typer.Typer) -> None:
         tenant: TenantOption = "",
         addr: AddrOption = "127.0.0.1:50051",
         token: TokenOption = "",
+        as_json: JsonOption = False,
     ) -> None:
         """Show the space's usage and its tenant's."""
-        request = storage_pb2.GetUsageRequest(
-            space=_space(visibility, name, project, bot, user, tenant).to_proto()
-        )
+        from rich.table import Table
+
+        from engram.v1 import storage_pb2, storage_pb2_grpc
+
+        space = _space(visibility, name, project, bot, user, tenant)
+        request = storage_pb2.GetUsageRequest(space=space.to_proto())
         with channel(addr) as opened:
             stub = storage_pb2_grpc.StorageServiceStub(opened)
             usage = call(lambda: stub.GetUsage(request, metadata=metadata(token)))
-        table = Table("scope", "used", "limit", "documents")
+        if as_json:
+            emit(
+                {
+                    "space": space.label,
+                    "used_bytes": usage.used_bytes,
+                    "quota_bytes": usage.quota_bytes,
+                    "document_count": usage.document_count,
+                    "tenant_used_bytes": usage.tenant_used_bytes,
+                    "tenant_quota_bytes": usage.tenant_quota_bytes,
+                }
+            )
+            return
+        table = Table("scope", "used", "limit", "documents", title=space.label)
         table.add_row(
             "space",
             format_size(usage.used_bytes),
@@ -246,7 +344,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("export")
     def export_space(
-        out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the .tar.gz.")],
+        out: Annotated[
+            str, typer.Option("--out", "-o", help="Where to write the .tar.gz ('-' = stdout).")
+        ],
         visibility: VisibilityOption = "private",
         name: NameOption = "default",
         project: ProjectOption = "",
@@ -255,34 +355,52 @@ def register(app: typer.Typer) -> None:
         tenant: TenantOption = "",
         addr: AddrOption = "127.0.0.1:50051",
         token: TokenOption = "",
+        as_json: JsonOption = False,
     ) -> None:
-        """Export the space as a .tar.gz."""
-        request = storage_pb2.ExportSpaceRequest(
-            space=_space(visibility, name, project, bot, user, tenant).to_proto()
-        )
-        partial = out.with_name(out.name + ".partial")
+        """Export the space as a .tar.gz, to a file or to stdout (--out -)."""
+        from engram.v1 import storage_pb2, storage_pb2_grpc
+
+        to_stdout = out == "-"
+        if to_stdout and as_json:
+            fail("--json prints a summary on stdout; it cannot go with --out -")
+        space = _space(visibility, name, project, bot, user, tenant)
+        request = storage_pb2.ExportSpaceRequest(space=space.to_proto())
+        target = Path(out)
+        staging = target.with_name(target.name + ".partial")
         with channel(addr) as opened:
             stub = storage_pb2_grpc.StorageServiceStub(opened)
 
-            def download() -> int:
+            def download(handle: BinaryIO) -> int:
                 written = 0
-                with partial.open("wb") as handle:
+                with transfer_progress(f"exporting {space.label}", total=None) as advance:
                     for chunk in stub.ExportSpace(request, metadata=metadata(token)):
                         handle.write(chunk.data)
                         written += len(chunk.data)
+                        advance(len(chunk.data))
                 return written
 
+            if to_stdout:
+                size = call(lambda: download(sys.stdout.buffer))
+                sys.stdout.buffer.flush()
+                err_console.print(f"exported {space.label} ({format_size(size)})", highlight=False)
+                return
             try:
-                size = call(download)
+                with staging.open("wb") as handle:
+                    size = call(lambda: download(handle))
             except typer.Exit:
-                partial.unlink(missing_ok=True)
+                staging.unlink(missing_ok=True)
                 raise
-        partial.replace(out)
-        console.print(f"exported to [bold]{out}[/] ({format_size(size)})", highlight=False)
+        staging.replace(target)
+        if as_json:
+            emit({"space": space.label, "out": str(target), "bytes": size})
+            return
+        console.print(f"exported to [bold]{target}[/] ({format_size(size)})", highlight=False)
 
     @app.command("import")
     def import_space(
-        archive: Annotated[Path, typer.Option("--in", "-i", help="A .tar.gz of Markdown files.")],
+        archive: Annotated[
+            str, typer.Option("--in", "-i", help="A .tar.gz of Markdown files ('-' = stdin).")
+        ],
         strategy: Annotated[str, typer.Option("--strategy", help="skip|overwrite|rename")] = "skip",
         skip_unsupported: Annotated[
             bool,
@@ -300,29 +418,66 @@ def register(app: typer.Typer) -> None:
         tenant: TenantOption = "",
         addr: AddrOption = "127.0.0.1:50051",
         token: TokenOption = "",
+        as_json: JsonOption = False,
     ) -> None:
-        """Import a .tar.gz into the space; a bad archive imports nothing."""
+        """Import a .tar.gz into the space; a bad archive imports nothing. Every entry is
+        counted once: created, overwritten, unchanged, renamed or skipped."""
+        from engram.v1 import storage_pb2, storage_pb2_grpc
+
         if strategy not in STRATEGIES:
             fail(f"--strategy must be one of {', '.join(STRATEGIES)}")
-        if not archive.is_file():
-            fail(f"no such file: {archive}")
-        data = archive.read_bytes()
-        space = _space(visibility, name, project, bot, user, tenant).to_proto()
+        if archive == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            source = Path(archive)
+            if not source.is_file():
+                fail(f"no such file: {archive}")
+            data = source.read_bytes()
+        space = _space(visibility, name, project, bot, user, tenant)
+        space_ref = space.to_proto()
 
-        def messages() -> Iterator[storage_pb2.ImportSpaceRequest]:
-            yield storage_pb2.ImportSpaceRequest(
-                space=space, strategy=STRATEGIES[strategy], skip_unsupported=skip_unsupported
-            )
-            for start in range(0, len(data), IMPORT_CHUNK):
-                yield storage_pb2.ImportSpaceRequest(data=data[start : start + IMPORT_CHUNK])
-
-        with channel(addr) as opened:
+        with (
+            channel(addr) as opened,
+            transfer_progress(f"importing into {space.label}", total=len(data)) as advance,
+        ):
             stub = storage_pb2_grpc.StorageServiceStub(opened)
+
+            def messages() -> Iterator[storage_pb2.ImportSpaceRequest]:
+                yield storage_pb2.ImportSpaceRequest(
+                    space=space_ref,
+                    strategy=storage_pb2.ImportStrategy.ValueType(STRATEGIES[strategy]),
+                    skip_unsupported=skip_unsupported,
+                )
+                for start in range(0, len(data), IMPORT_CHUNK):
+                    piece = data[start : start + IMPORT_CHUNK]
+                    yield storage_pb2.ImportSpaceRequest(data=piece)
+                    advance(len(piece))
+
             result = call(lambda: stub.ImportSpace(messages(), metadata=metadata(token)))
+        counts = import_counts(result)
+        if as_json:
+            emit(
+                {
+                    "space": space.label,
+                    **counts,
+                    "entries_total": len(result.entries),
+                    "bytes": result.bytes,
+                    "entries": [
+                        {
+                            "path": entry.path,
+                            "stored_path": entry.stored_path,
+                            "outcome": outcome_name(entry.outcome),
+                            "detail": entry.detail,
+                        }
+                        for entry in result.entries
+                    ],
+                }
+            )
+            return
+        summary = ", ".join(f"{value} {key}" for key, value in counts.items())
         console.print(
-            f"imported: {result.written} written, {result.renamed} renamed, "
-            f"{result.skipped} skipped, {format_size(result.bytes)}"
-            + (f", {result.unsupported} unsupported left out" if result.unsupported else ""),
+            f"imported {len(result.entries)} entries into {space.label}: {summary}; "
+            f"{format_size(result.bytes)} written",
             highlight=False,
         )
         for entry in result.entries:
@@ -347,31 +502,116 @@ def register(app: typer.Typer) -> None:
         tenant: TenantOption = "",
         addr: AddrOption = "127.0.0.1:50051",
         token: TokenOption = "",
+        as_json: JsonOption = False,
     ) -> None:
         """List a document's kept versions (restore one with read --version N | write)."""
-        space = _space(visibility, name, project, bot, user, tenant).to_proto()
-        table = Table("version", "sha256", "size", "written", "by", "")
+        from rich.table import Table
+
+        from engram.v1 import storage_pb2, storage_pb2_grpc
+
+        space = _space(visibility, name, project, bot, user, tenant)
+        versions: list[Any] = []
         page = ""
         with channel(addr) as opened:
             stub = storage_pb2_grpc.StorageServiceStub(opened)
             while True:
                 request = storage_pb2.ListDocumentVersionsRequest(
-                    space=space, path=path, page_token=page
+                    space=space.to_proto(), path=path, page_token=page
                 )
                 response = call(
                     partial(stub.ListDocumentVersions, request, metadata=metadata(token))
                 )
-                for item in response.versions:
-                    note = "current" if item.current else ("deleted" if item.deleted else "")
-                    table.add_row(
-                        str(item.version),
-                        item.sha256[:12],
-                        format_size(item.size_bytes),
-                        item.updated_at.ToDatetime().isoformat(timespec="seconds") + "Z",
-                        item.updated_by,
-                        note,
-                    )
+                versions.extend(response.versions)
                 page = response.next_page_token
                 if not page:
                     break
+        if as_json:
+            emit(
+                {
+                    "space": space.label,
+                    "path": path,
+                    "versions": [
+                        {
+                            "version": item.version,
+                            "sha256": item.sha256,
+                            "size_bytes": item.size_bytes,
+                            "updated_at": timestamp(item.updated_at),
+                            "updated_by": item.updated_by,
+                            "current": item.current,
+                            "deleted": item.deleted,
+                        }
+                        for item in versions
+                    ],
+                }
+            )
+            return
+        table = Table(
+            "version", "sha256", "size", "written (UTC)", "by", "", title=f"{space.label} {path}"
+        )
+        for item in versions:
+            note = "current" if item.current else ("deleted" if item.deleted else "")
+            table.add_row(
+                str(item.version),
+                item.sha256[:12],
+                format_size(item.size_bytes),
+                compact_time(item.updated_at),
+                item.updated_by,
+                note,
+            )
         console.print(table)
+
+
+def tree_lines(label: str, directory: str, entries: Iterable[Any]) -> list[str]:
+    """A listing drawn as a tree (`├── `, `└── `), directories with a trailing slash and
+    documents with their size, in the listing's order."""
+    # Each node: name -> (children, size or None for a directory).
+    root: dict[str, Any] = {}
+    for entry in entries:
+        relative = entry.path[len(directory) + 1 if directory else 0 :]
+        parts = relative.split("/")
+        node = root
+        for part in parts[:-1]:
+            node = node.setdefault(part + "/", {})
+        if entry.is_dir:
+            node.setdefault(parts[-1] + "/", {})
+        else:
+            node[parts[-1]] = format_size(entry.size_bytes)
+    lines = [label]
+
+    def walk(node: dict[str, Any], indent: str) -> None:
+        names = list(node)
+        for index, name in enumerate(names):
+            last = index == len(names) - 1
+            value = node[name]
+            text = f"{name} {value}" if isinstance(value, str) else name
+            lines.append(f"{indent}{'└── ' if last else '├── '}{text}")
+            if isinstance(value, dict):
+                walk(value, indent + ("    " if last else "│   "))
+
+    walk(root, "")
+    return lines
+
+
+# ImportOutcome numbers of storage.proto and the names --json and the summary use.
+OUTCOMES = {
+    1: "created",
+    2: "overwritten",
+    3: "skipped",
+    4: "renamed",
+    5: "unchanged",
+    6: "unsupported",
+}
+
+
+def outcome_name(outcome: int) -> str:
+    return OUTCOMES.get(outcome, f"outcome_{outcome}")
+
+
+def import_counts(result: Any) -> dict[str, int]:
+    """Entries per outcome, every outcome named (zeros included), so they add up to the
+    archive's entry count."""
+    counts = dict.fromkeys(OUTCOMES.values(), 0)
+    for entry in result.entries:
+        name = outcome_name(entry.outcome)
+        counts[name] = counts.get(name, 0) + 1
+    return counts

@@ -1,13 +1,9 @@
 """`engram watch`: print a space's changes as they happen (WatchSpace), resuming by itself."""
 
-from __future__ import annotations
-
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import grpc
 import typer
-from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential
 
 from engram.cli.client import (
     AddrOption,
@@ -25,18 +21,17 @@ from engram.cli.client import (
     explain,
     metadata,
 )
-from engram.runtime.errors import received_status
-from engram.v1 import storage_pb2, storage_pb2_grpc
 
-KINDS = {
-    storage_pb2.CHANGE_KIND_WRITTEN: "written",
-    storage_pb2.CHANGE_KIND_DELETED: "deleted",
-    storage_pb2.CHANGE_KIND_PURGED: "purged",
-    storage_pb2.CHANGE_KIND_SPACE_DELETED: "space_deleted",
-}
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
+
+    from engram.v1 import storage_pb2
+
+# ChangeKind numbers of storage.proto.
+KINDS = {1: "written", 2: "deleted", 3: "purged", 4: "space_deleted"}
 
 
-def change_record(change: storage_pb2.SpaceChange) -> dict[str, Any]:
+def change_record(change: "storage_pb2.SpaceChange") -> dict[str, Any]:
     """One `--json` line."""
     return {
         "cursor": change.cursor,
@@ -51,7 +46,7 @@ def change_record(change: storage_pb2.SpaceChange) -> dict[str, Any]:
     }
 
 
-def change_line(change: storage_pb2.SpaceChange) -> str:
+def change_line(change: "storage_pb2.SpaceChange") -> str:
     record = change_record(change)
     target = record["path"] or "(the whole space)"
     return (
@@ -64,6 +59,10 @@ def _worth_resuming(error: BaseException, *, connected: bool) -> bool:
     """UNAVAILABLE from a server that answered before (restarting) or that says why (NATS
     away), or a stream that ended: resume from the cursor. A server that never answered (a
     wrong --addr) fails at once."""
+    import grpc
+
+    from engram.runtime.errors import received_status
+
     if isinstance(error, ConnectionError):
         return True
     if not isinstance(error, grpc.RpcError):
@@ -72,7 +71,9 @@ def _worth_resuming(error: BaseException, *, connected: bool) -> bool:
     return received.code == grpc.StatusCode.UNAVAILABLE and (connected or bool(received.reason))
 
 
-def _say_resuming(state: RetryCallState) -> None:
+def _say_resuming(state: "RetryCallState") -> None:
+    import grpc
+
     error = state.outcome.exception() if state.outcome else None
     reason = explain(error) if isinstance(error, grpc.RpcError) else "the stream ended"
     err_console.print(f"[yellow]{reason}; resuming from the last cursor[/]", highlight=False)
@@ -104,6 +105,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the space's changes as they happen (written, deleted, purged). Resumes by
         itself from the last cursor when the server goes away; Ctrl-C prints that cursor."""
+        from tenacity import Retrying, retry_if_exception, wait_exponential
+
+        from engram.v1 import storage_pb2, storage_pb2_grpc
+
         space = SpaceFlags(
             visibility=visibility, name=name, project=project, bot=bot, user=user, tenant=tenant
         ).to_proto()

@@ -252,6 +252,11 @@ RPC_POLICY: dict[str, dict[Target, Who]] = {
         Target.OWN: Who.TENANT_ADMIN,
         Target.OTHER: Who.PLATFORM_ADMIN,
     },
+    # The tenant's tokens (never their secrets): who holds which role until when.
+    "/engram.v1.AuthzService/ListTokens": {
+        Target.OWN: Who.TENANT_ADMIN,
+        Target.OTHER: Who.PLATFORM_ADMIN,
+    },
     "/engram.v1.AuthzService/ListAuditEvents": _every(Who.PLATFORM_ADMIN),
     "/engram.v1.AuthzService/RecordAuditEvent": _every(Who.SERVICE),
 }

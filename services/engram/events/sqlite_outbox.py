@@ -7,7 +7,7 @@ than its retention, then `prune` removes them a bounded batch at a time.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from google.protobuf.message import DecodeError
@@ -55,10 +55,18 @@ class SqliteOutbox:
 
         await self._db.write(work)
 
-    async def backlog(self) -> int:
+    async def backlog(self, excluding: Collection[str] = ()) -> int:
+        """Events not yet published, leaving out the messages whose keys are `excluding`
+        (those of the batch under way already indexed), in one read."""
+        seqs = [int(key) for key in excluding]
+
         def work(connection: sqlite3.Connection) -> int:
+            marks = ",".join("?" * len(seqs))
+            where = f" AND seq NOT IN ({marks})" if seqs else ""
             return int(
-                connection.execute("SELECT COUNT(*) FROM outbox WHERE published = 0").fetchone()[0]
+                connection.execute(
+                    f"SELECT COUNT(*) FROM outbox WHERE published = 0{where}", seqs
+                ).fetchone()[0]
             )
 
         return await self._db.read(work)

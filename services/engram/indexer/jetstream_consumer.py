@@ -235,6 +235,16 @@ class JetStreamIndexConsumer:
             raise Unavailable(f"cannot read the consumer state: {type(error).__name__}") from None
         return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
 
+    async def indexed_total(self) -> int:
+        """The consumer's acknowledged floor (a stream position): rises as events are
+        indexed, so its rate is the indexing rate."""
+        try:
+            info = await self._js.consumer_info(STREAM, self._options.durable)
+        except _NATS_ERRORS as error:
+            raise Unavailable(f"cannot read the consumer state: {type(error).__name__}") from None
+        floor = info.ack_floor
+        return int(floor.stream_seq or 0) if floor is not None else 0
+
     # --- the pull loop -----------------------------------------------------------------------
 
     async def _pull(self) -> None:

@@ -15,4 +15,5 @@ def status_to_proto(status: IndexStatus) -> indexer_pb2.GetIndexStatusResponse:
         backlog=status.backlog,
         switch_documents_indexed=status.switch_documents_indexed,
         collections=status.collections,
+        indexed_total=status.indexed_total,
     )

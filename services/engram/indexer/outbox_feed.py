@@ -39,12 +39,27 @@ class OutboxIndexHandler:
         self._max_attempts = max_attempts
         # Consecutive failed attempts per document.
         self._attempts: dict[DocumentKey, int] = {}
+        # Outbox keys of the batch under way whose documents are already indexed: the relay
+        # marks a batch published only once all of it is done, so the backlog subtracts
+        # these to move per document, not per batch.
+        self._indexed_keys: set[str] = set()
+        # Events indexed since start: only rises, its rate is the indexing rate.
+        self.indexed_total = 0
+
+    def indexed_in_flight(self) -> frozenset[str]:
+        """Outbox keys (of messages not yet marked published) whose documents are indexed."""
+        return frozenset(self._indexed_keys)
 
     async def __call__(self, messages: Sequence[OutboxMessage]) -> None:
+        # The relay hands one batch at a time, after marking the previous one published.
+        self._indexed_keys = set()
         events = []
+        keys: dict[DocumentKey, list[str]] = {}
         for message in messages:
             try:
-                events.append(read_event(message.payload))
+                event = read_event(message.payload)
+                events.append(event)
+                keys.setdefault((event.space_id, event.path), []).append(message.key)
             except UndecodableEvent as undecodable:
                 DEAD_LETTERS.inc()
                 log.error(
@@ -52,10 +67,17 @@ class OutboxIndexHandler:
                     extra={"event_id": message.event_id, "error": undecodable.message},
                 )
         groups = coalesce(events)
+
+        def indexed(key: DocumentKey) -> None:
+            done = keys.get(key, ())
+            self._indexed_keys.update(done)
+            self.indexed_total += len(done)
+
         results = await self._worker.index_many(
             ((group[0].space, path) for (_, path), group in groups.items()),
             traces={key: event_traces(group) for key, group in groups.items()},
             named={key: event_documents(group) for key, group in groups.items()},
+            indexed=indexed,
         )
         retry: list[Exception] = []
         for key, error in results.items():

@@ -49,6 +49,9 @@ class IndexStatus:
     backlog: int
     switch_documents_indexed: int
     collections: list[str]
+    # A count of events indexed that only rises while the indexer works (its rate of change
+    # is the indexing rate; its value means nothing across restarts or replicas).
+    indexed_total: int = 0
 
 
 def reindex_event(
@@ -87,6 +90,7 @@ class IndexerService:
         *,
         backlog: Callable[[], Awaitable[int]],
         switch_progress: Callable[[], int],
+        indexed_total: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         self._authorizer = authorizer
         self._source = source
@@ -95,6 +99,7 @@ class IndexerService:
         self._vector = vector
         self._backlog = backlog
         self._switch_progress = switch_progress
+        self._indexed_total = indexed_total
 
     async def reindex(
         self, principal: Principal, spaces: Sequence[SpaceRef], *, all_spaces: bool
@@ -152,4 +157,5 @@ class IndexerService:
             backlog=await self._backlog(),
             switch_documents_indexed=self._switch_progress() if self._models.pending else 0,
             collections=collections,
+            indexed_total=await self._indexed_total() if self._indexed_total else 0,
         )

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -256,11 +256,13 @@ class IndexWorker:
         *,
         traces: Mapping[DocumentKey, Sequence[Mapping[str, str]]] | None = None,
         named: Mapping[DocumentKey, Collection[str]] | None = None,
+        indexed: Callable[[DocumentKey], None] | None = None,
     ) -> dict[DocumentKey, Exception | None]:
         """Indexes several documents, `concurrency` at a time; the error of each one that
         failed (None for success), so one bad document never holds up the others. `traces`
         and `named` give each document's events' trace contexts and document ids (see
-        `index`)."""
+        `index`); `indexed` is told each document as soon as it is indexed (progress within
+        a batch)."""
         semaphore = asyncio.Semaphore(self._concurrency)
         results: dict[DocumentKey, Exception | None] = {}
 
@@ -284,6 +286,8 @@ class IndexWorker:
                     results[(space.id, path)] = error
                 else:
                     results[(space.id, path)] = None
+                    if indexed is not None:
+                        indexed((space.id, path))
 
         await asyncio.gather(*(one(space, path) for space, path in keys))
         return results

@@ -8,18 +8,17 @@ insensitive, with or without a space, fractions included (`1.5GiB`).
 
 from __future__ import annotations
 
-from pydantic import ByteSize, TypeAdapter, ValidationError
-
 # Sizes travel as int64 on the wire.
 MAX_SIZE = 2**63 - 1
-
-_BYTE_SIZE: TypeAdapter[ByteSize] = TypeAdapter(ByteSize)
 
 
 def parse_size(text: str) -> int:
     """The size `text` names in bytes; ValueError with what to write instead."""
+    # pydantic is imported here, not above: the CLI imports this module and must start fast.
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
     try:
-        size = int(_BYTE_SIZE.validate_python(text.strip()))
+        size = int(TypeAdapter(ByteSize).validate_python(text.strip()))
     except ValidationError:
         raise ValueError(
             f"cannot read {text[:40]!r} as a size: write bytes or a number with a unit, "
@@ -31,5 +30,11 @@ def parse_size(text: str) -> int:
 
 
 def format_size(size: int) -> str:
-    """`size` in binary units for people: "512 B", "1.5 KiB", "2.0 GiB"."""
-    return ByteSize(size).human_readable(separator=" ")
+    """`size` in binary units for people: "512 B", "1.5 KiB", "2.0 GiB" (the text of
+    pydantic's `ByteSize.human_readable(separator=" ")`, without importing pydantic)."""
+    number = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(number) < 1024:
+            return f"{number:0.0f} {unit}" if unit == "B" else f"{number:0.1f} {unit}"
+        number /= 1024
+    return f"{number:0.1f} EiB"

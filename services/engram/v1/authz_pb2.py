@@ -26,17 +26,17 @@ from engram.v1 import space_pb2 as engram_dot_v1_dot_space__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x65ngram/v1/authz.proto\x12\tengram.v1\x1a\x15\x65ngram/v1/space.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\x01\n\tPrincipal\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x1d\n\x04role\x18\x03 \x01(\x0e\x32\x0f.engram.v1.Role\x12\x16\n\x0eplatform_admin\x18\x04 \x01(\x08\x12\x0f\n\x07service\x18\x05 \x01(\x08\x12\x10\n\x08token_id\x18\x06 \x01(\t\"$\n\x13\x41uthenticateRequest\x12\r\n\x05token\x18\x01 \x01(\t\"?\n\x14\x41uthenticateResponse\x12\'\n\tprincipal\x18\x01 \x01(\x0b\x32\x14.engram.v1.Principal\"Y\n\x10\x41uthorizeRequest\x12!\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32\x11.engram.v1.Action\x12\"\n\x05space\x18\x02 \x01(\x0b\x32\x13.engram.v1.SpaceRef\"j\n\x11\x41uthorizeResponse\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\"\n\x05space\x18\x03 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x10\n\x08space_id\x18\x04 \x01(\t\"{\n\x12\x43reateTokenRequest\x12\x0c\n\x04user\x18\x01 \x01(\t\x12\x1d\n\x04role\x18\x02 \x01(\x0e\x32\x0f.engram.v1.Role\x12\x13\n\x0bttl_seconds\x18\x03 \x01(\x03\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12\x0e\n\x06tenant\x18\x05 \x01(\t\"f\n\x13\x43reateTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x10\n\x08token_id\x18\x02 \x01(\t\x12.\n\nexpires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"&\n\x12RevokeTokenRequest\x12\x10\n\x08token_id\x18\x01 \x01(\t\"&\n\x13RevokeTokenResponse\x12\x0f\n\x07revoked\x18\x01 \x01(\x08\"j\n\x16ListAuditEventsRequest\x12)\n\x05since\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"Y\n\x17ListAuditEventsResponse\x12%\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x15.engram.v1.AuditEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"?\n\x17RecordAuditEventRequest\x12$\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x15.engram.v1.AuditEvent\",\n\x18RecordAuditEventResponse\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\"\xac\x01\n\nAuditEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x0f\n\x07subject\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x10\n\x08space_id\x18\x05 \x01(\t\x12\x0c\n\x04path\x18\x06 \x01(\t\x12\x13\n\x0b\x62ytes_delta\x18\x07 \x01(\x03\x12&\n\x02\x61t\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*f\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_VIEWER\x10\x01\x12\x16\n\x12ROLE_CONFIG_EDITOR\x10\x02\x12\x0f\n\x0bROLE_MEMBER\x10\x03\x12\x0e\n\nROLE_ADMIN\x10\x04*\xb2\x01\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x0f\n\x0b\x41\x43TION_READ\x10\x01\x12\x0f\n\x0b\x41\x43TION_LIST\x10\x02\x12\x10\n\x0c\x41\x43TION_USAGE\x10\x03\x12\x11\n\rACTION_EXPORT\x10\x04\x12\x11\n\rACTION_SEARCH\x10\x05\x12\x10\n\x0c\x41\x43TION_WRITE\x10\x06\x12\x11\n\rACTION_DELETE\x10\x07\x12\x11\n\rACTION_IMPORT\x10\x08\x32\xfa\x03\n\x0c\x41uthzService\x12O\n\x0c\x41uthenticate\x12\x1e.engram.v1.AuthenticateRequest\x1a\x1f.engram.v1.AuthenticateResponse\x12\x46\n\tAuthorize\x12\x1b.engram.v1.AuthorizeRequest\x1a\x1c.engram.v1.AuthorizeResponse\x12L\n\x0b\x43reateToken\x12\x1d.engram.v1.CreateTokenRequest\x1a\x1e.engram.v1.CreateTokenResponse\x12L\n\x0bRevokeToken\x12\x1d.engram.v1.RevokeTokenRequest\x1a\x1e.engram.v1.RevokeTokenResponse\x12X\n\x0fListAuditEvents\x12!.engram.v1.ListAuditEventsRequest\x1a\".engram.v1.ListAuditEventsResponse\x12[\n\x10RecordAuditEvent\x12\".engram.v1.RecordAuditEventRequest\x1a#.engram.v1.RecordAuditEventResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x65ngram/v1/authz.proto\x12\tengram.v1\x1a\x15\x65ngram/v1/space.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\x01\n\tPrincipal\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x1d\n\x04role\x18\x03 \x01(\x0e\x32\x0f.engram.v1.Role\x12\x16\n\x0eplatform_admin\x18\x04 \x01(\x08\x12\x0f\n\x07service\x18\x05 \x01(\x08\x12\x10\n\x08token_id\x18\x06 \x01(\t\"$\n\x13\x41uthenticateRequest\x12\r\n\x05token\x18\x01 \x01(\t\"?\n\x14\x41uthenticateResponse\x12\'\n\tprincipal\x18\x01 \x01(\x0b\x32\x14.engram.v1.Principal\"Y\n\x10\x41uthorizeRequest\x12!\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32\x11.engram.v1.Action\x12\"\n\x05space\x18\x02 \x01(\x0b\x32\x13.engram.v1.SpaceRef\"j\n\x11\x41uthorizeResponse\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\"\n\x05space\x18\x03 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x10\n\x08space_id\x18\x04 \x01(\t\"{\n\x12\x43reateTokenRequest\x12\x0c\n\x04user\x18\x01 \x01(\t\x12\x1d\n\x04role\x18\x02 \x01(\x0e\x32\x0f.engram.v1.Role\x12\x13\n\x0bttl_seconds\x18\x03 \x01(\x03\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12\x0e\n\x06tenant\x18\x05 \x01(\t\"f\n\x13\x43reateTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x10\n\x08token_id\x18\x02 \x01(\t\x12.\n\nexpires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"&\n\x12RevokeTokenRequest\x12\x10\n\x08token_id\x18\x01 \x01(\t\"&\n\x13RevokeTokenResponse\x12\x0f\n\x07revoked\x18\x01 \x01(\x08\"X\n\x11ListTokensRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"S\n\x12ListTokensResponse\x12$\n\x06tokens\x18\x01 \x03(\x0b\x32\x14.engram.v1.TokenInfo\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xa4\x02\n\tTokenInfo\x12\x10\n\x08token_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0c\n\x04user\x18\x03 \x01(\t\x12\x1d\n\x04role\x18\x04 \x01(\x0e\x32\x0f.engram.v1.Role\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncreated_by\x18\x08 \x01(\t\x12\x0f\n\x07revoked\x18\t \x01(\x08\x12.\n\nrevoked_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"j\n\x16ListAuditEventsRequest\x12)\n\x05since\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"Y\n\x17ListAuditEventsResponse\x12%\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x15.engram.v1.AuditEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"?\n\x17RecordAuditEventRequest\x12$\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x15.engram.v1.AuditEvent\",\n\x18RecordAuditEventResponse\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\"\xac\x01\n\nAuditEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x0f\n\x07subject\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\x12\x10\n\x08space_id\x18\x05 \x01(\t\x12\x0c\n\x04path\x18\x06 \x01(\t\x12\x13\n\x0b\x62ytes_delta\x18\x07 \x01(\x03\x12&\n\x02\x61t\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*f\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_VIEWER\x10\x01\x12\x16\n\x12ROLE_CONFIG_EDITOR\x10\x02\x12\x0f\n\x0bROLE_MEMBER\x10\x03\x12\x0e\n\nROLE_ADMIN\x10\x04*\xb2\x01\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x0f\n\x0b\x41\x43TION_READ\x10\x01\x12\x0f\n\x0b\x41\x43TION_LIST\x10\x02\x12\x10\n\x0c\x41\x43TION_USAGE\x10\x03\x12\x11\n\rACTION_EXPORT\x10\x04\x12\x11\n\rACTION_SEARCH\x10\x05\x12\x10\n\x0c\x41\x43TION_WRITE\x10\x06\x12\x11\n\rACTION_DELETE\x10\x07\x12\x11\n\rACTION_IMPORT\x10\x08\x32\xc5\x04\n\x0c\x41uthzService\x12O\n\x0c\x41uthenticate\x12\x1e.engram.v1.AuthenticateRequest\x1a\x1f.engram.v1.AuthenticateResponse\x12\x46\n\tAuthorize\x12\x1b.engram.v1.AuthorizeRequest\x1a\x1c.engram.v1.AuthorizeResponse\x12L\n\x0b\x43reateToken\x12\x1d.engram.v1.CreateTokenRequest\x1a\x1e.engram.v1.CreateTokenResponse\x12L\n\x0bRevokeToken\x12\x1d.engram.v1.RevokeTokenRequest\x1a\x1e.engram.v1.RevokeTokenResponse\x12I\n\nListTokens\x12\x1c.engram.v1.ListTokensRequest\x1a\x1d.engram.v1.ListTokensResponse\x12X\n\x0fListAuditEvents\x12!.engram.v1.ListAuditEventsRequest\x1a\".engram.v1.ListAuditEventsResponse\x12[\n\x10RecordAuditEvent\x12\".engram.v1.RecordAuditEventRequest\x1a#.engram.v1.RecordAuditEventResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'engram.v1.authz_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROLE']._serialized_start=1325
-  _globals['_ROLE']._serialized_end=1427
-  _globals['_ACTION']._serialized_start=1430
-  _globals['_ACTION']._serialized_end=1608
+  _globals['_ROLE']._serialized_start=1795
+  _globals['_ROLE']._serialized_end=1897
+  _globals['_ACTION']._serialized_start=1900
+  _globals['_ACTION']._serialized_end=2078
   _globals['_PRINCIPAL']._serialized_start=93
   _globals['_PRINCIPAL']._serialized_end=227
   _globals['_AUTHENTICATEREQUEST']._serialized_start=229
@@ -55,16 +55,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REVOKETOKENREQUEST']._serialized_end=798
   _globals['_REVOKETOKENRESPONSE']._serialized_start=800
   _globals['_REVOKETOKENRESPONSE']._serialized_end=838
-  _globals['_LISTAUDITEVENTSREQUEST']._serialized_start=840
-  _globals['_LISTAUDITEVENTSREQUEST']._serialized_end=946
-  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_start=948
-  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_end=1037
-  _globals['_RECORDAUDITEVENTREQUEST']._serialized_start=1039
-  _globals['_RECORDAUDITEVENTREQUEST']._serialized_end=1102
-  _globals['_RECORDAUDITEVENTRESPONSE']._serialized_start=1104
-  _globals['_RECORDAUDITEVENTRESPONSE']._serialized_end=1148
-  _globals['_AUDITEVENT']._serialized_start=1151
-  _globals['_AUDITEVENT']._serialized_end=1323
-  _globals['_AUTHZSERVICE']._serialized_start=1611
-  _globals['_AUTHZSERVICE']._serialized_end=2117
+  _globals['_LISTTOKENSREQUEST']._serialized_start=840
+  _globals['_LISTTOKENSREQUEST']._serialized_end=928
+  _globals['_LISTTOKENSRESPONSE']._serialized_start=930
+  _globals['_LISTTOKENSRESPONSE']._serialized_end=1013
+  _globals['_TOKENINFO']._serialized_start=1016
+  _globals['_TOKENINFO']._serialized_end=1308
+  _globals['_LISTAUDITEVENTSREQUEST']._serialized_start=1310
+  _globals['_LISTAUDITEVENTSREQUEST']._serialized_end=1416
+  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_start=1418
+  _globals['_LISTAUDITEVENTSRESPONSE']._serialized_end=1507
+  _globals['_RECORDAUDITEVENTREQUEST']._serialized_start=1509
+  _globals['_RECORDAUDITEVENTREQUEST']._serialized_end=1572
+  _globals['_RECORDAUDITEVENTRESPONSE']._serialized_start=1574
+  _globals['_RECORDAUDITEVENTRESPONSE']._serialized_end=1618
+  _globals['_AUDITEVENT']._serialized_start=1621
+  _globals['_AUDITEVENT']._serialized_end=1793
+  _globals['_AUTHZSERVICE']._serialized_start=2081
+  _globals['_AUTHZSERVICE']._serialized_end=2662
 # @@protoc_insertion_point(module_scope)

@@ -309,6 +309,115 @@ class RevokeTokenResponse(_message.Message):
 Global___RevokeTokenResponse: _TypeAlias = RevokeTokenResponse  # noqa: Y015
 
 @_typing.final
+class ListTokensRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    """The tenant; empty = the caller's. Only platform admins may name another."""
+    user: _builtins.str
+    """Only this user's tokens; empty = every user's."""
+    page_size: _builtins.int
+    page_token: _builtins.str
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        user: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "tenant", b"tenant", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTokensRequest: _TypeAlias = ListTokensRequest  # noqa: Y015
+
+@_typing.final
+class ListTokensResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKENS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def tokens(self) -> _containers.RepeatedCompositeFieldContainer[Global___TokenInfo]:
+        """Ordered by token id."""
+
+    def __init__(
+        self,
+        *,
+        tokens: _abc.Iterable[Global___TokenInfo] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTokensResponse: _TypeAlias = ListTokensResponse  # noqa: Y015
+
+@_typing.final
+class TokenInfo(_message.Message):
+    """TokenInfo describes a personal access token (its hash and secret never leave the server)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_ID_FIELD_NUMBER: _builtins.int
+    TENANT_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    CREATED_BY_FIELD_NUMBER: _builtins.int
+    REVOKED_FIELD_NUMBER: _builtins.int
+    REVOKED_AT_FIELD_NUMBER: _builtins.int
+    token_id: _builtins.str
+    tenant: _builtins.str
+    user: _builtins.str
+    role: Global___Role.ValueType
+    description: _builtins.str
+    created_by: _builtins.str
+    """The principal that created it."""
+    revoked: _builtins.bool
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def revoked_at(self) -> _timestamp_pb2.Timestamp:
+        """Unset unless revoked."""
+
+    def __init__(
+        self,
+        *,
+        token_id: _builtins.str = ...,
+        tenant: _builtins.str = ...,
+        user: _builtins.str = ...,
+        role: Global___Role.ValueType = ...,
+        description: _builtins.str = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+        created_by: _builtins.str = ...,
+        revoked: _builtins.bool = ...,
+        revoked_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "expires_at", b"expires_at", "revoked_at", b"revoked_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "created_by", b"created_by", "description", b"description", "expires_at", b"expires_at", "revoked", b"revoked", "revoked_at", b"revoked_at", "role", b"role", "tenant", b"tenant", "token_id", b"token_id", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TokenInfo: _TypeAlias = TokenInfo  # noqa: Y015
+
+@_typing.final
 class ListAuditEventsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -55,6 +55,11 @@ class AuthzServiceStub:
                 request_serializer=engram_dot_v1_dot_authz__pb2.RevokeTokenRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_authz__pb2.RevokeTokenResponse.FromString,
                 _registered_method=True)
+        self.ListTokens = channel.unary_unary(
+                '/engram.v1.AuthzService/ListTokens',
+                request_serializer=engram_dot_v1_dot_authz__pb2.ListTokensRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_authz__pb2.ListTokensResponse.FromString,
+                _registered_method=True)
         self.ListAuditEvents = channel.unary_unary(
                 '/engram.v1.AuthzService/ListAuditEvents',
                 request_serializer=engram_dot_v1_dot_authz__pb2.ListAuditEventsRequest.SerializeToString,
@@ -99,6 +104,14 @@ class AuthzServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTokens(self, request, context):
+        """Lists a tenant's personal access tokens (tenant admins; platform admins name any
+        tenant): ids, users, roles, expiry, descriptions, revocations. Never the secrets.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListAuditEvents(self, request, context):
         """Lists audit events, oldest first (platform admin).
         """
@@ -135,6 +148,11 @@ def add_AuthzServiceServicer_to_server(servicer, server):
                     servicer.RevokeToken,
                     request_deserializer=engram_dot_v1_dot_authz__pb2.RevokeTokenRequest.FromString,
                     response_serializer=engram_dot_v1_dot_authz__pb2.RevokeTokenResponse.SerializeToString,
+            ),
+            'ListTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTokens,
+                    request_deserializer=engram_dot_v1_dot_authz__pb2.ListTokensRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_authz__pb2.ListTokensResponse.SerializeToString,
             ),
             'ListAuditEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListAuditEvents,
@@ -256,6 +274,33 @@ class AuthzService:
             '/engram.v1.AuthzService/RevokeToken',
             engram_dot_v1_dot_authz__pb2.RevokeTokenRequest.SerializeToString,
             engram_dot_v1_dot_authz__pb2.RevokeTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.AuthzService/ListTokens',
+            engram_dot_v1_dot_authz__pb2.ListTokensRequest.SerializeToString,
+            engram_dot_v1_dot_authz__pb2.ListTokensResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,10 @@ class AuthzServiceStub:
     """Issues a personal access token (tenant admin). The token is shown once."""
     RevokeToken: _grpc.UnaryUnaryMultiCallable[_authz_pb2.RevokeTokenRequest, _authz_pb2.RevokeTokenResponse]
     """Revokes a personal access token (tenant admin)."""
+    ListTokens: _grpc.UnaryUnaryMultiCallable[_authz_pb2.ListTokensRequest, _authz_pb2.ListTokensResponse]
+    """Lists a tenant's personal access tokens (tenant admins; platform admins name any
+    tenant): ids, users, roles, expiry, descriptions, revocations. Never the secrets.
+    """
     ListAuditEvents: _grpc.UnaryUnaryMultiCallable[_authz_pb2.ListAuditEventsRequest, _authz_pb2.ListAuditEventsResponse]
     """Lists audit events, oldest first (platform admin)."""
     RecordAuditEvent: _grpc.UnaryUnaryMultiCallable[_authz_pb2.RecordAuditEventRequest, _authz_pb2.RecordAuditEventResponse]
@@ -59,6 +63,10 @@ class AuthzServiceAsyncStub(AuthzServiceStub):
     """Issues a personal access token (tenant admin). The token is shown once."""
     RevokeToken: _aio.UnaryUnaryMultiCallable[_authz_pb2.RevokeTokenRequest, _authz_pb2.RevokeTokenResponse]  # type: ignore[assignment]
     """Revokes a personal access token (tenant admin)."""
+    ListTokens: _aio.UnaryUnaryMultiCallable[_authz_pb2.ListTokensRequest, _authz_pb2.ListTokensResponse]  # type: ignore[assignment]
+    """Lists a tenant's personal access tokens (tenant admins; platform admins name any
+    tenant): ids, users, roles, expiry, descriptions, revocations. Never the secrets.
+    """
     ListAuditEvents: _aio.UnaryUnaryMultiCallable[_authz_pb2.ListAuditEventsRequest, _authz_pb2.ListAuditEventsResponse]  # type: ignore[assignment]
     """Lists audit events, oldest first (platform admin)."""
     RecordAuditEvent: _aio.UnaryUnaryMultiCallable[_authz_pb2.RecordAuditEventRequest, _authz_pb2.RecordAuditEventResponse]  # type: ignore[assignment]
@@ -98,6 +106,16 @@ class AuthzServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_authz_pb2.RevokeTokenResponse, _abc.Awaitable[_authz_pb2.RevokeTokenResponse]]:
         """Revokes a personal access token (tenant admin)."""
+
+    @_abc_1.abstractmethod
+    def ListTokens(
+        self,
+        request: _authz_pb2.ListTokensRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_authz_pb2.ListTokensResponse, _abc.Awaitable[_authz_pb2.ListTokensResponse]]:
+        """Lists a tenant's personal access tokens (tenant admins; platform admins name any
+        tenant): ids, users, roles, expiry, descriptions, revocations. Never the secrets.
+        """
 
     @_abc_1.abstractmethod
     def ListAuditEvents(

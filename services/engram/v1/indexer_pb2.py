@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from engram.v1 import space_pb2 as engram_dot_v1_dot_space__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65ngram/v1/indexer.proto\x12\tengram.v1\x1a\x15\x65ngram/v1/space.proto\"B\n\x0eReindexRequest\x12#\n\x06spaces\x18\x01 \x03(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0b\n\x03\x61ll\x18\x02 \x01(\x08\"-\n\x0fReindexResponse\x12\x1a\n\x12\x64ocuments_enqueued\x18\x01 \x01(\x03\"\x17\n\x15GetIndexStatusRequest\"\xa0\x01\n\x16GetIndexStatusResponse\x12\x14\n\x0c\x61\x63tive_model\x18\x01 \x01(\t\x12\x11\n\tdimension\x18\x02 \x01(\x05\x12\x15\n\rpending_model\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63klog\x18\x04 \x01(\x03\x12 \n\x18switch_documents_indexed\x18\x05 \x01(\x03\x12\x13\n\x0b\x63ollections\x18\x06 \x03(\t2\xa9\x01\n\x0eIndexerService\x12@\n\x07Reindex\x12\x19.engram.v1.ReindexRequest\x1a\x1a.engram.v1.ReindexResponse\x12U\n\x0eGetIndexStatus\x12 .engram.v1.GetIndexStatusRequest\x1a!.engram.v1.GetIndexStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65ngram/v1/indexer.proto\x12\tengram.v1\x1a\x15\x65ngram/v1/space.proto\"B\n\x0eReindexRequest\x12#\n\x06spaces\x18\x01 \x03(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0b\n\x03\x61ll\x18\x02 \x01(\x08\"-\n\x0fReindexResponse\x12\x1a\n\x12\x64ocuments_enqueued\x18\x01 \x01(\x03\"\x17\n\x15GetIndexStatusRequest\"\xb7\x01\n\x16GetIndexStatusResponse\x12\x14\n\x0c\x61\x63tive_model\x18\x01 \x01(\t\x12\x11\n\tdimension\x18\x02 \x01(\x05\x12\x15\n\rpending_model\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63klog\x18\x04 \x01(\x03\x12 \n\x18switch_documents_indexed\x18\x05 \x01(\x03\x12\x13\n\x0b\x63ollections\x18\x06 \x03(\t\x12\x15\n\rindexed_total\x18\x07 \x01(\x03\x32\xa9\x01\n\x0eIndexerService\x12@\n\x07Reindex\x12\x19.engram.v1.ReindexRequest\x1a\x1a.engram.v1.ReindexResponse\x12U\n\x0eGetIndexStatus\x12 .engram.v1.GetIndexStatusRequest\x1a!.engram.v1.GetIndexStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,7 +39,7 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETINDEXSTATUSREQUEST']._serialized_start=176
   _globals['_GETINDEXSTATUSREQUEST']._serialized_end=199
   _globals['_GETINDEXSTATUSRESPONSE']._serialized_start=202
-  _globals['_GETINDEXSTATUSRESPONSE']._serialized_end=362
-  _globals['_INDEXERSERVICE']._serialized_start=365
-  _globals['_INDEXERSERVICE']._serialized_end=534
+  _globals['_GETINDEXSTATUSRESPONSE']._serialized_end=385
+  _globals['_INDEXERSERVICE']._serialized_start=388
+  _globals['_INDEXERSERVICE']._serialized_end=557
 # @@protoc_insertion_point(module_scope)

@@ -87,16 +87,22 @@ class GetIndexStatusResponse(_message.Message):
     BACKLOG_FIELD_NUMBER: _builtins.int
     SWITCH_DOCUMENTS_INDEXED_FIELD_NUMBER: _builtins.int
     COLLECTIONS_FIELD_NUMBER: _builtins.int
+    INDEXED_TOTAL_FIELD_NUMBER: _builtins.int
     active_model: _builtins.str
     """The embedding model search uses now."""
     dimension: _builtins.int
     pending_model: _builtins.str
     """A model being filled behind the alias, if a switch is under way."""
     backlog: _builtins.int
-    """Events waiting to be indexed."""
+    """Events waiting to be indexed, counted per event as each document is indexed."""
     switch_documents_indexed: _builtins.int
     """Documents copied into the pending model's collection so far, by the replica
     that answers (0 when no switch is under way there).
+    """
+    indexed_total: _builtins.int
+    """Events indexed, as a count that only rises while the indexer works: sampled twice, its
+    difference over the interval is the indexing rate (the value itself means nothing across
+    restarts; on JetStream it is the consumer's acknowledged stream position).
     """
     @_builtins.property
     def collections(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -113,10 +119,11 @@ class GetIndexStatusResponse(_message.Message):
         backlog: _builtins.int = ...,
         switch_documents_indexed: _builtins.int = ...,
         collections: _abc.Iterable[_builtins.str] | None = ...,
+        indexed_total: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_model", b"active_model", "backlog", b"backlog", "collections", b"collections", "dimension", b"dimension", "pending_model", b"pending_model", "switch_documents_indexed", b"switch_documents_indexed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_model", b"active_model", "backlog", b"backlog", "collections", b"collections", "dimension", b"dimension", "indexed_total", b"indexed_total", "pending_model", b"pending_model", "switch_documents_indexed", b"switch_documents_indexed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
