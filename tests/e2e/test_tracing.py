@@ -379,6 +379,8 @@ async def test_engram_dev_exports_spans_over_otlp(
     env = {
         **os.environ,
         "ENGRAM_METRICS_PORT": "0",
+        # engram dev logs text by default; the JSON access log carries the trace id.
+        "ENGRAM_LOG_FORMAT": "json",
         "ENGRAM_ACCESS_LOG": "true",
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}",
         "OTEL_BSP_SCHEDULE_DELAY": "100",
