@@ -35,9 +35,19 @@ die() {
   exit 1
 }
 cleanup() {
-  if [[ -n "$SERVER" ]] && kill -0 "$SERVER" 2>/dev/null; then
+  if [[ -n "$SERVER" ]]; then
+    # $SERVER may be the background subshell rather than engram itself (bash does not
+    # always exec the last command of a function run with &): stop the server by its own
+    # command line too, which names this run's temporary data dir, so none outlives the run.
+    local mine="--data-dir $WORK/home/data"
     kill -TERM "$SERVER" 2>/dev/null || true
+    pkill -TERM -f -- "$mine" 2>/dev/null || true
     wait "$SERVER" 2>/dev/null || true
+    for _ in $(seq 60); do
+      pgrep -f -- "$mine" >/dev/null || break
+      sleep 0.5
+    done
+    pkill -KILL -f -- "$mine" 2>/dev/null || true
   fi
   rm -rf "$WORK"
 }

@@ -15,8 +15,10 @@ import fnmatch
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from dockerfile_parse import DockerfileParser
 from pydantic import SecretStr
 
 from engram.runtime.settings import Settings
+from tests.support.processes import processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "docker" / "Dockerfile"
@@ -185,16 +188,26 @@ def test_wheel_in_a_clean_venv_as_an_unprivileged_user_serves_and_is_ready() -> 
     """deploy/local/install-check.sh: the image's stages without a container engine."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env["PYTHON"] = sys.executable if sys.version_info[:2] == (3, 11) else "python3"
-    result = subprocess.run(
-        [str(ROOT / "deploy" / "local" / "install-check.sh")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=880,
-        check=False,
-    )
+    # A temporary root of the run's own (traversable: the server runs as nobody), so what
+    # the run leaves behind can be told from other runs'.
+    scratch = Path(tempfile.mkdtemp(prefix="engram-install-check-test-"))
+    scratch.chmod(0o755)
+    env["TMPDIR"] = str(scratch)
+    try:
+        result = subprocess.run(
+            [str(ROOT / "deploy" / "local" / "install-check.sh")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=880,
+            check=False,
+        )
+        left_running = processes_mentioning(str(scratch))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
+    assert left_running == [], f"install-check left its server running: {left_running}"
     if os.geteuid() == 0:
         assert "engram runs as nobody" in output
     assert "--help works, a start without settings names the variable" in output
