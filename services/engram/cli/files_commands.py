@@ -10,8 +10,6 @@ symbolic link, not UTF-8, too large, over quota, refused) is reported on its own
 stops the others. Both exit 0 when everything went in, 1 when something did not.
 """
 
-from __future__ import annotations
-
 import hashlib
 import json
 import os
@@ -447,7 +445,7 @@ class Remote:
     """The StorageService calls pull and push make, on one channel; a failed call raises
     CallFailed, so the callers need nothing of grpc."""
 
-    def __init__(self, opened: grpc.Channel, space: SpaceFlags, token: str) -> None:
+    def __init__(self, opened: "grpc.Channel", space: SpaceFlags, token: str) -> None:
         from engram.v1 import storage_pb2, storage_pb2_grpc
 
         self._pb = storage_pb2
@@ -470,12 +468,12 @@ class Remote:
             if not page:
                 return
 
-    def read(self, path: str) -> document_pb2.Document:
+    def read(self, path: str) -> "document_pb2.Document":
         request = self._pb.ReadDocumentRequest(space=self._space, path=path)
         response: storage_pb2.ReadDocumentResponse = self._call(self._stub.ReadDocument, request)
         return response.document
 
-    def try_read(self, path: str) -> document_pb2.Document | CallFailed:
+    def try_read(self, path: str) -> "document_pb2.Document | CallFailed":
         """The document, or why not (for a worker thread: nothing raised)."""
         try:
             return self.read(path)
@@ -484,7 +482,7 @@ class Remote:
 
     def write(
         self, path: str, content: str, *, expected_sha256: str = "", create_only: bool = False
-    ) -> storage_pb2.WriteDocumentResponse:
+    ) -> "storage_pb2.WriteDocumentResponse":
         from tenacity import (
             Retrying,
             retry_if_exception,
@@ -588,7 +586,7 @@ def _pull_one(
     directory: Path,
     state: SyncState,
     doc_path: str,
-    document: document_pb2.Document,
+    document: "document_pb2.Document",
     *,
     force: bool,
 ) -> FileResult:
