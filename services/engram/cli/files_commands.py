@@ -780,6 +780,14 @@ def _push_delete(
 # --- the commands ------------------------------------------------------------------------------
 
 
+def synced_state(ctx: typer.Context, directory: Path, flags: SpaceFlags) -> SyncState:
+    """DIR's sync state: its state file's, or a new one for the space the options name
+    (options naming another space than the state file's are refused)."""
+    previous = load_state(directory)
+    space = resolve_space(previous.space if previous else None, flags, given=space_given(ctx))
+    return previous or SyncState(space)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def pull(
@@ -810,13 +818,10 @@ def register(app: typer.Typer) -> None:
             fail(f"{directory} is not a directory")
         directory.mkdir(parents=True, exist_ok=True)
         directory = directory.resolve()
-        previous = load_state(directory)
-        space = resolve_space(
-            previous.space if previous else None,
-            SpaceFlags(visibility, name, project, bot, user, tenant),
-            given=space_given(ctx),
+        state = synced_state(
+            ctx, directory, SpaceFlags(visibility, name, project, bot, user, tenant)
         )
-        state = previous or SyncState(space)
+        space = state.space
         report = Report("pull", directory, space)
         with channel(addr) as opened:
             remote = Remote(opened, space, token)
@@ -862,13 +867,10 @@ def register(app: typer.Typer) -> None:
         if not directory.is_dir():
             fail(f"no such directory: {directory}")
         directory = directory.resolve()
-        previous = load_state(directory)
-        space = resolve_space(
-            previous.space if previous else None,
-            SpaceFlags(visibility, name, project, bot, user, tenant),
-            given=space_given(ctx),
+        state = synced_state(
+            ctx, directory, SpaceFlags(visibility, name, project, bot, user, tenant)
         )
-        state = previous or SyncState(space)
+        space = state.space
         report = Report("push", directory, space)
         with channel(addr) as opened:
             remote = Remote(opened, space, token)
