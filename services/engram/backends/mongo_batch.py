@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from bson.errors import InvalidDocument
 from pymongo import InsertOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, PyMongoError
 
@@ -78,24 +79,29 @@ class GroupedWrites:
                     else:
                         outcome.set_result(None)
                 continue
-            except PyMongoError as error:
+            except (PyMongoError, InvalidDocument, TypeError, ValueError) as error:
+                # The group's write failed as a whole (the server, the connection, a
+                # document the driver cannot encode): each of its callers raises the error.
                 for _, outcome in group:
                     outcome.set_exception(error)
                 continue
-            except BaseException as error:
-                # Anything else (a driver bug, the sender cancelled at shutdown): every
-                # caller of this group gets it, nobody waits in vain. An error is theirs to
-                # raise; a cancellation stops the sender, failing what is still queued.
-                if not isinstance(error, Exception):
-                    for _, outcome in group + self._queue:
-                        outcome.cancel()
-                    self._queue = []
-                    raise
+            except asyncio.CancelledError:
+                # The sender stops (shutdown): what is still queued fails with it.
+                for _, outcome in group + self._queue:
+                    outcome.cancel()
+                self._queue = []
+                raise
+            else:
                 for _, outcome in group:
-                    outcome.set_exception(error)
-                continue
-            for _, outcome in group:
-                outcome.set_result(None)
+                    outcome.set_result(None)
+            finally:
+                # Anything else is a bug that ends this sender: no caller of the group is
+                # left waiting for an answer that will never come.
+                for _, outcome in group:
+                    if not outcome.done():
+                        outcome.set_exception(
+                            RuntimeError("a grouped Mongo write failed: see the storage log")
+                        )
 
 
 def _retrieve(outcome: asyncio.Future[None]) -> None:
