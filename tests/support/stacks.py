@@ -26,11 +26,9 @@ async def storage_server(
         return
     from engram.app.production import storage_on_mongo
 
+    overrides.setdefault("mongo_db", f"engram_test_{uuid.uuid4().hex[:12]}")
     settings = server_settings(
-        tmp_path / "engram",
-        mongo_uri=real_backends.url("mongo"),
-        mongo_db=f"engram_test_{uuid.uuid4().hex[:12]}",
-        **overrides,
+        tmp_path / "engram", mongo_uri=real_backends.url("mongo"), **overrides
     )
     from engram.authz.enforcement import FixedPrincipalAuthenticator
     from engram.domain.principals import LOCAL_ADMIN

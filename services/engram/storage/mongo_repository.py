@@ -34,6 +34,7 @@ could get past it, as with a head that lags by as much.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
@@ -218,6 +219,7 @@ class MongoDocumentRepository:
         # Concurrent writes share commands (see backends/mongo_batch.py).
         self._pointer_inserts = GroupedWrites(self._outbox)
         self._revision_inserts = GroupedWrites(self._revisions)
+        self._head_inserts = GroupedWrites(self._heads)
 
     def on_commit(self, listener: CommitListener) -> None:
         """Calls `listener` after each announced change is committed (see CommitListener):
@@ -239,14 +241,17 @@ class MongoDocumentRepository:
             )
         return revision
 
-    async def _chain(self, space_id: str, path: str) -> _Chain:
-        """The newest revision: from the head, then probing `rev + 1` until a miss."""
+    async def _chain(self, space_id: str, path: str, *, trust_head: bool = False) -> _Chain:
+        """The newest revision: from the head, then probing `rev + 1` until a miss; with
+        `trust_head`, the head's revision without the probe (see `get`)."""
         with mongo_errors("reading a document"):
             head = await self._heads.find_one(
                 {"_id": head_id(space_id, path)}, projection={"rev": 1}
             )
         rev = int(head["rev"]) if head else 0
         advanced = False
+        if trust_head:
+            return _Chain(rev, await self._revision(space_id, path, rev) if rev else None)
         if rev:
             # The head's revision and the probe past it, in one round trip.
             latest, following = await asyncio.gather(
@@ -282,6 +287,13 @@ class MongoDocumentRepository:
         }
         key = head_id(revision["space_id"], revision["path"])
         with mongo_errors("updating a document head"):
+            if revision["rev"] == 1:
+                # A new path has no head yet: an insert, which shares a command with
+                # concurrent writes' (an update cannot); if one is there, it is newer or the
+                # same revision's, written by a repair, and the guarded replace below keeps it.
+                with contextlib.suppress(DuplicateKeyError):
+                    await self._head_inserts.insert({"_id": key, **head})
+                    return
             try:
                 await self._heads.replace_one(
                     {"_id": key, "rev": {"$lt": revision["rev"]}}, head, upsert=True
@@ -366,8 +378,16 @@ class MongoDocumentRepository:
             return remembered[1]
         return await self._chain(space_id, path)
 
-    async def get(self, space_id: str, path: str) -> StoredDocument | None:
-        chain = await self._chain(space_id, path)
+    async def get(
+        self, space_id: str, path: str, *, trust_head: bool = False
+    ) -> StoredDocument | None:
+        """The live document. With `trust_head`, the revision the path's head names, without
+        probing past it: one `_id` lookup fewer (for a new path, one round trip fewer), but
+        a revision another process has committed and not yet put in the head (its write in
+        flight, or its writer dead before the head; the relay rolls such heads forward) is
+        not seen. Only for a write's read: its commit inserts `rev + 1`, which fails on
+        exactly that revision, and the write is then retried with a full read."""
+        chain = await self._chain(space_id, path, trust_head=trust_head)
         self._remember(space_id, path, chain)
         return _stored(chain.latest) if chain.alive and chain.latest else None
 

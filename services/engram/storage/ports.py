@@ -34,7 +34,14 @@ class DocumentRepository(Protocol):
     Every change records its DocumentEvent atomically with the document (the outbox).
     """
 
-    async def get(self, space_id: str, path: str) -> StoredDocument | None: ...
+    async def get(
+        self, space_id: str, path: str, *, trust_head: bool = False
+    ) -> StoredDocument | None:
+        """The live document at `path`, or None. `trust_head` allows a cheaper read that may
+        miss a change committed by another process and not yet fully applied (a backend
+        without that distinction ignores it): only for the read of a write whose
+        conditional commit would fail on such a change."""
+        ...
 
     async def get_many(self, space_id: str, paths: Sequence[str]) -> dict[str, StoredDocument]: ...
 

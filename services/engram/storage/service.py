@@ -45,6 +45,7 @@ from engram.domain.documents import (
 )
 from engram.domain.errors import (
     DocumentNotFound,
+    EngramError,
     EtagMismatch,
     InvalidArgument,
     PermissionDenied,
@@ -458,7 +459,15 @@ class StorageService:
         try:
             async for attempt in _on_conflict(MAX_WRITE_ATTEMPTS):
                 with attempt:
-                    current = await self._repository.get(granted.space.id, path)
+                    # The first read trusts the path's head (one lookup fewer): the commit
+                    # fails on anything newer, and the retry reads in full. A write decided
+                    # without a commit (refused, or nothing to change) reads in full first.
+                    trusted = attempt.retry_state.attempt_number == 1
+                    current = await self._repository.get(granted.space.id, path, trust_head=trusted)
+                    if trusted and not self._ends_in_commit(
+                        path, current, content, mode, expected_sha256, create_only
+                    ):
+                        current = await self._repository.get(granted.space.id, path)
                     _check_etag(path, current, expected_sha256, create_only)
                     new_content = self._next_content(current, content, mode)
                     if current is not None and new_content == current.content:
@@ -771,6 +780,24 @@ class StorageService:
         self, principal: Principal, action: Action, space: SpaceRef
     ) -> AuthorizedSpace:
         return await self._authorizer.authorize(principal, action, space)
+
+    def _ends_in_commit(
+        self,
+        path: str,
+        current: StoredDocument | None,
+        content: str,
+        mode: WriteMode,
+        expected_sha256: str,
+        create_only: bool,
+    ) -> bool:
+        """Whether a write decided on `current` commits (rather than being refused or
+        changing nothing): only a commit checks that `current` was the newest version."""
+        try:
+            _check_etag(path, current, expected_sha256, create_only)
+            new_content = self._next_content(current, content, mode)
+        except EngramError:
+            return False
+        return current is None or new_content != current.content
 
     def _next_content(self, current: StoredDocument | None, content: str, mode: WriteMode) -> str:
         if mode is WriteMode.REPLACE:

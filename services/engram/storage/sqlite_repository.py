@@ -189,7 +189,11 @@ class SqliteDocumentRepository:
         self._db = database
         self._retention = retention
 
-    async def get(self, space_id: str, path: str) -> StoredDocument | None:
+    async def get(
+        self, space_id: str, path: str, *, trust_head: bool = False
+    ) -> StoredDocument | None:
+        del trust_head  # one transaction writes a document's row and its version
+
         def work(connection: sqlite3.Connection) -> StoredDocument | None:
             row = connection.execute(
                 f"SELECT {_DOCUMENT_COLUMNS} FROM documents WHERE space_id = ? AND path = ?",
