@@ -142,9 +142,13 @@ class Harness:
         """Steps the rate up by `factor` until a step fails (p99 of search or writes over
         the target, or any error) or `max_rate`/`max_steps`; the knee is the last rate that
         passed. When the first step fails, the rate steps down (÷`factor`, at most 4 times)
-        to the first that passes (None if none does). Steps come back in rate order."""
+        to the first that passes (None if none does). Either way one more step then runs
+        halfway (geometrically) between the knee and the rate that failed above it, so the
+        knee is within √`factor` of the rate where p99 breaks rather than within `factor`.
+        Steps come back in rate order."""
         steps: list[Run] = []
         knee: float | None = None
+        failed: float | None = None
         rate = start
         for index in range(max_steps):
             if rate > max_rate:
@@ -154,6 +158,7 @@ class Harness:
             s = run.summary
             self._say(rate, s)
             if not s["passed"]:
+                failed = rate
                 break
             knee = rate
             rate = round(rate * factor, 2)
@@ -162,11 +167,21 @@ class Harness:
         for index in range(4 if knee is None and steps else 0):
             rate = round(rate / factor, 2)
             run = self.run(f"down{index:02d}-{rate:.1f}", rate, step_seconds)
-            steps.insert(0, run)
+            steps.append(run)
             self._say(rate, run.summary)
             if run.summary["passed"]:
                 knee = rate
                 break
+            failed = rate
+        if knee is not None and failed is not None and failed > knee:
+            rate = round((knee * failed) ** 0.5, 2)
+            if knee < rate < failed:
+                run = self.run(f"mid-{rate:.1f}", rate, step_seconds)
+                steps.append(run)
+                self._say(rate, run.summary)
+                if run.summary["passed"]:
+                    knee = rate
+        steps.sort(key=lambda step: float(step.summary["rate"]))
         return knee, steps
 
     @staticmethod
