@@ -24,7 +24,7 @@ import pytest
 from engram.app.config import Components
 from engram.domain.chunks import ModelInfo
 from engram.indexer.embedders import configured_embedder, embedder_for_model
-from engram.indexer.embedders.http import QueryBatching
+from engram.indexer.embedders.http import QUERY_POSTS_IN_FLIGHT, QueryBatching
 from engram.indexer.embedders.local import DIMENSION
 from engram.indexer.embedders.ollama import OllamaEmbedder
 from engram.indexer.embedders.openai import OpenAICompatibleEmbedder
@@ -448,6 +448,7 @@ async def embed_concurrently(embedder: OpenAICompatibleEmbedder, texts: list[str
     )
 
 
+HELD_POST_WAIT_SECONDS = 20.0
 QUERIES = [f"query number {n} about {'x' * n}" for n in range(16)]
 
 
@@ -483,14 +484,49 @@ async def test_a_post_carries_at_most_max_batch_and_batch_size_queries(
         assert all(np.allclose(r, unit(t), atol=1e-6) for t, r in zip(QUERIES, rows, strict=True))
 
 
-async def test_batching_off_sends_one_post_per_query(
+async def held_posts_in_flight(
+    double: OpenAICompatibleTestDouble, embedder: OpenAICompatibleEmbedder, posts: int
+) -> list[Any]:
+    """Holds the next `posts` POSTs at the double, checks that all of them arrive (so they
+    are in flight together), then lets the 16 queries finish and returns their rows."""
+    gates = [double.hold() for _ in range(posts)]
+    pending = asyncio.gather(*(embedder.embed_query(t) for t in QUERIES), return_exceptions=True)
+    arrived = 0
+    try:
+        for gate in gates:
+            # Bounded: a POST that cannot be sent before the held ones are answered never
+            # arrives.
+            if not await asyncio.to_thread(gate.entered.wait, HELD_POST_WAIT_SECONDS):
+                break
+            arrived += 1
+    finally:
+        for gate in gates:
+            gate.release()
+    rows = list(await asyncio.wait_for(pending, timeout=30))
+    assert arrived == posts, f"only {arrived} of {posts} POSTs were in flight together"
+    return rows
+
+
+async def test_batching_off_sends_every_query_at_once_in_its_own_post(
     model_double: OpenAICompatibleTestDouble,
 ) -> None:
     embedder = double_embedder(model_double, window=0.0, max_batch=1)
-    rows = await embed_concurrently(embedder, QUERIES)
+    rows = await held_posts_in_flight(model_double, embedder, len(QUERIES))
     await embedder.aclose()
     posts = model_double.requests_to(EMBEDDINGS_PATH)
     assert [len(p.body["input"]) for p in posts] == [1] * len(QUERIES)
+    assert all(np.allclose(r, unit(t), atol=1e-6) for t, r in zip(QUERIES, rows, strict=True))
+
+
+async def test_several_shared_posts_are_in_flight_at_once(
+    model_double: OpenAICompatibleTestDouble,
+) -> None:
+    # 16 queries, 4 per POST: all four POSTs reach the provider before any is answered.
+    embedder = double_embedder(model_double, max_batch=4)
+    rows = await held_posts_in_flight(model_double, embedder, QUERY_POSTS_IN_FLIGHT)
+    await embedder.aclose()
+    posts = model_double.requests_to(EMBEDDINGS_PATH)
+    assert [len(p.body["input"]) for p in posts] == [4] * 4
     assert all(np.allclose(r, unit(t), atol=1e-6) for t, r in zip(QUERIES, rows, strict=True))
 
 

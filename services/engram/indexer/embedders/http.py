@@ -44,7 +44,10 @@ class QueryBatching:
     `posts_in_flight` POSTs at once; beyond `max_pending` queued queries a query fails at
     once with IndexUnavailable. Search sets these from ENGRAM_SEARCH_EMBED_BATCH_WINDOW_MS
     and ENGRAM_SEARCH_EMBED_MAX_BATCH; the default (window 0) only groups queries that
-    arrive while every POST slot is busy."""
+    arrive while every POST slot is busy. With one query per POST (`max_batch` or the
+    embedder's `batch_size` 1) nothing can be shared, so there is no batching at all: each
+    query is its own POST, sent at once, as many in flight as there are queries (bounding
+    them would only queue queries)."""
 
     window: float = 0.0
     max_batch: int = 32
@@ -192,13 +195,17 @@ class HttpEmbedder(ABC):
         self._poster = poster
         batching = queries or QueryBatching()
         max_batch = min(batching.max_batch, batch_size)
-        self._queries = EmbeddingBatcher(
-            self._embed_queries,
-            window=batching.window,
-            max_batch=max_batch,
-            max_pending=max(batching.max_pending, max_batch),
-            name="query",
-            parallel=batching.posts_in_flight,
+        self._queries = (
+            EmbeddingBatcher(
+                self._embed_queries,
+                window=batching.window,
+                max_batch=max_batch,
+                max_pending=max(batching.max_pending, max_batch),
+                name="query",
+                parallel=batching.posts_in_flight,
+            )
+            if max_batch > 1
+            else None
         )
 
     @property
@@ -230,13 +237,17 @@ class HttpEmbedder(ABC):
         return l2_normalise(matrix)
 
     async def embed_query(self, text: str) -> Vectors:
-        vectors = await self._queries.embed([text])
+        if self._queries is None:
+            vectors = await self._embed_queries([text])
+        else:
+            vectors = await self._queries.embed([text])
         row: Vectors = vectors[0]
         return row
 
     async def aclose(self) -> None:
         """Fails the queries still queued or in flight, then closes the HTTP client."""
-        await self._queries.aclose()
+        if self._queries is not None:
+            await self._queries.aclose()
         await self._poster.aclose()
 
     @abstractmethod
