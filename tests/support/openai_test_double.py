@@ -9,13 +9,18 @@ request take that long, like a hosted model's round trip. Embeddings are `embedd
 deterministic, different for different texts (so a reply given to the wrong caller shows),
 deliberately not unit length. Bounded: request bodies over MAX_BODY_BYTES are refused, and a
 held, delayed or stalled request waits at most MAX_WAIT_SECONDS.
+
+`python -m tests.support.openai_test_double [--delay-ms 20]` serves it in its own process (for
+bench/http_embed_bench.py): it prints its base URL, then serves until its stdin closes.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hashlib
 import json
+import sys
 import threading
 import time
 from collections import deque
@@ -175,6 +180,9 @@ class OpenAICompatibleTestDouble:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in separate writes: with Nagle's algorithm the body
+            # waits for the client's delayed ACK (~40 ms per answer on Linux).
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 return  # quiet
@@ -278,3 +286,19 @@ def _completion(model: str, reply: ChatReply) -> dict[str, Any]:
         ],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="every request's delay")
+    parser.add_argument("--dimension", type=int, default=8, help="embedding dimension")
+    args = parser.parse_args(argv)
+    with OpenAICompatibleTestDouble(
+        delay=args.delay_ms / 1000, embedding_dimension=args.dimension
+    ) as double:
+        print(double.base_url, flush=True)
+        sys.stdin.read()  # until the parent closes our stdin (or exits)
+
+
+if __name__ == "__main__":
+    main()
