@@ -621,3 +621,54 @@ async def test_search_settings_reach_the_http_query_embedder(
     posts = model_double.requests_to(EMBEDDINGS_PATH)
     assert [len(p.body["input"]) for p in posts] == [4, 4, 4, 4]
     assert all(np.allclose(r, unit(t), atol=1e-6) for t, r in zip(QUERIES, rows, strict=True))
+
+
+async def test_a_post_whose_queries_all_gave_up_is_cancelled_and_frees_its_slot(
+    model_double: OpenAICompatibleTestDouble,
+) -> None:
+    # One POST slot. Its POST is held at the double; its callers give up (as search's
+    # deadline does); the next query must get the slot instead of waiting behind a POST
+    # nobody waits for.
+    embedder = OpenAICompatibleEmbedder(
+        base_url=model_double.base_url,
+        model="m",
+        dimension=8,
+        queries=QueryBatching(window=0.0, max_batch=8, posts_in_flight=1),
+    )
+    gate = model_double.hold()
+    callers = [asyncio.ensure_future(embedder.embed_query(t)) for t in QUERIES[:3]]
+    try:
+        assert await asyncio.to_thread(gate.entered.wait, HELD_POST_WAIT_SECONDS)
+        for caller in callers:
+            caller.cancel()
+        await asyncio.gather(*callers, return_exceptions=True)
+        # Bounded: without the cancellation this waits for the held POST (the double's
+        # hold bound, 60 s) and fails here.
+        row = await asyncio.wait_for(embedder.embed_query("next"), HELD_POST_WAIT_SECONDS)
+    finally:
+        gate.release()
+        await embedder.aclose()
+    assert np.allclose(row, unit("next"), atol=1e-6)
+    assert [p.body["input"] for p in model_double.requests_to(EMBEDDINGS_PATH)] == [
+        QUERIES[:3],
+        ["next"],
+    ]
+
+
+async def test_a_post_is_kept_while_one_of_its_queries_still_waits(
+    model_double: OpenAICompatibleTestDouble,
+) -> None:
+    embedder = double_embedder(model_double)
+    gate = model_double.hold()
+    callers = [asyncio.ensure_future(embedder.embed_query(t)) for t in QUERIES[:3]]
+    try:
+        assert await asyncio.to_thread(gate.entered.wait, HELD_POST_WAIT_SECONDS)
+        callers[0].cancel()
+        callers[1].cancel()
+    finally:
+        gate.release()
+    row = await asyncio.wait_for(callers[2], 30)
+    await embedder.aclose()
+    assert np.allclose(row, unit(QUERIES[2]), atol=1e-6)
+    assert callers[0].cancelled() and callers[1].cancelled()
+    assert len(model_double.requests_to(EMBEDDINGS_PATH)) == 1
