@@ -203,8 +203,8 @@ class HttpEmbedder(ABC):
                 max_pending=max(batching.max_pending, max_batch),
                 name="query",
                 parallel=batching.posts_in_flight,
-                # A POST whose queries all gave up (search's deadline) is cancelled, as a
-                # lone query's POST is: it would hold a slot through timeouts and retries.
+                # A POST whose callers were all cancelled is cancelled, as a lone query's POST
+                # is: it would hold a slot through its timeout and retries for nobody.
                 cancel_abandoned=True,
             )
             if max_batch > 1
