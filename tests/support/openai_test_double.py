@@ -1,18 +1,26 @@
-"""A test double for a hosted chat model: a real HTTP server on 127.0.0.1 speaking the
-OpenAI-compatible `POST /v1/chat/completions` API, so the client under test goes through its
-real SDK, HTTP stack, retries and timeouts.
+"""A test double for a hosted model: a real HTTP server on 127.0.0.1 speaking the
+OpenAI-compatible `POST /v1/chat/completions` and `POST /v1/embeddings` APIs, so the client
+under test goes through its real SDK, HTTP stack, retries and timeouts.
 
-Answers are scripted (`script(...)`: a reply, an HTTP failure, a stall past the client's
-timeout); every request is recorded; `hold()` makes the next request wait until the test
-releases it (to change the store while the model is "thinking"). Bounded: request bodies
-over MAX_BODY_BYTES are refused, and a held or stalled request waits at most
-MAX_WAIT_SECONDS.
+Answers are scripted (`script(...)`: a reply, an HTTP failure, a raw body, a stall past the
+client's timeout); every request is recorded; `hold()` makes the next request wait until the
+test releases it (to change the store while the model is "thinking"); `delay` makes every
+request take that long, like a hosted model's round trip. Embeddings are `embedding_for(text)`:
+deterministic, different for different texts (so a reply given to the wrong caller shows),
+deliberately not unit length. Bounded: request bodies over MAX_BODY_BYTES are refused, and a
+held, delayed or stalled request waits at most MAX_WAIT_SECONDS.
+
+`python -m tests.support.openai_test_double [--delay-ms 20]` serves it in its own process (for
+bench/http_embed_bench.py): it prints its base URL, then serves until its stdin closes.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import hashlib
 import json
+import sys
 import threading
 import time
 from collections import deque
@@ -22,6 +30,14 @@ from typing import Any
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_WAIT_SECONDS = 60.0
+CHAT_PATH = "/v1/chat/completions"
+EMBEDDINGS_PATH = "/v1/embeddings"
+
+
+def embedding_for(text: str, dimension: int = 8) -> list[float]:
+    """The double's (unnormalised) embedding of `text`: bytes of its SHA-256, centred."""
+    digest = hashlib.sha256(text.encode()).digest()
+    return [float(digest[i % len(digest)]) - 127.5 for i in range(dimension)]
 
 
 @dataclass(frozen=True)
@@ -48,7 +64,15 @@ class Stall:
     then: ChatReply = ChatReply("NOTHING_TO_PROMOTE")
 
 
-Step = ChatReply | HttpFailure | Stall
+@dataclass(frozen=True)
+class RawReply:
+    """Answers `body` as it is, with `status` (e.g. a malformed 200)."""
+
+    body: bytes
+    status: int = 200
+
+
+Step = ChatReply | HttpFailure | Stall | RawReply
 
 
 @dataclass
@@ -80,11 +104,22 @@ class Gate:
 
 
 class OpenAICompatibleTestDouble:
-    """Serves until `stop()`; use as a context manager. `base_url` is its root."""
+    """Serves until `stop()`; use as a context manager. `base_url` is its root.
 
-    def __init__(self, *, api_key: str | None = None, default: Step | None = None) -> None:
+    On the embeddings route a ChatReply step (the default) means a normal answer."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        default: Step | None = None,
+        delay: float = 0.0,
+        embedding_dimension: int = 8,
+    ) -> None:
         self._api_key = api_key
         self._default = default or ChatReply("NOTHING_TO_PROMOTE")
+        self._delay = min(delay, MAX_WAIT_SECONDS)
+        self.embedding_dimension = embedding_dimension
         self._steps: deque[Step] = deque()
         self._gates: deque[Gate] = deque()
         self._lock = threading.Lock()
@@ -117,6 +152,11 @@ class OpenAICompatibleTestDouble:
         self._server.server_close()
         self._thread.join(timeout=10)
 
+    def requests_to(self, path: str) -> list[RecordedRequest]:
+        """The requests recorded so far on `path` (e.g. EMBEDDINGS_PATH)."""
+        with self._lock:
+            return [request for request in self.requests if request.path.rstrip("/") == path]
+
     def script(self, *steps: Step) -> None:
         """Answers the next requests with `steps`, in order; then with the default."""
         with self._lock:
@@ -140,6 +180,9 @@ class OpenAICompatibleTestDouble:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in separate writes: with Nagle's algorithm the body
+            # waits for the client's delayed ACK (~40 ms per answer on Linux).
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 return  # quiet
@@ -155,7 +198,8 @@ class OpenAICompatibleTestDouble:
             self._send(handler, 413, _error("request body too large"))
             return
         raw = handler.rfile.read(length)
-        if handler.path.rstrip("/") != "/v1/chat/completions":
+        path = handler.path.rstrip("/")
+        if path not in (CHAT_PATH, EMBEDDINGS_PATH):
             self._send(handler, 404, _error(f"no route {handler.path}"))
             return
         try:
@@ -173,17 +217,46 @@ class OpenAICompatibleTestDouble:
         if gate is not None:
             gate.entered.set()
             gate.released.wait(MAX_WAIT_SECONDS)
+        if self._delay > 0:
+            self._stopping.wait(self._delay)
         if isinstance(step, HttpFailure):
             self._send(handler, step.status, _error(step.message))
+            return
+        if isinstance(step, RawReply):
+            self._send(handler, step.status, step.body)
             return
         if isinstance(step, Stall):
             self._stopping.wait(min(step.seconds, MAX_WAIT_SECONDS))
             step = step.then
+        if path == EMBEDDINGS_PATH:
+            self._send(handler, 200, self._embeddings(body))
+            return
         self._send(handler, 200, _completion(str(body.get("model", "")), step))
 
+    def _embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
+        texts = body.get("input", [])
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": embedding_for(str(text), self.embedding_dimension),
+            }
+            for i, text in enumerate(texts)
+        ]
+        # In reverse order: the API allows any order, each row carries its input's index.
+        return {
+            "object": "list",
+            "data": data[::-1],
+            "model": str(body.get("model", "")),
+            "usage": {"prompt_tokens": 0, "total_tokens": 0},
+        }
+
     @staticmethod
-    def _send(handler: BaseHTTPRequestHandler, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
+    def _send(
+        handler: BaseHTTPRequestHandler, status: int, payload: dict[str, Any] | bytes
+    ) -> None:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         try:
             handler.send_response(status)
             handler.send_header("Content-Type", "application/json")
@@ -213,3 +286,19 @@ def _completion(model: str, reply: ChatReply) -> dict[str, Any]:
         ],
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
     }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="every request's delay")
+    parser.add_argument("--dimension", type=int, default=8, help="embedding dimension")
+    args = parser.parse_args(argv)
+    with OpenAICompatibleTestDouble(
+        delay=args.delay_ms / 1000, embedding_dimension=args.dimension
+    ) as double:
+        print(double.base_url, flush=True)
+        sys.stdin.read()  # until the parent closes our stdin (or exits)
+
+
+if __name__ == "__main__":
+    main()

@@ -2,11 +2,13 @@
 
 OpenAI's API is a hosted third party and no Ollama binary can be had here, so each is
 imitated by a mock HTTP server (named so) speaking the documented request and response
-shapes over real sockets on 127.0.0.1.
+shapes over real sockets on 127.0.0.1; the query micro-batching tests use the shared
+OpenAI-compatible test double (tests/support/openai_test_double.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -20,13 +22,22 @@ import numpy as np
 import pytest
 
 from engram.app.config import Components
-from engram.indexer.embedders import configured_embedder
+from engram.domain.chunks import ModelInfo
+from engram.indexer.embedders import configured_embedder, embedder_for_model
+from engram.indexer.embedders.http import QUERY_POSTS_IN_FLIGHT, QueryBatching
 from engram.indexer.embedders.local import DIMENSION
 from engram.indexer.embedders.ollama import OllamaEmbedder
 from engram.indexer.embedders.openai import OpenAICompatibleEmbedder
 from engram.indexer.embedding_cache import CachedEmbedder, SqliteEmbeddingCache
 from engram.indexer.ports import IndexUnavailable
 from engram.runtime.settings import Settings
+from tests.support.openai_test_double import (
+    EMBEDDINGS_PATH,
+    HttpFailure,
+    OpenAICompatibleTestDouble,
+    RawReply,
+    embedding_for,
+)
 
 
 def raw_vector(text: str, dimension: int) -> list[float]:
@@ -390,3 +401,274 @@ def test_configured_embedder_follows_the_provider_setting() -> None:
 
 def _build(settings: Settings) -> object:
     return configured_embedder(Components.from_settings(settings).embedder)
+
+
+# --- Micro-batching of concurrent queries -----------------------------------------------------
+#
+# Against OpenAICompatibleTestDouble (tests/support), whose embeddings depend on the text, so
+# a row handed to the wrong caller fails the comparison. asyncio.gather starts every query
+# before the batcher's drain task first runs, so all of them are queued when the first POST
+# is formed: the counts below do not depend on timing.
+
+
+@pytest.fixture
+def model_double() -> Iterator[OpenAICompatibleTestDouble]:
+    with OpenAICompatibleTestDouble() as double:
+        yield double
+
+
+def unit(text: str, dimension: int = 8) -> np.ndarray:
+    raw = np.asarray(embedding_for(text, dimension), dtype=np.float32)
+    normalised: np.ndarray = raw / np.linalg.norm(raw)
+    return normalised
+
+
+def double_embedder(
+    double: OpenAICompatibleTestDouble,
+    *,
+    window: float = 0.002,
+    max_batch: int = 32,
+    batch_size: int = 128,
+    max_retries: int = 4,
+) -> OpenAICompatibleEmbedder:
+    return OpenAICompatibleEmbedder(
+        base_url=double.base_url,
+        model="m",
+        dimension=8,
+        batch_size=batch_size,
+        base_backoff=0.01,
+        max_retries=max_retries,
+        queries=QueryBatching(window=window, max_batch=max_batch),
+    )
+
+
+async def embed_concurrently(embedder: OpenAICompatibleEmbedder, texts: list[str]) -> list[Any]:
+    return list(
+        await asyncio.gather(*(embedder.embed_query(t) for t in texts), return_exceptions=True)
+    )
+
+
+HELD_POST_WAIT_SECONDS = 20.0
+QUERIES = [f"query number {n} about {'x' * n}" for n in range(16)]
+
+
+@pytest.mark.parametrize("window", [0.002, 0.0], ids=["window-2ms", "window-0"])
+async def test_concurrent_queries_share_posts_and_each_gets_its_own_row(
+    model_double: OpenAICompatibleTestDouble, window: float
+) -> None:
+    embedder = double_embedder(model_double, window=window)
+    rows = await embed_concurrently(embedder, QUERIES)
+    await embedder.aclose()
+
+    posts = model_double.requests_to(EMBEDDINGS_PATH)
+    assert 1 <= len(posts) <= 4, [p.body["input"] for p in posts]
+    assert sorted(t for p in posts for t in p.body["input"]) == sorted(QUERIES)
+    for text, row in zip(QUERIES, rows, strict=True):
+        assert isinstance(row, np.ndarray), row
+        assert row.shape == (8,)
+        assert np.allclose(row, unit(text), atol=1e-6), text
+
+
+async def test_a_post_carries_at_most_max_batch_and_batch_size_queries(
+    model_double: OpenAICompatibleTestDouble,
+) -> None:
+    for max_batch, batch_size in ((5, 128), (32, 3)):
+        embedder = double_embedder(model_double, max_batch=max_batch, batch_size=batch_size)
+        before = len(model_double.requests_to(EMBEDDINGS_PATH))
+        rows = await embed_concurrently(embedder, QUERIES)
+        await embedder.aclose()
+        posts = model_double.requests_to(EMBEDDINGS_PATH)[before:]
+        limit = min(max_batch, batch_size)
+        assert all(1 <= len(p.body["input"]) <= limit for p in posts)
+        assert len(posts) < len(QUERIES), "still batched"
+        assert all(np.allclose(r, unit(t), atol=1e-6) for t, r in zip(QUERIES, rows, strict=True))
+
+
+async def held_posts_in_flight(
+    double: OpenAICompatibleTestDouble, embedder: OpenAICompatibleEmbedder, posts: int
+) -> list[Any]:
+    """Holds the next `posts` POSTs at the double, checks that all of them arrive (so they
+    are in flight together), then lets the 16 queries finish and returns their rows."""
+    gates = [double.hold() for _ in range(posts)]
+    pending = asyncio.gather(*(embedder.embed_query(t) for t in QUERIES), return_exceptions=True)
+    arrived = 0
+    try:
+        for gate in gates:
+            # Bounded: a POST that cannot be sent before the held ones are answered never
+            # arrives.
+            if not await asyncio.to_thread(gate.entered.wait, HELD_POST_WAIT_SECONDS):
+                break
+            arrived += 1
+    finally:
+        for gate in gates:
+            gate.release()
+    rows = list(await asyncio.wait_for(pending, timeout=30))
+    assert arrived == posts, f"only {arrived} of {posts} POSTs were in flight together"
+    return rows
+
+
+async def test_batching_off_sends_every_query_at_once_in_its_own_post(
+    model_double: OpenAICompatibleTestDouble,
+) -> None:
+    embedder = double_embedder(model_double, window=0.0, max_batch=1)
+    rows = await held_posts_in_flight(model_double, embedder, len(QUERIES))
+    await embedder.aclose()
+    posts = model_double.requests_to(EMBEDDINGS_PATH)
+    assert [len(p.body["input"]) for p in posts] == [1] * len(QUERIES)
+    assert all(np.allclose(r, unit(t), atol=1e-6) for t, r in zip(QUERIES, rows, strict=True))
+
+
+async def test_several_shared_posts_are_in_flight_at_once(
+    model_double: OpenAICompatibleTestDouble,
+) -> None:
+    # 16 queries, 4 per POST: all four POSTs reach the provider before any is answered.
+    embedder = double_embedder(model_double, max_batch=4)
+    rows = await held_posts_in_flight(model_double, embedder, QUERY_POSTS_IN_FLIGHT)
+    await embedder.aclose()
+    posts = model_double.requests_to(EMBEDDINGS_PATH)
+    assert [len(p.body["input"]) for p in posts] == [4] * 4
+    assert all(np.allclose(r, unit(t), atol=1e-6) for t, r in zip(QUERIES, rows, strict=True))
+
+
+async def test_a_lone_query_is_one_post_of_one_text(
+    model_double: OpenAICompatibleTestDouble,
+) -> None:
+    embedder = double_embedder(model_double)
+    row = await embedder.embed_query("just me")
+    await embedder.aclose()
+    (post,) = model_double.requests_to(EMBEDDINGS_PATH)
+    assert post.body == {"model": "m", "input": ["just me"]}
+    assert np.allclose(row, unit("just me"), atol=1e-6)
+
+
+async def test_a_failed_post_fails_each_of_its_queries_and_the_next_query_succeeds(
+    model_double: OpenAICompatibleTestDouble,
+) -> None:
+    embedder = double_embedder(model_double, max_retries=1)
+
+    # What a lone query gets when the provider keeps failing ...
+    model_double.script(HttpFailure(500), HttpFailure(500))
+    with pytest.raises(IndexUnavailable, match=r"HTTP 500.*2 attempts") as lone:
+        await embedder.embed_query("alone")
+    # ... is what every query of a shared POST gets.
+    model_double.script(HttpFailure(500), HttpFailure(500))
+    failed = await embed_concurrently(embedder, QUERIES)
+    assert all(isinstance(f, IndexUnavailable) for f in failed), failed
+    assert {str(f) for f in failed} == {str(lone.value)}
+    assert len(model_double.requests_to(EMBEDDINGS_PATH)) == 4, "one shared POST, retried once"
+
+    # A malformed reply (not retried) likewise fails the whole batch.
+    for reply, problem in (
+        (RawReply(b'{"object": "list"}'), "unexpected response shape"),
+        (RawReply(b"not json"), "invalid JSON"),
+        (
+            RawReply(json.dumps({"data": [{"index": 0, "embedding": [1.0] * 8}]}).encode()),
+            f"asked for {len(QUERIES)} vectors",
+        ),
+    ):
+        model_double.script(reply)
+        failed = await embed_concurrently(embedder, QUERIES)
+        assert all(isinstance(f, IndexUnavailable) for f in failed), failed
+        assert all(problem in str(f) for f in failed), failed
+
+    # The next queries are answered.
+    rows = await embed_concurrently(embedder, QUERIES[:3])
+    assert all(np.allclose(r, unit(t), atol=1e-6) for t, r in zip(QUERIES[:3], rows, strict=True))
+    await embedder.aclose()
+
+
+async def test_closing_the_embedder_fails_the_queries_in_flight(
+    model_double: OpenAICompatibleTestDouble,
+) -> None:
+    embedder = double_embedder(model_double)
+    gate = model_double.hold()
+    pending = asyncio.gather(
+        *(embedder.embed_query(t) for t in QUERIES[:3]), return_exceptions=True
+    )
+    await gate.wait_entered()
+    await embedder.aclose()
+    gate.release()
+    failed = await asyncio.wait_for(pending, timeout=10)
+    assert all(isinstance(f, IndexUnavailable) for f in failed), failed
+    assert all("closed" in str(f) for f in failed), failed
+
+
+async def test_ollama_queries_share_posts_too(ollama_server: MockOllamaServer) -> None:
+    embedder = OllamaEmbedder(url=ollama_server.url, model="m", queries=QueryBatching(window=0.002))
+    texts = [f"t{n}" for n in range(16)]
+    rows = await asyncio.gather(*(embedder.embed_query(t) for t in texts))
+    await embedder.aclose()
+    assert 1 <= len(ollama_server.requests) <= 4
+    assert np.allclose(np.stack(rows), expected(texts), atol=1e-6)
+
+
+async def test_search_settings_reach_the_http_query_embedder(
+    model_double: OpenAICompatibleTestDouble,
+) -> None:
+    settings = Settings(
+        embedder_provider="openai",
+        openai_base_url=model_double.base_url,
+        openai_model="m",
+        openai_dimension=8,
+        search_embed_batch_window_ms=3,
+        search_embed_max_batch=4,
+    )
+    config = Components.from_settings(settings).query_embedder
+    embedder = embedder_for_model(config, ModelInfo("openai:m", 8))
+    assert isinstance(embedder, OpenAICompatibleEmbedder)
+    rows = await embed_concurrently(embedder, QUERIES)
+    await embedder.aclose()
+    posts = model_double.requests_to(EMBEDDINGS_PATH)
+    assert [len(p.body["input"]) for p in posts] == [4, 4, 4, 4]
+    assert all(np.allclose(r, unit(t), atol=1e-6) for t, r in zip(QUERIES, rows, strict=True))
+
+
+async def test_a_post_whose_queries_all_gave_up_is_cancelled_and_frees_its_slot(
+    model_double: OpenAICompatibleTestDouble,
+) -> None:
+    # One POST slot. Its POST is held at the double; its callers give up (as search's
+    # deadline does); the next query must get the slot instead of waiting behind a POST
+    # nobody waits for.
+    embedder = OpenAICompatibleEmbedder(
+        base_url=model_double.base_url,
+        model="m",
+        dimension=8,
+        queries=QueryBatching(window=0.0, max_batch=8, posts_in_flight=1),
+    )
+    gate = model_double.hold()
+    callers = [asyncio.ensure_future(embedder.embed_query(t)) for t in QUERIES[:3]]
+    try:
+        assert await asyncio.to_thread(gate.entered.wait, HELD_POST_WAIT_SECONDS)
+        for caller in callers:
+            caller.cancel()
+        await asyncio.gather(*callers, return_exceptions=True)
+        # Bounded: without the cancellation this waits for the held POST (the double's
+        # hold bound, 60 s) and fails here.
+        row = await asyncio.wait_for(embedder.embed_query("next"), HELD_POST_WAIT_SECONDS)
+    finally:
+        gate.release()
+        await embedder.aclose()
+    assert np.allclose(row, unit("next"), atol=1e-6)
+    assert [p.body["input"] for p in model_double.requests_to(EMBEDDINGS_PATH)] == [
+        QUERIES[:3],
+        ["next"],
+    ]
+
+
+async def test_a_post_is_kept_while_one_of_its_queries_still_waits(
+    model_double: OpenAICompatibleTestDouble,
+) -> None:
+    embedder = double_embedder(model_double)
+    gate = model_double.hold()
+    callers = [asyncio.ensure_future(embedder.embed_query(t)) for t in QUERIES[:3]]
+    try:
+        assert await asyncio.to_thread(gate.entered.wait, HELD_POST_WAIT_SECONDS)
+        callers[0].cancel()
+        callers[1].cancel()
+    finally:
+        gate.release()
+    row = await asyncio.wait_for(callers[2], 30)
+    await embedder.aclose()
+    assert np.allclose(row, unit(QUERIES[2]), atol=1e-6)
+    assert callers[0].cancelled() and callers[1].cancelled()
+    assert len(model_double.requests_to(EMBEDDINGS_PATH)) == 1

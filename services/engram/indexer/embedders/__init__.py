@@ -10,13 +10,16 @@ the HTTP clients connect on first request.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from engram.domain.chunks import ModelInfo
 from engram.indexer.ports import Embedder
 
+if TYPE_CHECKING:
+    from engram.indexer.embedders.http import QueryBatching
+
 Provider = Literal["local", "openai", "ollama"]
-# Model jobs' worth of queries that may wait for the local query embedder.
+# Model jobs' (or POSTs') worth of queries that may wait for a query embedder.
 QUERY_QUEUE_BATCHES = 32
 
 
@@ -33,8 +36,9 @@ class EmbedderConfig:
     # Worker threads of the local model (jobs side by side), and their niceness.
     threads: int = 2
     nice: int = 0
-    # Micro-batching of the local model's queries: the window after a query's arrival that
-    # later ones may join it in, and queries per model job (see `batching`).
+    # Micro-batching of queries (the local model's jobs, the HTTP providers' POSTs): the
+    # window after a query's arrival that later ones may join it in, and queries per job
+    # (see `batching`).
     query_window_seconds: float = 0.0
     query_max_batch: int = 32
     timeout_seconds: float = 30.0
@@ -97,6 +101,7 @@ def _build(
             batch_size=config.batch_size,
             timeout=config.timeout_seconds,
             max_retries=config.max_retries,
+            queries=_http_query_batching(config),
         )
     if provider == "ollama":
         from engram.indexer.embedders.ollama import OllamaEmbedder
@@ -108,6 +113,7 @@ def _build(
             batch_size=config.batch_size,
             timeout=config.timeout_seconds,
             max_retries=config.max_retries,
+            queries=_http_query_batching(config),
         )
     from engram.indexer.embedders.local import LocalOnnxEmbedder
 
@@ -121,4 +127,16 @@ def _build(
         query_max_batch=config.query_max_batch,
         # Queries queued beyond this fail at once (UNAVAILABLE) instead of waiting.
         query_max_pending=config.query_max_batch * QUERY_QUEUE_BATCHES,
+    )
+
+
+def _http_query_batching(config: EmbedderConfig) -> QueryBatching:
+    """The HTTP providers' query micro-batching, from the same settings as the local
+    model's (queries per POST are further bounded by `batch_size`)."""
+    from engram.indexer.embedders.http import QueryBatching
+
+    return QueryBatching(
+        window=config.query_window_seconds,
+        max_batch=config.query_max_batch,
+        max_pending=config.query_max_batch * QUERY_QUEUE_BATCHES,
     )

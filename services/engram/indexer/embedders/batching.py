@@ -14,7 +14,9 @@ arrive while every slot is busy share a job.
 
 Each caller gets its own rows. A job that fails fails only the calls in it: an engram error
 as it is, anything else as IndexUnavailable naming the cause. A caller cancelled while
-queued is left out of the next job; one cancelled while its job runs just drops its rows.
+queued is left out of the next job; one cancelled while its job runs just drops its rows,
+and with `cancel_abandoned` a job whose callers have all given up is cancelled (an HTTP
+POST nobody waits for would otherwise hold its slot until its timeout and retries end).
 The queue is bounded (`max_pending` texts): a call beyond it fails at once with
 IndexUnavailable rather than waiting behind an ever longer queue.
 """
@@ -78,6 +80,7 @@ class EmbeddingBatcher:
         max_pending: int,
         name: str,
         parallel: int = 1,
+        cancel_abandoned: bool = False,
     ) -> None:
         if window < 0 or max_batch < 1 or max_pending < max_batch or parallel < 1:
             raise ValueError(
@@ -89,6 +92,7 @@ class EmbeddingBatcher:
         self._max_batch = max_batch
         self._max_pending = max_pending
         self._name = name
+        self._cancel_abandoned = cancel_abandoned
         self._queue: _Queue | None = None
 
     @property
@@ -149,6 +153,8 @@ class EmbeddingBatcher:
                 job = queue.loop.create_task(self._run(batch), name=f"embed-{self._name}-job")
                 queue.jobs.add(job)
                 job.add_done_callback(partial(_job_done, queue))
+                if self._cancel_abandoned:
+                    _cancel_when_abandoned(batch, job)
         except asyncio.CancelledError:
             _fail(queue.calls, self._closed())
             queue.calls.clear()
@@ -219,6 +225,17 @@ class EmbeddingBatcher:
 def _job_done(queue: _Queue, job: asyncio.Task[None]) -> None:
     queue.jobs.discard(job)
     queue.slots.release()
+
+
+def _cancel_when_abandoned(batch: list[_Call], job: asyncio.Task[None]) -> None:
+    """Cancels `job` once the caller of every call in it has given up (cancelled)."""
+
+    def check(_: asyncio.Future[Vectors]) -> None:
+        if not job.done() and all(call.future.cancelled() for call in batch):
+            job.cancel()
+
+    for call in batch:
+        call.future.add_done_callback(check)
 
 
 def _fail(calls: Sequence[_Call] | deque[_Call], error: Exception) -> None:

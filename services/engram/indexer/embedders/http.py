@@ -1,10 +1,12 @@
-"""What the HTTP embedders share: one POST with retries, and error mapping to the port's."""
+"""What the HTTP embedders share: one POST with retries, error mapping to the port's, and
+micro-batching of concurrent queries into shared POSTs."""
 
 from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -19,12 +21,38 @@ from tenacity import (
 )
 
 from engram.domain.chunks import ModelInfo
+from engram.indexer.embedders.batching import EmbeddingBatcher
 from engram.indexer.embedders.vectors import l2_normalise
 from engram.indexer.ports import IndexUnavailable, Vectors
 
 # Worth another try: rate limits and the gateway/overload family.
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 MAX_BACKOFF_SECONDS = 20.0
+# Query POSTs in flight at once. The provider's model runs on its own machines, not on our
+# cores, so one POST at a time would only serialise queries behind a slow round trip; a few
+# in flight keep a slow provider from queueing every query, while the queries arriving
+# during them still collect into the next POSTs (and a provider's rate limit is met by
+# far fewer requests than one per query).
+QUERY_POSTS_IN_FLIGHT = 4
+
+
+@dataclass(frozen=True, slots=True)
+class QueryBatching:
+    """How concurrent `embed_query` calls share POSTs (see `batching.EmbeddingBatcher`):
+    queries arriving within `window` seconds of the first waiting one go together, at most
+    `max_batch` per POST (and never more than the embedder's `batch_size`), at most
+    `posts_in_flight` POSTs at once; beyond `max_pending` queued queries a query fails at
+    once with IndexUnavailable. Search sets these from ENGRAM_SEARCH_EMBED_BATCH_WINDOW_MS
+    and ENGRAM_SEARCH_EMBED_MAX_BATCH; the default (window 0) only groups queries that
+    arrive while every POST slot is busy. With one query per POST (`max_batch` or the
+    embedder's `batch_size` 1) nothing can be shared, so there is no batching at all: each
+    query is its own POST, sent at once, as many in flight as there are queries (bounding
+    them would only queue queries)."""
+
+    window: float = 0.0
+    max_batch: int = 32
+    max_pending: int = 1024
+    posts_in_flight: int = QUERY_POSTS_IN_FLIGHT
 
 
 class _Retriable(Exception):
@@ -135,6 +163,10 @@ class HttpEmbedder(ABC):
 
     The dimension is the configured one, or the one the first response shows; `model`
     can only be read once it is known (call `probe()` first when it is not configured).
+
+    Documents go out as they come, `batch_size` texts per POST. Concurrent queries share
+    POSTs (`queries`, see `QueryBatching`): each caller gets its own row; a POST that fails
+    fails each of its callers with the IndexUnavailable a lone query would get.
     """
 
     #: Shown in errors, e.g. "Ollama".
@@ -152,6 +184,7 @@ class HttpEmbedder(ABC):
         dimension: int | None,
         batch_size: int,
         poster: JsonPoster,
+        queries: QueryBatching | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -160,6 +193,23 @@ class HttpEmbedder(ABC):
         self._dimension = dimension
         self._batch_size = batch_size
         self._poster = poster
+        batching = queries or QueryBatching()
+        max_batch = min(batching.max_batch, batch_size)
+        self._queries = (
+            EmbeddingBatcher(
+                self._embed_queries,
+                window=batching.window,
+                max_batch=max_batch,
+                max_pending=max(batching.max_pending, max_batch),
+                name="query",
+                parallel=batching.posts_in_flight,
+                # A POST whose callers were all cancelled is cancelled, as a lone query's POST
+                # is: it would hold a slot through its timeout and retries for nobody.
+                cancel_abandoned=True,
+            )
+            if max_batch > 1
+            else None
+        )
 
     @property
     def model(self) -> ModelInfo:
@@ -190,16 +240,26 @@ class HttpEmbedder(ABC):
         return l2_normalise(matrix)
 
     async def embed_query(self, text: str) -> Vectors:
-        vectors = await self.embed_documents([text])
+        if self._queries is None:
+            vectors = await self._embed_queries([text])
+        else:
+            vectors = await self._queries.embed([text])
         row: Vectors = vectors[0]
         return row
 
     async def aclose(self) -> None:
+        """Fails the queries still queued or in flight, then closes the HTTP client."""
+        if self._queries is not None:
+            await self._queries.aclose()
         await self._poster.aclose()
 
     @abstractmethod
     def _rows(self, answer: Any) -> list[Any]:
         """The vectors of one response, in input order."""
+
+    async def _embed_queries(self, texts: list[str]) -> Vectors:
+        """One POST for the queued queries (at most `batch_size` of them)."""
+        return l2_normalise(await self._embed_batch(texts))
 
     async def _embed_batch(self, batch: list[str]) -> Vectors:
         answer = await self._poster.post(self._url, {"model": self._model_name, "input": batch})

@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from engram.indexer.embedders.http import HttpEmbedder, JsonPoster
+from engram.indexer.embedders.http import HttpEmbedder, JsonPoster, QueryBatching
 
 
 class OllamaEmbedder(HttpEmbedder):
@@ -27,6 +27,7 @@ class OllamaEmbedder(HttpEmbedder):
         max_retries: int = 4,
         base_backoff: float = 0.5,
         client: httpx.AsyncClient | None = None,
+        queries: QueryBatching | None = None,
     ) -> None:
         super().__init__(
             url=url.rstrip("/") + "/api/embed",
@@ -40,6 +41,7 @@ class OllamaEmbedder(HttpEmbedder):
                 base_backoff=base_backoff,
                 client=client,
             ),
+            queries=queries,
         )
 
     def _rows(self, answer: Any) -> list[Any]:

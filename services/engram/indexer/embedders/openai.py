@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from engram.indexer.embedders.http import HttpEmbedder, JsonPoster
+from engram.indexer.embedders.http import HttpEmbedder, JsonPoster, QueryBatching
 
 
 class OpenAICompatibleEmbedder(HttpEmbedder):
@@ -28,6 +28,7 @@ class OpenAICompatibleEmbedder(HttpEmbedder):
         max_retries: int = 4,
         base_backoff: float = 0.5,
         client: httpx.AsyncClient | None = None,
+        queries: QueryBatching | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         super().__init__(
@@ -43,6 +44,7 @@ class OpenAICompatibleEmbedder(HttpEmbedder):
                 headers=headers,
                 client=client,
             ),
+            queries=queries,
         )
 
     def _rows(self, answer: Any) -> list[Any]:
