@@ -118,7 +118,7 @@ BEGIN
     FOR i IN 1..idx.nkeys LOOP
       expr := pg_get_indexdef(idx.oid, i, false);
       CONTINUE WHEN position('_jsonb -> ' in expr) = 0;
-      EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %I.%I USING gin (%s jsonb_path_ops)',
+      EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %I.%I USING gin (%s jsonb_path_ops) WITH (fastupdate = off)',
                      left(idx.iname, 55) || '_gin' || i, idx.nsp, idx.tname, expr);
     END LOOP;
   END LOOP;
