@@ -79,6 +79,7 @@ from engram.quota.client import GrpcQuotaGate
 from engram.quota.mongo_ledger import MongoUsageLedger
 from engram.quota.service import QuotaService
 from engram.runtime.channels import open_channel
+from engram.runtime.gc_pauses import freeze_startup_heap
 from engram.runtime.health import Dependency
 from engram.runtime.interceptors import Authenticator
 from engram.runtime.rate_limit import MongoRateLimitStore, RateLimitStore
@@ -572,5 +573,6 @@ async def run_service(name: str, settings: Settings) -> None:
     """Serves one service until SIGTERM or SIGINT."""
     stop = asyncio.Event()
     async with PROCESSES[name](settings):
+        freeze_startup_heap()
         stop_on_signals(stop.set)
         await stop.wait()

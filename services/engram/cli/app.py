@@ -218,6 +218,7 @@ def dev(
 
     from engram.app.embedded import embedded_engram
     from engram.domain.errors import EngramError
+    from engram.runtime.gc_pauses import freeze_startup_heap
     from engram.runtime.logs import configure_logging
     from engram.runtime.server import PortInUse, check_ports_free, stop_on_signals
 
@@ -235,6 +236,7 @@ def dev(
     async def main() -> None:
         stop = asyncio.Event()
         async with embedded_engram(settings, require_auth=auth) as engram:
+            freeze_startup_heap()
             stop_on_signals(stop.set)
             address = f"{settings.grpc_host}:{engram.port}"
             console.print(
