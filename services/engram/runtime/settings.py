@@ -279,13 +279,15 @@ class Settings(BaseSettings):
     """Worker threads of search's own local query embedder, one core each (queries are
     short: one thread is as fast at the median and leaves a core to the BM25 leg)."""
     search_embed_batch_window_ms: float = Field(default=2.0, ge=0, le=100)
-    """Micro-batching of the local query embedder: queries arriving within this many
-    milliseconds of the first waiting one share one model job (0 = only those arriving while
-    a job runs). Waited only while queries arrive together (the last job carried several),
-    so a lone query at low load does not pay it."""
+    """Micro-batching of search's query embedder (the local model's jobs, an HTTP
+    provider's POSTs): queries arriving within this many milliseconds of the first waiting
+    one share one job (0 = only those arriving while every job slot is busy). Waited only
+    while queries arrive together (the last job carried several), so a lone query at low
+    load does not pay it."""
     search_embed_max_batch: int = Field(default=32, ge=1, le=256)
-    """Queries per model job of the local query embedder; 32 jobs' worth may wait, beyond
-    that a query fails at once with UNAVAILABLE (INDEX_UNAVAILABLE)."""
+    """Queries per job of search's query embedder (an HTTP provider's POST also carries at
+    most ENGRAM_EMBED_BATCH_SIZE; 1 = no batching); 32 jobs' worth may wait, beyond that a
+    query fails at once with UNAVAILABLE (INDEX_UNAVAILABLE)."""
 
     # --- indexer worker (ARCHITECTURE §4) ------------------------------------------------------
     indexer_durable: str = "indexer"
