@@ -205,3 +205,23 @@ async def test_mongo_a_charge_cancelled_while_it_queues_never_applies(
     # Its key was freed: the retry applies.
     assert (await ledger.apply(OWNER, unlimited, 1, "c19")).applied
     assert (await ledger.read(["space:acme/s1"]))["space:acme/s1"] == 20
+
+
+async def test_charges_without_a_key_each_apply_and_still_respect_the_limit(
+    ledgers: Ledgers,
+) -> None:
+    """An in-process charge (never replayed) passes no key: each one applies, racing ones
+    apply exactly as many as fit, and no key is kept for them."""
+    ledger = await ledgers.open()
+    await ledger.apply(OWNER, counters(100), 10, None)
+    await ledger.apply(OWNER, counters(100), 10, None)
+    outcomes = await asyncio.gather(
+        *(ledger.apply(OWNER, counters(100), 10, None) for _ in range(12)),
+        return_exceptions=True,
+    )
+    applied = [o for o in outcomes if not isinstance(o, BaseException)]
+    assert len(applied) == 8 and all(o.applied for o in applied)
+    assert all(isinstance(o, QuotaExceeded) for o in outcomes if isinstance(o, BaseException))
+    assert await ledger.read(["space:acme/s1"]) == {"space:acme/s1": 100}
+    if ledgers.mongo is not None:
+        assert await ledgers.mongo["usage_keys"].count_documents({}) == 0

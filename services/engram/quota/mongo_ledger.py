@@ -74,7 +74,7 @@ class _Charge:
     """One charge waiting for its group: its delta, its key being recorded, its result."""
 
     delta: int
-    key_recorded: asyncio.Task[bool]
+    key_recorded: asyncio.Future[bool]
     # The counter values after its step; None when its key was recorded already (a replay).
     result: asyncio.Future[dict[str, int] | None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -288,9 +288,9 @@ class MongoUsageLedger:
                 await self._step(owner, counter, -delta, check=False)
 
     async def apply(
-        self, owner: str, counters: Sequence[Counter], delta: int, idempotency_key: str
+        self, owner: str, counters: Sequence[Counter], delta: int, idempotency_key: str | None
     ) -> ChargeOutcome:
-        charge = _Charge(delta, asyncio.ensure_future(self._record_key(idempotency_key)))
+        charge = _Charge(delta, self._key_taken(idempotency_key))
         group = (owner, tuple(counter.key for counter in counters), delta > 0)
         waiting = self._waiting.setdefault(group, [])
         waiting.append(charge)
@@ -323,8 +323,19 @@ class MongoUsageLedger:
         await self._prune_keys()
         return ChargeOutcome(applied=True, values=values)
 
-    async def _release_key(self, charge: _Charge, idempotency_key: str) -> None:
+    def _key_taken(self, idempotency_key: str | None) -> asyncio.Future[bool]:
+        """Whether the charge's key was free, as it is being recorded; a charge without a
+        key (one that is never replayed) records nothing."""
+        if idempotency_key is not None:
+            return asyncio.ensure_future(self._record_key(idempotency_key))
+        free: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        free.set_result(True)
+        return free
+
+    async def _release_key(self, charge: _Charge, idempotency_key: str | None) -> None:
         """Frees a charge's key if it recorded it, so a retry of the charge can apply."""
+        if idempotency_key is None:
+            return
         recorded = charge.key_recorded
         # Not cancelled: an insert already sent may land all the same. Its outcome decides.
         await asyncio.wait({recorded})

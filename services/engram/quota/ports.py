@@ -19,10 +19,11 @@ class ChargeOutcome:
 
 class UsageLedger(Protocol):
     async def apply(
-        self, owner: str, counters: Sequence[Counter], delta: int, idempotency_key: str
+        self, owner: str, counters: Sequence[Counter], delta: int, idempotency_key: str | None
     ) -> ChargeOutcome:
         """Atomically adds `delta` to every counter if none would pass its limit (growth),
-        or subtracts it flooring at zero (shrink). A key already applied changes nothing.
+        or subtracts it flooring at zero (shrink). A key already applied changes nothing;
+        None is for a charge that is never replayed (an in-process call), and records none.
         Raises QuotaExceeded naming the first counter that would overflow."""
         ...
 

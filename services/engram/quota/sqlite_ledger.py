@@ -42,7 +42,7 @@ class SqliteUsageLedger:
         self._applies = 0
 
     async def apply(
-        self, owner: str, counters: Sequence[Counter], delta: int, idempotency_key: str
+        self, owner: str, counters: Sequence[Counter], delta: int, idempotency_key: str | None
     ) -> ChargeOutcome:
         self._applies += 1
         prune = self._applies % PRUNE_EVERY == 0
@@ -55,9 +55,12 @@ class SqliteUsageLedger:
                     (now_us - KEY_RETENTION_SECONDS * 1_000_000,),
                 )
             current = _read(connection, [c.key for c in counters])
-            if connection.execute(
-                "SELECT 1 FROM charge_keys WHERE key = ?", (idempotency_key,)
-            ).fetchone():
+            if (
+                idempotency_key is not None
+                and connection.execute(
+                    "SELECT 1 FROM charge_keys WHERE key = ?", (idempotency_key,)
+                ).fetchone()
+            ):
                 return ChargeOutcome(applied=False, values=current)
             for counter in counters:
                 check_growth(counter, current[counter.key], delta)
@@ -67,9 +70,10 @@ class SqliteUsageLedger:
                 "ON CONFLICT (key) DO UPDATE SET used_bytes = excluded.used_bytes",
                 [(key, owner, value) for key, value in values.items()],
             )
-            connection.execute(
-                "INSERT INTO charge_keys (key, at_us) VALUES (?, ?)", (idempotency_key, now_us)
-            )
+            if idempotency_key is not None:
+                connection.execute(
+                    "INSERT INTO charge_keys (key, at_us) VALUES (?, ?)", (idempotency_key, now_us)
+                )
             return ChargeOutcome(applied=True, values=values)
 
         return await self._db.write(work)
