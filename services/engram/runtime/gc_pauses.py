@@ -9,7 +9,8 @@ SLOW_PAUSE_SECONDS is logged, so a latency spike can be matched to a collection.
 Most of a server's objects are made at start-up and live as long as the process (modules,
 protobuf descriptors, settings, clients): `freeze_startup_heap` moves them out of the
 collector's view once the process serves, so a full collection walks only what was made
-since. A process entry point calls it once; servers started inside a test process do not.
+since. A process entry point (`engram dev`, `engram serve`) calls it once it serves;
+servers started inside a test process do not.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import logging
 import time
 from typing import Any
 
-from prometheus_client import Histogram
+from prometheus_client import Gauge, Histogram
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,10 @@ GC_PAUSE_SECONDS = Histogram(
     "Time the cyclic garbage collector held the interpreter, by generation.",
     ("generation",),
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+GC_FROZEN_OBJECTS = Gauge(
+    "engram_gc_frozen_objects",
+    "Objects frozen out of the collector's view at start-up (freeze_startup_heap).",
 )
 SLOW_PAUSE_SECONDS = 0.05
 
@@ -57,6 +62,9 @@ def watch_gc_pauses() -> None:
 
 
 def freeze_startup_heap() -> None:
-    """Collects once, then freezes every object still alive (see the module)."""
+    """Collects once, then freezes every object still alive (see the module), and watches
+    the collections from then on."""
     gc.collect()
     gc.freeze()
+    GC_FROZEN_OBJECTS.set(gc.get_freeze_count())
+    watch_gc_pauses()

@@ -18,7 +18,6 @@ from grpc_reflection.v1alpha import reflection
 
 from engram.domain.errors import Misconfigured
 from engram.domain.policy import unlisted_methods
-from engram.runtime.gc_pauses import watch_gc_pauses
 from engram.runtime.health import Dependency, DependencyWatch
 from engram.runtime.interceptors import Authenticator, ServerInterceptor
 from engram.runtime.metrics import HttpEndpoint
@@ -243,7 +242,6 @@ class GrpcServer:
                 raise
             self.metrics_port = self._endpoint.port
         await self._server.start()
-        watch_gc_pauses()
         # SERVING now unless a backend is down; the watch keeps it current from here on.
         await self._watch.check()
         self._watch.start()
