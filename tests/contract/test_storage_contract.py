@@ -120,6 +120,58 @@ async def test_append_creates_then_appends(stub: Stub) -> None:
     await fails(stub.WriteDocument(write_request("log.md", "", mode=append)), INVALID)
 
 
+async def test_an_append_as_a_line_starts_one_and_a_created_document_gets_its_prefix(
+    stub: Stub,
+) -> None:
+    def line(text: str) -> storage_pb2.WriteDocumentRequest:
+        return write_request(
+            "daily.md",
+            text,
+            mode=storage_pb2.WRITE_MODE_APPEND,
+            append_as_line=True,
+            prefix_if_created="# Log\n\n",
+        )
+
+    created = await stub.WriteDocument(line("a\n"))
+    assert created.created and created.bytes_delta == len("# Log\n\na\n")
+    await stub.WriteDocument(line("b\n"))
+    assert (await read(stub, "daily.md")).document.content == "# Log\n\na\nb\n"
+    # Someone leaves the document without a final newline: the next line starts its own.
+    await stub.WriteDocument(write_request("daily.md", "note", mode=storage_pb2.WRITE_MODE_APPEND))
+    joined = await stub.WriteDocument(line("c\n"))
+    assert joined.bytes_delta == len("\nc\n") and not joined.created
+    assert (await read(stub, "daily.md")).document.content == "# Log\n\na\nb\nnote\nc\n"
+    await fails(
+        stub.WriteDocument(write_request("x.md", "y", append_as_line=True)),
+        INVALID,
+    )
+
+
+async def test_racing_line_appends_to_a_new_document_keep_one_prefix_and_every_line(
+    stub: Stub,
+) -> None:
+    lines = [f"entry {i}\n" for i in range(12)]
+    await asyncio.gather(
+        *(
+            stub.WriteDocument(
+                write_request(
+                    "race.md",
+                    text,
+                    mode=storage_pb2.WRITE_MODE_APPEND,
+                    append_as_line=True,
+                    prefix_if_created="# Race\n\n",
+                )
+            )
+            for text in lines
+        )
+    )
+    content = (await read(stub, "race.md")).document.content
+    assert content.startswith("# Race\n\n") and content.count("# Race") == 1
+    assert sorted(content.removeprefix("# Race\n\n").splitlines()) == sorted(
+        text.strip() for text in lines
+    )
+
+
 async def test_read_missing_is_not_found(stub: Stub) -> None:
     await fails(read(stub, "nope.md"), grpc.StatusCode.NOT_FOUND, "DOCUMENT_NOT_FOUND")
 

@@ -10,7 +10,6 @@ from engram.domain.errors import InvalidArgument, InvalidPath, ProtectedFile
 from engram.domain.workspace import (
     PROTECTED_FILES,
     Target,
-    appended_text,
     archived_bootstrap_path,
     build_tree,
     check_writable,
@@ -132,13 +131,6 @@ def test_entries_and_headers() -> None:
     at = datetime(2026, 12, 1, 7, 5, 9, tzinfo=UTC)
     assert daily_log_entry(at, "shipped") == "[07:05:09] shipped"
     assert daily_log_header(DAY) == "# Daily Log - 2026-12-01\n\n"
-
-
-def test_appends_start_and_end_a_line() -> None:
-    assert appended_text(None, "a") == "a\n"
-    assert appended_text("", "a") == "a\n"
-    assert appended_text("x\n", "a") == "a\n"
-    assert appended_text("x", "a\n") == "\na\n"
 
 
 def test_daily_log_paths_parse_in_both_formats() -> None:

@@ -197,12 +197,6 @@ def line(content: str) -> str:
     return content if content.endswith("\n") else content + "\n"
 
 
-def appended_text(existing: str | None, addition: str) -> str:
-    """What to append so `addition` starts on a new line of `existing` and ends one."""
-    separator = "\n" if existing and not existing.endswith("\n") else ""
-    return separator + line(addition)
-
-
 def archived_bootstrap_path(updated_at: datetime) -> str:
     """`BOOTSTRAP.done-20261201T101500Z.md`: named after BOOTSTRAP.md's last change, so a
     retried completion arrives at the same name."""

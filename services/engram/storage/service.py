@@ -101,6 +101,28 @@ class WriteMode(StrEnum):
     APPEND = "append"
 
 
+@dataclass(frozen=True, slots=True)
+class Appending:
+    """How an append joins its document. `as_line`: the appended text starts on a line of
+    its own (a newline goes first when the document does not end in one); `created_prefix`
+    goes before it when the append creates the document. Both are decided on the document
+    as the write finds it, under its lock, so concurrent appends cannot split them."""
+
+    as_line: bool = False
+    created_prefix: str = ""
+
+    def joined(self, current: StoredDocument | None, content: str) -> str:
+        """The text this append adds to `current` (all of it when creating)."""
+        if current is None:
+            return self.created_prefix + content
+        if self.as_line and current.content and not current.content.endswith("\n"):
+            return "\n" + content
+        return content
+
+
+PLAIN_APPEND = Appending()
+
+
 class ImportStrategy(StrEnum):
     SKIP = "skip"
     OVERWRITE = "overwrite"
@@ -432,18 +454,24 @@ class StorageService:
         mode: WriteMode = WriteMode.REPLACE,
         expected_sha256: str = "",
         create_only: bool = False,
+        appending: Appending = PLAIN_APPEND,
     ) -> WriteResult:
         granted = await self._authorize(principal, Action.WRITE, space)
         validate_document_path(path)
         _validate_preconditions(expected_sha256, create_only)
         if mode is WriteMode.REPLACE:
+            if appending != PLAIN_APPEND:
+                raise InvalidArgument(
+                    "append_as_line and prefix_if_created go with WRITE_MODE_APPEND only",
+                    field="mode",
+                )
             check_size(utf8_len(content), self._limits.max_doc_bytes)
             check_text(content)
         elif not content:
             raise InvalidArgument("append needs non-empty content", field="content")
         async with self._document_locks.hold((granted.space.id, path)):
             return await self._write_locked(
-                granted, principal, path, content, mode, expected_sha256, create_only
+                granted, principal, path, content, mode, expected_sha256, create_only, appending
             )
 
     async def _write_locked(
@@ -455,6 +483,7 @@ class StorageService:
         mode: WriteMode,
         expected_sha256: str,
         create_only: bool,
+        appending: Appending = PLAIN_APPEND,
     ) -> WriteResult:
         try:
             async for attempt in _on_conflict(MAX_WRITE_ATTEMPTS):
@@ -465,11 +494,11 @@ class StorageService:
                     trusted = attempt.retry_state.attempt_number == 1
                     current = await self._repository.get(granted.space.id, path, trust_head=trusted)
                     if trusted and not self._ends_in_commit(
-                        path, current, content, mode, expected_sha256, create_only
+                        path, current, content, mode, expected_sha256, create_only, appending
                     ):
                         current = await self._repository.get(granted.space.id, path)
                     _check_etag(path, current, expected_sha256, create_only)
-                    new_content = self._next_content(current, content, mode)
+                    new_content = self._next_content(current, content, mode, appending)
                     if current is not None and new_content == current.content:
                         return WriteResult(current, created=False, bytes_delta=0)
                     change = self._change(granted.space, path, new_content, current, principal)
@@ -789,26 +818,34 @@ class StorageService:
         mode: WriteMode,
         expected_sha256: str,
         create_only: bool,
+        appending: Appending,
     ) -> bool:
         """Whether a write decided on `current` commits (rather than being refused or
         changing nothing): only a commit checks that `current` was the newest version."""
         try:
             _check_etag(path, current, expected_sha256, create_only)
-            new_content = self._next_content(current, content, mode)
+            new_content = self._next_content(current, content, mode, appending)
         except EngramError:
             return False
         return current is None or new_content != current.content
 
-    def _next_content(self, current: StoredDocument | None, content: str, mode: WriteMode) -> str:
+    def _next_content(
+        self,
+        current: StoredDocument | None,
+        content: str,
+        mode: WriteMode,
+        appending: Appending = PLAIN_APPEND,
+    ) -> str:
         if mode is WriteMode.REPLACE:
             return content
+        added = appending.joined(current, content)
         if current is None:
-            check_size(utf8_len(content), self._limits.max_doc_bytes)
-            check_text(content)
-            return content
-        check_size(current.size_bytes + utf8_len(content), self._limits.max_doc_bytes)
-        check_append(current.content, content)
-        return current.content + content
+            check_size(utf8_len(added), self._limits.max_doc_bytes)
+            check_text(added)
+            return added
+        check_size(current.size_bytes + utf8_len(added), self._limits.max_doc_bytes)
+        check_append(current.content, added)
+        return current.content + added
 
     def _change(
         self,

@@ -11,7 +11,7 @@ import grpc
 from engram.domain.errors import InvalidArgument
 from engram.runtime.context import current_principal
 from engram.storage import mapping
-from engram.storage.service import StorageService
+from engram.storage.service import Appending, StorageService
 from engram.v1 import storage_pb2, storage_pb2_grpc
 from engram.wire import requested_space
 
@@ -53,6 +53,9 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             mode=mode,
             expected_sha256=request.expected_sha256,
             create_only=request.create_only,
+            appending=Appending(
+                as_line=request.append_as_line, created_prefix=request.prefix_if_created
+            ),
         )
         return mapping.write_response(result)
 

@@ -186,6 +186,8 @@ class WriteDocumentRequest(_message.Message):
     MODE_FIELD_NUMBER: _builtins.int
     EXPECTED_SHA256_FIELD_NUMBER: _builtins.int
     CREATE_ONLY_FIELD_NUMBER: _builtins.int
+    APPEND_AS_LINE_FIELD_NUMBER: _builtins.int
+    PREFIX_IF_CREATED_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     content: _builtins.str
     mode: Global___WriteMode.ValueType
@@ -198,6 +200,14 @@ class WriteDocumentRequest(_message.Message):
     """When true, the write happens only if the document does not exist yet;
     otherwise ABORTED.
     """
+    append_as_line: _builtins.bool
+    """Append only: the appended content starts on a line of its own (a newline goes
+    first when the document does not end with one), decided atomically with the write.
+    """
+    prefix_if_created: _builtins.str
+    """Append only: when this append creates the document, this text goes before the
+    content (e.g. a heading). Ignored when the document exists.
+    """
     @_builtins.property
     def space(self) -> _space_pb2.SpaceRef: ...
     def __init__(
@@ -209,10 +219,12 @@ class WriteDocumentRequest(_message.Message):
         mode: Global___WriteMode.ValueType = ...,
         expected_sha256: _builtins.str = ...,
         create_only: _builtins.bool = ...,
+        append_as_line: _builtins.bool = ...,
+        prefix_if_created: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "create_only", b"create_only", "expected_sha256", b"expected_sha256", "mode", b"mode", "path", b"path", "space", b"space"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append_as_line", b"append_as_line", "content", b"content", "create_only", b"create_only", "expected_sha256", b"expected_sha256", "mode", b"mode", "path", b"path", "prefix_if_created", b"prefix_if_created", "space", b"space"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -9,7 +9,7 @@ from engram.domain.positions import IndexPosition
 from engram.domain.principals import Principal
 from engram.domain.spaces import SpaceRef
 from engram.search.service import SearchMode, SearchQuery, SearchService
-from engram.storage.service import StorageService, WriteMode
+from engram.storage.service import Appending, StorageService, WriteMode
 from engram.workspace.ports import (
     NO_WAIT,
     MemoryHit,
@@ -59,6 +59,8 @@ class LocalDocuments:
         append: bool,
         expected_sha256: str = "",
         create_only: bool = False,
+        as_line: bool = False,
+        created_prefix: str = "",
     ) -> StoredWrite:
         result = await self._storage.write(
             principal,
@@ -68,6 +70,7 @@ class LocalDocuments:
             mode=WriteMode.APPEND if append else WriteMode.REPLACE,
             expected_sha256=expected_sha256,
             create_only=create_only,
+            appending=Appending(as_line=as_line, created_prefix=created_prefix),
         )
         stored = result.document
         return StoredWrite(
@@ -76,6 +79,7 @@ class LocalDocuments:
             size_bytes=stored.size_bytes,
             version=stored.version,
             created=result.created,
+            bytes_delta=result.bytes_delta,
             position=IndexPosition(
                 space_id=stored.space_id,
                 path=stored.path,

@@ -39,6 +39,8 @@ class StoredWrite:
     created: bool
     # The index position the write left the document in (read-your-writes searches).
     position: IndexPosition | None = None
+    # New size minus old size: the bytes an append added.
+    bytes_delta: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +92,12 @@ class WorkspaceDocuments(Protocol):
         append: bool,
         expected_sha256: str = "",
         create_only: bool = False,
+        as_line: bool = False,
+        created_prefix: str = "",
     ) -> StoredWrite:
-        """Raises EtagMismatch when `expected_sha256` or `create_only` does not hold."""
+        """Raises EtagMismatch when `expected_sha256` or `create_only` does not hold. An
+        append `as_line` starts on a line of its own; `created_prefix` goes before it when
+        the append creates the document (both decided by storage, atomically)."""
         ...
 
     async def delete(

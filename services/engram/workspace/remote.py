@@ -70,6 +70,8 @@ class RemoteDocuments(_Remote):
         append: bool,
         expected_sha256: str = "",
         create_only: bool = False,
+        as_line: bool = False,
+        created_prefix: str = "",
     ) -> StoredWrite:
         request = storage_pb2.WriteDocumentRequest(
             space=space_to_proto(space),
@@ -78,6 +80,8 @@ class RemoteDocuments(_Remote):
             mode=storage_pb2.WRITE_MODE_APPEND if append else storage_pb2.WRITE_MODE_REPLACE,
             expected_sha256=expected_sha256,
             create_only=create_only,
+            append_as_line=as_line,
+            prefix_if_created=created_prefix,
         )
         with remote_errors("StorageService.WriteDocument"):
             response = await self._stub.WriteDocument(
@@ -90,6 +94,7 @@ class RemoteDocuments(_Remote):
             size_bytes=document.size_bytes,
             version=document.version,
             created=response.created,
+            bytes_delta=response.bytes_delta,
             position=(
                 position_from_proto(response.position) if response.HasField("position") else None
             ),

@@ -191,24 +191,28 @@ class WorkspaceService:
     async def _append(
         self, principal: Principal, space: SpaceRef, path: str, addition: str, *, header: str
     ) -> WriteOutcome:
-        """Appends `addition` as a line of its own. A new document is created (with `header`)
-        create-only; an existing one that does not end in a newline is appended to only while
-        it is unchanged, so no other write slips between the newline and the entry."""
-        async for attempt in _retrying():
-            with attempt:
-                current = await self._documents.get(principal, space, path)
-                if current is None:
-                    text = header + rules.line(addition)
-                    stored = await self._documents.write(
-                        principal, space, path, text, append=False, create_only=True
-                    )
-                else:
-                    text = rules.appended_text(current.content, addition)
-                    guard = "" if current.content.endswith("\n") else current.sha256
-                    stored = await self._documents.write(
-                        principal, space, path, text, append=True, expected_sha256=guard
-                    )
-        return _outcome(stored, append=True, added=text)
+        """Appends `addition` as a line of its own, and creates a missing document with
+        `header` first. Storage decides both on the document as it finds it, under its lock,
+        so no other write slips between a newline and the entry, and racing appends to a
+        new document leave one header: one storage call, no read first."""
+        stored = await self._documents.write(
+            principal,
+            space,
+            path,
+            rules.line(addition),
+            append=True,
+            as_line=True,
+            created_prefix=header,
+        )
+        return WriteOutcome(
+            path=stored.path,
+            append=True,
+            content_length=stored.bytes_delta,
+            size_bytes=stored.size_bytes,
+            sha256=stored.sha256,
+            version=stored.version,
+            position=stored.position,
+        )
 
     async def _heartbeat(
         self,
