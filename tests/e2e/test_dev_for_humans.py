@@ -4,12 +4,14 @@ choose either way), and one line naming the port, never a traceback."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -116,13 +118,22 @@ def test_serve_keeps_json_logs_and_access_logs_by_default() -> None:
     assert (settings.log_format, settings.access_log) == ("json", True)
 
 
-def _serve_and_write(tmp_path: Path, **env: str) -> str:
-    """Starts `engram dev` (log settings only from `env`), writes one document over gRPC,
-    stops it; returns its stderr."""
-    port = free_port()
+@dataclass
+class DevProcess:
+    """An `engram dev` child: its gRPC port, and its stderr once it has stopped."""
+
+    port: int
+    stderr: str = ""
+
+
+@contextlib.contextmanager
+def dev_process(tmp_path: Path, **env: str) -> Iterator[DevProcess]:
+    """Runs `engram dev` (log settings only from `env`) until the block ends, then stops it
+    with SIGTERM and checks it exited cleanly."""
+    dev = DevProcess(port=free_port())
     inherited = {k: v for k, v in os.environ.items() if k not in LOG_SETTINGS}
     process = subprocess.Popen(
-        [*ENGRAM, "dev", "--port", str(port), "--data-dir", str(tmp_path / "state")],
+        [*ENGRAM, "dev", "--port", str(dev.port), "--data-dir", str(tmp_path / "state")],
         env={**inherited, "ENGRAM_METRICS_PORT": "0", **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -131,19 +142,25 @@ def _serve_and_write(tmp_path: Path, **env: str) -> str:
     try:
         assert process.stdout is not None
         first = process.stdout.readline()
-        assert f"serving on 127.0.0.1:{port}" in first, first
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            storage_pb2_grpc.StorageServiceStub(channel).WriteDocument(
-                write_request("a.md", "hello"), timeout=30
-            )
+        assert f"serving on 127.0.0.1:{dev.port}" in first, first
+        yield dev
         process.terminate()
-        _, stderr = process.communicate(timeout=CHILD_SECONDS)
-        assert process.returncode == 0, stderr
-        return stderr
+        _, dev.stderr = process.communicate(timeout=CHILD_SECONDS)
+        assert process.returncode == 0, dev.stderr
     finally:
         if process.poll() is None:
             process.kill()
-            process.wait()
+            process.communicate()
+
+
+def _serve_and_write(tmp_path: Path, **env: str) -> str:
+    """Starts `engram dev`, writes one document over gRPC, stops it; returns its stderr."""
+    with dev_process(tmp_path, **env) as dev:
+        with grpc.insecure_channel(f"127.0.0.1:{dev.port}") as channel:
+            storage_pb2_grpc.StorageServiceStub(channel).WriteDocument(
+                write_request("a.md", "hello"), timeout=30
+            )
+    return dev.stderr
 
 
 def test_dev_logs_text_without_a_line_per_call(tmp_path: Path) -> None:

@@ -92,11 +92,11 @@ class SeedOutcome:
     existing: list[str] = field(default_factory=list)
 
 
-def _outcome(stored: StoredWrite, *, append: bool, added: str) -> WriteOutcome:
+def _outcome(stored: StoredWrite, *, append: bool, added_bytes: int) -> WriteOutcome:
     return WriteOutcome(
         path=stored.path,
         append=append,
-        content_length=utf8_len(added),
+        content_length=added_bytes,
         size_bytes=stored.size_bytes,
         sha256=stored.sha256,
         version=stored.version,
@@ -168,7 +168,7 @@ class WorkspaceService:
             return await self._append(principal, space, path, content, header=header)
         text = header + rules.line(content) if header else content
         stored = await self._documents.write(principal, space, path, text, append=False)
-        return _outcome(stored, append=False, added=text)
+        return _outcome(stored, append=False, added_bytes=utf8_len(text))
 
     async def append_daily_log(
         self,
@@ -204,15 +204,7 @@ class WorkspaceService:
             as_line=True,
             created_prefix=header,
         )
-        return WriteOutcome(
-            path=stored.path,
-            append=True,
-            content_length=stored.bytes_delta,
-            size_bytes=stored.size_bytes,
-            sha256=stored.sha256,
-            version=stored.version,
-            position=stored.position,
-        )
+        return _outcome(stored, append=True, added_bytes=stored.bytes_delta)
 
     async def _heartbeat(
         self,
@@ -237,7 +229,7 @@ class WorkspaceService:
                     expected_sha256=current.sha256 if current else "",
                     create_only=current is None,
                 )
-        return _outcome(stored, append=False, added=text)
+        return _outcome(stored, append=False, added_bytes=utf8_len(text))
 
     async def seed(self, principal: Principal, space: SpaceRef) -> SeedOutcome:
         """Creates each template that does not exist yet (create-only: an existing or edited
