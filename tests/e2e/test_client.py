@@ -100,6 +100,15 @@ async def test_storage_round_trip_returns_dataclasses(client: EngramClient) -> N
         await client.read_document("top.md")
     assert "top.md" in missing.value.message
 
+    # A line of its own after the text that lacked a newline; the prefix only on creation.
+    lined = await client.write_document(
+        "notes/plan.md", "Then ship.\n", append=True, append_as_line=True, prefix_if_created="#"
+    )
+    assert lined.bytes_delta == len("\nThen ship.\n")
+    assert (await client.read_document("notes/plan.md")).content.endswith(
+        "Then the MCP server.\nThen ship.\n"
+    )
+
 
 async def test_conditional_write_raises_etag_mismatch_with_current_sha(
     client: EngramClient,

@@ -399,11 +399,15 @@ class EngramClient:
         append: bool = False,
         expected_sha256: str = "",
         create_only: bool = False,
+        append_as_line: bool = False,
+        prefix_if_created: str = "",
         space: Space | None = None,
     ) -> DocumentWrite:
         """Replaces (or appends to) a document; `expected_sha256` / `create_only` make the
-        write conditional (EtagMismatch when the condition does not hold). Retried on
-        UNAVAILABLE unless it is an unconditional append."""
+        write conditional (EtagMismatch when the condition does not hold). An append with
+        `append_as_line` starts on a line of its own, and `prefix_if_created` goes before it
+        when it creates the document (both decided by the server). Retried on UNAVAILABLE
+        unless it is an unconditional append."""
         request = storage_pb2.WriteDocumentRequest(
             space=self._space(space),
             path=path,
@@ -411,6 +415,8 @@ class EngramClient:
             mode=storage_pb2.WRITE_MODE_APPEND if append else storage_pb2.WRITE_MODE_REPLACE,
             expected_sha256=expected_sha256,
             create_only=create_only,
+            append_as_line=append_as_line,
+            prefix_if_created=prefix_if_created,
         )
         response = await self._call(
             "StorageService.WriteDocument",
