@@ -149,9 +149,9 @@ async def test_a_document_changing_during_indexing_is_indexed_again(
     original_get = repository.get
     changed = False
 
-    async def get_then_change(space_id: str, path: str):  # type: ignore[no-untyped-def]
+    async def get_then_change(space_id: str, path: str, **options: bool):  # type: ignore[no-untyped-def]
         nonlocal changed
-        document = await original_get(space_id, path)
+        document = await original_get(space_id, path, **options)
         if path == "race.md" and not changed:
             changed = True
             # Storage moves on right after the worker's first read.
