@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import Iterator
 
 import pytest
 from prometheus_client import REGISTRY
 
 from engram.runtime import gc_pauses
+
+
+@pytest.fixture(autouse=True)
+def unwatched_after() -> Iterator[None]:
+    """The watch is process-wide: stop it after each test, or the rest of the test session
+    logs its own collections."""
+    yield
+    while gc_pauses._on_collection in gc.callbacks:
+        gc.callbacks.remove(gc_pauses._on_collection)
 
 
 def _collections(generation: int) -> float:
