@@ -493,12 +493,20 @@ class StorageService:
                     # without a commit (refused, or nothing to change) reads in full first.
                     trusted = attempt.retry_state.attempt_number == 1
                     current = await self._repository.get(granted.space.id, path, trust_head=trusted)
-                    if trusted and not self._ends_in_commit(
-                        path, current, content, mode, expected_sha256, create_only, appending
-                    ):
+                    try:
+                        new_content = self._planned(
+                            path, current, content, mode, expected_sha256, create_only, appending
+                        )
+                        commits = current is None or new_content != current.content
+                    except EngramError:
+                        if not trusted:
+                            raise
+                        commits = False
+                    if trusted and not commits:
                         current = await self._repository.get(granted.space.id, path)
-                    _check_etag(path, current, expected_sha256, create_only)
-                    new_content = self._next_content(current, content, mode, appending)
+                        new_content = self._planned(
+                            path, current, content, mode, expected_sha256, create_only, appending
+                        )
                     if current is not None and new_content == current.content:
                         return WriteResult(current, created=False, bytes_delta=0)
                     change = self._change(granted.space, path, new_content, current, principal)
@@ -810,7 +818,7 @@ class StorageService:
     ) -> AuthorizedSpace:
         return await self._authorizer.authorize(principal, action, space)
 
-    def _ends_in_commit(
+    def _planned(
         self,
         path: str,
         current: StoredDocument | None,
@@ -819,15 +827,10 @@ class StorageService:
         expected_sha256: str,
         create_only: bool,
         appending: Appending,
-    ) -> bool:
-        """Whether a write decided on `current` commits (rather than being refused or
-        changing nothing): only a commit checks that `current` was the newest version."""
-        try:
-            _check_etag(path, current, expected_sha256, create_only)
-            new_content = self._next_content(current, content, mode, appending)
-        except EngramError:
-            return False
-        return current is None or new_content != current.content
+    ) -> str:
+        """The content a write leaves, decided on `current`; raises if it is refused."""
+        _check_etag(path, current, expected_sha256, create_only)
+        return self._next_content(current, content, mode, appending)
 
     def _next_content(
         self,
