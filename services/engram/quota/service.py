@@ -72,8 +72,7 @@ class QuotaService:
         (one write fewer per charge); the key matters to GrpcQuotaGate, whose retries of a
         Charge RPC reach `apply_charge` with the same key."""
         del idempotency_key
-        counters = await self._counters(space)
-        await self._ledger.apply(aggregate_owner(space), counters, delta_bytes, None)
+        await self._apply(space, delta_bytes, None)
 
     async def usage(self, space: SpaceRef) -> UsageReport:
         space_counter, aggregate = await self._counters(space)
@@ -98,6 +97,11 @@ class QuotaService:
                 f"idempotency_key is required (at most {MAX_KEY_LENGTH} characters)",
                 field="idempotency_key",
             )
+        return await self._apply(space, delta_bytes, idempotency_key)
+
+    async def _apply(
+        self, space: SpaceRef, delta_bytes: int, idempotency_key: str | None
+    ) -> ChargeOutcome:
         counters = await self._counters(space)
         return await self._ledger.apply(
             aggregate_owner(space), counters, delta_bytes, idempotency_key
