@@ -438,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
                 text.append(faultlib.table(s["faults"]))
             if "rss_growth_percent" in s:
                 text.append(f"RSS growth over the soak (all processes): {s['rss_growth_percent']}%")
+            if s.get("rss_over_time"):
+                text += ["", f"RSS over the {key} (MiB)", report.rss_table(s["rss_over_time"])]
     report.plot_time(
         timeline.result,
         timeline.rss,

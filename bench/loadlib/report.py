@@ -173,6 +173,49 @@ def rpc_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def rss_growth(timeline: list[tuple[float, dict[str, float]]]) -> dict[str, dict[str, Any]]:
+    """Per process, from its RSS samples over a run: MiB at the start, the middle and the
+    end, growth over the run and over its second half (in %), and every sample. Growth that
+    is all in the first half is warm-up; a second half growing like the first is a leak."""
+    out: dict[str, dict[str, Any]] = {}
+    names = {name for _, sample in timeline for name in sample}
+    for name in sorted(names):
+        points = [(t, sample[name] / 2**20) for t, sample in timeline if name in sample]
+        if len(points) < 2:
+            continue
+        end = points[-1][0]
+        start_mib = points[0][1]
+        # The sample nearest the middle of the process's own span.
+        middle = min(points, key=lambda p: abs(p[0] - (points[0][0] + end) / 2))[1]
+        end_mib = points[-1][1]
+        out[name] = {
+            "start_mib": round(start_mib, 1),
+            "middle_mib": round(middle, 1),
+            "end_mib": round(end_mib, 1),
+            "growth_percent": round(100 * (end_mib - start_mib) / start_mib, 1)
+            if start_mib
+            else None,
+            "second_half_percent": round(100 * (end_mib - middle) / middle, 1) if middle else None,
+            "samples": [[round(t, 1), round(m, 1)] for t, m in points],
+        }
+    return out
+
+
+def rss_table(growth: dict[str, dict[str, Any]]) -> str:
+    """RSS per process: start, middle, end (MiB), growth over the run and its second half."""
+    lines = [f"{'process':<28}{'start':>9}{'middle':>9}{'end':>9}{'growth':>9}{'2nd half':>10}"]
+    for name, g in growth.items():
+        lines.append(
+            f"{name:<28}{g['start_mib']:>9.1f}{g['middle_mib']:>9.1f}{g['end_mib']:>9.1f}"
+            f"{_percent(g['growth_percent']):>9}{_percent(g['second_half_percent']):>10}"
+        )
+    return "\n".join(lines)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}%"
+
+
 def plot_rates(steps: list[dict[str, Any]], path: Path, *, target_ms: float, title: str) -> None:
     import matplotlib
 
@@ -204,14 +247,15 @@ def plot_rates(steps: list[dict[str, Any]], path: Path, *, target_ms: float, tit
 
 def plot_time(
     result: dict[str, Any],
-    rss: list[tuple[float, float]],
+    rss: list[tuple[float, dict[str, float]]],
     path: Path,
     *,
     target_ms: float,
     title: str,
     window: float = 5.0,
 ) -> None:
-    """p50/p99 per `window` seconds of search and writes over the run; total RSS below."""
+    """p50/p99 per `window` seconds of search and writes over the run; below, each engram
+    process's RSS relative to its first sample (backends' in grey)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -222,7 +266,7 @@ def plot_time(
     for due, op, latency, code, _ in result["records"]:
         if code == "OK":
             buckets[group_of[op]][int(due // window)].append(latency)
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True, height_ratios=(3, 1))
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 7), sharex=True, height_ratios=(3, 1.5))
     for group, color in (("search", "tab:blue"), ("write", "tab:orange")):
         keys = sorted(buckets[group])
         xs = [k * window for k in keys]
@@ -241,9 +285,19 @@ def plot_time(
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, ncol=3)
-    if rss:
-        ax2.plot([t for t, _ in rss], [m / 2**20 for _, m in rss], color="tab:gray")
-    ax2.set_ylabel("RSS MiB (all)")
+    for name, g in rss_growth(rss).items():
+        base = g["start_mib"] or 1.0
+        xs = [t for t, _ in g["samples"]]
+        ys = [100 * (m - base) / base for _, m in g["samples"]]
+        if name.startswith("backend:"):
+            ax2.plot(xs, ys, color="tab:gray", linewidth=0.7)
+        else:
+            ax2.plot(xs, ys, label=name, linewidth=1.2)
+    ax2.axhline(10, color="red", linewidth=0.8)
+    ax2.set_ylabel("RSS growth %")
+    handles, _ = ax2.get_legend_handles_labels()
+    if handles:
+        ax2.legend(fontsize=7, ncol=4)
     ax2.set_xlabel("seconds")
     ax2.grid(True, alpha=0.3)
     fig.tight_layout()

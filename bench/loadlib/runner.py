@@ -21,14 +21,19 @@ ROOT = BENCH.parent
 RSS_EVERY = 5.0
 
 
+def _rss(snapshot: dict[str, dict[str, float]]) -> dict[str, float]:
+    return {name: p["rss"] for name, p in snapshot.items()}
+
+
 @dataclass
 class Run:
-    """One fixed-rate run: its summary, the generator's raw result, RSS over time."""
+    """One fixed-rate run: its summary, the generator's raw result, and each process's RSS
+    over time (seconds since the start, process name -> bytes)."""
 
     name: str
     summary: dict[str, Any]
     result: dict[str, Any]
-    rss: list[tuple[float, float]]
+    rss: list[tuple[float, dict[str, float]]]
 
 
 @dataclass
@@ -91,7 +96,7 @@ class Harness:
         config_path.write_text(json.dumps(config), encoding="utf-8")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(ROOT)])}
         before = procstats.snapshot(d.pids())
-        rss: list[tuple[float, float]] = [(0.0, sum(p["rss"] for p in before.values()))]
+        rss = [(0.0, _rss(before))]
         with (steps / f"{name}.log").open("wb") as log:
             generator = subprocess.Popen(
                 [sys.executable, "-m", "loadlib.generator", str(config_path)],
@@ -114,7 +119,7 @@ class Harness:
                     fault.poll(time.monotonic() - started)
                 if time.monotonic() >= next_rss:
                     now = procstats.snapshot(d.pids())
-                    rss.append((time.monotonic() - started, sum(p["rss"] for p in now.values())))
+                    rss.append((time.monotonic() - started, _rss(now)))
                     next_rss += RSS_EVERY
                 time.sleep(0.2)
         finally:
@@ -122,13 +127,14 @@ class Harness:
                 generator.kill()
                 generator.wait(10)
         after = procstats.snapshot(d.pids())
-        rss.append((time.monotonic() - started, sum(p["rss"] for p in after.values())))
+        rss.append((time.monotonic() - started, _rss(after)))
         if generator.returncode != 0:
             tail = (steps / f"{name}.log").read_text(errors="replace")[-3000:]
             raise RuntimeError(f"{name}: the generator exited with {generator.returncode}\n{tail}")
         result = json.loads((steps / f"{name}.json").read_text(encoding="utf-8"))
         summary = report.summarize(result, procstats.delta(before, after), target_ms=self.target_ms)
         summary["name"] = name
+        summary["rss_over_time"] = report.rss_growth(rss)
         if faults:
             summary["faults"] = {f.name: f.finish({**summary, "result": result}) for f in faults}
         run = Run(name, summary, result, rss)
