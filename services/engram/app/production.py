@@ -82,6 +82,7 @@ from engram.runtime.channels import open_channel
 from engram.runtime.gc_pauses import freeze_startup_heap
 from engram.runtime.health import Dependency
 from engram.runtime.interceptors import Authenticator
+from engram.runtime.malloc_tuning import keep_large_allocations_mapped
 from engram.runtime.rate_limit import MongoRateLimitStore, RateLimitStore
 from engram.runtime.server import GrpcServer, ServiceRegistration, serve, stop_on_signals
 from engram.runtime.settings import Settings
@@ -571,6 +572,7 @@ PROCESSES: dict[str, Callable[[Settings], contextlib.AbstractAsyncContextManager
 
 async def run_service(name: str, settings: Settings) -> None:
     """Serves one service until SIGTERM or SIGINT."""
+    keep_large_allocations_mapped()
     stop = asyncio.Event()
     async with PROCESSES[name](settings):
         freeze_startup_heap()

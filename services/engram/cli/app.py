@@ -220,6 +220,7 @@ def dev(
     from engram.domain.errors import EngramError
     from engram.runtime.gc_pauses import freeze_startup_heap
     from engram.runtime.logs import configure_logging
+    from engram.runtime.malloc_tuning import keep_large_allocations_mapped
     from engram.runtime.server import PortInUse, check_ports_free, stop_on_signals
 
     settings = _for_a_terminal(
@@ -234,6 +235,7 @@ def dev(
     _tracing("dev")
 
     async def main() -> None:
+        keep_large_allocations_mapped()
         stop = asyncio.Event()
         async with embedded_engram(settings, require_auth=auth) as engram:
             freeze_startup_heap()
