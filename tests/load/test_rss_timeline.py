@@ -57,3 +57,23 @@ def test_table_and_plot(tmp_path: Path) -> None:
     path = tmp_path / "time.png"
     report.plot_time(result, _timeline(), path, target_ms=50.0, title="t")
     assert path.stat().st_size > 10_000
+
+
+def test_the_soak_bound_counts_engram_processes_only() -> None:
+    bench = str(ROOT / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    import load
+
+    processes = {
+        "indexer": {"rss_start_mib": 500.0, "rss_end_mib": 535.0},
+        "storage": {"rss_start_mib": 100.0, "rss_end_mib": 101.0},
+        "backend:mongo": {"rss_start_mib": 200.0, "rss_end_mib": 500.0},
+        "generator": {"cpu_seconds": 1.0},
+    }
+    figures = load.rss_bound_figures(processes)
+    assert figures == {
+        "rss_growth_percent": 6.0,
+        "rss_most_grown": "indexer",
+        "rss_most_grown_percent": 7.0,
+    }
