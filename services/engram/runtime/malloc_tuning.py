@@ -20,7 +20,6 @@ are left alone.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 
@@ -37,13 +36,17 @@ def keep_large_allocations_mapped(threshold: int = THRESHOLD_BYTES) -> bool:
     if any(name in os.environ for name in OPERATOR_TUNABLES):
         log.info("malloc: left to the operator's tuning")
         return False
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        log.info("malloc: not glibc, mmap threshold left alone", extra={"libc": name})
+        # glibc names itself here; musl and others do not. The process already has libc
+        # loaded, so its symbols are found without searching for the library (which
+        # `ctypes.util.find_library` does by running ldconfig: ~19 ms at every start).
+        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):
+        libc = ""
+    if not libc.startswith("glibc"):
+        log.info("malloc: not glibc, mmap threshold left alone")
         return False
+    mallopt = ctypes.CDLL(None).mallopt
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     if mallopt(M_MMAP_THRESHOLD, threshold) != 1:
