@@ -315,28 +315,6 @@ def population(spec: corpus.CorpusSpec, secret: str) -> list[dict[str, Any]]:
     ]
 
 
-def rss_bound_figures(processes: dict[str, Any]) -> dict[str, Any]:
-    """RSS growth over a soak of engram's own processes (the 10 % bound): together, and the
-    one that grew most. Backends (caches warming) and the generator are not counted."""
-    own = {
-        name: p
-        for name, p in processes.items()
-        if name != "generator" and not name.startswith("backend:") and p.get("rss_start_mib")
-    }
-    start = sum(p["rss_start_mib"] for p in own.values())
-    end = sum(p["rss_end_mib"] for p in own.values())
-    growth = {
-        n: 100 * (p["rss_end_mib"] - p["rss_start_mib"]) / p["rss_start_mib"]
-        for n, p in own.items()
-    }
-    most = max(growth, key=lambda n: growth[n])
-    return {
-        "rss_growth_percent": round(100 * (end - start) / start, 1),
-        "rss_most_grown": most,
-        "rss_most_grown_percent": round(growth[most], 1),
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     args = arguments(argv)
     # SIGTERM stops everything the way Ctrl-C does (the deployment's processes included).
@@ -409,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
                 rate = round(knee * args.soak_fraction, 2)
                 print(f"soak: {args.soak_seconds:.0f} s at {rate}/s", flush=True)
                 soak = harness.run("soak", rate, args.soak_seconds)
-                soak.summary.update(rss_bound_figures(soak.summary["processes"]))
+                soak.summary.update(report.rss_bound(soak.summary["rss_over_time"]))
                 document["soak"] = soak.summary
                 timeline = soak
         print("loss check: reading back every acknowledged write", flush=True)
@@ -458,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
                 text += ["", f"RSS over the {key} (MiB)", report.rss_table(s["rss_over_time"])]
     report.plot_time(
         timeline.result,
-        timeline.rss,
+        timeline.summary["rss_over_time"],
         out / "latency_over_time.png",
         target_ms=args.target_ms,
         title=f"{title}: {timeline.name}",

@@ -212,6 +212,24 @@ def rss_table(growth: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def rss_bound(growth: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """RSS growth over a soak of engram's own processes (the 10 % bound), from `rss_growth`:
+    together, and the one that grew most. Backends (caches warming) are not counted."""
+    own = {
+        name: g
+        for name, g in growth.items()
+        if not name.startswith("backend:") and g["growth_percent"] is not None
+    }
+    start = sum(g["start_mib"] for g in own.values())
+    end = sum(g["end_mib"] for g in own.values())
+    most = max(own, key=lambda name: own[name]["growth_percent"])
+    return {
+        "rss_growth_percent": round(100 * (end - start) / start, 1),
+        "rss_most_grown": most,
+        "rss_most_grown_percent": own[most]["growth_percent"],
+    }
+
+
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1f}%"
 
@@ -247,7 +265,7 @@ def plot_rates(steps: list[dict[str, Any]], path: Path, *, target_ms: float, tit
 
 def plot_time(
     result: dict[str, Any],
-    rss: list[tuple[float, dict[str, float]]],
+    rss: dict[str, dict[str, Any]],
     path: Path,
     *,
     target_ms: float,
@@ -255,7 +273,7 @@ def plot_time(
     window: float = 5.0,
 ) -> None:
     """p50/p99 per `window` seconds of search and writes over the run; below, each engram
-    process's RSS relative to its first sample (backends' in grey)."""
+    process's RSS relative to its first sample (backends' in grey), from `rss_growth`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -285,7 +303,7 @@ def plot_time(
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, ncol=3)
-    for name, g in rss_growth(rss).items():
+    for name, g in rss.items():
         base = g["start_mib"] or 1.0
         xs = [t for t, _ in g["samples"]]
         ys = [100 * (m - base) / base for _, m in g["samples"]]

@@ -27,13 +27,12 @@ def _rss(snapshot: dict[str, dict[str, float]]) -> dict[str, float]:
 
 @dataclass
 class Run:
-    """One fixed-rate run: its summary, the generator's raw result, and each process's RSS
-    over time (seconds since the start, process name -> bytes)."""
+    """One fixed-rate run: its summary (each process's RSS over time in `rss_over_time`) and
+    the generator's raw result."""
 
     name: str
     summary: dict[str, Any]
     result: dict[str, Any]
-    rss: list[tuple[float, dict[str, float]]]
 
 
 @dataclass
@@ -137,7 +136,7 @@ class Harness:
         summary["rss_over_time"] = report.rss_growth(rss)
         if faults:
             summary["faults"] = {f.name: f.finish({**summary, "result": result}) for f in faults}
-        run = Run(name, summary, result, rss)
+        run = Run(name, summary, result)
         if record:
             self.runs.append(run)
         return run

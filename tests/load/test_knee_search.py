@@ -36,7 +36,7 @@ def _harness(breaks_at: float, tmp_path: Path) -> tuple[Any, list[float]]:
             "passed": passed,
             "groups": {"search": {"latency_ms": {"p99": 10.0 if passed else 90.0}}},
         }
-        return runner.Run(name, summary, {}, [])
+        return runner.Run(name, summary, {})
 
     harness.run = run  # type: ignore[method-assign]
     return harness, ran

@@ -55,23 +55,19 @@ def test_table_and_plot(tmp_path: Path) -> None:
         "freshness": [],
     }
     path = tmp_path / "time.png"
-    report.plot_time(result, _timeline(), path, target_ms=50.0, title="t")
+    report.plot_time(result, report.rss_growth(_timeline()), path, target_ms=50.0, title="t")
     assert path.stat().st_size > 10_000
 
 
 def test_the_soak_bound_counts_engram_processes_only() -> None:
-    bench = str(ROOT / "bench")
-    if bench not in sys.path:
-        sys.path.insert(0, bench)
-    import load
-
-    processes = {
-        "indexer": {"rss_start_mib": 500.0, "rss_end_mib": 535.0},
-        "storage": {"rss_start_mib": 100.0, "rss_end_mib": 101.0},
-        "backend:mongo": {"rss_start_mib": 200.0, "rss_end_mib": 500.0},
-        "generator": {"cpu_seconds": 1.0},
-    }
-    figures = load.rss_bound_figures(processes)
+    report = _report()
+    growth = report.rss_growth(
+        [
+            (0.0, {"indexer": 500.0 * MIB, "storage": 100.0 * MIB, "backend:mongo": 200.0 * MIB}),
+            (60.0, {"indexer": 535.0 * MIB, "storage": 101.0 * MIB, "backend:mongo": 500.0 * MIB}),
+        ]
+    )
+    figures = report.rss_bound(growth)
     assert figures == {
         "rss_growth_percent": 6.0,
         "rss_most_grown": "indexer",
