@@ -46,7 +46,7 @@ from pymongo import ASCENDING, IndexModel
 from pymongo.errors import DuplicateKeyError
 
 from engram.backends.mongo import MongoDatabase, ensure_indexes, mongo_errors
-from engram.backends.mongo_batch import GroupedWrites
+from engram.backends.mongo_batch import GroupedReplaces, GroupedWrites
 from engram.domain.documents import (
     DocumentDeletion,
     DocumentEvent,
@@ -220,6 +220,7 @@ class MongoDocumentRepository:
         self._pointer_inserts = GroupedWrites(self._outbox)
         self._revision_inserts = GroupedWrites(self._revisions)
         self._head_inserts = GroupedWrites(self._heads)
+        self._head_replaces = GroupedReplaces(self._heads)
 
     def on_commit(self, listener: CommitListener) -> None:
         """Calls `listener` after each announced change is committed (see CommitListener):
@@ -295,11 +296,11 @@ class MongoDocumentRepository:
                     await self._head_inserts.insert({"_id": key, **head})
                     return
             try:
-                await self._heads.replace_one(
-                    {"_id": key, "rev": {"$lt": revision["rev"]}}, head, upsert=True
+                await self._head_replaces.replace(
+                    {"_id": key, "rev": {"$lt": revision["rev"]}}, head
                 )
             except DuplicateKeyError:
-                pass  # a newer head is already in place
+                pass  # a newer head (or this one) is already in place
 
     async def _prune(self, space_id: str, path: str, rev: int) -> None:
         """Removes the revision that just left the retention window (the current revision and
