@@ -135,3 +135,39 @@ async def test_a_create_only_write_over_a_headless_revision_is_refused(served: S
         await served.stub.WriteDocument(write_request("e.md", "again", create_only=True))
     assert refused.value.code() == grpc.StatusCode.ABORTED
     assert (await served.read("e.md")).content == "first"
+
+
+async def test_a_replace_decided_on_the_head_keeps_the_documents_identity(
+    served: Served,
+) -> None:
+    first = (await served.stub.WriteDocument(write_request("f.md", "first"))).document
+    head = await served.database["documents"].find_one({"_id": f"{SPACE_ID}\nf.md"})
+    assert head is not None and head["sha256"] == sha("first"), "the head carries no sha256"
+    written = (
+        await served.stub.WriteDocument(
+            write_request("f.md", "second", expected_sha256=sha("first"))
+        )
+    ).document
+    assert (written.version, written.document_id) == (2, first.document_id)
+    assert written.created_at == first.created_at
+    assert written.size_bytes == len("second")
+
+
+async def test_a_head_written_without_its_metadata_is_read_with_its_revision(
+    served: Served,
+) -> None:
+    first = (await served.stub.WriteDocument(write_request("g.md", "first"))).document
+    # Heads written before they carried the metadata a replace decides on.
+    await served.database["documents"].update_one(
+        {"_id": f"{SPACE_ID}\ng.md"},
+        {"$unset": {"sha256": "", "document_id": "", "created_at": ""}},
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await served.stub.WriteDocument(write_request("g.md", "x", expected_sha256=sha("other")))
+    assert refused.value.code() == grpc.StatusCode.ABORTED
+    assert sha("first") in (refused.value.details() or "")
+    unchanged = await served.stub.WriteDocument(write_request("g.md", "first"))
+    assert unchanged.document.version == 1
+    written = (await served.stub.WriteDocument(write_request("g.md", "second"))).document
+    assert (written.version, written.document_id) == (2, first.document_id)
+    assert written.created_at == first.created_at

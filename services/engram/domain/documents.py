@@ -11,6 +11,19 @@ from engram.domain.spaces import SpaceRef
 
 
 @dataclass(frozen=True, slots=True)
+class DocumentHead:
+    """What a write decides on besides content: a live document's metadata."""
+
+    space: SpaceRef
+    path: str
+    sha256: str
+    size_bytes: int
+    version: int
+    document_id: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class StoredDocument:
     """A document's current state."""
 
@@ -29,6 +42,18 @@ class StoredDocument:
     @property
     def space_id(self) -> str:
         return self.space.id
+
+    @property
+    def head(self) -> DocumentHead:
+        return DocumentHead(
+            space=self.space,
+            path=self.path,
+            sha256=self.sha256,
+            size_bytes=self.size_bytes,
+            version=self.version,
+            document_id=self.document_id,
+            created_at=self.created_at,
+        )
 
 
 @dataclass(frozen=True, slots=True)

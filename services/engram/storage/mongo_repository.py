@@ -50,6 +50,7 @@ from engram.backends.mongo_batch import GroupedReplaces, GroupedWrites
 from engram.domain.documents import (
     DocumentDeletion,
     DocumentEvent,
+    DocumentHead,
     DocumentVersion,
     DocumentWrite,
     Erasure,
@@ -91,6 +92,9 @@ PRUNE_PAGE = 500
 CHAIN_REUSE = 2.0
 # Chains kept for reuse (oldest dropped first).
 CHAIN_REUSE_SLOTS = 4096
+# A live document's head carries these fields of its revision besides `version` and
+# `size_bytes` (heads written before it did lack them and are read with their revision).
+_HEAD_METADATA = ("sha256", "document_id", "created_at")
 
 # Told of every announced change once it is committed and its head written: (event_id,
 # revision) for an UPSERT or DELETE, whose event can go out as it is; (event_id, None) for
@@ -121,7 +125,8 @@ def revision_id(space_id: str, path: str, rev: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Chain:
-    """Where a path's revision chain ends: its newest revision number and revision."""
+    """Where a path's revision chain ends: its newest revision number and revision (read
+    from a head by `head`: only the fields a commit reads, `op`, `version`, `created_at`)."""
 
     rev: int
     latest: dict[str, Any] | None
@@ -144,6 +149,18 @@ def _stored(revision: dict[str, Any]) -> StoredDocument:
         created_at=revision["created_at"],
         updated_at=revision["at"],
         updated_by=revision["by"],
+    )
+
+
+def _head_of(head: dict[str, Any]) -> DocumentHead:
+    return DocumentHead(
+        space=parse_space_id(head["space_id"]),
+        path=head["path"],
+        sha256=head["sha256"],
+        size_bytes=head["size_bytes"],
+        version=head["version"],
+        document_id=head["document_id"],
+        created_at=head["created_at"],
     )
 
 
@@ -286,6 +303,9 @@ class MongoDocumentRepository:
             "updated_at": revision["at"],
             "size_bytes": 0 if deleted else revision["size_bytes"],
         }
+        if not deleted:
+            # What a replace decides on, so that its read is this head alone (`head`).
+            head.update({field: revision[field] for field in _HEAD_METADATA})
         key = head_id(revision["space_id"], revision["path"])
         with mongo_errors("updating a document head"):
             if revision["rev"] == 1:
@@ -391,6 +411,24 @@ class MongoDocumentRepository:
         chain = await self._chain(space_id, path, trust_head=trust_head)
         self._remember(space_id, path, chain)
         return _stored(chain.latest) if chain.alive and chain.latest else None
+
+    async def head(self, space_id: str, path: str) -> DocumentHead | None:
+        """The live document's metadata from its head alone (one `_id` lookup): trusted
+        like `get(trust_head=True)`, and kept for the `save` that follows."""
+        with mongo_errors("reading a document"):
+            head = await self._heads.find_one({"_id": head_id(space_id, path)})
+        if head is None:
+            self._remember(space_id, path, _Chain(0, None))
+            return None
+        op = head.get("op")
+        if op is None or (op == UPSERT and any(field not in head for field in _HEAD_METADATA)):
+            document = await self.get(space_id, path, trust_head=True)
+            return document.head if document else None
+        latest = {"op": op, "version": head["version"]}
+        if op == UPSERT:
+            latest["created_at"] = head["created_at"]
+        self._remember(space_id, path, _Chain(int(head["rev"]), latest))
+        return _head_of(head) if op == UPSERT else None
 
     async def get_many(self, space_id: str, paths: Sequence[str]) -> dict[str, StoredDocument]:
         found: dict[str, StoredDocument] = {}

@@ -8,6 +8,7 @@ from typing import Protocol
 from engram.domain.changes import FeedItem, FeedStart
 from engram.domain.documents import (
     DocumentDeletion,
+    DocumentHead,
     DocumentVersion,
     DocumentWrite,
     Erasure,
@@ -41,6 +42,13 @@ class DocumentRepository(Protocol):
         miss a change committed by another process and not yet fully applied (a backend
         without that distinction ignores it): only for the read of a write whose
         conditional commit would fail on such a change."""
+        ...
+
+    async def head(self, space_id: str, path: str) -> DocumentHead | None:
+        """The live document's metadata without its content, or None: a read that may miss
+        a change as `get(trust_head=True)` may (a backend that keeps both together reads
+        them together), for the read of a replace whose conditional commit would fail on
+        such a change; the `save` that follows may reuse what it found."""
         ...
 
     async def get_many(self, space_id: str, paths: Sequence[str]) -> dict[str, StoredDocument]: ...

@@ -35,6 +35,7 @@ from engram.domain.content import (
 )
 from engram.domain.documents import (
     DocumentDeletion,
+    DocumentHead,
     DocumentVersion,
     DocumentWrite,
     Erasure,
@@ -488,37 +489,96 @@ class StorageService:
         try:
             async for attempt in _on_conflict(MAX_WRITE_ATTEMPTS):
                 with attempt:
-                    # The first read trusts the path's head (one lookup fewer): the commit
-                    # fails on anything newer, and the retry reads in full. A write decided
-                    # without a commit (refused, or nothing to change) reads in full first.
-                    trusted = attempt.retry_state.attempt_number == 1
-                    current = await self._repository.get(granted.space.id, path, trust_head=trusted)
-                    try:
-                        new_content = self._planned(
-                            path, current, content, mode, expected_sha256, create_only, appending
-                        )
-                        commits = current is None or new_content != current.content
-                    except EngramError:
-                        if not trusted:
-                            raise
-                        commits = False
-                    if trusted and not commits:
-                        current = await self._repository.get(granted.space.id, path)
-                        new_content = self._planned(
-                            path, current, content, mode, expected_sha256, create_only, appending
-                        )
-                    if current is not None and new_content == current.content:
-                        return WriteResult(current, created=False, bytes_delta=0)
-                    change = self._change(granted.space, path, new_content, current, principal)
-                    delta = change.size_bytes - (current.size_bytes if current else 0)
-                    stored = await self._commit(granted, [change], delta)
+                    result, committed = await self._write_once(
+                        granted,
+                        principal,
+                        path,
+                        content,
+                        mode,
+                        expected_sha256,
+                        create_only,
+                        appending,
+                        first=attempt.retry_state.attempt_number == 1,
+                    )
         except RetryError:
             raise WriteContention(
                 f"{quoted(path)} changed {MAX_WRITE_ATTEMPTS} times while this write was "
                 "retried; try again"
             ) from None
-        await self._record_audit(granted, principal, path, delta)
-        return WriteResult(stored[0], created=current is None, bytes_delta=delta)
+        if committed:
+            await self._record_audit(granted, principal, path, result.bytes_delta)
+        return result
+
+    async def _write_once(
+        self,
+        granted: AuthorizedSpace,
+        principal: Principal,
+        path: str,
+        content: str,
+        mode: WriteMode,
+        expected_sha256: str,
+        create_only: bool,
+        appending: Appending,
+        *,
+        first: bool,
+    ) -> tuple[WriteResult, bool]:
+        """One attempt of a write: (its result, whether it committed). The first attempt's
+        read trusts the path's head (one lookup fewer; for a replace, the head alone): the
+        commit fails on anything newer, and the retry reads in full. A write decided without
+        a commit (refused, or nothing to change) reads in full first."""
+        if first and mode is WriteMode.REPLACE:
+            replaced = await self._replace_on_head(
+                granted, principal, path, content, expected_sha256, create_only
+            )
+            if replaced is not None:
+                return replaced, True
+        trusted = first and mode is not WriteMode.REPLACE
+        current = await self._repository.get(granted.space.id, path, trust_head=trusted)
+        try:
+            new_content = self._planned(
+                path, current, content, mode, expected_sha256, create_only, appending
+            )
+            commits = current is None or new_content != current.content
+        except EngramError:
+            if not trusted:
+                raise
+            commits = False
+        if trusted and not commits:
+            current = await self._repository.get(granted.space.id, path)
+            new_content = self._planned(
+                path, current, content, mode, expected_sha256, create_only, appending
+            )
+        if current is not None and new_content == current.content:
+            return WriteResult(current, created=False, bytes_delta=0), False
+        change = self._change(granted.space, path, new_content, current, principal)
+        delta = change.size_bytes - (current.size_bytes if current else 0)
+        stored = await self._commit(granted, [change], delta)
+        return WriteResult(stored[0], created=current is None, bytes_delta=delta), True
+
+    async def _replace_on_head(
+        self,
+        granted: AuthorizedSpace,
+        principal: Principal,
+        path: str,
+        content: str,
+        expected_sha256: str,
+        create_only: bool,
+    ) -> WriteResult | None:
+        """A replace decided on the path's head, without reading its content; None when the
+        head does not lead to a commit (refused, or the same content): that is decided on a
+        full read instead."""
+        head = await self._repository.head(granted.space.id, path)
+        facts = content_facts(content)
+        if head is not None and head.sha256 == facts[0]:
+            return None
+        try:
+            _check_etag(path, head, expected_sha256, create_only)
+        except EtagMismatch:
+            return None
+        change = self._change(granted.space, path, content, head, principal, facts)
+        delta = change.size_bytes - (head.size_bytes if head else 0)
+        stored = await self._commit(granted, [change], delta)
+        return WriteResult(stored[0], created=head is None, bytes_delta=delta)
 
     async def delete(
         self, principal: Principal, space: SpaceRef, path: str, *, expected_sha256: str = ""
@@ -855,7 +915,7 @@ class StorageService:
         space: SpaceRef,
         path: str,
         content: str,
-        current: StoredDocument | None,
+        current: StoredDocument | DocumentHead | None,
         principal: Principal,
         facts: ContentFacts | None = None,
     ) -> DocumentWrite:
@@ -999,7 +1059,10 @@ def _validate_preconditions(expected_sha256: str, create_only: bool) -> None:
 
 
 def _check_etag(
-    path: str, current: StoredDocument | None, expected_sha256: str, create_only: bool
+    path: str,
+    current: StoredDocument | DocumentHead | None,
+    expected_sha256: str,
+    create_only: bool,
 ) -> None:
     if create_only and current is not None:
         raise EtagMismatch(

@@ -19,6 +19,7 @@ from engram.domain.documents import (
     REINDEX_EVENT_PREFIX,
     DocumentDeletion,
     DocumentEvent,
+    DocumentHead,
     DocumentVersion,
     DocumentWrite,
     Erasure,
@@ -202,6 +203,10 @@ class SqliteDocumentRepository:
             return _document(row) if row else None
 
         return await self._db.read(work)
+
+    async def head(self, space_id: str, path: str) -> DocumentHead | None:
+        document = await self.get(space_id, path)  # one row holds both
+        return document.head if document else None
 
     async def get_many(self, space_id: str, paths: Sequence[str]) -> dict[str, StoredDocument]:
         def work(connection: sqlite3.Connection) -> dict[str, StoredDocument]:
