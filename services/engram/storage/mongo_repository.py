@@ -422,8 +422,10 @@ class MongoDocumentRepository:
             return None
         op = head.get("op")
         if op is None or (op == UPSERT and any(field not in head for field in _HEAD_METADATA)):
-            document = await self.get(space_id, path, trust_head=True)
-            return document.head if document else None
+            # A head written before heads carried the metadata: its revision has it.
+            chain = _Chain(int(head["rev"]), await self._revision(space_id, path, int(head["rev"])))
+            self._remember(space_id, path, chain)
+            return _stored(chain.latest).head if chain.alive and chain.latest else None
         latest = {"op": op, "version": head["version"]}
         if op == UPSERT:
             latest["created_at"] = head["created_at"]

@@ -470,84 +470,53 @@ class StorageService:
             check_text(content)
         elif not content:
             raise InvalidArgument("append needs non-empty content", field="content")
+        request = _WriteRequest(path, content, mode, expected_sha256, create_only, appending)
         async with self._document_locks.hold((granted.space.id, path)):
-            return await self._write_locked(
-                granted, principal, path, content, mode, expected_sha256, create_only, appending
-            )
+            return await self._write_locked(granted, principal, request)
 
     async def _write_locked(
-        self,
-        granted: AuthorizedSpace,
-        principal: Principal,
-        path: str,
-        content: str,
-        mode: WriteMode,
-        expected_sha256: str,
-        create_only: bool,
-        appending: Appending = PLAIN_APPEND,
+        self, granted: AuthorizedSpace, principal: Principal, request: _WriteRequest
     ) -> WriteResult:
         try:
             async for attempt in _on_conflict(MAX_WRITE_ATTEMPTS):
                 with attempt:
+                    first = attempt.retry_state.attempt_number == 1
                     result, committed = await self._write_once(
-                        granted,
-                        principal,
-                        path,
-                        content,
-                        mode,
-                        expected_sha256,
-                        create_only,
-                        appending,
-                        first=attempt.retry_state.attempt_number == 1,
+                        granted, principal, request, first=first
                     )
         except RetryError:
             raise WriteContention(
-                f"{quoted(path)} changed {MAX_WRITE_ATTEMPTS} times while this write was "
-                "retried; try again"
+                f"{quoted(request.path)} changed {MAX_WRITE_ATTEMPTS} times while this write "
+                "was retried; try again"
             ) from None
         if committed:
-            await self._record_audit(granted, principal, path, result.bytes_delta)
+            await self._record_audit(granted, principal, request.path, result.bytes_delta)
         return result
 
     async def _write_once(
-        self,
-        granted: AuthorizedSpace,
-        principal: Principal,
-        path: str,
-        content: str,
-        mode: WriteMode,
-        expected_sha256: str,
-        create_only: bool,
-        appending: Appending,
-        *,
-        first: bool,
+        self, granted: AuthorizedSpace, principal: Principal, request: _WriteRequest, *, first: bool
     ) -> tuple[WriteResult, bool]:
         """One attempt of a write: (its result, whether it committed). The first attempt's
         read trusts the path's head (one lookup fewer; for a replace, the head alone): the
         commit fails on anything newer, and the retry reads in full. A write decided without
         a commit (refused, or nothing to change) reads in full first."""
-        if first and mode is WriteMode.REPLACE:
-            replaced = await self._replace_on_head(
-                granted, principal, path, content, expected_sha256, create_only
-            )
+        if first and request.mode is WriteMode.REPLACE:
+            replaced = await self._replace_on_head(granted, principal, request)
             if replaced is not None:
                 return replaced, True
-        trusted = first and mode is not WriteMode.REPLACE
-        current = await self._repository.get(granted.space.id, path, trust_head=trusted)
+        trusted = first and request.mode is not WriteMode.REPLACE
+        space_id, path = granted.space.id, request.path
+        current = await self._repository.get(space_id, path, trust_head=trusted)
         try:
-            new_content = self._planned(
-                path, current, content, mode, expected_sha256, create_only, appending
-            )
+            new_content = self._planned(current, request)
             commits = current is None or new_content != current.content
         except EngramError:
             if not trusted:
                 raise
             commits = False
         if trusted and not commits:
-            current = await self._repository.get(granted.space.id, path)
-            new_content = self._planned(
-                path, current, content, mode, expected_sha256, create_only, appending
-            )
+            current = await self._repository.get(space_id, path)
+            new_content = self._planned(current, request)
         if current is not None and new_content == current.content:
             return WriteResult(current, created=False, bytes_delta=0), False
         change = self._change(granted.space, path, new_content, current, principal)
@@ -556,23 +525,18 @@ class StorageService:
         return WriteResult(stored[0], created=current is None, bytes_delta=delta), True
 
     async def _replace_on_head(
-        self,
-        granted: AuthorizedSpace,
-        principal: Principal,
-        path: str,
-        content: str,
-        expected_sha256: str,
-        create_only: bool,
+        self, granted: AuthorizedSpace, principal: Principal, request: _WriteRequest
     ) -> WriteResult | None:
         """A replace decided on the path's head, without reading its content; None when the
         head does not lead to a commit (refused, or the same content): that is decided on a
         full read instead."""
+        path, content = request.path, request.content
         head = await self._repository.head(granted.space.id, path)
         facts = content_facts(content)
         if head is not None and head.sha256 == facts[0]:
             return None
         try:
-            _check_etag(path, head, expected_sha256, create_only)
+            _check_etag(path, head, request.expected_sha256, request.create_only)
         except EtagMismatch:
             return None
         change = self._change(granted.space, path, content, head, principal, facts)
@@ -878,19 +842,10 @@ class StorageService:
     ) -> AuthorizedSpace:
         return await self._authorizer.authorize(principal, action, space)
 
-    def _planned(
-        self,
-        path: str,
-        current: StoredDocument | None,
-        content: str,
-        mode: WriteMode,
-        expected_sha256: str,
-        create_only: bool,
-        appending: Appending,
-    ) -> str:
+    def _planned(self, current: StoredDocument | None, request: _WriteRequest) -> str:
         """The content a write leaves, decided on `current`; raises if it is refused."""
-        _check_etag(path, current, expected_sha256, create_only)
-        return self._next_content(current, content, mode, appending)
+        _check_etag(request.path, current, request.expected_sha256, request.create_only)
+        return self._next_content(current, request.content, request.mode, request.appending)
 
     def _next_content(
         self,
@@ -1035,6 +990,18 @@ class StorageService:
             f"no free name to rename {quoted(path)} to; import it with another strategy",
             field="data",
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _WriteRequest:
+    """What a WriteDocument asks for, once validated."""
+
+    path: str
+    content: str
+    mode: WriteMode
+    expected_sha256: str
+    create_only: bool
+    appending: Appending
 
 
 ContentFacts = tuple[str, int, int]
