@@ -519,10 +519,7 @@ class StorageService:
             new_content = self._planned(current, request)
         if current is not None and new_content == current.content:
             return WriteResult(current, created=False, bytes_delta=0), False
-        change = self._change(granted.space, path, new_content, current, principal)
-        delta = change.size_bytes - (current.size_bytes if current else 0)
-        stored = await self._commit(granted, [change], delta)
-        return WriteResult(stored[0], created=current is None, bytes_delta=delta), True
+        return await self._commit_one(granted, principal, path, new_content, current), True
 
     async def _replace_on_head(
         self, granted: AuthorizedSpace, principal: Principal, request: _WriteRequest
@@ -539,10 +536,22 @@ class StorageService:
             _check_etag(path, head, request.expected_sha256, request.create_only)
         except EtagMismatch:
             return None
-        change = self._change(granted.space, path, content, head, principal, facts)
-        delta = change.size_bytes - (head.size_bytes if head else 0)
+        return await self._commit_one(granted, principal, path, content, head, facts)
+
+    async def _commit_one(
+        self,
+        granted: AuthorizedSpace,
+        principal: Principal,
+        path: str,
+        content: str,
+        current: StoredDocument | DocumentHead | None,
+        facts: ContentFacts | None = None,
+    ) -> WriteResult:
+        """Commits `content` over `current` (the document as the write decided on it)."""
+        change = self._change(granted.space, path, content, current, principal, facts)
+        delta = change.size_bytes - (current.size_bytes if current else 0)
         stored = await self._commit(granted, [change], delta)
-        return WriteResult(stored[0], created=head is None, bytes_delta=delta)
+        return WriteResult(stored[0], created=current is None, bytes_delta=delta)
 
     async def delete(
         self, principal: Principal, space: SpaceRef, path: str, *, expected_sha256: str = ""
