@@ -1,7 +1,8 @@
 """MongoOutbox fed from memory on FerretDB: a change committed through the repository is
 pending without a query of the outbox or revisions collections, its pointer stays in the
-collection until cleared, and what memory never held (another process's pointer, an
-erasure's event) is still found in the collection."""
+collection until cleared, published pointers are deleted together and never published
+twice meanwhile, and what memory never held (another process's pointer, an erasure's event)
+is still found in the collection."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pymongo import AsyncMongoClient, monitoring
 from engram.backends.mongo import MongoDatabase
 from engram.domain.documents import DocumentWrite, Erasure
 from engram.domain.spaces import SpaceRef, Visibility
-from engram.events.mongo_outbox import OUTBOX_POLL_SECONDS, MongoOutbox
+from engram.events.mongo_outbox import CLEAR_EVERY_SECONDS, OUTBOX_POLL_SECONDS, MongoOutbox
 from engram.storage.mongo_repository import MongoDocumentRepository
 from tests.support.backends import RealBackends
 
@@ -149,5 +150,37 @@ async def test_the_periodic_read_under_load_leaves_young_pointers_to_their_write
     messages = await outbox.pending(10)
     assert [m.event_id for m in messages] == [mine.event_id, old.event_id]
     await outbox.clear(messages)
-    # Nothing left in memory: the collection is read in full.
+    # Nothing left in memory: the collection is read, and the young pointer is still left
+    # to its writer until it is IN_FLIGHT old (its writer died, say).
+    assert await outbox.pending(10) == []
+    await database["outbox"].update_one(
+        {"_id": young.event_id}, {"$set": {"at": datetime.now(UTC) - timedelta(seconds=30)}}
+    )
     assert [m.event_id for m in await outbox.pending(10)] == [young.event_id]
+
+
+async def test_published_pointers_are_deleted_together_and_not_published_again(
+    watched: tuple[MongoDatabase, Commands],
+) -> None:
+    database, commands = watched
+    clock = [0.0]
+    repository = MongoDocumentRepository(database, retention=5)
+    await repository.ensure_indexes()
+    outbox = MongoOutbox(repository, clock=lambda: clock[0])
+    await outbox.pending(10)  # the first read of the collection
+    writes = [write(f"{name}.md", name) for name in ("a", "b", "c")]
+    for change in writes:
+        await repository.save(change)
+    commands.sent.clear()
+    # The relay publishes and clears one batch at a time.
+    for message in await outbox.pending(10):
+        await outbox.clear([message])
+    assert commands.sent[("delete", "outbox")] == 0, "no delete per batch"
+    # Memory is empty, so the collection is read: the published pointers still in it are
+    # not handed out again.
+    assert await outbox.pending(10) == []
+    assert commands.sent[("find", "outbox")] == 1
+    clock[0] += CLEAR_EVERY_SECONDS
+    assert await outbox.pending(10) == []
+    assert commands.sent[("delete", "outbox")] == 1, "one delete for the three"
+    assert await database["outbox"].count_documents({}) == 0

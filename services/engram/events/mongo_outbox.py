@@ -5,13 +5,20 @@ The relay is fed from memory: the repository hands over each UPSERT or DELETE it
 is read when nothing waits in memory, when an erasure was committed (its event goes out
 only once the erasure is finished), when memory overflowed, and at least every
 OUTBOX_POLL_SECONDS under load, for what memory never held: another process's leftovers,
-and pointers of a writer that crashed. That last read skips pointers younger than
-IN_FLIGHT (writes still committing here or in another process, which their own relay
-publishes from memory), so it does not publish them a second time. Before an event read
-from the collection goes out its document head is rolled forward, so a crash between a
-revision insert and its head update is repaired by the relay, not left for good. A pointer
-stays in the collection until its event is published, memory or not, so a crash loses
-nothing.
+and pointers of a writer that crashed. Each read skips pointers younger than IN_FLIGHT
+(writes still committing here or in another process, which their own relay publishes from
+memory), so it neither looks up revisions still being written nor publishes an event a
+second time; only the first read and those after an erasure or an overflow take them all.
+Before an event read from the collection goes out its document head is rolled forward, so
+a crash between a revision insert and its head update is repaired by the relay, not left
+for good. A pointer stays in the collection until its event is published, memory or not,
+so a crash loses nothing.
+
+Published events' pointers are deleted together, at most every CLEAR_EVERY_SECONDS (and
+whenever the backlog is counted): one command for the relay batches of that time instead
+of one per batch, which at one write at a time was one command per write. Until then the
+collection reads skip a published pointer, so it is not published again; after a crash
+it is, and consumers tolerate that (JetStream drops the duplicate by its event id).
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ MEMORY_LIMIT = 10_000
 OUTBOX_POLL_SECONDS = 1.0
 # ... for pointers at least this old.
 IN_FLIGHT = timedelta(seconds=5)
+# Published events' pointers are deleted at most this often (one command for all of them).
+CLEAR_EVERY_SECONDS = 0.5
 
 
 class MongoOutbox:
@@ -47,6 +56,9 @@ class MongoOutbox:
         self._memory: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._look = True  # read the collection at the next `pending`
         self._looked_at = clock()
+        # Published events whose pointers are not deleted yet (an ordered set).
+        self._published: dict[str, None] = {}
+        self._cleared_at = clock()
         repository.on_commit(self._committed)
 
     def _committed(self, event_id: str, revision: dict[str, Any] | None) -> None:
@@ -61,16 +73,16 @@ class MongoOutbox:
             self._look = True
 
     async def pending(self, limit: int) -> list[OutboxMessage]:
+        await self._delete_published(now=False)
         found = list(islice(self._memory.items(), limit))
         now = self._clock()
         if len(found) < limit and (
             not found or self._look or now - self._looked_at >= OUTBOX_POLL_SECONDS
         ):
-            # Only the periodic read under load skips the youngest pointers.
-            min_age = IN_FLIGHT if found and not self._look else None
+            min_age = None if self._look else IN_FLIGHT
             self._look, self._looked_at = False, now
             stored = await self._repository.pending_revisions(
-                limit, skip=self._memory.keys(), min_age=min_age
+                limit, skip=self._memory.keys() | self._published.keys(), min_age=min_age
             )
             found += stored[: limit - len(found)]
         messages: list[OutboxMessage] = []
@@ -88,9 +100,24 @@ class MongoOutbox:
         return messages
 
     async def clear(self, messages: Sequence[OutboxMessage]) -> None:
-        await self._repository.clear_events([message.key for message in messages])
         for message in messages:
             self._memory.pop(message.key, None)
+            self._published[message.key] = None
+        await self._delete_published(now=False)
 
     async def backlog(self) -> int:
+        await self._delete_published(now=True)
         return await self._repository.outbox_backlog()
+
+    async def _delete_published(self, *, now: bool) -> None:
+        """Deletes the published events' pointers: `now`, or if CLEAR_EVERY_SECONDS have
+        passed since the last delete. If that fails, they are deleted with the next."""
+        if not self._published or (
+            not now and self._clock() - self._cleared_at < CLEAR_EVERY_SECONDS
+        ):
+            return
+        keys = list(self._published)
+        await self._repository.clear_events(keys)
+        self._cleared_at = self._clock()
+        for key in keys:
+            self._published.pop(key, None)
