@@ -74,6 +74,19 @@ def write(path: str, content: str, *, version: int = 0, document_id: str = "") -
     )
 
 
+async def clocked_outbox(
+    database: MongoDatabase,
+) -> tuple[list[float], MongoDocumentRepository, MongoOutbox]:
+    """A repository and its outbox on a clock the test moves (`clock[0]`), after the
+    outbox's first read of the collection."""
+    clock = [0.0]
+    repository = MongoDocumentRepository(database, retention=5)
+    await repository.ensure_indexes()
+    outbox = MongoOutbox(repository, clock=lambda: clock[0])
+    await outbox.pending(10)
+    return clock, repository, outbox
+
+
 async def test_committed_changes_are_pending_from_memory(
     watched: tuple[MongoDatabase, Commands],
 ) -> None:
@@ -131,11 +144,7 @@ async def test_the_periodic_read_under_load_leaves_young_pointers_to_their_write
     watched: tuple[MongoDatabase, Commands],
 ) -> None:
     database, _ = watched
-    clock = [0.0]
-    repository = MongoDocumentRepository(database, retention=5)
-    await repository.ensure_indexes()
-    outbox = MongoOutbox(repository, clock=lambda: clock[0])
-    await outbox.pending(10)  # the first read of the collection
+    clock, repository, outbox = await clocked_outbox(database)
     other = MongoDocumentRepository(database, retention=5)
     young = write("young.md", "still committing elsewhere")
     await other.save(young)
@@ -163,11 +172,7 @@ async def test_published_pointers_are_deleted_together_and_not_published_again(
     watched: tuple[MongoDatabase, Commands],
 ) -> None:
     database, commands = watched
-    clock = [0.0]
-    repository = MongoDocumentRepository(database, retention=5)
-    await repository.ensure_indexes()
-    outbox = MongoOutbox(repository, clock=lambda: clock[0])
-    await outbox.pending(10)  # the first read of the collection
+    clock, repository, outbox = await clocked_outbox(database)
     writes = [write(f"{name}.md", name) for name in ("a", "b", "c")]
     for change in writes:
         await repository.save(change)
