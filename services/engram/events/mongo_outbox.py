@@ -56,8 +56,8 @@ class MongoOutbox:
         self._memory: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._look = True  # read the collection at the next `pending`
         self._looked_at = clock()
-        # Published events whose pointers are not deleted yet (an ordered set).
-        self._published: dict[str, None] = {}
+        # Published events whose pointers are not deleted yet.
+        self._published: set[str] = set()
         self._cleared_at = clock()
         repository.on_commit(self._committed)
 
@@ -82,7 +82,7 @@ class MongoOutbox:
             min_age = None if self._look else IN_FLIGHT
             self._look, self._looked_at = False, now
             stored = await self._repository.pending_revisions(
-                limit, skip=self._memory.keys() | self._published.keys(), min_age=min_age
+                limit, skip=self._memory.keys() | self._published, min_age=min_age
             )
             found += stored[: limit - len(found)]
         messages: list[OutboxMessage] = []
@@ -102,7 +102,7 @@ class MongoOutbox:
     async def clear(self, messages: Sequence[OutboxMessage]) -> None:
         for message in messages:
             self._memory.pop(message.key, None)
-            self._published[message.key] = None
+            self._published.add(message.key)
         await self._delete_published(now=False)
 
     async def backlog(self) -> int:
@@ -119,5 +119,4 @@ class MongoOutbox:
         keys = list(self._published)
         await self._repository.clear_events(keys)
         self._cleared_at = self._clock()
-        for key in keys:
-            self._published.pop(key, None)
+        self._published.difference_update(keys)
