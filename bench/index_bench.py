@@ -68,7 +68,7 @@ from engram.indexer.embedders.local import (
     load_tokenizer,
     open_session,
 )
-from engram.indexer.ports import KeywordIndex, VectorIndex
+from engram.indexes.ports import KeywordIndex, VectorIndex
 from engram.runtime.settings import Settings
 from engram.v1 import search_pb2, search_pb2_grpc, space_pb2, storage_pb2, storage_pb2_grpc
 

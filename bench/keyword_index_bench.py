@@ -35,9 +35,9 @@ from typing import Any
 from benchlib import load_launcher, percentile
 
 from engram.domain.chunks import Chunk, chunk_id
-from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex, WriteRefresh
-from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
-from engram.indexer.ports import KeywordIndex
+from engram.indexes.keyword.opensearch_index import OpenSearchKeywordIndex, WriteRefresh
+from engram.indexes.keyword.tantivy_index import TantivyKeywordIndex
+from engram.indexes.ports import KeywordIndex
 
 ROOT = Path(__file__).resolve().parents[1]
 TOP_K = 50

@@ -380,7 +380,7 @@ async def serve_search(args: argparse.Namespace) -> None:
     """`engram serve search` with the embedded vector index at ENGRAM_VECTOR_DIR in place of
     the Qdrant server."""
     from engram.app.production import search_on_backends
-    from engram.indexer.vector.numpy_index import NumpyVectorIndex
+    from engram.indexes.vector.numpy_index import NumpyVectorIndex
     from engram.runtime.server import stop_on_signals
     from engram.runtime.settings import Settings
 

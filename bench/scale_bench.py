@@ -66,11 +66,11 @@ from engram.authz.enforcement import PolicyAuthorizer
 from engram.domain.chunks import Chunk, ModelInfo, chunk_id
 from engram.domain.principals import LOCAL_ADMIN
 from engram.domain.spaces import SpaceRef, Visibility
-from engram.indexer.keyword import tantivy_index
-from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
-from engram.indexer.ports import Embedder, Vectors
-from engram.indexer.vector import numpy_index
-from engram.indexer.vector.numpy_index import NumpyVectorIndex
+from engram.indexes.keyword import tantivy_index
+from engram.indexes.keyword.tantivy_index import TantivyKeywordIndex
+from engram.indexes.ports import Embedder, Vectors
+from engram.indexes.vector import numpy_index
+from engram.indexes.vector.numpy_index import NumpyVectorIndex
 from engram.search.errors import SearchUnavailable
 from engram.search.query_cache import QueryEmbeddingCache
 from engram.search.service import SearchMode, SearchQuery, SearchService

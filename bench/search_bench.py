@@ -54,10 +54,10 @@ from engram.domain.fusion import FusionParams, RankedHit, fuse
 from engram.domain.principals import LOCAL_ADMIN
 from engram.domain.spaces import SpaceRef, Visibility
 from engram.indexer.embedders.local import LocalOnnxEmbedder
-from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
-from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
-from engram.indexer.ports import KeywordIndex
-from engram.indexer.vector.numpy_index import NumpyVectorIndex
+from engram.indexes.keyword.opensearch_index import OpenSearchKeywordIndex
+from engram.indexes.keyword.tantivy_index import TantivyKeywordIndex
+from engram.indexes.ports import KeywordIndex
+from engram.indexes.vector.numpy_index import NumpyVectorIndex
 from engram.runtime.settings import Settings
 from engram.search.embedders import ModelEmbedders
 from engram.search.query_cache import QueryEmbeddingCache

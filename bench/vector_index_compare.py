@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engram.domain.chunks import Chunk, ModelInfo
-from engram.indexer.vector.numpy_index import NumpyVectorIndex
+from engram.indexes.vector.numpy_index import NumpyVectorIndex
 
 DIM = 384
 TOP_K = 20

@@ -22,8 +22,8 @@ from engram.domain.principals import LOCAL_ADMIN
 from engram.domain.spaces import parse_space_id
 from engram.events.jetstream import JetStreamPublisher
 from engram.indexer.jetstream_consumer import JetStreamReindexQueue
-from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
-from engram.indexer.vector.numpy_index import NumpyVectorIndex
+from engram.indexes.keyword.tantivy_index import TantivyKeywordIndex
+from engram.indexes.vector.numpy_index import NumpyVectorIndex
 from engram.maintenance.hygiene import (
     DuplicateReportJob,
     LogRetentionJob,

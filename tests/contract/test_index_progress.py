@@ -15,7 +15,7 @@ import pytest
 from engram.backends.mongo import connect
 from engram.backends.sqlite import SqliteDatabase
 from engram.domain.positions import FINISHED, IndexLeg, IndexPosition
-from engram.indexer.progress import (
+from engram.indexes.progress import (
     SCHEMA,
     IndexProgress,
     MongoIndexProgress,

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from engram.domain.chunks import Chunk, ModelInfo, chunk_id
-from engram.indexer.ports import Vectors
-from engram.indexer.vector.numpy_index import NumpyVectorIndex
+from engram.indexes.ports import Vectors
+from engram.indexes.vector.numpy_index import NumpyVectorIndex
 
 pytestmark = pytest.mark.contract
 

@@ -15,9 +15,9 @@ import pytest
 
 from engram.domain.chunks import Chunk, IndexedDocument, chunk_id
 from engram.domain.errors import InvalidArgument
-from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
-from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
-from engram.indexer.ports import IndexUnavailable, KeywordIndex
+from engram.indexes.keyword.opensearch_index import OpenSearchKeywordIndex
+from engram.indexes.keyword.tantivy_index import TantivyKeywordIndex
+from engram.indexes.ports import IndexUnavailable, KeywordIndex
 from engram.runtime.settings import Settings
 from tests.support.backends import RealBackends, load_launcher
 

@@ -28,11 +28,11 @@ from engram.domain.policy import TENANT_MISMATCH
 from engram.domain.principals import Principal, Role
 from engram.domain.spaces import SpaceRef, Visibility
 from engram.indexer.embedders.local import LocalOnnxEmbedder
-from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
-from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
-from engram.indexer.ports import Embedder, KeywordIndex, VectorIndex, Vectors
-from engram.indexer.vector.numpy_index import NumpyVectorIndex
-from engram.indexer.vector.qdrant_index import QdrantVectorIndex
+from engram.indexes.keyword.opensearch_index import OpenSearchKeywordIndex
+from engram.indexes.keyword.tantivy_index import TantivyKeywordIndex
+from engram.indexes.ports import Embedder, KeywordIndex, VectorIndex, Vectors
+from engram.indexes.vector.numpy_index import NumpyVectorIndex
+from engram.indexes.vector.qdrant_index import QdrantVectorIndex
 from engram.search.embedders import ModelEmbedders
 from engram.search.errors import SearchUnavailable
 from engram.search.query_cache import QueryEmbeddingCache

@@ -19,10 +19,10 @@ from qdrant_client import AsyncQdrantClient
 
 from engram.domain.chunks import Chunk, IndexedDocument, ModelInfo, chunk_id
 from engram.domain.errors import InvalidArgument
-from engram.indexer.ports import IndexModelMismatch, IndexUnavailable, VectorIndex, Vectors
-from engram.indexer.vector import numpy_index
-from engram.indexer.vector.numpy_index import NumpyVectorIndex
-from engram.indexer.vector.qdrant_index import QdrantVectorIndex, point_id
+from engram.indexes.ports import IndexModelMismatch, IndexUnavailable, VectorIndex, Vectors
+from engram.indexes.vector import numpy_index
+from engram.indexes.vector.numpy_index import NumpyVectorIndex
+from engram.indexes.vector.qdrant_index import QdrantVectorIndex, point_id
 
 pytestmark = [
     pytest.mark.contract,
@@ -197,7 +197,7 @@ async def test_multi_space_search_merges_by_score(index: VectorIndex) -> None:
 async def test_path_prefix_selects_a_directory_or_a_document_before_ranking(
     index: VectorIndex,
 ) -> None:
-    # The keyword indexes' rule (engram.indexer.keyword.scoping): whole path segments only.
+    # The keyword indexes' rule (engram.indexes.keyword.scoping): whole path segments only.
     _, top = await put(index, "s1", "MEMORY.md", 2, seed=30)
     await put(index, "s1", "daily/2026-11-01.md", 2, seed=31)
     await put(index, "s1", "daily/2026-12-01.md", 2, seed=32)

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from engram.cli import demo
 from engram.domain.chunks import ScoredChunk
-from engram.indexer.ports import IndexUnavailable
+from engram.indexes.ports import IndexUnavailable
 from tests.conftest import EngramFactory
 
 pytestmark = pytest.mark.e2e

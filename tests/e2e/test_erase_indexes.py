@@ -21,7 +21,7 @@ import pytest
 from engram.app.embedded import EmbeddedEngram, embedded_engram
 from engram.app.production import open_indexer, storage_on_mongo
 from engram.backends.mongo import connect
-from engram.indexer.ports import KeywordIndex, VectorIndex
+from engram.indexes.ports import KeywordIndex, VectorIndex
 from engram.v1 import search_pb2, search_pb2_grpc, storage_pb2, storage_pb2_grpc
 from tests.e2e.test_indexer_jetstream import STREAM, Deployment, eventually
 from tests.support.backends import RealBackends

@@ -26,7 +26,7 @@ from engram.domain.chunking import build_chunks
 from engram.domain.chunks import Chunk
 from engram.domain.errors import EngramError
 from engram.indexer.jetstream_consumer import DEAD_LETTER_STREAM, DEAD_LETTER_SUBJECT
-from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
+from engram.indexes.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.runtime.settings import Settings
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.v1 import indexer_pb2, indexer_pb2_grpc, storage_pb2, storage_pb2_grpc

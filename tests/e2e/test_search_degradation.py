@@ -27,8 +27,8 @@ from engram.domain.chunking import build_chunks
 from engram.domain.errors import EngramError
 from engram.domain.spaces import SpaceRef, Visibility
 from engram.indexer.embedders.local import LocalOnnxEmbedder
-from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
-from engram.indexer.vector.qdrant_index import QdrantVectorIndex
+from engram.indexes.keyword.opensearch_index import OpenSearchKeywordIndex
+from engram.indexes.vector.qdrant_index import QdrantVectorIndex
 from engram.runtime.settings import Settings
 from engram.v1 import search_pb2, search_pb2_grpc, space_pb2
 from tests.support.backends import RealBackends

@@ -50,13 +50,13 @@ from engram.events.jetstream import ensure_stream
 from engram.events.ports import OutboxMessage
 from engram.indexer.embedders.local import LocalOnnxEmbedder
 from engram.indexer.embedding_cache import CachedEmbedder, SqliteEmbeddingCache
-from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
-from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
 from engram.indexer.models import IndexModels
 from engram.indexer.sources import RepositoryDocumentSource
-from engram.indexer.vector.numpy_index import NumpyVectorIndex
-from engram.indexer.vector.qdrant_index import QdrantVectorIndex
 from engram.indexer.worker import IndexWorker, coalesce, read_event
+from engram.indexes.keyword.opensearch_index import OpenSearchKeywordIndex
+from engram.indexes.keyword.tantivy_index import TantivyKeywordIndex
+from engram.indexes.vector.numpy_index import NumpyVectorIndex
+from engram.indexes.vector.qdrant_index import QdrantVectorIndex
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.service import WriteMode
 from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc

@@ -18,8 +18,8 @@ from engram.authz.mongo_audit import MongoAuditLog
 from engram.backends.mongo import MongoDatabase
 from engram.domain.principals import LOCAL_ADMIN, MAINTENANCE
 from engram.domain.spaces import SpaceRef
-from engram.indexer.ports import KeywordIndex, VectorIndex
 from engram.indexer.service import ReindexQueue
+from engram.indexes.ports import KeywordIndex, VectorIndex
 from engram.maintenance.ports import MaintenanceDeps
 from engram.quota.mongo_ledger import MongoUsageLedger
 from engram.quota.service import QuotaService

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from engram.domain.errors import InvalidArgument
 from engram.indexer.embedders.batching import EmbeddingBatcher
 from engram.indexer.embedders.local import LocalOnnxEmbedder, _runs
-from engram.indexer.ports import IndexUnavailable, Vectors
+from engram.indexes.ports import IndexUnavailable, Vectors
 
 # Every test is bounded: a batcher that lost a call would otherwise hang the suite.
 BOUND = 10.0

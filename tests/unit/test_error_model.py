@@ -108,7 +108,7 @@ def test_readme_documents_every_reason_under_its_code() -> None:
 
 
 def test_index_unavailable_is_unavailable() -> None:
-    from engram.indexer.ports import IndexUnavailable
+    from engram.indexes.ports import IndexUnavailable
 
     error = IndexUnavailable("qdrant collections failed: connection refused")
     assert status_code_for(error) == grpc.StatusCode.UNAVAILABLE

@@ -29,7 +29,7 @@ from engram.indexer.embedders.local import DIMENSION
 from engram.indexer.embedders.ollama import OllamaEmbedder
 from engram.indexer.embedders.openai import OpenAICompatibleEmbedder
 from engram.indexer.embedding_cache import CachedEmbedder, SqliteEmbeddingCache
-from engram.indexer.ports import IndexUnavailable
+from engram.indexes.ports import IndexUnavailable
 from engram.runtime.settings import Settings
 from tests.support.openai_test_double import (
     EMBEDDINGS_PATH,

@@ -28,9 +28,9 @@ from engram.indexer.jetstream_consumer import (
     retry_delay,
 )
 from engram.indexer.service import REINDEX_EVENT_PREFIX, reindex_events
-from engram.indexer.vector.numpy_index import NumpyVectorIndex
-from engram.indexer.vector.qdrant_index import QdrantVectorIndex
 from engram.indexer.worker import UndecodableEvent, coalesce, read_event
+from engram.indexes.vector.numpy_index import NumpyVectorIndex
+from engram.indexes.vector.qdrant_index import QdrantVectorIndex
 from engram.runtime.settings import Settings
 from engram.v1 import space_pb2
 from engram.wire import encode_event

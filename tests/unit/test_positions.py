@@ -22,7 +22,7 @@ from engram.domain.positions import (
     behind,
     merge_positions,
 )
-from engram.indexer.progress import SCHEMA, SqliteIndexProgress, wait_for_positions
+from engram.indexes.progress import SCHEMA, SqliteIndexProgress, wait_for_positions
 
 SPACE = "v1:private:local::::notes"
 OTHER = "v1:private:local::::other"

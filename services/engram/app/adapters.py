@@ -24,11 +24,11 @@ from engram.authz.tokens import JwtVerifier, RemoteJwks, TokenAuthenticator, Tok
 from engram.backends.mongo import MongoDatabase, connect, mongo_errors
 from engram.backends.sqlite import SqliteDatabase
 from engram.indexer.embedding_cache import SCHEMA as EMBEDDING_CACHE_SCHEMA
-from engram.indexer.keyword.opensearch_index import OpenSearchKeywordIndex
-from engram.indexer.keyword.tantivy_index import TantivyKeywordIndex
-from engram.indexer.ports import VectorIndex
-from engram.indexer.progress import SCHEMA as INDEX_PROGRESS_SCHEMA
-from engram.indexer.vector.numpy_index import NumpyVectorIndex
+from engram.indexes.keyword.opensearch_index import OpenSearchKeywordIndex
+from engram.indexes.keyword.tantivy_index import TantivyKeywordIndex
+from engram.indexes.ports import VectorIndex
+from engram.indexes.progress import SCHEMA as INDEX_PROGRESS_SCHEMA
+from engram.indexes.vector.numpy_index import NumpyVectorIndex
 from engram.maintenance.dream_watermarks import SCHEMA as DREAM_WATERMARK_SCHEMA
 from engram.maintenance.sqlite_stores import SCHEMA as MAINTENANCE_SCHEMA
 from engram.quota.sqlite_ledger import SCHEMA as LEDGER_SCHEMA
@@ -104,7 +104,7 @@ def embedded_vector_index(settings: Settings) -> NumpyVectorIndex:
 
 def vector_index(choice: VectorChoice) -> VectorIndex:
     """The vector index the production settings chose (`engram.app.config.vector_choice`)."""
-    from engram.indexer.vector.qdrant_index import QdrantVectorIndex
+    from engram.indexes.vector.qdrant_index import QdrantVectorIndex
 
     match choice:
         case EmbeddedVectors(directory):

@@ -48,9 +48,9 @@ from engram.events.sqlite_feed import SqliteChangeFeed
 from engram.events.sqlite_outbox import SqliteOutbox
 from engram.indexer.embedding_cache import SqliteEmbeddingCache
 from engram.indexer.outbox_feed import OutboxIndexHandler, OutboxReindexQueue
-from engram.indexer.progress import SqliteIndexProgress
 from engram.indexer.service import IndexerService
 from engram.indexer.sources import RepositoryDocumentSource
+from engram.indexes.progress import SqliteIndexProgress
 from engram.maintenance.dream_watermarks import SqliteWatermarkStore
 from engram.maintenance.ports import MaintenanceDeps
 from engram.maintenance.sqlite_stores import (

@@ -22,16 +22,16 @@ from engram.indexer.models import (
     known_model,
     warm_embedder,
 )
-from engram.indexer.ports import (
+from engram.indexer.sources import DocumentSource
+from engram.indexer.worker import IndexWorker
+from engram.indexes.ports import (
     Embedder,
     EmbeddingCache,
     IndexUnavailable,
     KeywordIndex,
     VectorIndex,
 )
-from engram.indexer.progress import IndexProgress
-from engram.indexer.sources import DocumentSource
-from engram.indexer.worker import IndexWorker
+from engram.indexes.progress import IndexProgress
 from engram.runtime.rate_limit import RateLimitStore
 from engram.search.embedders import ModelEmbedders
 from engram.search.query_cache import QueryEmbeddingCache

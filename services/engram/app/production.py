@@ -64,10 +64,10 @@ from engram.events.mongo_outbox import MongoOutbox
 from engram.events.relay import OutboxRelay
 from engram.indexer.embedding_cache import MongoIdEmbeddingCache
 from engram.indexer.jetstream_consumer import JetStreamIndexConsumer, JetStreamReindexQueue
-from engram.indexer.ports import VectorIndex
-from engram.indexer.progress import MongoIndexProgress
 from engram.indexer.service import IndexerService
 from engram.indexer.sources import RepositoryDocumentSource, StorageClientDocumentSource
+from engram.indexes.ports import VectorIndex
+from engram.indexes.progress import MongoIndexProgress
 from engram.maintenance.dream_watermarks import MongoWatermarkStore
 from engram.maintenance.mongo_stores import (
     MongoJobRunStore,

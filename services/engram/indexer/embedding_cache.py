@@ -20,7 +20,7 @@ from pymongo.errors import BulkWriteError
 from engram.backends.mongo import MongoDatabase, mongo_errors
 from engram.backends.sqlite import SqliteDatabase
 from engram.domain.chunks import ModelInfo
-from engram.indexer.ports import Embedder, EmbeddingCache, IndexUnavailable, Vectors
+from engram.indexes.ports import Embedder, EmbeddingCache, IndexUnavailable, Vectors
 
 # SQLite caps bound parameters per statement (32766 in current builds); stay well under.
 _SQL_BATCH = 500

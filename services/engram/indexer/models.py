@@ -29,7 +29,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 from engram.domain.chunks import ModelInfo
 from engram.domain.errors import EngramError
 from engram.domain.spaces import SpaceRef
-from engram.indexer.ports import Embedder, VectorIndex
+from engram.indexes.ports import Embedder, VectorIndex
 from engram.runtime.retrying import log_before_retry
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from engram.domain.ports import Authorizer
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
 from engram.indexer.models import IndexModels
-from engram.indexer.ports import VectorIndex
 from engram.indexer.sources import DocumentSource
+from engram.indexes.ports import VectorIndex
 from engram.runtime.tracing import TraceContext, current_trace_context
 
 log = logging.getLogger(__name__)

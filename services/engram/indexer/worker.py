@@ -52,9 +52,9 @@ from engram.domain.errors import EngramError, InvalidArgument, Unavailable
 from engram.domain.positions import IndexLeg, applied_versions
 from engram.domain.spaces import SpaceRef
 from engram.indexer.models import IndexModels, ModelTarget
-from engram.indexer.ports import IndexModelMismatch, KeywordIndex, VectorIndex, Vectors
-from engram.indexer.progress import IndexProgress
 from engram.indexer.sources import DocumentSource
+from engram.indexes.ports import IndexModelMismatch, KeywordIndex, VectorIndex, Vectors
+from engram.indexes.progress import IndexProgress
 from engram.runtime.keyed_locks import KeyedLocks
 from engram.runtime.tracing import consumer_span
 from engram.wire import decode_event

@@ -11,8 +11,8 @@ from engram.domain.maintenance import JobReport, JobRun, SpaceSettings
 from engram.domain.maintenance_rules import LastRuns
 from engram.domain.principals import Principal
 from engram.domain.spaces import SpaceRef
-from engram.indexer.ports import KeywordIndex, VectorIndex
 from engram.indexer.service import ReindexQueue
+from engram.indexes.ports import KeywordIndex, VectorIndex
 from engram.quota.service import QuotaService
 from engram.storage.ports import DocumentRepository
 from engram.storage.service import StorageService

@@ -19,7 +19,7 @@ from functools import partial
 from engram.domain.chunks import ModelInfo
 from engram.indexer.embedders import EmbedderConfig, embedder_for_model
 from engram.indexer.models import close_embedder, warm_embedder
-from engram.indexer.ports import Embedder
+from engram.indexes.ports import Embedder
 
 EmbedderFactory = Callable[[ModelInfo], Embedder | None]
 

@@ -1,12 +1,12 @@
 """What the search service needs from its neighbours (the indexes' ports live in
-`engram.indexer.ports`, the authorizer in `engram.domain.ports`)."""
+`engram.indexes.ports`, the authorizer in `engram.domain.ports`)."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
 from engram.domain.chunks import ModelInfo
-from engram.indexer.ports import Embedder
+from engram.indexes.ports import Embedder
 
 
 class QueryEmbedders(Protocol):

@@ -16,7 +16,7 @@ from collections import OrderedDict
 import numpy as np
 from prometheus_client import Counter, Histogram
 
-from engram.indexer.ports import Embedder, Vectors
+from engram.indexes.ports import Embedder, Vectors
 
 QUERY_CACHE = Counter(
     "engram_search_query_cache_total",

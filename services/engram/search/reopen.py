@@ -9,7 +9,7 @@ import logging
 
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential
 
-from engram.indexer.ports import IndexUnavailable, KeywordIndex, VectorIndex
+from engram.indexes.ports import IndexUnavailable, KeywordIndex, VectorIndex
 from engram.runtime.retrying import log_before_retry
 from engram.runtime.tasks import cancel_and_wait
 

@@ -11,7 +11,7 @@
    fails with UNAVAILABLE.
 
 Read-your-writes: a query carrying `min_positions` (what writes answered) makes each leg
-first wait until its index has reached them (engram.indexer.progress), within one wait
+first wait until its index has reached them (engram.indexes.progress), within one wait
 budget: the request deadline less the backend timeout, the query's `max_wait_seconds` and
 the server's `max_wait_seconds`, whichever is shortest. A leg still behind when the budget
 is spent searches anyway and the answer is degraded, the reason naming that index and how
@@ -39,13 +39,13 @@ from engram.domain.ports import Authorizer
 from engram.domain.positions import IndexLeg, IndexPosition, merge_positions
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
-from engram.indexer.ports import (
+from engram.indexes.ports import (
     IndexModelMismatch,
     IndexUnavailable,
     KeywordIndex,
     VectorIndex,
 )
-from engram.indexer.progress import IndexProgress, wait_for_positions
+from engram.indexes.progress import IndexProgress, wait_for_positions
 from engram.search.errors import SearchUnavailable
 from engram.search.ports import QueryEmbedders
 from engram.search.query_cache import QueryEmbeddingCache

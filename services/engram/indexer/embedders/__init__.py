@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from engram.domain.chunks import ModelInfo
-from engram.indexer.ports import Embedder
+from engram.indexes.ports import Embedder
 
 if TYPE_CHECKING:
     from engram.indexer.embedders.http import QueryBatching

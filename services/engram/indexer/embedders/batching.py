@@ -34,7 +34,7 @@ import numpy as np
 from prometheus_client import Histogram
 
 from engram.domain.errors import EngramError
-from engram.indexer.ports import IndexUnavailable, Vectors
+from engram.indexes.ports import IndexUnavailable, Vectors
 
 BATCH_TEXTS = Histogram(
     "engram_embed_batch_texts",

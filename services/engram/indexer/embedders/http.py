@@ -23,7 +23,7 @@ from tenacity import (
 from engram.domain.chunks import ModelInfo
 from engram.indexer.embedders.batching import EmbeddingBatcher
 from engram.indexer.embedders.vectors import l2_normalise
-from engram.indexer.ports import IndexUnavailable, Vectors
+from engram.indexes.ports import IndexUnavailable, Vectors
 
 # Worth another try: rate limits and the gateway/overload family.
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})

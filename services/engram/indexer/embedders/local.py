@@ -24,7 +24,7 @@ from tokenizers import Tokenizer
 from engram.domain.chunks import ModelInfo
 from engram.indexer.embedders.batching import EmbeddingBatcher
 from engram.indexer.embedders.vectors import l2_normalise
-from engram.indexer.ports import IndexUnavailable, Vectors
+from engram.indexes.ports import IndexUnavailable, Vectors
 from engram.runtime.priority import lower_thread_priority
 
 MODEL_ID = "minilm-l6-v2-int8"

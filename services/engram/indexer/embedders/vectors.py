@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engram.indexer.ports import Vectors
+from engram.indexes.ports import Vectors
 
 
 def l2_normalise(vectors: Vectors) -> Vectors:

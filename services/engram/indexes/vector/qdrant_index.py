@@ -35,7 +35,7 @@ from qdrant_client.http.exceptions import ApiException
 from engram.domain.chunks import Chunk, IndexedDocument, ModelInfo, ScoredChunk, indexed_documents
 from engram.domain.errors import InvalidArgument
 from engram.domain.scoping import PATH_SCOPES_FIELD, normalize_path_prefix, path_scopes
-from engram.indexer.ports import IndexModelMismatch, IndexUnavailable, Vectors
+from engram.indexes.ports import IndexModelMismatch, IndexUnavailable, Vectors
 
 # Point ids are UUID5s of the chunk id in this namespace (stable across processes).
 POINT_NAMESPACE = uuid.UUID("6f1d2a4e-5c1b-4f55-9e0a-3c7f5c2e9a11")

@@ -51,7 +51,7 @@ from engram.domain.scoping import (
     normalize_path_prefix,
     path_scopes,
 )
-from engram.indexer.ports import IndexUnavailable
+from engram.indexes.ports import IndexUnavailable
 
 DEFAULT_ALIAS = "engram-chunks"
 WriteRefresh = Literal["true", "wait_for"]

@@ -53,7 +53,7 @@ from engram.backends.sqlite import SqliteDatabase
 from engram.domain.chunks import Chunk, IndexedDocument, ModelInfo, ScoredChunk, indexed_documents
 from engram.domain.errors import InvalidArgument, Unavailable
 from engram.domain.scoping import normalize_path_prefix
-from engram.indexer.ports import IndexModelMismatch, IndexUnavailable, Vectors
+from engram.indexes.ports import IndexModelMismatch, IndexUnavailable, Vectors
 
 ALIAS_FILE = "alias.json"
 COLLECTIONS_DIR = "collections"

@@ -45,7 +45,7 @@ from engram.domain.scoping import (
     normalize_path_prefix,
     path_scopes,
 )
-from engram.indexer.ports import IndexUnavailable
+from engram.indexes.ports import IndexUnavailable
 from engram.runtime.priority import lower_thread_priority
 
 T = TypeVar("T")
