@@ -29,8 +29,17 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from engram.v1 import authz_pb2, authz_pb2_grpc, search_pb2, search_pb2_grpc, space_pb2
-from engram.v1 import storage_pb2, storage_pb2_grpc
+from engram.v1 import (
+    authz_pb2,
+    authz_pb2_grpc,
+    search_pb2,
+    search_pb2_grpc,
+    space_pb2,
+    storage_pb2,
+    storage_pb2_grpc,
+    workspace_pb2,
+    workspace_pb2_grpc,
+)
 from tests.conftest import REQUIRE_REAL_BACKENDS
 from tests.e2e.test_dev_server import free_port
 from tests.support.backends import load_launcher
@@ -50,6 +59,9 @@ PLAN_DRAFT = "# Plan\nA first draft.\n"
 PLAN_FINAL = "# Plan\nLaunch the zeppelin on Friday.\n"
 PLAN_STALE = "# Plan\nAn edit made on a stale copy.\n"
 SEARCH_QUERY = "zeppelin"
+# Agent writes (MemoryWrite) per principal per minute on the test's server, and how many writes
+# each program makes to meet the limit.
+AGENT_WRITES_PER_MINUTE, AGENT_WRITES = 2, 5
 
 
 def sha(text: str) -> str:
@@ -137,6 +149,7 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
         "ENGRAM_TLS_CERT_FILE": str(server.cert),
         "ENGRAM_TLS_KEY_FILE": str(server.key),
         "ENGRAM_TLS_CLIENT_CA_FILE": str(ca.path),
+        "ENGRAM_WORKSPACE_WRITES_PER_MINUTE": str(AGENT_WRITES_PER_MINUTE),
     }
     argv = [sys.executable, "-m", "engram", "dev", "--auth", "--port", str(port),
             "--data-dir", str(tmp / "state")]  # fmt: skip
@@ -244,6 +257,19 @@ def python_reference(server: DevServer, name: str) -> dict[str, Any]:
                 storage_pb2.ExportSpaceRequest(space=space), metadata=metadata, timeout=30
             )
         )
+        limited = {}
+        workspace = workspace_pb2_grpc.WorkspaceServiceStub(channel)
+        for _ in range(AGENT_WRITES):
+            try:
+                workspace.MemoryWrite(
+                    workspace_pb2.MemoryWriteRequest(
+                        space=space, target=workspace_pb2.MEMORY_TARGET_MEMORY, content="A note."
+                    ),
+                    metadata=metadata, timeout=30,
+                )  # fmt: skip
+            except grpc.RpcError as error:
+                limited = decode_rate_limited(error)
+                break
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(archive))) as tar:
         exported = sorted(member.name for member in tar.getmembers() if member.isfile())
     return {
@@ -259,6 +285,7 @@ def python_reference(server: DevServer, name: str) -> dict[str, Any]:
                   "kind": storage_pb2.ChangeKind.Name(c.kind).removeprefix("CHANGE_KIND_").lower()}
                  for c in rest],
         "export": exported,
+        "rate_limited": limited,
     }  # fmt: skip
 
 
@@ -271,6 +298,19 @@ def decode_conflict(error: grpc.RpcError) -> dict[str, str]:
         "code": error.code().name,  # type: ignore[attr-defined]
         "reason": info.reason,
         "current_sha256": info.metadata["current_sha256"],
+    }
+
+
+def decode_rate_limited(error: grpc.RpcError) -> dict[str, Any]:
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None, error
+    info, retry = error_details_pb2.ErrorInfo(), error_details_pb2.RetryInfo()
+    for detail in status.details:
+        detail.Unpack(info) or detail.Unpack(retry)
+    return {
+        "code": error.code().name,  # type: ignore[attr-defined]
+        "reason": info.reason,
+        "has_retry_delay": retry.retry_delay.ToTimedelta().total_seconds() > 0,
     }
 
 
@@ -298,6 +338,9 @@ def reference(dev_server: DevServer) -> dict[str, Any]:
         {"path": PLAN_PATH, "kind": "written", "version": 2, "sha256": sha(PLAN_FINAL)},
     ]
     assert summary["export"] == [MEMORY_PATH, PLAN_PATH]
+    assert summary["rate_limited"] == {
+        "code": "RESOURCE_EXHAUSTED", "reason": "RATE_LIMITED", "has_retry_delay": True,
+    }  # fmt: skip
     return summary
 
 

@@ -17,6 +17,7 @@ import { Parser } from "tar";
 import {
   ChangeKind,
   EngramError,
+  MemoryTarget,
   SearchMode,
   SpaceRefSchema,
   Visibility,
@@ -37,6 +38,9 @@ const PLAN_DRAFT = "# Plan\nA first draft.\n";
 const PLAN_FINAL = "# Plan\nLaunch the zeppelin on Friday.\n";
 const PLAN_STALE = "# Plan\nAn edit made on a stale copy.\n";
 const SEARCH_QUERY = "zeppelin";
+// Agent writes (MemoryWrite) are rate limited per principal; the test's server allows two a
+// minute, so this many writes always meet the limit.
+const AGENT_WRITES = 5;
 
 const { values: args } = parseArgs({
   options: {
@@ -131,7 +135,26 @@ async function run(engram: Engram, space: SpaceRef): Promise<object> {
     sha256: c.sha256,
   }));
 
-  return { writes, conflict, read, list, search, feed, export: await exportNames(engram, space, signal) };
+  const exported = await exportNames(engram, space, signal);
+
+  // Agent writes until the rate limit answers, with RetryInfo's delay.
+  let limited = {};
+  for (let n = 0; n < AGENT_WRITES; n++) {
+    try {
+      await engram.workspace.memoryWrite({ space, target: MemoryTarget.MEMORY, content: "A note." }, { signal });
+    } catch (error) {
+      if (!(error instanceof EngramError)) {
+        throw error;
+      }
+      limited = {
+        code: error.codeName,
+        reason: error.reason,
+        has_retry_delay: (error.retryDelayMs ?? 0) > 0,
+      };
+      break;
+    }
+  }
+  return { writes, conflict, read, list, search, feed, export: exported, rate_limited: limited };
 }
 
 /** Reads the feed until it has caught up with what was stored when the watch began. */

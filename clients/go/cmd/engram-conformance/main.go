@@ -35,6 +35,9 @@ const (
 	planFinal   = "# Plan\nLaunch the zeppelin on Friday.\n"
 	planStale   = "# Plan\nAn edit made on a stale copy.\n"
 	searchQuery = "zeppelin"
+	// Agent writes (MemoryWrite) are rate limited per principal; the test's server allows two
+	// a minute, so this many writes always meet the limit.
+	agentWrites = 5
 )
 
 type written struct {
@@ -70,14 +73,21 @@ type change struct {
 	Sha256  string `json:"sha256"`
 }
 
+type rateLimited struct {
+	Code          string `json:"code"`
+	Reason        string `json:"reason"`
+	HasRetryDelay bool   `json:"has_retry_delay"`
+}
+
 type summary struct {
-	Writes   []written `json:"writes"`
-	Conflict conflict  `json:"conflict"`
-	Read     read      `json:"read"`
-	List     []string  `json:"list"`
-	Search   search    `json:"search"`
-	Feed     []change  `json:"feed"`
-	Export   []string  `json:"export"`
+	Writes   []written   `json:"writes"`
+	Conflict conflict    `json:"conflict"`
+	Read     read        `json:"read"`
+	List     []string    `json:"list"`
+	Search   search      `json:"search"`
+	Feed     []change    `json:"feed"`
+	Export   []string    `json:"export"`
+	Limited  rateLimited `json:"rate_limited"`
 }
 
 func main() {
@@ -201,6 +211,20 @@ func run(addr string, opts engram.Options, name string) error {
 
 	if out.Export, err = export(ctx, client, space); err != nil {
 		return err
+	}
+
+	// Agent writes until the rate limit answers, with RetryInfo's delay.
+	for range agentWrites {
+		_, err = client.Workspace.MemoryWrite(ctx, &engramv1.MemoryWriteRequest{
+			Space: space, Target: engramv1.MemoryTarget_MEMORY_TARGET_MEMORY, Content: "A note.",
+		})
+		if errors.As(err, &failure) {
+			out.Limited = rateLimited{engram.CodeName(failure.Code), failure.Reason, failure.RetryDelay > 0}
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("memory write: %w", err)
+		}
 	}
 	encoder := json.NewEncoder(os.Stdout)
 	encoder.SetIndent("", "  ")
