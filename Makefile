@@ -85,7 +85,7 @@ $(PROTOC_GEN_ES):
 
 # The Go module's dependencies into the module cache and its packages compiled once, so that
 # `go build` runs offline afterwards (GOPROXY=off in the tests): a cache, not a vendor/ tree,
-# keeps some 30 MB of third-party Go source out of the repository.
+# keeps 15 MB (700 files) of third-party Go source out of the repository.
 $(GO_CLIENT_STAMP): clients/go/go.mod clients/go/go.sum
 	cd clients/go && $(GO_ENV) go mod download && $(GO_ENV) go build ./...
 	touch $@

@@ -50,6 +50,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 GO_MODULE = ROOT / "clients" / "go"
 TS_PACKAGE = ROOT / "clients" / "ts"
+NODE = shutil.which("node") or "node"
 
 # What every conformance program writes, in this order (clients/go/cmd/engram-conformance,
 # clients/ts/conformance/main.ts).
@@ -98,32 +99,33 @@ def run_tool(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None) -
 
 
 @pytest.fixture(scope="module")
-def go_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """clients/go's conformance program, built once (offline) from the tree as it is."""
+def go_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """clients/go's conformance program and quickstart example, built once (offline) from the
+    tree as it is, into the returned directory."""
     go = load_launcher()._find_go()
     if go is None:
         missing_toolchain("Go is not installed")
     if not (load_launcher().cache_dir() / "go" / "clients-build").is_dir():
         missing_toolchain("the Go client's modules are not cached")
-    binary = tmp_path_factory.mktemp("go") / "engram-conformance"
-    run_tool([go, "build", "-o", str(binary), "./cmd/engram-conformance"], cwd=GO_MODULE,
-             env=go_env())  # fmt: skip
-    return binary
+    out = tmp_path_factory.mktemp("go")
+    packages = ["./cmd/engram-conformance", "./examples/quickstart"]
+    run_tool([go, "build", "-o", f"{out}/", *packages], cwd=GO_MODULE, env=go_env())
+    return out
 
 
 @pytest.fixture(scope="module")
-def ts_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """clients/ts compiled once with its own tsc into a temporary directory that sees the
-    package's node_modules."""
-    node = shutil.which("node")
+def ts_programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """clients/ts compiled once with its own tsc into the returned directory, which sees the
+    package's node_modules and, as `@engram/client`, itself (as the built package does)."""
     tsc = TS_PACKAGE / "node_modules" / ".bin" / "tsc"
-    if node is None or not tsc.exists():
+    if shutil.which("node") is None or not tsc.exists():
         missing_toolchain("Node or clients/ts/node_modules is missing")
     out = tmp_path_factory.mktemp("ts")
     run_tool([str(tsc), "-p", str(TS_PACKAGE), "--outDir", str(out)], cwd=TS_PACKAGE)
-    (out / "package.json").write_text('{"type": "module"}\n')
+    package = {"name": "@engram/client", "type": "module", "exports": {".": "./src/index.js"}}
+    (out / "package.json").write_text(json.dumps(package))
     (out / "node_modules").symlink_to(TS_PACKAGE / "node_modules")
-    return out / "conformance" / "main.js"
+    return out
 
 
 @dataclass(frozen=True)
@@ -359,14 +361,52 @@ def summary_of(argv: list[str]) -> dict[str, Any]:
 
 
 def test_go_client_matches_python(
-    dev_server: DevServer, reference: dict[str, Any], go_program: Path
+    dev_server: DevServer, reference: dict[str, Any], go_programs: Path
 ) -> None:
-    go = [str(go_program), *client_args(dev_server), "-space", "conformance-go"]
-    assert summary_of(go) == reference
+    go = [str(go_programs / "engram-conformance"), *client_args(dev_server)]
+    assert summary_of([*go, "-space", "conformance-go"]) == reference
 
 
 def test_typescript_client_matches_python(
-    dev_server: DevServer, reference: dict[str, Any], ts_program: Path
+    dev_server: DevServer, reference: dict[str, Any], ts_programs: Path
 ) -> None:
-    node = [shutil.which("node") or "node", str(ts_program), *client_args(dev_server)]
+    node = [NODE, str(ts_programs / "conformance" / "main.js"), *client_args(dev_server)]
     assert summary_of([*node, "--space", "conformance-ts"]) == reference
+
+
+QUICKSTART_OUTPUT = "wrote MEMORY.md version 1\nrefused: ABORTED ETAG_MISMATCH\nfound MEMORY.md\n"
+
+
+def quickstart_env(server: DevServer, space: str) -> dict[str, str]:
+    """What a user of the CLI has set: the examples read the CLI's variables."""
+    return {
+        **os.environ,
+        "ENGRAM_ADDR": server.address,
+        "ENGRAM_TOKEN": server.token,
+        "ENGRAM_TLS_CA_FILE": str(server.ca),
+        "ENGRAM_TLS_CLIENT_CERT_FILE": str(server.client.cert),
+        "ENGRAM_TLS_CLIENT_KEY_FILE": str(server.client.key),
+        "ENGRAM_SPACE": space,
+    }
+
+
+def test_the_readme_quickstarts_run_as_written(
+    dev_server: DevServer, go_programs: Path, ts_programs: Path
+) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Go and TypeScript clients", 1)[1].split("\n### ", 1)[0]
+    for language, source in (
+        ("go", GO_MODULE / "examples" / "quickstart" / "main.go"),
+        ("ts", TS_PACKAGE / "examples" / "quickstart.ts"),
+    ):
+        assert f"```{language}\n{source.read_text()}```" in section, f"README shows {source}"
+    runs = {
+        "go": [str(go_programs / "quickstart")],
+        "ts": [NODE, str(ts_programs / "examples" / "quickstart.js")],
+    }
+    for language, argv in runs.items():
+        env = quickstart_env(dev_server, f"quickstart-{language}")
+        proc = subprocess.run(
+            argv, env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert (proc.returncode, proc.stdout) == (0, QUICKSTART_OUTPUT), (language, proc.stderr)

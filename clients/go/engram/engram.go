@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -139,4 +140,26 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 
 func (b bearer) RequireTransportSecurity() bool {
 	return b.secure
+}
+
+// DefaultAddr is the address `engram dev` serves on.
+const DefaultAddr = "127.0.0.1:50051"
+
+// FromEnv is the address and options the engram CLI would use from its environment:
+// ENGRAM_ADDR, ENGRAM_TOKEN, ENGRAM_TLS, ENGRAM_TLS_CA_FILE, ENGRAM_TLS_CLIENT_CERT_FILE,
+// ENGRAM_TLS_CLIENT_KEY_FILE and ENGRAM_TLS_SERVER_NAME.
+func FromEnv() (string, Options) {
+	addr := os.Getenv("ENGRAM_ADDR")
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	tlsOn, _ := strconv.ParseBool(os.Getenv("ENGRAM_TLS"))
+	return addr, Options{
+		Token:      os.Getenv("ENGRAM_TOKEN"),
+		TLS:        tlsOn,
+		CAFile:     os.Getenv("ENGRAM_TLS_CA_FILE"),
+		CertFile:   os.Getenv("ENGRAM_TLS_CLIENT_CERT_FILE"),
+		KeyFile:    os.Getenv("ENGRAM_TLS_CLIENT_KEY_FILE"),
+		ServerName: os.Getenv("ENGRAM_TLS_SERVER_NAME"),
+	}
 }

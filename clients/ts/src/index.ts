@@ -87,6 +87,28 @@ export function connect(address: string, options: ConnectOptions = {}): Engram {
   };
 }
 
+/** The address `engram dev` serves on. */
+export const DEFAULT_ADDR = "127.0.0.1:50051";
+
+/**
+ * The address and options the engram CLI would use from its environment: ENGRAM_ADDR,
+ * ENGRAM_TOKEN, ENGRAM_TLS, ENGRAM_TLS_CA_FILE, ENGRAM_TLS_CLIENT_CERT_FILE,
+ * ENGRAM_TLS_CLIENT_KEY_FILE and ENGRAM_TLS_SERVER_NAME.
+ */
+export function fromEnv(env: NodeJS.ProcessEnv = process.env): [string, ConnectOptions] {
+  return [
+    env.ENGRAM_ADDR || DEFAULT_ADDR,
+    {
+      token: env.ENGRAM_TOKEN || undefined,
+      tls: ["1", "true", "yes", "on"].includes((env.ENGRAM_TLS ?? "").toLowerCase()),
+      caFile: env.ENGRAM_TLS_CA_FILE || undefined,
+      certFile: env.ENGRAM_TLS_CLIENT_CERT_FILE || undefined,
+      keyFile: env.ENGRAM_TLS_CLIENT_KEY_FILE || undefined,
+      serverName: env.ENGRAM_TLS_SERVER_NAME || undefined,
+    },
+  ];
+}
+
 function tlsOptions(options: ConnectOptions): http2.SecureClientSessionOptions {
   if (Boolean(options.certFile) !== Boolean(options.keyFile)) {
     throw new Error("engram: a client certificate needs both certFile and keyFile");
