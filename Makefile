@@ -18,7 +18,7 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=v$(HELM_VERSIO
   $(foreach pkg,pkg/lint/rules pkg/chartutil,-X helm.sh/helm/v3/$(pkg).k8sVersionMajor=1 \
   -X helm.sh/helm/v3/$(pkg).k8sVersionMinor=37)
 # The Go and TypeScript clients' code generators (make clients), pinned and cached like buf:
-# protoc-gen-go and protoc-gen-go-grpc from the Go module proxy, ts-proto (and google.rpc's
+# protoc-gen-go and protoc-gen-go-grpc from the Go module proxy, protoc-gen-es (and google.rpc's
 # .proto files, for the error details) from npm. buf runs them as local plugins.
 PROTOC_GEN_GO_VERSION := 1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := 1.6.2
@@ -106,6 +106,10 @@ clients-check: $(CLIENT_GENERATORS) ## Fail if the Go or TypeScript clients' gen
 	  && diff -r $(CACHE)/clients-check/ts/src/gen clients/ts/src/gen \
 	  || (echo "generated client code is stale: run 'make clients' and commit" && exit 1)
 
+clients-lint: $(GO_CLIENT_STAMP) ## gofmt and go vet on the Go client (offline; tsc runs in its test)
+	@test -z "$$(gofmt -l clients/go)" || { gofmt -l clients/go; echo "run gofmt -w clients/go"; exit 1; }
+	cd clients/go && $(GO_ENV) GOPROXY=off go vet ./...
+
 format: $(STAMP) ## Format the code
 	$(BIN)/ruff format services tests bench
 	$(BIN)/ruff check --fix services tests bench
@@ -131,7 +135,7 @@ helm-lint: $(HELM) ## helm lint --strict on helm/engram, default and production-
 
 backends-install: backends-build clients-install ## Build NATS, FerretDB, OpenSearch and the Go/TypeScript clients' pieces (cached; tests never build)
 
-backends-build:
+backends-build: ## Download and build NATS, FerretDB and OpenSearch (cached)
 	$(PYTHON) deploy/local/backends.py provision --check-npm
 
 # Setup steps share nothing (pip, Go/Maven, npm), so they overlap; then the static checks run
@@ -141,7 +145,7 @@ test: ## Install, build the backends and helm, then run the checks and every sui
 	$(MAKE) --no-print-directory -j3 $(STAMP) backends-install $(BUF) $(HELM)
 	$(MAKE) --no-print-directory -j2 suites checks
 
-checks: protos-check clients-check lint typecheck ## buf lint/breaking, generated code fresh, ruff, mypy --strict
+checks: protos-check clients-check clients-lint lint typecheck ## buf lint/breaking, generated code fresh, ruff, gofmt/vet, mypy --strict
 
 # Two pytest sessions side by side (each with its own real backends): most of a suite's time
 # is waiting on servers, indexes and child processes, not CPU. PYTEST_ARGS runs one session.
@@ -187,4 +191,4 @@ bench: $(STAMP) ## Run the benchmarks (figures go to bench/RESULTS.md by hand)
 
 all: protos format lint typecheck test ## Everything
 
-.PHONY: clients clients-check clients-install backends-build suites-services suites-system help install install-check helm-install helm-lint protos protos-check format lint typecheck backends-install checks suites test test-fresh run backends backends-stop cluster-local settings-doc bench all
+.PHONY: clients clients-check clients-install clients-lint backends-build suites-services suites-system help install install-check helm-install helm-lint protos protos-check format lint typecheck backends-install checks suites test test-fresh run backends backends-stop cluster-local settings-doc bench all
