@@ -220,6 +220,9 @@ def python_reference(server: DevServer, name: str) -> dict[str, Any]:
         with pytest.raises(grpc.RpcError) as caught:
             write(PLAN_PATH, PLAN_STALE, answers[1].document.sha256)
         conflict = decode_conflict(caught.value)
+        with pytest.raises(grpc.RpcError) as caught:
+            write(f"./{PLAN_PATH}", PLAN_STALE)
+        invalid = decode_invalid(caught.value)
 
         document = storage.ReadDocument(
             storage_pb2.ReadDocumentRequest(space=space, path=PLAN_PATH),
@@ -277,6 +280,7 @@ def python_reference(server: DevServer, name: str) -> dict[str, Any]:
     return {
         "writes": writes,
         "conflict": conflict,
+        "invalid": invalid,
         "read": {"path": document.path, "content": document.content,
                  "sha256": document.sha256, "version": document.version},
         "list": [e.path for e in listing.entries if not e.is_dir],
@@ -300,6 +304,19 @@ def decode_conflict(error: grpc.RpcError) -> dict[str, str]:
         "code": error.code().name,  # type: ignore[attr-defined]
         "reason": info.reason,
         "current_sha256": info.metadata["current_sha256"],
+    }
+
+
+def decode_invalid(error: grpc.RpcError) -> dict[str, str]:
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None, error
+    info, bad = error_details_pb2.ErrorInfo(), error_details_pb2.BadRequest()
+    for detail in status.details:
+        detail.Unpack(info) or detail.Unpack(bad)
+    return {
+        "code": error.code().name,  # type: ignore[attr-defined]
+        "reason": info.reason,
+        "field": bad.field_violations[0].field,
     }
 
 
@@ -328,6 +345,11 @@ def reference(dev_server: DevServer) -> dict[str, Any]:
     assert summary["conflict"] == {
         "code": "ABORTED", "reason": "ETAG_MISMATCH", "current_sha256": sha(PLAN_FINAL),
     }  # fmt: skip
+    assert summary["invalid"] == {
+        "code": "INVALID_ARGUMENT",
+        "reason": "INVALID_PATH",
+        "field": "path",
+    }
     assert summary["read"] == {
         "path": PLAN_PATH, "content": PLAN_FINAL, "sha256": sha(PLAN_FINAL), "version": 2,
     }  # fmt: skip

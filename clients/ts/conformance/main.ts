@@ -87,6 +87,18 @@ async function run(engram: Engram, space: SpaceRef): Promise<object> {
     };
   }
 
+  // A path that is not canonical: INVALID_ARGUMENT, with BadRequest's field.
+  let invalid: object;
+  try {
+    await write(`./${PLAN_PATH}`, PLAN_STALE);
+    throw new Error("the invalid write succeeded");
+  } catch (error) {
+    if (!(error instanceof EngramError)) {
+      throw error;
+    }
+    invalid = { code: error.codeName, reason: error.reason, field: error.field };
+  }
+
   const { document } = await engram.storage.readDocument({ space, path: PLAN_PATH }, { signal });
   const read = {
     path: document!.path,
@@ -154,7 +166,7 @@ async function run(engram: Engram, space: SpaceRef): Promise<object> {
       break;
     }
   }
-  return { writes, conflict, read, list, search, feed, export: exported, rate_limited: limited };
+  return { writes, conflict, invalid, read, list, search, feed, export: exported, rate_limited: limited };
 }
 
 /** Reads the feed until it has caught up with what was stored when the watch began. */

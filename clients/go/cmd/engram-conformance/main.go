@@ -73,6 +73,12 @@ type change struct {
 	Sha256  string `json:"sha256"`
 }
 
+type refused struct {
+	Code   string `json:"code"`
+	Reason string `json:"reason"`
+	Field  string `json:"field"`
+}
+
 type rateLimited struct {
 	Code          string `json:"code"`
 	Reason        string `json:"reason"`
@@ -82,6 +88,7 @@ type rateLimited struct {
 type summary struct {
 	Writes   []written   `json:"writes"`
 	Conflict conflict    `json:"conflict"`
+	Invalid  refused     `json:"invalid"`
 	Read     read        `json:"read"`
 	List     []string    `json:"list"`
 	Search   search      `json:"search"`
@@ -149,6 +156,12 @@ func run(addr string, opts engram.Options, name string) error {
 		return fmt.Errorf("conflicting write: want an *engram.Error, got %v", err)
 	}
 	out.Conflict = conflict{engram.CodeName(failure.Code), failure.Reason, failure.Metadata["current_sha256"]}
+	// A path that is not canonical: INVALID_ARGUMENT, with BadRequest's field.
+	_, err = write("./"+planPath, planStale, "")
+	if !errors.As(err, &failure) {
+		return fmt.Errorf("invalid write: want an *engram.Error, got %v", err)
+	}
+	out.Invalid = refused{engram.CodeName(failure.Code), failure.Reason, failure.Field}
 
 	got, err := client.Storage.ReadDocument(ctx, &engramv1.ReadDocumentRequest{Space: space, Path: planPath})
 	if err != nil {
