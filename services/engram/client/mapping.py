@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from engram.client.models import (
@@ -23,6 +24,7 @@ from engram.client.models import (
     WriteResult,
 )
 from engram.domain.positions import IndexPosition
+from engram.domain.spaces import SpaceRef
 from engram.v1 import (
     document_pb2,
     search_pb2,
@@ -31,6 +33,7 @@ from engram.v1 import (
     workspace_pb2,
 )
 from engram.wire import from_timestamp, position_from_proto, timestamp
+from engram.wire import space_to_proto as wire_space_to_proto
 
 TARGETS = {
     "memory": workspace_pb2.MEMORY_TARGET_MEMORY,
@@ -44,7 +47,9 @@ SEARCH_MODES = {
 }
 
 
-def space_to_proto(space: Space) -> space_pb2.SpaceRef:
+def space_to_proto(space: Space | SpaceRef) -> space_pb2.SpaceRef:
+    if isinstance(space, SpaceRef):
+        return wire_space_to_proto(space)
     return space_pb2.SpaceRef(
         visibility=space_pb2.Visibility.Value(f"VISIBILITY_{space.visibility.upper()}"),
         name=space.name,
@@ -71,11 +76,16 @@ def _time(message: Timestamp, present: bool) -> datetime | None:
     return from_timestamp(message) if present else None
 
 
+def optional_time(message: Message, field: str) -> datetime | None:
+    """The message's timestamp `field` as a datetime; None when unset."""
+    return from_timestamp(getattr(message, field)) if message.HasField(field) else None
+
+
 # --- workspace --------------------------------------------------------------------------------
 
 
 def memory_write_request(
-    space: Space,
+    space: Space | SpaceRef,
     content: str,
     *,
     target: str,
@@ -266,6 +276,8 @@ def search_results(message: search_pb2.SearchResponse) -> SearchResults:
                 chunk_index=result.chunk_index,
                 bm25_score=result.bm25_score,
                 vector_score=result.vector_score,
+                bm25_rank=result.bm25_rank,
+                vector_rank=result.vector_rank,
             )
             for result in message.results
         ),
