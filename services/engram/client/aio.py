@@ -16,21 +16,29 @@ Retries: a call that fails with UNAVAILABLE (the server down or restarting, a dr
 a backend engram reports unavailable) is retried with exponential backoff and jitter, up to
 `retries` more times, only when repeating it cannot apply a change twice:
 
-- always: reads, listings, searches, `memory_read`, `memory_tree`, `memory_search`,
-  `seed_workspace` (create-only writes) and `system_prompt`;
+- always: reads, listings, searches, status and usage reports, authentication and
+  authorization checks, `memory_read`, `memory_tree`, `memory_search`, `seed_workspace`
+  (create-only writes), `system_prompt`, and the calls idempotent by definition:
+  `purge_document`, `delete_space`, `revoke_token`, `reconcile`, and the setters of a value
+  (`set_tenant_quota`, `set_space_maintenance`);
 - writes that set a whole document: `write_document` in replace mode (with or without
   `expected_sha256` / `create_only`: a repeat leaves the same content) and `memory_write`
   with `append=False`. A conditional write whose first attempt landed unseen answers
   `EtagMismatch` on the repeat, its `current_sha256` equal to the content's sha256;
-- conditional appends: `write_document(append=True)` with `expected_sha256` or
-  `create_only`. A repeat after an attempt that landed unseen cannot append twice: the
-  document no longer has the expected sha256 (or exists), so it answers `EtagMismatch`,
-  which the caller resolves by reading the document;
+- guarded writes: `write_document(append=True)` with `expected_sha256` or `create_only`,
+  `delete_document` with `expected_sha256` (a repeat after an attempt that landed unseen
+  cannot apply twice: it answers `EtagMismatch` or `NotFound`, which the caller resolves by
+  reading), and `charge`, whose idempotency key makes a repeat apply once;
 - never: unconditional appends (`write_document(append=True)` without a condition,
-  `memory_write` appending, the default, and `append_daily_log`), `delete_document` and
-  `complete_bootstrap`: the server keeps no request ids, so a repeat after a lost answer
-  would append the entry twice or answer NOT_FOUND for a change that happened. These raise
-  `Unavailable` for the caller to decide (the change may or may not have been made).
+  `memory_write` appending, the default, and `append_daily_log`), unconditional
+  `delete_document`, `complete_bootstrap`, `create_token`, `record_audit_event`, `reindex`,
+  `run_job` and imports: the server keeps no request ids for them, so a repeat after a lost
+  answer could apply the change twice or answer NOT_FOUND for a change that happened. These
+  raise `Unavailable` for the caller to decide (the change may or may not have been made).
+
+Streams: an export is reopened on UNAVAILABLE before its first chunk; `watch_space`
+resumes from the last cursor it yielded whenever the server goes away, for as long as the
+caller keeps reading (`retries` bounds only a server that never answered).
 
 Every other failure raises at once as its engram.domain.errors class (InvalidArgument,
 NotFound, PermissionDenied with `rule`, EtagMismatch, QuotaExceeded, RateLimited with
