@@ -114,8 +114,22 @@ class _Connection:
             await channel.close()
 
 
+# What a retry answers by default: the server or the link is away.
+UNAVAILABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+# A call whose repeat applies once (an idempotency key) may also repeat one whose answer
+# was lost past its deadline.
+UNAVAILABLE_OR_LATE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
 def _unavailable(error: BaseException) -> bool:
     return isinstance(error, grpc.RpcError) and error.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def _failed_with(codes: frozenset[grpc.StatusCode]) -> Callable[[BaseException], bool]:
+    def check(error: BaseException) -> bool:
+        return isinstance(error, grpc.RpcError) and error.code() in codes
+
+    return check
 
 
 def _log_retry(peer: str) -> Callable[[RetryCallState], None]:
@@ -228,18 +242,19 @@ class ClientBase:
         *,
         idempotent: bool,
         deadline: float | None = None,
+        retry_on: frozenset[grpc.StatusCode] = UNAVAILABLE,
     ) -> Response:
-        """One RPC to `peer` ("WorkspaceService.MemoryWrite"), retried on UNAVAILABLE when
-        `idempotent`; failures raise as domain errors. The first attempt runs without the
-        retry machinery, which only a failure pays for."""
+        """One RPC to `peer` ("WorkspaceService.MemoryWrite"), retried on UNAVAILABLE (or
+        the `retry_on` codes) when `idempotent`; failures raise as domain errors. The first
+        attempt runs without the retry machinery, which only a failure pays for."""
         deadline = deadline or self.timeout
         try:
             return await call(request, metadata=self._metadata, timeout=deadline)
         except grpc.RpcError as error:
-            if not (idempotent and self.retries and _unavailable(error)):
+            if not (idempotent and self.retries and error.code() in retry_on):
                 raise domain_error(error, peer) from None
             first = error
-        return await self._retry(peer, call, request, first, deadline)
+        return await self._retry(peer, call, request, first, deadline, retry_on)
 
     async def _retry(
         self,
@@ -248,11 +263,12 @@ class ClientBase:
         request: Request,
         first: grpc.RpcError,
         deadline: float,
+        retry_on: frozenset[grpc.StatusCode],
     ) -> Response:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retries + 1),
             wait=wait_exponential_jitter(multiplier=BACKOFF_INITIAL, max=BACKOFF_MAX, jitter=0.25),
-            retry=retry_if_exception(_unavailable),
+            retry=retry_if_exception(_failed_with(retry_on)),
             before_sleep=_log_retry(peer),
             reraise=True,
         )

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from engram.client.base import AnySpace, ClientBase
+from engram.client.base import UNAVAILABLE_OR_LATE, AnySpace, ClientBase
 from engram.client.mapping import space_to_proto
 from engram.v1 import quota_pb2, quota_pb2_grpc
 
@@ -57,7 +57,8 @@ class QuotaCalls(ClientBase):
         self, delta_bytes: int, *, idempotency_key: str, space: AnySpace | None = None
     ) -> Charge:
         """Applies a byte delta to the space and its tenant if no limit would be exceeded
-        (QuotaExceeded otherwise). Retried on UNAVAILABLE: the key makes a repeat apply once."""
+        (QuotaExceeded otherwise). Retried on UNAVAILABLE and on DEADLINE_EXCEEDED (an answer
+        lost on its way back): the key makes a repeat apply once."""
         request = quota_pb2.ChargeRequest(
             space=self._space(space), delta_bytes=delta_bytes, idempotency_key=idempotency_key
         )
@@ -66,6 +67,7 @@ class QuotaCalls(ClientBase):
             self._stub(_quota).Charge,
             request,
             idempotent=bool(idempotency_key),
+            retry_on=UNAVAILABLE_OR_LATE,
         )
         return Charge(response.applied, response.space_used_bytes, response.tenant_used_bytes)
 
