@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from google.protobuf.timestamp_pb2 import Timestamp
     from rich.console import Console
 
+    from engram.client import Client, Space
+    from engram.domain.errors import EngramError
     from engram.runtime.channels import ClientTls
     from engram.v1 import space_pb2
 
@@ -119,6 +121,23 @@ class SpaceFlags:
             user=self.user,
             tenant=self.tenant,
         )
+
+    def to_space(self) -> "Space":
+        """The space as engram.client takes it."""
+        from engram.client import Space
+        from engram.domain.errors import InvalidSpaceRef
+
+        try:
+            return Space(
+                visibility=self.visibility,
+                name=self.name,
+                project=self.project,
+                bot=self.bot,
+                user=self.user,
+                tenant=self.tenant,
+            )
+        except InvalidSpaceRef:
+            fail(f"--visibility must be one of {', '.join(VISIBILITIES)}")
 
     @property
     def label(self) -> str:
@@ -249,6 +268,32 @@ def channel(addr: str) -> "Iterator[grpc.Channel]":
         yield opened
 
 
+@contextmanager
+def engram_client(addr: str, token: str, space: "Space | None" = None) -> "Iterator[Client]":
+    """The blocking engram.client for this invocation: `addr`, the bearer `token`, TLS as
+    the global flags say, and the space a command addresses."""
+    from engram.client import Client
+    from engram.domain.errors import EngramError
+
+    try:
+        opened = Client(addr, token=token, space=space, tls=_client_tls.get() or False)
+    except EngramError as error:  # an address list refused
+        fail(error.message)
+    with opened:
+        yield opened
+
+
+def explain_error(error: "EngramError") -> str:
+    """`CODE: message [REASON]` for a failed client call, with a hint when no server answered."""
+    from engram.client import explain as explained
+
+    text = explained(error)
+    if error.metadata.get("code") == "UNAVAILABLE":
+        # No engram ErrorInfo: the server itself did not answer.
+        text += " (is the server running? see --addr, --tls, --ca)"
+    return text
+
+
 def explain(error: "grpc.RpcError") -> str:
     """`CODE: message [reason]` from a failed call, without a traceback."""
     from engram.runtime.errors import received_status
@@ -259,11 +304,16 @@ def explain(error: "grpc.RpcError") -> str:
 
 
 def call(function: Callable[[], T]) -> T:
-    """Runs one RPC; prints the server's message (not a traceback) and exits on failure."""
+    """Runs one RPC (or client call); prints the server's message (not a traceback) and exits
+    on failure."""
     import grpc
+
+    from engram.domain.errors import EngramError
 
     try:
         return function()
+    except EngramError as error:
+        fail(explain_error(error), code=1)
     except grpc.RpcError as error:
         from engram.runtime.errors import received_status
 

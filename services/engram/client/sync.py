@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
@@ -38,8 +38,8 @@ def _blocking(
 
 def _blocking_iter(
     method: Callable[Concatenate[EngramClient, P], AsyncIterator[R]],
-) -> Callable[Concatenate[Engram, P], Iterator[R]]:
-    def call(engram: Engram, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[R]:
+) -> Callable[Concatenate[Engram, P], Generator[R, None, None]]:
+    def call(engram: Engram, /, *args: P.args, **kwargs: P.kwargs) -> Generator[R, None, None]:
         stream = method(engram.client, *args, **kwargs)
         try:
             while True:
