@@ -60,10 +60,17 @@ def space_to_proto(space: Space | SpaceRef) -> space_pb2.SpaceRef:
     )
 
 
+# Visibility numbers and the client's names for them ("private", "cross_project" ...).
+VISIBILITY_NAMES = {
+    number: name.removeprefix("VISIBILITY_").lower()
+    for name, number in space_pb2.Visibility.items()
+    if number != space_pb2.VISIBILITY_UNSPECIFIED
+}
+
+
 def space_from_proto(message: space_pb2.SpaceRef) -> Space:
-    name = space_pb2.Visibility.Name(message.visibility).removeprefix("VISIBILITY_").lower()
     return Space(
-        visibility=name if name != "unspecified" else "private",
+        visibility=VISIBILITY_NAMES.get(message.visibility, "private"),
         name=message.name,
         project=message.project,
         bot=message.bot,
