@@ -41,8 +41,6 @@ STILL_TO_MIGRATE = {
     "services/engram/cli/admin_commands.py",
     "services/engram/cli/demo.py",
     "services/engram/cli/files_commands.py",
-    "services/engram/cli/indexer_commands.py",
-    "services/engram/cli/jobs_commands.py",
     "services/engram/cli/search_commands.py",
     "services/engram/cli/space_commands.py",
     "services/engram/cli/storage_commands.py",

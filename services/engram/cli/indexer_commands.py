@@ -16,38 +16,37 @@ from engram.cli.client import (
     UserOption,
     VisibilityOption,
     call,
-    channel,
     console,
     emit,
+    engram_client,
     fail,
-    metadata,
 )
 
 if TYPE_CHECKING:
-    from engram.v1 import space_pb2
+    from engram.client import Client, IndexStatus, Space
+    from engram.domain.spaces import SpaceRef
 
 
 def space_refs(
     names: list[str], visibility: str, project: str, bot: str, user: str, tenant: str
-) -> "list[space_pb2.SpaceRef]":
+) -> "list[Space | SpaceRef]":
     """`--space` values: a space name (qualified by the other flags) or a whole space id
     (`v1:<visibility>:<tenant>:<project>:<bot>:<user>:<name>`)."""
     from engram.domain.errors import InvalidSpaceRef
     from engram.domain.spaces import parse_space_id
-    from engram.wire import space_to_proto
 
-    refs = []
+    refs: list[Space | SpaceRef] = []
     for name in names:
         if name.startswith("v1:"):
             try:
-                refs.append(space_to_proto(parse_space_id(name)))
+                refs.append(parse_space_id(name))
             except InvalidSpaceRef as error:
                 fail(f"--space {name!r}: {error.message}")
             continue
         flags = SpaceFlags(
             visibility=visibility, name=name, project=project, bot=bot, user=user, tenant=tenant
         )
-        refs.append(flags.to_proto())
+        refs.append(flags.to_space())
     return refs
 
 
@@ -88,25 +87,17 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
     ) -> None:
         """Queue documents for indexing again (after a failure, or to rebuild the indexes)."""
-        from engram.v1 import indexer_pb2, indexer_pb2_grpc
-
         names = space or []
         if all_spaces == bool(names):
             fail("name spaces with --space, or use --all (not both)")
-        request = indexer_pb2.ReindexRequest(
-            spaces=space_refs(names, visibility, project, bot, user, tenant), all=all_spaces
-        )
-        with channel(addr) as opened:
-            stub = indexer_pb2_grpc.IndexerServiceStub(opened)
-            response = call(lambda: stub.Reindex(request, metadata=metadata(token)))
+        spaces = space_refs(names, visibility, project, bot, user, tenant)
+        with engram_client(addr, token) as client:
+            enqueued = call(lambda: client.reindex(spaces, all=all_spaces))
             if not as_json:
-                console.print(
-                    f"queued [bold]{response.documents_enqueued}[/] documents for indexing",
-                    highlight=False,
-                )
-            waited = follow_backlog(stub, token, timeout) if wait else None
+                console.print(f"queued [bold]{enqueued}[/] documents for indexing", highlight=False)
+            waited = follow_backlog(client, timeout) if wait else None
         if as_json:
-            record: dict[str, Any] = {"documents_enqueued": response.documents_enqueued}
+            record: dict[str, Any] = {"documents_enqueued": enqueued}
             if waited is not None:
                 record.update(waited)
             emit(record)
@@ -139,17 +130,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show the active embedding model, a switch under way, the indexing backlog (per
         event) and the rate it is indexed at."""
-        from engram.v1 import indexer_pb2, indexer_pb2_grpc
+        with engram_client(addr, token) as client:
 
-        with channel(addr) as opened:
-            stub = indexer_pb2_grpc.IndexerServiceStub(opened)
-
-            def read() -> indexer_pb2.GetIndexStatusResponse:
-                return call(
-                    lambda: stub.GetIndexStatus(
-                        indexer_pb2.GetIndexStatusRequest(), metadata=metadata(token)
-                    )
-                )
+            def read() -> "IndexStatus":
+                return call(client.index_status)
 
             first = read()
             started = time.monotonic()
@@ -195,20 +179,14 @@ def register(app: typer.Typer) -> None:
 POLL_SECONDS = 0.5
 
 
-def follow_backlog(stub: Any, token: str, timeout: float) -> dict[str, Any]:
+def follow_backlog(client: "Client", timeout: float) -> dict[str, Any]:
     """Reads the backlog every POLL_SECONDS until it is 0 or `timeout` passes, drawing a bar
     (done = the largest backlog seen minus the current one) with rate and ETA. Returns the
     last backlog and the seconds waited."""
     from engram.cli.progress import count_progress
-    from engram.v1 import indexer_pb2
 
     def backlog() -> int:
-        status = call(
-            lambda: stub.GetIndexStatus(
-                indexer_pb2.GetIndexStatusRequest(), metadata=metadata(token)
-            )
-        )
-        return int(status.backlog)
+        return call(client.index_status).backlog
 
     started = time.monotonic()
     remaining = backlog()
