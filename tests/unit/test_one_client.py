@@ -42,7 +42,6 @@ STILL_TO_MIGRATE = {
     "services/engram/cli/admin_commands.py",
     "services/engram/cli/demo.py",
     "services/engram/cli/files_commands.py",
-    "services/engram/cli/search_commands.py",
         "services/engram/cli/storage_commands.py",
     # Benchmarks and the load harness.
     "bench/files_bench.py",

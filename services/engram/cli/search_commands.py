@@ -17,15 +17,15 @@ from engram.cli.client import (
     UserOption,
     VisibilityOption,
     call,
-    channel,
     console,
     emit,
+    engram_client,
     fail,
-    metadata,
     space_label,
 )
 
 if TYPE_CHECKING:
+    from engram.client import SearchResults
     from engram.v1 import space_pb2
 
 # SearchMode numbers of search.proto.
@@ -126,29 +126,29 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
         from rich.text import Text
 
-        from engram.v1 import search_pb2, search_pb2_grpc
+        from engram.client.mapping import space_from_proto
 
         if mode not in MODES:
             fail(f"--mode must be one of {', '.join(MODES)}")
         spaces = (
-            [parse_space(spec, tenant=tenant) for spec in space]
+            [space_from_proto(parse_space(spec, tenant=tenant)) for spec in space]
             if space
-            else [SpaceFlags(visibility, name, project, bot, user, tenant).to_proto()]
+            else [SpaceFlags(visibility, name, project, bot, user, tenant).to_space()]
         )
-        request = search_pb2.SearchRequest(
-            spaces=spaces,
-            query=query,
-            limit=limit,
-            mode=cast("search_pb2.SearchMode.ValueType", MODES[mode]),
-            path_prefix=path_prefix,
-            min_score=min_score,
-            bm25_weight=bm25_weight,
-            vector_weight=vector_weight,
-            rrf_k=rrf_k,
-        )
-        with channel(addr) as opened:
-            stub = search_pb2_grpc.SearchServiceStub(opened)
-            response = call(lambda: stub.Search(request, metadata=metadata(token)))
+        with engram_client(addr, token) as client:
+            response = call(
+                lambda: client.search(
+                    query,
+                    spaces=spaces,
+                    limit=limit,
+                    mode=mode,
+                    path_prefix=path_prefix,
+                    min_score=min_score,
+                    bm25_weight=bm25_weight,
+                    vector_weight=vector_weight,
+                    rrf_k=rrf_k,
+                )
+            )
         if as_json:
             emit(search_record(response))
             return
@@ -184,8 +184,8 @@ def register(app: typer.Typer) -> None:
                 console.print(result.content, highlight=False, markup=False)
 
 
-def search_record(response: Any) -> dict[str, Any]:
-    """A SearchResponse's `--json` fields."""
+def search_record(response: "SearchResults") -> dict[str, Any]:
+    """A search's `--json` fields."""
     return {
         "query": response.query,
         "result_count": response.result_count,
