@@ -39,7 +39,6 @@ RAW_WIRE = {
 # Callers still on hand-built stubs, to move onto engram.client.
 STILL_TO_MIGRATE = {
     # The CLI: each command to become parse -> one client call -> render.
-    "services/engram/cli/admin_commands.py",
     "services/engram/cli/demo.py",
     "services/engram/cli/files_commands.py",
         "services/engram/cli/storage_commands.py",
