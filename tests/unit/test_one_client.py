@@ -41,7 +41,6 @@ STILL_TO_MIGRATE = {
     # The CLI: each command to become parse -> one client call -> render.
     "services/engram/cli/demo.py",
     "services/engram/cli/files_commands.py",
-        "services/engram/cli/storage_commands.py",
     # Benchmarks and the load harness.
     "bench/files_bench.py",
     "bench/import_bench.py",

@@ -57,6 +57,7 @@ from engram.client.quota import (
     UsageDrift,
 )
 from engram.client.storage import (
+    Deletion,
     DocumentVersion,
     ImportedEntry,
     ImportResult,
@@ -112,6 +113,7 @@ __all__ = [
     "ContentTooLarge",
     "CreatedToken",
     "DirectoryEntry",
+    "Deletion",
     "Document",
     "DocumentNotFound",
     "DocumentPage",

@@ -23,7 +23,9 @@ from engram.client.models import (
     Space,
 )
 from engram.domain.errors import EngramError, InvalidArgument, Unavailable
+from engram.domain.positions import IndexPosition
 from engram.v1 import document_pb2, storage_pb2, storage_pb2_grpc
+from engram.wire import position_from_proto
 
 # Export and import move the archive in chunks of this size.
 CHUNK_BYTES = 256 * 1024
@@ -51,6 +53,19 @@ IMPORT_OUTCOMES = {
     storage_pb2.IMPORT_OUTCOME_UNCHANGED: "unchanged",
     storage_pb2.IMPORT_OUTCOME_UNSUPPORTED: "unsupported",
 }
+
+
+class Deletion(int):
+    """What delete_document answers: the bytes it freed (an int, as it always was), with
+    the index position it left (give it to search(min_positions=...): the search then no
+    longer finds the document)."""
+
+    position: IndexPosition | None
+
+    def __new__(cls, deleted_bytes: int, position: IndexPosition | None = None) -> Deletion:
+        made = super().__new__(cls, deleted_bytes)
+        made.position = position
+        return made
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +219,7 @@ class StorageCalls(ClientBase):
 
     async def delete_document(
         self, path: str, *, expected_sha256: str = "", space: AnySpace | None = None
-    ) -> int:
+    ) -> Deletion:
         """Deletes a document; returns the bytes freed. NotFound if absent. Retried on
         UNAVAILABLE only with `expected_sha256` (a repeat of a delete that landed unseen
         then answers NotFound instead of deleting a newer document)."""
@@ -217,7 +232,8 @@ class StorageCalls(ClientBase):
             request,
             idempotent=bool(expected_sha256),
         )
-        return response.deleted_bytes
+        position = position_from_proto(response.position) if response.HasField("position") else None
+        return Deletion(response.deleted_bytes, position)
 
     async def list_documents(
         self,
