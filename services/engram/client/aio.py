@@ -61,6 +61,7 @@ from engram.client.base import DEFAULT_ADDR as DEFAULT_ADDR
 from engram.client.base import AnySpace
 from engram.client.indexer import IndexerCalls
 from engram.client.maintenance import MaintenanceCalls
+from engram.client.mapping import position_to_proto
 from engram.client.models import (
     Heartbeat,
     MemoryDocument,
@@ -80,7 +81,6 @@ from engram.v1 import (
     workspace_pb2,
     workspace_pb2_grpc,
 )
-from engram.wire import position_to_proto
 
 
 @dataclass(frozen=True, slots=True)

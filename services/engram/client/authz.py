@@ -10,10 +10,10 @@ import grpc
 
 from engram.client import mapping
 from engram.client.base import AnySpace, ClientBase, Page, pages
+from engram.client.mapping import timestamp
 from engram.client.models import Space
 from engram.domain.errors import InvalidArgument
 from engram.v1 import authz_pb2, authz_pb2_grpc
-from engram.wire import timestamp
 
 ROLES = {
     "viewer": authz_pb2.ROLE_VIEWER,

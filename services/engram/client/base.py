@@ -17,22 +17,14 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Generic, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Generic, Self, TypeAlias, TypeVar, cast
 
 import grpc
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
 
 from engram.client import mapping
 from engram.client.errors import domain_error
 from engram.client.models import Space
 from engram.domain.errors import InvalidArgument
-from engram.domain.spaces import SpaceRef
 from engram.runtime.channels import (
     Addresses,
     ChannelConfig,
@@ -41,6 +33,11 @@ from engram.runtime.channels import (
     open_channel,
 )
 from engram.v1 import space_pb2
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
+
+    from engram.domain.spaces import SpaceRef
 
 log = logging.getLogger("engram.client")
 
@@ -56,7 +53,7 @@ DEFAULT_STREAM_TIMEOUT = 600.0
 
 # What a call takes as a space: the client's dataclass, or the domain's SpaceRef (engram's
 # own services hold those).
-AnySpace = Space | SpaceRef
+AnySpace: TypeAlias = "Space | SpaceRef"
 
 Request = TypeVar("Request")
 Response = TypeVar("Response")
@@ -265,6 +262,14 @@ class ClientBase:
         deadline: float,
         retry_on: frozenset[grpc.StatusCode],
     ) -> Response:
+        # Imported here: only a failed call pays for tenacity (the CLI's start-up counts).
+        from tenacity import (
+            AsyncRetrying,
+            retry_if_exception,
+            stop_after_attempt,
+            wait_exponential_jitter,
+        )
+
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retries + 1),
             wait=wait_exponential_jitter(multiplier=BACKOFF_INITIAL, max=BACKOFF_MAX, jitter=0.25),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -23,17 +24,20 @@ from engram.client.models import (
     TreeNode,
     WriteResult,
 )
+from engram.domain.errors import InvalidSpaceRef
 from engram.domain.positions import IndexPosition
-from engram.domain.spaces import SpaceRef
+
+if TYPE_CHECKING:
+    from engram.domain.spaces import SpaceRef
+
 from engram.v1 import (
     document_pb2,
+    position_pb2,
     search_pb2,
     space_pb2,
     storage_pb2,
     workspace_pb2,
 )
-from engram.wire import from_timestamp, position_from_proto, timestamp
-from engram.wire import space_to_proto as wire_space_to_proto
 
 TARGETS = {
     "memory": workspace_pb2.MEMORY_TARGET_MEMORY,
@@ -47,25 +51,30 @@ SEARCH_MODES = {
 }
 
 
-def space_to_proto(space: Space | SpaceRef) -> space_pb2.SpaceRef:
-    if isinstance(space, SpaceRef):
-        return wire_space_to_proto(space)
-    return space_pb2.SpaceRef(
-        visibility=space_pb2.Visibility.Value(f"VISIBILITY_{space.visibility.upper()}"),
-        name=space.name,
-        project=space.project,
-        bot=space.bot,
-        user=space.user,
-        tenant=space.tenant,
-    )
-
-
 # Visibility numbers and the client's names for them ("private", "cross_project" ...).
 VISIBILITY_NAMES = {
     number: name.removeprefix("VISIBILITY_").lower()
     for name, number in space_pb2.Visibility.items()
     if number != space_pb2.VISIBILITY_UNSPECIFIED
 }
+VISIBILITY_NUMBERS = {name: number for number, name in VISIBILITY_NAMES.items()}
+
+
+def space_to_proto(space: Space | SpaceRef) -> space_pb2.SpaceRef:
+    """The wire's SpaceRef for the client's Space or the domain's SpaceRef (engram's own
+    services hold those; its visibility is an enum whose value is the same name)."""
+    visibility = space.visibility if isinstance(space, Space) else space.visibility.value
+    number = VISIBILITY_NUMBERS.get(visibility)
+    if number is None:
+        raise InvalidSpaceRef(f"visibility {visibility!r} is unknown", field="space.visibility")
+    return space_pb2.SpaceRef(
+        visibility=number,
+        name=space.name,
+        project=space.project,
+        bot=space.bot,
+        user=space.user,
+        tenant=space.tenant,
+    )
 
 
 def space_from_proto(message: space_pb2.SpaceRef) -> Space:
@@ -76,6 +85,35 @@ def space_from_proto(message: space_pb2.SpaceRef) -> Space:
         bot=message.bot,
         user=message.user,
         tenant=message.tenant,
+    )
+
+
+def from_timestamp(stamp: Timestamp) -> datetime:
+    return stamp.ToDatetime(tzinfo=UTC)
+
+
+def timestamp(moment: datetime) -> Timestamp:
+    """An aware datetime (a naive one is taken as UTC) as a protobuf Timestamp."""
+    stamp = Timestamp()
+    stamp.FromDatetime(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
+    return stamp
+
+
+def position_to_proto(position: IndexPosition) -> position_pb2.IndexPosition:
+    return position_pb2.IndexPosition(
+        space_id=position.space_id,
+        path=position.path,
+        document_id=position.document_id,
+        version=position.version,
+    )
+
+
+def position_from_proto(message: position_pb2.IndexPosition) -> IndexPosition:
+    return IndexPosition(
+        space_id=message.space_id,
+        path=message.path,
+        document_id=message.document_id,
+        version=message.version,
     )
 
 

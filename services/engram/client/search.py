@@ -8,11 +8,11 @@ import grpc
 
 from engram.client import mapping
 from engram.client.base import AnySpace, ClientBase, spaces_to_proto
+from engram.client.mapping import position_to_proto
 from engram.client.models import SearchResults
 from engram.domain.errors import InvalidArgument
 from engram.domain.positions import IndexPosition
 from engram.v1 import search_pb2, search_pb2_grpc
-from engram.wire import position_to_proto
 
 
 def _search(channel: grpc.aio.Channel) -> search_pb2_grpc.SearchServiceAsyncStub:

@@ -15,6 +15,7 @@ import grpc
 
 from engram.client import mapping
 from engram.client.base import AnySpace, ClientBase, Page, backoff, log, pages
+from engram.client.mapping import position_from_proto
 from engram.client.models import (
     DirectoryEntry,
     Document,
@@ -25,7 +26,6 @@ from engram.client.models import (
 from engram.domain.errors import EngramError, InvalidArgument, Unavailable
 from engram.domain.positions import IndexPosition
 from engram.v1 import document_pb2, storage_pb2, storage_pb2_grpc
-from engram.wire import position_from_proto
 
 # Export and import move the archive in chunks of this size.
 CHUNK_BYTES = 256 * 1024
