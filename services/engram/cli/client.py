@@ -98,6 +98,11 @@ def typer_app(**options: Any) -> typer.Typer:
     return typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, **options)
 
 
+# Visibilities whose spaces belong to a project: without --project they take the current
+# directory's project key (engram.cli.project_key).
+PROJECT_VISIBILITIES = ("bot", "project")
+
+
 @dataclass(frozen=True)
 class SpaceFlags:
     visibility: str
@@ -106,6 +111,12 @@ class SpaceFlags:
     bot: str = ""
     user: str = ""
     tenant: str = ""
+
+    def __post_init__(self) -> None:
+        if self.visibility in PROJECT_VISIBILITIES and not self.project:
+            from engram.cli.project_key import current_project_key
+
+            object.__setattr__(self, "project", current_project_key())
 
     def to_proto(self) -> "space_pb2.SpaceRef":
         from engram.v1 import space_pb2

@@ -100,8 +100,47 @@ def spaces_delete(
     )
 
 
+def where(
+    visibility: VisibilityOption = "private",
+    name: NameOption = "default",
+    project: ProjectOption = "",
+    bot: BotOption = "",
+    user: UserOption = "",
+    tenant: TenantOption = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    as_json: JsonOption = False,
+) -> None:
+    """Print the space a command would use here (a bot or project space without --project
+    takes this directory's project key) and the server it would ask."""
+    from engram.cli.project_key import current_project_key, workspace_root
+
+    flags = SpaceFlags(
+        visibility=visibility, name=name, project=project, bot=bot, user=user, tenant=tenant
+    )
+    root = workspace_root()
+    record = {
+        "space": flags.label,
+        "visibility": flags.visibility,
+        "tenant": flags.tenant,
+        "project": flags.project,
+        "bot": flags.bot,
+        "user": flags.user,
+        "name": flags.name,
+        "addr": addr,
+        "workspace_root": str(root),
+        "project_key": current_project_key(),
+    }
+    if as_json:
+        emit(record)
+        return
+    for key, value in record.items():
+        if value or key in ("space", "name", "visibility"):
+            typer.echo(f"{key:<15} {value}")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(spaces_app, name="spaces")
+    app.command()(where)
 
     @app.command()
     def purge(
