@@ -2,9 +2,10 @@
 code builds an engram.v1 stub. A stub built by hand repeats metadata, deadlines, retries and
 error mapping, and drifts; engram.client holds them once.
 
-Two lists name the exceptions. RAW_WIRE: tests (and the client's own bench) that must speak the wire itself, each with
-why. STILL_TO_MIGRATE: callers not yet moved onto engram.client; the list may only shrink
-(a module on it that no longer builds a stub fails the test until it is struck off).
+Two lists name the exceptions. RAW_WIRE: tests (and the client's own bench) that must speak
+the wire itself, each with why. STILL_TO_MIGRATE: callers not yet moved onto engram.client;
+the list may only shrink (a module on it that no longer builds a stub fails the test until
+it is struck off).
 """
 
 from __future__ import annotations
