@@ -40,7 +40,6 @@ RAW_WIRE = {
 # Callers still on hand-built stubs, to move onto engram.client.
 STILL_TO_MIGRATE = {
     # The CLI: each command to become parse -> one client call -> render.
-    "services/engram/cli/files_commands.py",
     # Benchmarks and the load harness.
     "bench/files_bench.py",
     "bench/import_bench.py",
