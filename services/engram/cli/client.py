@@ -1,5 +1,5 @@
-"""What every client command shares: the global options, the channel, the space flags,
-JSON output and error printing.
+"""What every client command shares: the global options, the engram.client it calls, the
+space flags, JSON output and error printing.
 
 Start-up cost matters here (every `engram ...` pays it): this module imports typer and
 nothing heavy. grpc, the generated messages, rich's renderables and pydantic are imported
@@ -24,14 +24,11 @@ from engram.runtime.sizes import format_size as format_size
 from engram.runtime.sizes import parse_size as parse_size
 
 if TYPE_CHECKING:
-    import grpc
-    from google.protobuf.timestamp_pb2 import Timestamp
     from rich.console import Console
 
     from engram.client import Client, Space
     from engram.domain.errors import EngramError
     from engram.runtime.channels import ClientTls
-    from engram.v1 import space_pb2
 
 T = TypeVar("T")
 
@@ -118,21 +115,6 @@ class SpaceFlags:
 
             object.__setattr__(self, "project", current_project_key())
 
-    def to_proto(self) -> "space_pb2.SpaceRef":
-        from engram.v1 import space_pb2
-
-        visibility = VISIBILITIES.get(self.visibility)
-        if visibility is None:
-            fail(f"--visibility must be one of {', '.join(VISIBILITIES)}")
-        return space_pb2.SpaceRef(
-            visibility=cast("space_pb2.Visibility.ValueType", visibility),
-            name=self.name,
-            project=self.project,
-            bot=self.bot,
-            user=self.user,
-            tenant=self.tenant,
-        )
-
     def to_space(self) -> "Space":
         """The space as engram.client takes it."""
         from engram.client import Space
@@ -173,10 +155,6 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def metadata(token: str) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {token}"),) if token else ()
-
-
 def emit(document: Any) -> None:
     """One JSON document (or one JSON line of a stream) on stdout."""
     typer.echo(json.dumps(document, ensure_ascii=False, separators=(",", ":")))
@@ -199,23 +177,11 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def timestamp(value: "Timestamp") -> str:
-    """A protobuf Timestamp as ISO 8601 UTC (`2026-01-02T03:04:05Z`); "" when unset."""
-    if not value.seconds and not value.nanos:
-        return ""
-    return value.ToDatetime().isoformat(timespec="seconds") + "Z"
-
-
-def compact_time(value: "Timestamp | datetime | None") -> str:
+def compact_time(value: datetime | None) -> str:
     """`2026-01-02 03:04` in UTC (16 columns, for tables that must fit 80)."""
     if value is None:
         return "-"
-    if isinstance(value, datetime):
-        moment = value.astimezone(UTC) if value.tzinfo else value
-    else:
-        if not value.seconds and not value.nanos:
-            return "-"
-        moment = value.ToDatetime()
+    moment = value.astimezone(UTC) if value.tzinfo else value
     return moment.strftime("%Y-%m-%d %H:%M")
 
 
@@ -267,19 +233,6 @@ def command_defaults(command: Any, values: Mapping[str, object]) -> dict[str, An
 
 
 @contextmanager
-def channel(addr: str) -> "Iterator[grpc.Channel]":
-    """A channel to `addr`, with TLS as the global flags say (`engram --tls --ca ca.pem ...`)."""
-    from engram.runtime.channels import ChannelConfig, open_sync_channel
-
-    try:
-        opened = open_sync_channel(addr, ChannelConfig(tls=_client_tls.get(), keepalive_seconds=0))
-    except (OSError, ValueError) as error:  # a TLS file unreadable, an address list refused
-        fail(str(error))
-    with opened:
-        yield opened
-
-
-@contextmanager
 def engram_client(addr: str, token: str, space: "Space | None" = None) -> "Iterator[Client]":
     """The blocking engram.client for this invocation: `addr`, the bearer `token`, TLS as
     the global flags say, and the space a command addresses."""
@@ -305,34 +258,15 @@ def explain_error(error: "EngramError") -> str:
     return text
 
 
-def explain(error: "grpc.RpcError") -> str:
-    """`CODE: message [reason]` from a failed call, without a traceback."""
-    from engram.runtime.errors import received_status
-
-    received = received_status(error)
-    suffix = f" [{received.reason}]" if received.reason else ""
-    return f"{received.code.name}: {received.message}{suffix}"
-
-
 def call(function: Callable[[], T]) -> T:
-    """Runs one RPC (or client call); prints the server's message (not a traceback) and exits
-    on failure."""
-    import grpc
-
+    """Runs one client call; prints the server's message (not a traceback) and exits 1 on
+    failure."""
     from engram.domain.errors import EngramError
 
     try:
         return function()
     except EngramError as error:
         fail(explain_error(error), code=1)
-    except grpc.RpcError as error:
-        from engram.runtime.errors import received_status
-
-        received = received_status(error)
-        if received.code == grpc.StatusCode.UNAVAILABLE and not received.reason:
-            # No engram ErrorInfo: the server itself did not answer.
-            fail(f"{explain(error)} (is the server running? see --addr, --tls, --ca)", code=1)
-        fail(explain(error), code=1)
 
 
 def read_input(path: str | None, *, allow_empty: bool = False) -> str:

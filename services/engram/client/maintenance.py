@@ -175,17 +175,17 @@ def settings_from_proto(message: maintenance_pb2.SpaceMaintenance) -> SpaceMaint
     )
 
 
-def settings_to_proto(settings: SpaceMaintenance) -> maintenance_pb2.SpaceMaintenance:
-    retention = LOG_RETENTIONS.get(settings.log_retention)
+def settings_to_proto(wanted: SpaceMaintenance) -> maintenance_pb2.SpaceMaintenance:
+    retention = LOG_RETENTIONS.get(wanted.log_retention)
     if retention is None:
         raise InvalidArgument(
-            f"log_retention {settings.log_retention!r} is not one of {', '.join(LOG_RETENTIONS)}",
+            f"log_retention {wanted.log_retention!r} is not one of {', '.join(LOG_RETENTIONS)}",
             field="log_retention",
         )
     return maintenance_pb2.SpaceMaintenance(
-        dream_enabled=settings.dream_enabled,
+        dream_enabled=wanted.dream_enabled,
         log_retention=retention,
-        max_daily_logs=settings.max_daily_logs,
-        log_retention_days=settings.log_retention_days,
-        stale_after_days=settings.stale_after_days,
+        max_daily_logs=wanted.max_daily_logs,
+        log_retention_days=wanted.log_retention_days,
+        stale_after_days=wanted.stale_after_days,
     )
