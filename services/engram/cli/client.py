@@ -239,8 +239,13 @@ def engram_client(addr: str, token: str, space: "Space | None" = None) -> "Itera
     from engram.client import Client
     from engram.domain.errors import EngramError
 
+    tls = _client_tls.get()
     try:
-        opened = Client(addr, token=token, space=space, tls=_client_tls.get() or False)
+        if tls is not None:
+            tls.credentials()  # a TLS file that cannot be read is a usage error, said now
+        opened = Client(addr, token=token, space=space, tls=tls or False)
+    except OSError as error:
+        fail(str(error))
     except EngramError as error:  # an address list refused
         fail(error.message)
     with opened:
