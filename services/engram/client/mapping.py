@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -52,17 +53,26 @@ SEARCH_MODES = {
 
 
 # Visibility numbers and the client's names for them ("private", "cross_project" ...).
-VISIBILITY_NAMES = {
+VISIBILITY_NAMES: dict[int, str] = {
     number: name.removeprefix("VISIBILITY_").lower()
     for name, number in space_pb2.Visibility.items()
     if number != space_pb2.VISIBILITY_UNSPECIFIED
 }
-VISIBILITY_NUMBERS = {name: number for number, name in VISIBILITY_NAMES.items()}
+VISIBILITY_NUMBERS = {
+    name: space_pb2.Visibility.ValueType(number) for number, name in VISIBILITY_NAMES.items()
+}
 
 
 def space_to_proto(space: Space | SpaceRef) -> space_pb2.SpaceRef:
     """The wire's SpaceRef for the client's Space or the domain's SpaceRef (engram's own
-    services hold those; its visibility is an enum whose value is the same name)."""
+    services hold those; its visibility is an enum whose value is the same name). Both are
+    frozen, so the message is built once per space and shared: callers copy it into their
+    requests (a message given to a constructor or CopyFrom is copied), never change it."""
+    return _space_message(space)
+
+
+@functools.lru_cache(maxsize=1024)
+def _space_message(space: Space | SpaceRef) -> space_pb2.SpaceRef:
     visibility = space.visibility if isinstance(space, Space) else space.visibility.value
     number = VISIBILITY_NUMBERS.get(visibility)
     if number is None:
@@ -78,13 +88,22 @@ def space_to_proto(space: Space | SpaceRef) -> space_pb2.SpaceRef:
 
 
 def space_from_proto(message: space_pb2.SpaceRef) -> Space:
+    return _space(
+        message.visibility, message.name, message.project, message.bot, message.user,
+        message.tenant,
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1024)
+def _space(visibility: int, name: str, project: str, bot: str, user: str, tenant: str) -> Space:
+    """Spaces come back on every answer, mostly the same few: each is made once."""
     return Space(
-        visibility=VISIBILITY_NAMES.get(message.visibility, "private"),
-        name=message.name,
-        project=message.project,
-        bot=message.bot,
-        user=message.user,
-        tenant=message.tenant,
+        visibility=VISIBILITY_NAMES.get(visibility, "private"),
+        name=name,
+        project=project,
+        bot=bot,
+        user=user,
+        tenant=tenant,
     )
 
 
