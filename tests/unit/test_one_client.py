@@ -49,9 +49,7 @@ STILL_TO_MIGRATE = {
     "bench/loadlib/generator.py",
     "bench/loadlib/ledger.py",
     "bench/quality.py",
-    "bench/ryw_bench.py",
     "bench/scale_bench.py",
-    "bench/storage_bench.py",
     "bench/tracing_overhead.py",
     "bench/workspace_bench.py",
     # Tests that call engram as any caller would.
