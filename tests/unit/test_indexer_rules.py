@@ -144,7 +144,6 @@ async def test_the_vector_index_comes_from_settings(tmp_path: Path) -> None:
 
 def test_cli_space_arguments() -> None:
     from engram.cli.indexer_commands import space_refs
-
     from engram.client.mapping import space_to_proto
 
     refs = space_refs(["notes", "v1:project:acme:p1:::shared"], "bot", "p9", "b1", "", "")
