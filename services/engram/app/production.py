@@ -91,7 +91,6 @@ from engram.search.reopen import open_or_keep_trying
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.ports import QuotaGate
 from engram.storage.service import StorageService
-from engram.v1 import storage_pb2_grpc
 from engram.workspace.agent_state import MongoAgentState
 from engram.workspace.remote import RemoteDocuments, RemoteSearch
 
@@ -330,7 +329,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
             MongoDocumentRepository(database, retention=components.version_retention)
         )
         source = StorageClientDocumentSource(
-            storage_pb2_grpc.StorageServiceStub(channel),
+            channel,
             storage_client.service_token.get_secret_value(),
             catalog=catalog,
         )

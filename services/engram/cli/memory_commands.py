@@ -64,12 +64,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _space(visibility: str, name: str, project: str, bot: str, user: str, tenant: str) -> "Space":
-    from engram.client import Space
-
-    try:
-        return Space(visibility, name, project, bot, user, tenant)
-    except EngramError as error:  # an unknown visibility
-        fail(error.message)
+    # SpaceFlags: a bot or project space without --project takes the directory's key.
+    return SpaceFlags(visibility, name, project, bot, user, tenant).to_space()
 
 
 def _failed(error: EngramError) -> NoReturn:

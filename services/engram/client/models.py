@@ -106,6 +106,9 @@ class SearchHit:
     chunk_index: int = 0
     bm25_score: float = 0.0
     vector_score: float = 0.0
+    # 1-based rank in each index's list (0 = not in it).
+    bm25_rank: int = 0
+    vector_rank: int = 0
 
 
 @dataclass(frozen=True, slots=True)
