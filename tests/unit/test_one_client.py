@@ -29,6 +29,12 @@ STUB = re.compile(rf"\b(?:(?:{ENGRAM_MODULES})_pb2_grpc\.\w+Stub|(?:{SERVICES})S
 RAW_WIRE = {
     "tests/fuzz/test_grpc_fuzz.py": "fuzzes every RPC with messages built from descriptors",
     "tests/e2e/test_hostile_imports.py": "streams hostile archives chunk by chunk as sent",
+    "tests/e2e/test_repeated_refusals.py": (
+        "sends oversized bodies and hostile archives as sent, and cuts an export mid-stream"
+    ),
+    "tests/e2e/test_polyglot_clients.py": (
+        "the Python reference for the Go and TypeScript clients: watch and export on the wire"
+    ),
     "tests/contract/test_server_limits.py": "sends oversized and malformed messages",
     "tests/e2e/test_error_model.py": "asserts the status codes and details on the wire",
     "tests/e2e/test_authz_matrix.py": "calls every served RPC, as the policy table lists them",
