@@ -224,3 +224,31 @@ def test_bad_options_are_refused_before_serving() -> None:
         timeout=60,
     )
     assert ran.returncode == 2 and "visibility 'secret'" in ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--time-zone", "Mars/Olympus"], "--time-zone: unknown time_zone 'Mars/Olympus'"),
+        (["--session", "my phone"], "--session: session 'my phone' must be"),
+        (["--read-wait-ms", "-1"], "--read-wait-ms must be 0..60000"),
+        (["--hosted", "--issuer", "https://id.example.com"], "add --transport http"),
+        (["--hosted", "--transport", "http"], "--hosted needs --issuer"),
+        (
+            ["--hosted", "--transport", "http", "--issuer", "id.example.com"],
+            "--hosted needs --issuer",
+        ),
+        (
+            ["--hosted", "-t", "http", "--issuer", "https://id.example.com", "--token", "t"],
+            "drop --token",
+        ),
+    ],
+)
+def test_every_option_is_checked_at_start(options: list[str], message: str) -> None:
+    ran = subprocess.run(
+        [sys.executable, "-m", "engram", "mcp", *options],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 2 and message in ran.stderr, ran.stderr

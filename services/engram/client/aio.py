@@ -35,6 +35,7 @@ NotFound, PermissionDenied with `rule`, EtagMismatch, QuotaExceeded, RateLimited
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ from engram.client.models import (
 )
 from engram.domain.errors import InvalidArgument
 from engram.domain.positions import IndexPosition
+from engram.domain.principals import Principal
 from engram.runtime.channels import (
     Addresses,
     ChannelConfig,
@@ -75,6 +77,8 @@ from engram.runtime.channels import (
     open_channel,
 )
 from engram.v1 import (
+    authz_pb2,
+    authz_pb2_grpc,
     search_pb2,
     search_pb2_grpc,
     space_pb2,
@@ -83,7 +87,7 @@ from engram.v1 import (
     workspace_pb2,
     workspace_pb2_grpc,
 )
-from engram.wire import position_to_proto
+from engram.wire import position_to_proto, principal_from_proto
 
 log = logging.getLogger("engram.client")
 
@@ -102,6 +106,7 @@ class _Stubs:
     workspace: workspace_pb2_grpc.WorkspaceServiceAsyncStub
     storage: storage_pb2_grpc.StorageServiceAsyncStub
     search: search_pb2_grpc.SearchServiceAsyncStub
+    authz: authz_pb2_grpc.AuthzServiceAsyncStub
 
 
 def _unavailable(error: BaseException) -> bool:
@@ -182,6 +187,17 @@ class EngramClient:
             channel, self._channel, self._opened = self._channel, None, None
             await channel.close()
 
+    def as_caller(self, token: str, *, space: Space | None = None) -> EngramClient:
+        """This client calling with another bearer token (and default space) over the same
+        channel: a server that acts for many callers (hosted `engram mcp`) forwards each
+        caller's own token. Closing the copy leaves the shared channel open."""
+        caller = copy.copy(self)
+        caller.space = space or self.space
+        caller._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        caller._opened = self._stubs
+        caller._channel = None
+        return caller
+
     @property
     def _stubs(self) -> _Stubs:
         if self._opened is None:
@@ -206,6 +222,7 @@ class EngramClient:
             workspace=workspace_pb2_grpc.WorkspaceServiceStub(channel),
             storage=storage_pb2_grpc.StorageServiceStub(channel),
             search=search_pb2_grpc.SearchServiceStub(channel),
+            authz=authz_pb2_grpc.AuthzServiceStub(channel),
         )
 
     async def _call(
@@ -373,6 +390,19 @@ class EngramClient:
             idempotent=False,
         )
         return response.archived_path
+
+    # --- AuthzService -------------------------------------------------------------------------
+
+    async def authenticate(self, token: str) -> Principal:
+        """Who `token` (a personal access token or a JWT) is, as the server verifies it;
+        Unauthenticated when it is unknown, expired or revoked."""
+        response = await self._call(
+            "AuthzService.Authenticate",
+            self._stubs.authz.Authenticate,
+            authz_pb2.AuthenticateRequest(token=token),
+            idempotent=True,
+        )
+        return principal_from_proto(response.principal)
 
     # --- StorageService -----------------------------------------------------------------------
 
