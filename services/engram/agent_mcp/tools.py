@@ -12,6 +12,7 @@ be found, and memory_search waits (bounded) until they are, reporting the wait.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC
@@ -29,6 +30,9 @@ from engram.client import EngramClient, Space, TreeNode, explain
 from engram.domain.errors import EngramError, InvalidArgument
 from engram.domain.positions import IndexPosition
 from engram.runtime.ttl_cache import TtlCache
+
+# One line per tool call naming its caller and space (hosted: each agent's principal).
+audit = logging.getLogger("engram.mcp.audit")
 
 INSTRUCTIONS = """\
 Engram is your persistent memory across conversations. Search it (memory_search) before
@@ -227,9 +231,19 @@ def _writes_key(ctx: Context[Any, Any], bound: Bound) -> WritesKey:
     return headers.get("mcp-session-id", ""), bound.caller, bound.space
 
 
-def _bind(callers: Callers, ctx: Context[Any, Any]) -> Bound:
+def _bind(callers: Callers, ctx: Context[Any, Any], tool: str) -> Bound:
+    """The call's caller, with one audit line per call naming it (hosted: per principal)."""
     with _tool_errors():
-        return callers.bind(ctx.request_context.request)
+        bound = callers.bind(ctx.request_context.request)
+    audit.info(
+        "%s by %s in %s/%s",
+        tool,
+        bound.caller,
+        bound.space.visibility,
+        bound.space.name,
+        extra={"tool": tool, "caller": bound.caller, "space": bound.space.name},
+    )
+    return bound
 
 
 def build_server(
@@ -271,7 +285,7 @@ def build_server(
             int, Field(strict=True, ge=1, le=20, description="Results to return, 1-20.")
         ] = 5,
     ) -> MemorySearchResult:
-        bound = _bind(who, ctx)
+        bound = _bind(who, ctx, "memory_search")
         key = _writes_key(ctx, bound)
         pending = writes.pending(key) if read_wait_ms > 0 else []
         with _tool_errors():
@@ -328,7 +342,7 @@ def build_server(
             ),
         ] = True,
     ) -> MemoryWriteResult:
-        bound = _bind(who, ctx)
+        bound = _bind(who, ctx, "memory_write")
         with _tool_errors():
             written = await bound.client.memory_write(
                 content,
@@ -353,7 +367,7 @@ def build_server(
         path: Annotated[str, Field(strict=True, description='Document path, e.g. "MEMORY.md".')],
         ctx: Context[Any, Any],
     ) -> MemoryReadResult:
-        bound = _bind(who, ctx)
+        bound = _bind(who, ctx, "memory_read")
         with _tool_errors():
             document = await bound.client.memory_read(path, space=bound.space)
         updated = document.updated_at
@@ -379,7 +393,7 @@ def build_server(
             int, Field(strict=True, ge=1, le=10, description="Levels to descend, 1-10.")
         ] = 1,
     ) -> MemoryTreeResult:
-        bound = _bind(who, ctx)
+        bound = _bind(who, ctx, "memory_tree")
         with _tool_errors():
             nodes = await bound.client.memory_tree(path, depth=depth, space=bound.space)
         return MemoryTreeResult(path=path, depth=depth, tree=[_tree(node) for node in nodes])
