@@ -173,6 +173,22 @@ async def test_two_tenants_share_one_endpoint_and_see_only_their_own(hosted: Hos
         found = await call(ann, "memory_search", {"query": "Acme vault code"})
         assert found["results"] and "vault code" in found["results"][0]["content"]
 
+        # The documents are resources, and the assembled system prompt a prompt, of each
+        # caller's own space.
+        listed = {str(r.uri) for r in (await ann.list_resources()).resources}
+        assert "engram://workspace/MEMORY.md" in listed
+        read = await ann.read_resource("engram://workspace/MEMORY.md")
+        assert "vault code" in read.contents[0].text  # type: ignore[union-attr]
+        read = await bob.read_resource("engram://workspace/MEMORY.md")
+        assert "vault" not in read.contents[0].text  # type: ignore[union-attr]
+        prompts = {p.name for p in (await ann.list_prompts()).prompts}
+        assert "system_prompt" in prompts
+        prompt = await ann.get_prompt("system_prompt", {})
+        text = prompt.messages[0].content.text  # type: ignore[union-attr]
+        assert "vault code" in text and "Globex" not in text
+        group = await ann.get_prompt("system_prompt", {"group_context": "true"})
+        assert "vault code" not in group.messages[0].content.text  # type: ignore[union-attr]
+
     # Storage recorded each agent as the writer, not the MCP process.
     for token, tenant, subject in ((ANN, "acme", "ann"), (BOB, "globex", "bob")):
         async with EngramClient(f"127.0.0.1:{hosted.engram.port}", token=token) as direct:

@@ -18,14 +18,17 @@ from contextlib import contextmanager
 from datetime import UTC
 from typing import Annotated, Any
 
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import ListResourcesResult, PaginatedRequestParams, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 from pydantic_core import ErrorDetails
 
 import engram
+from engram.agent_mcp import resources
 from engram.agent_mcp.callers import Bound, Callers, ProcessCaller
+from engram.agent_mcp.resources import Lister
 from engram.client import EngramClient, Space, TreeNode, explain
 from engram.domain.errors import EngramError, InvalidArgument
 from engram.domain.positions import IndexPosition
@@ -176,7 +179,20 @@ def argument_error(error: ValidationError) -> InvalidArgument:
 
 
 class EngramMCPServer(MCPServer):
-    """MCPServer whose argument refusals read like every other engram error."""
+    """MCPServer whose argument refusals read like every other engram error, and whose
+    resources/list lists the caller's documents (`documents`)."""
+
+    documents: Lister | None = None
+
+    async def _handle_list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
+    ) -> ListResourcesResult:
+        # The SDK lists only resources registered up front; a workspace's documents depend
+        # on the caller, so the listing needs the request's context.
+        listed = await self.list_resources()
+        if self.documents is not None:
+            listed += await self.documents(Context(request_context=ctx, mcp_server=self))
+        return ListResourcesResult(resources=listed)
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -261,7 +277,7 @@ def build_server(
     waits at most `read_wait_ms` for the session's own writes to be indexed (0: no wait)."""
     who: Callers = callers or ProcessCaller(client)
     writes = SessionWrites()
-    server: MCPServer = EngramMCPServer(
+    server = EngramMCPServer(
         "engram",
         title="Engram memory",
         instructions=INSTRUCTIONS,
@@ -398,6 +414,9 @@ def build_server(
             nodes = await bound.client.memory_tree(path, depth=depth, space=bound.space)
         return MemoryTreeResult(path=path, depth=depth, tree=[_tree(node) for node in nodes])
 
+    server.documents = resources.register(
+        server, lambda ctx, what: _bind(who, ctx, what), time_zone=time_zone
+    )
     return server
 
 
