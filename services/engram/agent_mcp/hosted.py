@@ -168,7 +168,11 @@ def hosted_app(
 ) -> Starlette:
     """The ASGI app of a hosted MCP server: `server`'s streamable-HTTP endpoint behind
     bearer authentication, at /mcp and /mcp/<space path>, and its RFC 9728 metadata."""
-    inner = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
+    # Answers as plain JSON rather than an SSE stream per POST: the tools send no progress
+    # or server requests mid-call, and a JSON body costs less per call.
+    inner = server.streamable_http_app(
+        streamable_http_path=HTTP_PATH, host=host, json_response=True
+    )
     resource = _URL.validate_python(resource_url)
     metadata_url = str(build_resource_metadata_url(resource))
     endpoint = RequireAuthMiddleware(
