@@ -65,8 +65,8 @@ async def servers(workdir: Path) -> AsyncIterator[tuple[str, str]]:
     async with server_process(dev, env, workdir / "server.log", port) as addr:
         command = [sys.executable, "-m", "engram", "mcp", "--transport", "http", "--hosted"]
         command += ["--issuer", ISSUER, "--port", str(mcp_port), "--addr", addr]
-        with open(workdir / "mcp.log", "ab") as log:
-            process = await asyncio.create_subprocess_exec(*command, stdout=log, stderr=log)
+        quiet = asyncio.subprocess.DEVNULL
+        process = await asyncio.create_subprocess_exec(*command, stdout=quiet, stderr=quiet)
         try:
             base = f"http://127.0.0.1:{mcp_port}"
             async with asyncio.timeout(120):
