@@ -79,10 +79,12 @@ async def test_hygiene_jobs_are_the_six_named_jobs_on_one_interval(tmp_path: Pat
     ]
     defaults = SpaceSettings()
     assert all(job.interval(defaults) == timedelta(hours=6) for job in jobs)
-    # Log retention is off unless a space turns it on; the rest run on every space.
-    assert [job.name for job in jobs if not job.scheduled(defaults)] == ["log_retention"]
-    archive = SpaceSettings(log_retention=LogRetention.ARCHIVE)
-    assert all(job.scheduled(archive) for job in jobs)
+    # Seed 000's hygiene is on by default: log retention archives past 60 daily logs, and
+    # every job runs on every space unless a space turns retention off.
+    assert defaults.log_retention is LogRetention.ARCHIVE and defaults.max_daily_logs == 60
+    assert all(job.scheduled(defaults) for job in jobs)
+    off = SpaceSettings(log_retention=LogRetention.OFF)
+    assert [job.name for job in jobs if not job.scheduled(off)] == ["log_retention"]
 
 
 # --- log retention -----------------------------------------------------------------------------
@@ -130,7 +132,7 @@ async def test_log_retention_deletes_by_age_and_does_nothing_when_off(tmp_path: 
         job = LogRetentionJob(deps, INTERVAL)
         for days_ago in (5, 31, 45):
             await write(engram, SPACE, log_path(days_ago), f"entry {days_ago}\n")
-        off = await job.run(SPACE, SpaceSettings())
+        off = await job.run(SPACE, SpaceSettings(log_retention=LogRetention.OFF))
         assert off.counts == {} and "off" in off.message
         assert await content_of(engram, SPACE, log_path(45)) is not None
 

@@ -82,7 +82,7 @@ async def ws(tmp_path: Path) -> AsyncIterator[Workspace]:
 # --- memory_write ------------------------------------------------------------------------------
 
 
-async def test_memory_appends_on_new_lines_and_replaces_when_asked(ws: Workspace) -> None:
+async def test_memory_appends_on_new_lines_and_is_append_only(ws: Workspace) -> None:
     first = await ws.write("Ann prefers tea.", target=workspace_pb2.MEMORY_TARGET_MEMORY)
     assert (first.status, first.path, first.append) == ("written", "MEMORY.md", True)
     assert first.content_length == len(b"Ann prefers tea.\n")
@@ -92,9 +92,35 @@ async def test_memory_appends_on_new_lines_and_replaces_when_asked(ws: Workspace
     )
     assert second.version == 2 and second.size_bytes == first.size_bytes + second.content_length
     assert await ws.read("MEMORY.md") == "Ann prefers tea.\nDeploys on Fridays are off.\n"
-    replaced = await ws.write("# Memory\n", target=workspace_pb2.MEMORY_TARGET_MEMORY, append=False)
-    assert replaced.append is False and replaced.content_length == len(b"# Memory\n")
-    assert await ws.read("MEMORY.md") == "# Memory\n"
+    # Seed 004: the agent never rewrites MEMORY.md (by target or by path); the operator
+    # does through StorageService, and HEARTBEAT.md and notes stay replaceable.
+    for fields in (
+        {"target": workspace_pb2.MEMORY_TARGET_MEMORY},
+        {"target": workspace_pb2.MEMORY_TARGET_PATH, "path": "MEMORY.md"},
+    ):
+        failure = await fails(
+            ws.write("# Memory\n", append=False, **fields),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "MEMORY_APPEND_ONLY",
+        )
+        assert "ENGRAM_WORKSPACE_MEMORY_APPEND_ONLY" in failure.message
+    assert await ws.read("MEMORY.md") == "Ann prefers tea.\nDeploys on Fridays are off.\n"
+    note = await ws.write(
+        "# Plan\n", target=workspace_pb2.MEMORY_TARGET_PATH, path="notes/p.md", append=False
+    )
+    assert note.append is False
+    beat = await ws.write("all quiet", target=workspace_pb2.MEMORY_TARGET_HEARTBEAT, append=False)
+    assert beat.path == "HEARTBEAT.md"
+
+
+async def test_a_space_policy_may_let_the_agent_replace_memory(tmp_path: Path) -> None:
+    async with start_workspace(tmp_path, workspace_memory_append_only=False) as ws:
+        await ws.write("Ann prefers tea.", target=workspace_pb2.MEMORY_TARGET_MEMORY)
+        replaced = await ws.write(
+            "# Memory\n", target=workspace_pb2.MEMORY_TARGET_MEMORY, append=False
+        )
+        assert replaced.append is False and replaced.content_length == len(b"# Memory\n")
+        assert await ws.read("MEMORY.md") == "# Memory\n"
 
 
 async def test_append_starts_a_new_line_after_an_operator_edit(ws: Workspace) -> None:

@@ -27,6 +27,7 @@ from engram.runtime.channels import ChannelConfig, ClientTls
 from engram.runtime.settings import Settings
 from engram.search.service import SearchOptions
 from engram.storage.service import DocumentLimits
+from engram.workspace.service import WritePolicy
 from engram.workspace.write_limits import WriteLimits
 
 
@@ -193,6 +194,7 @@ class Components:
     search: SearchOptions
     query_cache_size: int
     workspace_writes: WriteLimits
+    workspace_policy: WritePolicy
     # ENGRAM_WORKSPACE_TEMPLATES: replaces the packaged seed templates by name.
     workspace_templates: Path | None
     # Channels to the other services (ENGRAM_*_ADDR): TLS and keepalive.
@@ -305,6 +307,9 @@ class Components:
             workspace_writes=WriteLimits(
                 per_minute=settings.workspace_writes_per_minute,
                 per_hour=settings.workspace_writes_per_hour,
+            ),
+            workspace_policy=WritePolicy(
+                memory_append_only=settings.workspace_memory_append_only
             ),
             workspace_templates=settings.workspace_templates,
             channels=channel_config(settings),

@@ -16,7 +16,7 @@ from datetime import date, datetime, tzinfo
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from engram.domain.errors import InvalidArgument, ProtectedFile, quoted
+from engram.domain.errors import InvalidArgument, PermissionDenied, ProtectedFile, quoted
 from engram.domain.paths import validate_document_path
 from engram.domain.principals import Principal
 
@@ -132,6 +132,16 @@ def check_writable(path: str) -> str:
             path=protected,
         )
     return path
+
+
+def memory_append_only() -> PermissionDenied:
+    """The refusal of an agent's replace of MEMORY.md (append-only by the space's policy)."""
+    return PermissionDenied(
+        f"{MEMORY_PATH} is append-only for the workspace tools: append to it (append=true); "
+        "an operator rewrites it through StorageService, dreaming adds to it "
+        "(ENGRAM_WORKSPACE_MEMORY_APPEND_ONLY)",
+        rule="memory_append_only",
+    )
 
 
 # --- targets ---------------------------------------------------------------------------------

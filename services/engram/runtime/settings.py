@@ -319,6 +319,9 @@ class Settings(BaseSettings):
     replicas share them; 0 = no limit."""
     workspace_writes_per_hour: int = Field(default=200, ge=0)
     """Workspace writes per agent per hour; 0 = no limit."""
+    workspace_memory_append_only: bool = True
+    """The workspace tools only append to MEMORY.md (seed 004: the operator and dreaming
+    change it, the agent rewrites only HEARTBEAT.md); false lets an agent replace it."""
     workspace_templates: Path | None = None
     """A directory of templates (AGENTS.md, SOUL.md, ...) replacing the packaged ones by
     name."""

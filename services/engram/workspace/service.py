@@ -74,6 +74,14 @@ class WriteRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class WritePolicy:
+    """What the workspace tools may change. `memory_append_only`: MEMORY.md is only appended
+    to (seed 004: the operator, through StorageService, and dreaming change it otherwise)."""
+
+    memory_append_only: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class WriteOutcome:
     path: str
     append: bool
@@ -123,6 +131,7 @@ class WorkspaceService:
         templates: Mapping[str, str],
         *,
         clock: Callable[[], datetime] = utc_now,
+        policy: WritePolicy = WritePolicy(),
     ) -> None:
         self._documents = documents
         self._search = search
@@ -131,6 +140,7 @@ class WorkspaceService:
         self._agents = agents
         self._templates = dict(templates)
         self._clock = clock
+        self._policy = policy
 
     async def _authorize(self, principal: Principal, action: Action, space: SpaceRef) -> SpaceRef:
         return (await self._authorizer.authorize(principal, action, space)).space
@@ -157,6 +167,8 @@ class WorkspaceService:
         path = rules.target_path(
             request.target, request.path, today=now.date(), session=request.session
         )
+        if not request.append and path == rules.MEMORY_PATH and self._policy.memory_append_only:
+            raise rules.memory_append_only()
         await self._writes.check(principal, space.id)
         if heartbeat is not None:
             return await self._heartbeat(principal, space, path, heartbeat, content)
