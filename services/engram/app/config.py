@@ -308,9 +308,7 @@ class Components:
                 per_minute=settings.workspace_writes_per_minute,
                 per_hour=settings.workspace_writes_per_hour,
             ),
-            workspace_policy=WritePolicy(
-                memory_append_only=settings.workspace_memory_append_only
-            ),
+            workspace_policy=WritePolicy(memory_append_only=settings.workspace_memory_append_only),
             workspace_templates=settings.workspace_templates,
             channels=channel_config(settings),
         )
