@@ -101,12 +101,18 @@ async def test_log_retention_archives_old_logs_and_they_stay_searchable(tmp_path
                 engram, SPACE, log_path(days_ago), f"# Log\n\n[09:00:00] marker{days_ago}x\n"
             )
         await write(engram, SPACE, "daily/2026-03-07-cli.md", "[10:00:00] session log marker3cli\n")
+        # An imported OpenClaw/Minara journal is a log of its day too; memory/ notes are not.
+        await write(engram, SPACE, "memory/2026-03-01.md", "[08:00:00] imported marker9x\n")
+        await write(engram, SPACE, "memory/projects.md", "# Projects\n")
         await write(engram, SPACE, "MEMORY.md", "# Memory\n")
 
         report = await job.run(SPACE, settings)
 
-        # Newest two logs stay (today's and 2 days ago); the other four move.
-        assert report.counts == {"logs_checked": 6, "logs_archived": 4, "logs_skipped": 0}
+        # Newest two logs stay (today's and 2 days ago); the other five move.
+        assert report.counts == {"logs_checked": 7, "logs_archived": 5, "logs_skipped": 0}
+        assert await content_of(engram, SPACE, "archive/memory/2026-03-01.md") is not None
+        assert await content_of(engram, SPACE, "memory/2026-03-01.md") is None
+        assert await content_of(engram, SPACE, "memory/projects.md") == "# Projects\n"
         for days_ago in (0, 2):
             assert await content_of(engram, SPACE, log_path(days_ago)) is not None
         for days_ago in (3, 4, 5):

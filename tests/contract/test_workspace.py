@@ -558,6 +558,28 @@ async def prompt(ws: Workspace, **fields: Any) -> workspace_pb2.GetSystemPromptR
     )
 
 
+async def test_openclaw_journals_under_memory_reach_the_prompt(ws: Workspace) -> None:
+    """Imported OpenClaw/Minara journals, memory/YYYY-MM-DD[-session].md, are daily logs of
+    their day; other documents under memory/ are not."""
+    files = {
+        "memory/2026-12-01.md": "imported today",
+        "memory/2026-12-01-telegram.md": "from telegram today",
+        "memory/2026-11-30.md": "imported yesterday",
+        "memory/2026-11-20.md": "too old",
+        "memory/projects.md": "not a journal",
+    }
+    for path, text in files.items():
+        await ws.storage.WriteDocument(write_request(path, text, ref=OK_SPACE))
+    await ws.write("today's work")
+    sections = [(s.name, s.path) for s in (await prompt(ws)).sections]
+    assert sections == [
+        ("Today's Notes", "daily/2026-12-01.md"),
+        ("Today's Notes", "memory/2026-12-01.md"),
+        ("Today's Notes", "memory/2026-12-01-telegram.md"),
+        ("Yesterday's Notes", "memory/2026-11-30.md"),
+    ]
+
+
 async def test_prompt_order_with_and_without_group_context(ws: Workspace) -> None:
     files = {
         "AGENTS.md": "Follow the runbook.",

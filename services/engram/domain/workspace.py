@@ -5,6 +5,10 @@ One agent workspace is one space. `memory_write` targets MEMORY.md, today's dail
 (`daily/YYYY-MM-DD.md`, or `daily/YYYY-MM-DD-<session>.md` for one surface's journal, in the
 caller's IANA time zone), HEARTBEAT.md, or a canonical custom `.md` path. The identity files
 are never writable through the workspace tools: a prompt-injection defence.
+
+Journals written elsewhere are recognised too: OpenClaw/Minara keep them as
+`memory/YYYY-MM-DD[-session].md`, and those count as daily logs of their day beside `daily/`
+(in the prompt, dreaming and log retention), so imported logs are not left out.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ MAX_QUERY_CHARS = 4096
 MAX_TIME_ZONE_CHARS = 64
 
 _SESSION = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_DAILY_LOG = re.compile(r"daily/(\d{4}-\d{2}-\d{2})(?:-([A-Za-z0-9_-]{1,64}))?\.md")
+# Where daily logs live: engram's own `daily/`, and the OpenClaw/Minara `memory/` layout.
+JOURNAL_DIRS = ("daily", "memory")
+_DAILY_LOG = re.compile(r"(?:daily|memory)/(\d{4}-\d{2}-\d{2})(?:-([A-Za-z0-9_-]{1,64}))?\.md")
 # A zone key: the IANA database's names only (no path tricks: ZoneInfo reads files).
 _ZONE_KEY = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*")
 
@@ -159,7 +165,8 @@ def daily_log_path(day: date, session: str = "") -> str:
 
 
 def parse_daily_log_path(path: str) -> tuple[date, str] | None:
-    """(date, session or "") of a daily log path in either format; None for any other path."""
+    """(date, session or "") of a daily log path (`daily/` or `memory/`, with or without a
+    session); None for any other path."""
     match = _DAILY_LOG.fullmatch(path)
     if match is None:
         return None

@@ -325,14 +325,19 @@ class WorkspaceService:
         days = {today, today - timedelta(days=1)}
         # The shared logs by name (found even past the listing's bound), journals by listing.
         logs = [rules.daily_log_path(day) for day in sorted(days, reverse=True)]
+        listed = await asyncio.gather(
+            *(
+                self._documents.list_paths(principal, space, directory, limit=MAX_TREE_DOCUMENTS)
+                for directory in rules.JOURNAL_DIRS
+            )
+        )
+        # Session journals of daily/, and every log of memory/ (the OpenClaw/Minara layout).
         journals = [
             path
-            for path in await self._documents.list_paths(
-                principal, space, rules.DAILY_DIR, limit=MAX_TREE_DOCUMENTS
-            )
+            for path in (p for paths in listed for p in paths)
             if (parsed := rules.parse_daily_log_path(path)) is not None
             and parsed[0] in days
-            and parsed[1]
+            and (parsed[1] or not path.startswith(f"{rules.DAILY_DIR}/"))
         ]
         logs += journals[:MAX_PROMPT_JOURNALS]
         wanted = [*IDENTITY_PATHS, *logs]
