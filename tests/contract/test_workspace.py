@@ -558,6 +558,68 @@ async def prompt(ws: Workspace, **fields: Any) -> workspace_pb2.GetSystemPromptR
     )
 
 
+SEED_FILES = {
+    "AGENTS.md": "Follow the runbook.",
+    "SOUL.md": "Be kind.",
+    "USER.md": "Ann, SRE.",
+    "IDENTITY.md": "I am Orbit.",
+    "MEMORY.md": "Ann prefers tea.",
+    "HEARTBEAT.md": "Open loop: the Apollo review.",
+    "daily/2026-11-30.md": "yesterday's work",
+}
+SEED_004_ORDER = [
+    ("Core Values", "SOUL.md", "Be kind."),
+    ("Agent Instructions", "AGENTS.md", "Follow the runbook."),
+    ("Identity", "IDENTITY.md", "I am Orbit."),
+    ("User Context", "USER.md", "Ann, SRE."),
+    ("Long-Term Memory", "MEMORY.md", "Ann prefers tea."),
+    ("Heartbeat", "HEARTBEAT.md", "Open loop: the Apollo review."),
+    ("Today's Notes", "daily/2026-12-01.md", "today's work"),
+    ("Yesterday's Notes", "daily/2026-11-30.md", "yesterday's work"),
+]
+
+
+async def assert_seed_004_layout(answer: workspace_pb2.GetSystemPromptResponse) -> None:
+    assert [(s.name, s.path) for s in answer.sections] == [
+        (name, path) for name, path, _ in SEED_004_ORDER
+    ]
+    # Section by section: each heading, then its file's text, in this order.
+    at = 0
+    for name, _, text in SEED_004_ORDER:
+        heading = answer.prompt.index(f"## {name}\n", at)
+        at = answer.prompt.index(text, heading)
+
+
+async def test_the_seed_004_layout_carries_heartbeat_in_its_order(ws: Workspace) -> None:
+    for path, text in SEED_FILES.items():
+        await ws.storage.WriteDocument(write_request(path, text, ref=OK_SPACE))
+    await ws.write("today's work")
+    await assert_seed_004_layout(await prompt(ws, layout=workspace_pb2.PROMPT_LAYOUT_SEED_004))
+    group = await prompt(ws, layout=workspace_pb2.PROMPT_LAYOUT_SEED_004, group_context=True)
+    assert "MEMORY.md" not in [s.path for s in group.sections]
+    assert "HEARTBEAT.md" in [s.path for s in group.sections]
+    # Seed 000's layout (the default here) is today's order, without HEARTBEAT.md.
+    for answer in (await prompt(ws), await prompt(ws, layout=workspace_pb2.PROMPT_LAYOUT_SEED_000)):
+        assert [s.path for s in answer.sections][:5] == [
+            "AGENTS.md",
+            "SOUL.md",
+            "USER.md",
+            "IDENTITY.md",
+            "MEMORY.md",
+        ]
+        assert "HEARTBEAT.md" not in [s.path for s in answer.sections]
+
+
+async def test_a_deployment_may_default_to_the_seed_004_layout(tmp_path: Path) -> None:
+    async with start_workspace(tmp_path, workspace_prompt_layout="004") as ws:
+        for path, text in SEED_FILES.items():
+            await ws.storage.WriteDocument(write_request(path, text, ref=OK_SPACE))
+        await ws.write("today's work")
+        await assert_seed_004_layout(await prompt(ws))
+        named = await prompt(ws, layout=workspace_pb2.PROMPT_LAYOUT_SEED_000)
+        assert named.sections[0].path == "AGENTS.md"
+
+
 async def test_openclaw_journals_under_memory_reach_the_prompt(ws: Workspace) -> None:
     """Imported OpenClaw/Minara journals, memory/YYYY-MM-DD[-session].md, are daily logs of
     their day; other documents under memory/ are not."""

@@ -68,12 +68,17 @@ def register(server: MCPServer, bind: Binder, *, time_zone: str) -> Lister:
         "recent daily logs, assembled as the system prompt of a conversation.",
     )
     async def system_prompt(
-        ctx: Context[Any, Any], group_context: Literal["true", "false"] = "false"
+        ctx: Context[Any, Any],
+        group_context: Literal["true", "false"] = "false",
+        layout: Literal["", "000", "004"] = "",
     ) -> str:
         bound = bind(ctx, "prompts/get")
         try:
             prompt = await bound.client.system_prompt(
-                group_context=group_context == "true", time_zone=time_zone, space=bound.space
+                group_context=group_context == "true",
+                time_zone=time_zone,
+                space=bound.space,
+                layout=layout,
             )
         except EngramError as error:
             raise ValueError(explain(error)) from None

@@ -92,6 +92,12 @@ from engram.wire import position_to_proto, principal_from_proto
 log = logging.getLogger("engram.client")
 
 DEFAULT_ADDR = "127.0.0.1:50051"
+# system_prompt(layout=...): the seeds' prompt orders ("" = the server's default).
+PROMPT_LAYOUTS = {
+    "": workspace_pb2.PROMPT_LAYOUT_UNSPECIFIED,
+    "000": workspace_pb2.PROMPT_LAYOUT_SEED_000,
+    "004": workspace_pb2.PROMPT_LAYOUT_SEED_004,
+}
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 # Backoff between attempts: 0.25 s, 0.5 s, 1 s ... capped at 4 s, plus up to 0.25 s jitter.
 BACKOFF_INITIAL = 0.25
@@ -354,12 +360,26 @@ class EngramClient:
         return mapping.daily_log_result(response)
 
     async def system_prompt(
-        self, *, group_context: bool = False, time_zone: str = "", space: Space | None = None
+        self,
+        *,
+        group_context: bool = False,
+        time_zone: str = "",
+        space: Space | None = None,
+        layout: str = "",
     ) -> SystemPrompt:
-        """The assembled system prompt. Retried on UNAVAILABLE: if an attempt assembled the
-        prompt but its answer was lost, a one-time SOUL.md notice it carried is lost too."""
+        """The assembled system prompt; `layout` "000" or "004" orders its sections as that
+        seed does ("" = the server's default). Retried on UNAVAILABLE: if an attempt
+        assembled the prompt but its answer was lost, a one-time SOUL.md notice it carried
+        is lost too."""
+        if layout not in PROMPT_LAYOUTS:
+            raise InvalidArgument(
+                f"layout {layout!r} is not one of 000, 004 (or empty)", field="layout"
+            )
         request = workspace_pb2.GetSystemPromptRequest(
-            space=self._space(space), group_context=group_context, time_zone=time_zone
+            space=self._space(space),
+            group_context=group_context,
+            time_zone=time_zone,
+            layout=PROMPT_LAYOUTS[layout],
         )
         response = await self._call(
             "WorkspaceService.GetSystemPrompt",

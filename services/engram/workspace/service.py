@@ -26,6 +26,7 @@ from engram.domain.prompt import (
     IDENTITY_PATHS,
     AssembledPrompt,
     PromptFile,
+    PromptLayout,
     assemble_prompt,
     soul_baseline,
 )
@@ -74,11 +75,14 @@ class WriteRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class WritePolicy:
-    """What the workspace tools may change. `memory_append_only`: MEMORY.md is only appended
-    to (seed 004: the operator, through StorageService, and dreaming change it otherwise)."""
+class WorkspacePolicy:
+    """What the workspace tools may change, and how the prompt reads. `memory_append_only`:
+    MEMORY.md is only appended to (seed 004: the operator, through StorageService, and
+    dreaming change it otherwise). `prompt_layout`: the prompt's order when a request names
+    none."""
 
     memory_append_only: bool = True
+    prompt_layout: PromptLayout = PromptLayout.SEED_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +135,7 @@ class WorkspaceService:
         templates: Mapping[str, str],
         *,
         clock: Callable[[], datetime] = utc_now,
-        policy: WritePolicy = WritePolicy(),
+        policy: WorkspacePolicy = WorkspacePolicy(),
     ) -> None:
         self._documents = documents
         self._search = search
@@ -315,7 +319,13 @@ class WorkspaceService:
         return rules.build_tree(root, paths, levels)
 
     async def system_prompt(
-        self, principal: Principal, space: SpaceRef, *, group_context: bool, time_zone: str = ""
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        *,
+        group_context: bool,
+        time_zone: str = "",
+        layout: PromptLayout | None = None,
     ) -> AssembledPrompt:
         """The identity files, MEMORY.md (not in group contexts) and today's and yesterday's
         daily logs in the caller's time zone; records SOUL.md's sha256 as the agent's
@@ -355,6 +365,7 @@ class WorkspaceService:
             today=today,
             group_context=group_context,
             previous_soul_sha256=previous,
+            layout=layout or self._policy.prompt_layout,
         )
 
     async def search(

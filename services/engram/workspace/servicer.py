@@ -81,6 +81,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
             requested_space(request.space),
             group_context=request.group_context,
             time_zone=request.time_zone,
+            layout=mapping.PROMPT_LAYOUTS.get(request.layout),
         )
         return mapping.prompt_response(prompt)
 
