@@ -163,6 +163,37 @@ async def test_a_session_gets_its_own_journal(ws: Workspace) -> None:
     assert (await ws.read(written.path)).endswith("[10:15:00] from the phone\n[10:15:00] again\n")
 
 
+async def test_read_by_date_finds_the_days_log_in_the_callers_time_zone(ws: Workspace) -> None:
+    def by_date(day: str, **fields: Any) -> Any:
+        return ws.stub.MemoryRead(
+            workspace_pb2.MemoryReadRequest(space=OK_SPACE, date=day, **fields)
+        )
+
+    await ws.write("today's entry")
+    await ws.write("phone entry", session="phone")
+    await ws.storage.WriteDocument(
+        write_request("memory/2026-11-30.md", "imported yesterday\n", ref=OK_SPACE)
+    )
+    today = await by_date("today")
+    assert today.path == "daily/2026-12-01.md" and "today's entry" in today.content
+    assert (await by_date("2026-12-01")).path == "daily/2026-12-01.md"
+    assert (await by_date("today", session="phone")).path == "daily/2026-12-01-phone.md"
+    # No daily/ log that day: the imported memory/ journal.
+    assert (await by_date("yesterday")).path == "memory/2026-11-30.md"
+    # 10:15 UTC is 23:15 in Auckland (UTC+13): its today is still the 1st; Honolulu's
+    # yesterday is the 30th too, Kiritimati's (UTC+14) today the 2nd.
+    assert (await by_date("today", time_zone="Pacific/Auckland")).path == "daily/2026-12-01.md"
+    missing = await fails(
+        by_date("today", time_zone="Pacific/Kiritimati"), grpc.StatusCode.NOT_FOUND
+    )
+    assert "2026-12-02" in missing.message
+    for bad in ("tomorrow", "2026-13-01", "20261201"):
+        refused = await fails(by_date(bad), grpc.StatusCode.INVALID_ARGUMENT)
+        assert "YYYY-MM-DD" in refused.message
+    both = workspace_pb2.MemoryReadRequest(space=OK_SPACE, path="MEMORY.md", date="today")
+    await fails(ws.stub.MemoryRead(both), grpc.StatusCode.INVALID_ARGUMENT)
+
+
 async def test_daily_log_rolls_over_at_local_midnight(ws: Workspace) -> None:
     # Berlin is UTC+1 in December: 22:59:59 UTC is 23:59:59 there, 23:00:01 UTC the next day.
     ws.clock.now = datetime(2026, 12, 1, 22, 59, 59, tzinfo=UTC)

@@ -122,7 +122,8 @@ async def assert_tools_listed_with_schemas(client: Client) -> None:
     assert set(write.output_schema["required"]) == {"status", "path", "append", "content_length"}
 
     read = listed["memory_read"]
-    assert read.input_schema["required"] == ["path"]
+    assert "required" not in read.input_schema  # a path, or a date
+    assert set(read.input_schema["properties"]) == {"path", "date"}
     assert read.output_schema is not None
     assert set(read.output_schema["required"]) == {"path", "content", "word_count", "updated_at"}
 
@@ -167,7 +168,7 @@ async def assert_protected_file_refused(client: Client) -> None:
     )
     assert refused.is_error
     message = text_of(refused)
-    assert "PERMISSION_DENIED" in message and "[PROTECTED_FILE]" in message
+    assert message.startswith("PERMISSION_DENIED: ") and message.endswith("[PROTECTED_FILE]")
     assert "Traceback" not in message
     empty = await client.call_tool("memory_write", {"content": ""})
     assert empty.is_error and "INVALID_ARGUMENT" in text_of(empty)

@@ -245,3 +245,9 @@ async def test_strict_arguments_over_http(hosted: Hosted) -> None:
         assert text_of(refused) == (
             "INVALID_ARGUMENT: limit must be an integer, not a string [INVALID_ARGUMENT]"
         )
+        # Read-by-date: today's daily log without computing its path.
+        logged = await call(ann, "memory_write", {"content": "Standup moved to 9:45."})
+        today = await call(ann, "memory_read", {"date": "today"})
+        assert today["path"] == logged["path"] and "9:45" in today["content"]
+        bad = await ann.call_tool("memory_read", {"date": "someday"})
+        assert bad.is_error and text_of(bad).startswith("INVALID_ARGUMENT: date"), text_of(bad)

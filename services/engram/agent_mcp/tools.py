@@ -63,8 +63,10 @@ IDENTITY.md, SOUL.md, AGENTS.md and USER.md are protected: writing them fails.""
 
 READ_DESCRIPTION = """\
 Read one memory document in full by its path (e.g. "MEMORY.md", "daily/2026-12-01.md", or a
-path returned by memory_search or memory_tree). Use it when a search hit needs its
-surrounding context, or to see a document before replacing it."""
+path returned by memory_search or memory_tree), or a day's daily log by date ("today",
+"yesterday" or YYYY-MM-DD, in your time zone) with no path. Use it when a search hit needs
+its surrounding context, to recall what happened on a day, or to see a document before
+replacing it."""
 
 TREE_DESCRIPTION = """\
 List the memory workspace as a tree: files, and directories ending with "/". Starts at path
@@ -202,6 +204,10 @@ class EngramMCPServer(MCPServer):
         except ToolError as error:
             if isinstance(error.__cause__, ValidationError):
                 raise ToolError(explain(argument_error(error.__cause__))) from None
+            if type(error.__cause__) is ToolError:
+                # The tool's own `CODE: message [REASON]`, without the SDK's "Error executing
+                # tool <name>: " in front.
+                raise ToolError(str(error.__cause__)) from None
             raise
 
 
@@ -380,12 +386,25 @@ def build_server(
         name="memory_read", title="Read memory", description=READ_DESCRIPTION, annotations=reads
     )
     async def memory_read(
-        path: Annotated[str, Field(strict=True, description='Document path, e.g. "MEMORY.md".')],
         ctx: Context[Any, Any],
+        path: Annotated[
+            str,
+            Field(strict=True, description='Document path, e.g. "MEMORY.md" (or give date).'),
+        ] = "",
+        date: Annotated[
+            str,
+            Field(
+                strict=True,
+                description='Instead of a path: "today", "yesterday" or YYYY-MM-DD, to read '
+                "that day's daily log.",
+            ),
+        ] = "",
     ) -> MemoryReadResult:
         bound = _bind(who, ctx, "memory_read")
         with _tool_errors():
-            document = await bound.client.memory_read(path, space=bound.space)
+            document = await bound.client.memory_read(
+                path, space=bound.space, date=date, time_zone=time_zone, session=session
+            )
         updated = document.updated_at
         return MemoryReadResult(
             path=document.path,

@@ -292,9 +292,21 @@ class EngramClient:
         )
         return mapping.write_result(response)
 
-    async def memory_read(self, path: str, *, space: Space | None = None) -> MemoryDocument:
-        """Reads a workspace document; NotFound names the path."""
-        request = workspace_pb2.MemoryReadRequest(space=self._space(space), path=path)
+    async def memory_read(
+        self,
+        path: str = "",
+        *,
+        space: Space | None = None,
+        date: str = "",
+        time_zone: str = "",
+        session: str = "",
+    ) -> MemoryDocument:
+        """Reads a workspace document; NotFound names the path. Or, with `date` ("today",
+        "yesterday", YYYY-MM-DD in `time_zone`) and no path, that day's log (`session`: that
+        surface's journal)."""
+        request = workspace_pb2.MemoryReadRequest(
+            space=self._space(space), path=path, date=date, time_zone=time_zone, session=session
+        )
         response = await self._call(
             "WorkspaceService.MemoryRead",
             self._stubs.workspace.MemoryRead,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import date, datetime, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -40,6 +40,7 @@ MAX_QUERY_CHARS = 4096
 MAX_TIME_ZONE_CHARS = 64
 
 _SESSION = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 # Where daily logs live: engram's own `daily/`, and the OpenClaw/Minara `memory/` layout.
 JOURNAL_DIRS = ("daily", "memory")
 _DAILY_LOG = re.compile(r"(?:daily|memory)/(\d{4}-\d{2}-\d{2})(?:-([A-Za-z0-9_-]{1,64}))?\.md")
@@ -156,6 +157,29 @@ def memory_append_only() -> PermissionDenied:
 def local_now(now: datetime, zone: tzinfo) -> datetime:
     """`now` (aware) in `zone`."""
     return now.astimezone(zone)
+
+
+def log_day(spec: str, today: date) -> date:
+    """The day `spec` names for read-by-date: "today", "yesterday" or YYYY-MM-DD."""
+    if spec == "today":
+        return today
+    if spec == "yesterday":
+        return today - timedelta(days=1)
+    try:
+        if not _ISO_DAY.fullmatch(spec):
+            raise ValueError(spec)
+        return date.fromisoformat(spec)
+    except ValueError:
+        raise InvalidArgument(
+            f"date {quoted(spec)} must be today, yesterday or a date as YYYY-MM-DD",
+            field="date",
+        ) from None
+
+
+def log_paths_of(day: date, session: str = "") -> list[str]:
+    """Where `day`'s log (or `session`'s journal) may live: daily/, then memory/."""
+    suffix = f"-{session}" if session else ""
+    return [f"{directory}/{day.isoformat()}{suffix}.md" for directory in JOURNAL_DIRS]
 
 
 def daily_log_path(day: date, session: str = "") -> str:

@@ -221,7 +221,18 @@ class MemoryReadRequest(_message.Message):
 
     SPACE_FIELD_NUMBER: _builtins.int
     PATH_FIELD_NUMBER: _builtins.int
+    DATE_FIELD_NUMBER: _builtins.int
+    TIME_ZONE_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
     path: _builtins.str
+    """The document; or leave it empty and name a day's log by `date`."""
+    date: _builtins.str
+    """Read-by-date: "today", "yesterday" or YYYY-MM-DD, in `time_zone` (IANA, default
+    UTC): that day's daily log (daily/, else an imported memory/ journal), or with
+    `session` that surface's journal.
+    """
+    time_zone: _builtins.str
+    session: _builtins.str
     @_builtins.property
     def space(self) -> _space_pb2.SpaceRef: ...
     def __init__(
@@ -229,10 +240,13 @@ class MemoryReadRequest(_message.Message):
         *,
         space: _space_pb2.SpaceRef | None = ...,
         path: _builtins.str = ...,
+        date: _builtins.str = ...,
+        time_zone: _builtins.str = ...,
+        session: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "space", b"space"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["date", b"date", "path", b"path", "session", b"session", "space", b"space", "time_zone", b"time_zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

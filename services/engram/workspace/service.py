@@ -75,6 +75,16 @@ class WriteRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class DateRead:
+    """Read-by-date: `date` ("today", "yesterday", YYYY-MM-DD) in `time_zone`, and the
+    session's journal when `session` is set."""
+
+    date: str
+    time_zone: str = ""
+    session: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class WorkspacePolicy:
     """What the workspace tools may change, and how the prompt reads. `memory_append_only`:
     MEMORY.md is only appended to (seed 004: the operator, through StorageService, and
@@ -293,13 +303,34 @@ class WorkspaceService:
 
     # --- reads -------------------------------------------------------------------------------
 
-    async def read(self, principal: Principal, space: SpaceRef, path: str) -> WorkspaceDocument:
+    async def read(
+        self, principal: Principal, space: SpaceRef, path: str, *, by_date: DateRead | None = None
+    ) -> WorkspaceDocument:
+        """The document at `path`, or (`by_date`, with no path) a day's log."""
         space = await self._authorize(principal, Action.READ, space)
+        if by_date is not None and by_date.date:
+            if path:
+                raise InvalidArgument("name a path or a date, not both", field="date")
+            return await self._read_day(principal, space, by_date)
         validate_document_path(path)
         document = await self._documents.get(principal, space, path)
         if document is None:
             raise DocumentNotFound(f"no document at {quoted(path)} in this workspace")
         return document
+
+    async def _read_day(
+        self, principal: Principal, space: SpaceRef, by_date: DateRead
+    ) -> WorkspaceDocument:
+        today = rules.local_now(self._clock(), rules.time_zone(by_date.time_zone)).date()
+        day = rules.log_day(by_date.date, today)
+        candidates = rules.log_paths_of(day, rules.session_name(by_date.session))
+        for path in candidates:
+            document = await self._documents.get(principal, space, path)
+            if document is not None:
+                return document
+        raise DocumentNotFound(
+            f"no daily log for {day.isoformat()} in this workspace ({' or '.join(candidates)})"
+        )
 
     async def tree(
         self, principal: Principal, space: SpaceRef, path: str, depth: int
