@@ -5,6 +5,7 @@ memory tools, writes, finds what it wrote, and gets the server's refusals as too
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import socket
 import subprocess
@@ -49,7 +50,9 @@ def stdio(engram: EmbeddedEngram, *extra: str) -> Client:
     """An SDK client that launches `engram mcp` and talks to it over stdin/stdout. Enter it in
     the test itself: the SDK's task group must open and close in one task."""
     command = mcp_command(engram, *extra)
-    params = StdioServerParameters(command=command[0], args=command[1:])
+    # The test's own environment (the SDK passes only a few variables by default), so the
+    # server runs the code under test (PYTHONPATH included) rather than an installed copy.
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
     return Client(params, read_timeout_seconds=60)
 
 
