@@ -322,6 +322,43 @@ async def test_duplicate_report_groups_identical_documents_and_changes_nothing(
             "documents_checked": 6,
             "duplicate_groups": 1,
             "duplicate_documents": 2,
+            "near_duplicate_groups": 0,
+            "near_duplicate_documents": 0,
         }
         assert report.details == ("a.md = copies/a.md",)
+        await second_run_changes_nothing(engram, job, SpaceSettings())
+
+
+RUNBOOK = (
+    "# Deploy runbook\n\nBuild the release with make release, push the image to the "
+    "registry, then roll it out with helm upgrade and watch the dashboards for ten minutes. "
+    "If errors rise, roll back with make rollback and page the on-call engineer."
+)
+
+
+async def test_duplicate_report_suggests_merging_near_duplicates_and_merges_nothing(
+    tmp_path: Path,
+) -> None:
+    """Seed 000's deduplication: documents nearly alike (an edited copy) are reported with a
+    merge suggestion, the longest kept; unrelated notes, daily logs and short notes are not."""
+    edited = RUNBOOK.replace("ten minutes", "fifteen minutes") + " Note the release in #ops."
+    async with engram_dev(tmp_path) as engram:
+        await write(engram, SPACE, "runbooks/deploy.md", RUNBOOK)
+        await write(engram, SPACE, "notes/deploy-copy.md", edited)
+        await write(engram, SPACE, "notes/lunch.md", "Lunch at the Thai place on Friday " * 3)
+        await write(engram, SPACE, log_path(3), RUNBOOK)  # a dated record: not counted
+        await write(engram, SPACE, "short-a.md", "Roll back with make rollback.")
+        await write(engram, SPACE, "short-b.md", "Roll back with make rollback now.")
+        job = DuplicateReportJob(maintenance_deps(engram), INTERVAL)
+
+        report = await job.run(SPACE, SpaceSettings())
+
+        assert report.counts["near_duplicate_groups"] == 1
+        assert report.counts["near_duplicate_documents"] == 2
+        (line,) = [line for line in report.details if "~" in line]
+        assert line.startswith("notes/deploy-copy.md ~ runbooks/deploy.md (similarity >= 0.")
+        assert line.endswith(
+            "suggest merging runbooks/deploy.md into notes/deploy-copy.md, then deleting it "
+            "(not done: the operator's call)"
+        )
         await second_run_changes_nothing(engram, job, SpaceSettings())
