@@ -57,7 +57,8 @@ Save something to memory. target "memory" (MEMORY.md) is for durable facts, pref
 decisions; "daily_log" (the default) adds a timestamped entry to today's daily/YYYY-MM-DD.md
 for what happened, was done or was said; "heartbeat" writes HEARTBEAT.md; any other value is
 a relative .md path for a topic note (e.g. "projects/apollo.md"). Appends by default;
-append=false replaces the whole document, so read it first. Call it when the user states a
+append=false replaces the whole document, so read it first (MEMORY.md only grows: it cannot
+be replaced). Call it when the user states a
 preference, makes a decision, asks you to remember something, or a piece of work is done.
 IDENTITY.md, SOUL.md, AGENTS.md and USER.md are protected: writing them fails."""
 
