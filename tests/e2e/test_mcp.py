@@ -5,6 +5,7 @@ memory tools, writes, finds what it wrote, and gets the server's refusals as too
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import socket
 import subprocess
@@ -49,7 +50,9 @@ def stdio(engram: EmbeddedEngram, *extra: str) -> Client:
     """An SDK client that launches `engram mcp` and talks to it over stdin/stdout. Enter it in
     the test itself: the SDK's task group must open and close in one task."""
     command = mcp_command(engram, *extra)
-    params = StdioServerParameters(command=command[0], args=command[1:])
+    # The test's own environment (the SDK passes only a few variables by default), so the
+    # server runs the code under test (PYTHONPATH included) rather than an installed copy.
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
     return Client(params, read_timeout_seconds=60)
 
 
@@ -122,7 +125,8 @@ async def assert_tools_listed_with_schemas(client: Client) -> None:
     assert set(write.output_schema["required"]) == {"status", "path", "append", "content_length"}
 
     read = listed["memory_read"]
-    assert read.input_schema["required"] == ["path"]
+    assert "required" not in read.input_schema  # a path, or a date
+    assert set(read.input_schema["properties"]) == {"path", "date"}
     assert read.output_schema is not None
     assert set(read.output_schema["required"]) == {"path", "content", "word_count", "updated_at"}
 
@@ -167,7 +171,7 @@ async def assert_protected_file_refused(client: Client) -> None:
     )
     assert refused.is_error
     message = text_of(refused)
-    assert "PERMISSION_DENIED" in message and "[PROTECTED_FILE]" in message
+    assert message.startswith("PERMISSION_DENIED: ") and message.endswith("[PROTECTED_FILE]")
     assert "Traceback" not in message
     empty = await client.call_tool("memory_write", {"content": ""})
     assert empty.is_error and "INVALID_ARGUMENT" in text_of(empty)
@@ -224,3 +228,31 @@ def test_bad_options_are_refused_before_serving() -> None:
         timeout=60,
     )
     assert ran.returncode == 2 and "visibility 'secret'" in ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--time-zone", "Mars/Olympus"], "--time-zone: unknown time_zone 'Mars/Olympus'"),
+        (["--session", "my phone"], "--session: session 'my phone' must be"),
+        (["--read-wait-ms", "-1"], "--read-wait-ms must be 0..60000"),
+        (["--hosted", "--issuer", "https://id.example.com"], "add --transport http"),
+        (["--hosted", "--transport", "http"], "--hosted needs --issuer"),
+        (
+            ["--hosted", "--transport", "http", "--issuer", "id.example.com"],
+            "--hosted needs --issuer",
+        ),
+        (
+            ["--hosted", "-t", "http", "--issuer", "https://id.example.com", "--token", "t"],
+            "drop --token",
+        ),
+    ],
+)
+def test_every_option_is_checked_at_start(options: list[str], message: str) -> None:
+    ran = subprocess.run(
+        [sys.executable, "-m", "engram", "mcp", *options],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 2 and message in ran.stderr, ran.stderr

@@ -197,4 +197,5 @@ def build_workspace(
         agents,
         load_templates(components.workspace_templates),
         clock=clock,
+        policy=components.workspace_policy,
     )

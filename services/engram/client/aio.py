@@ -74,6 +74,7 @@ from engram.client.models import (
 from engram.client.quota import QuotaCalls
 from engram.client.search import SearchCalls
 from engram.client.storage import StorageCalls
+from engram.domain.errors import InvalidArgument
 from engram.domain.positions import IndexPosition
 from engram.v1 import (
     search_pb2_grpc,
@@ -96,6 +97,14 @@ def _open_stubs(channel: grpc.aio.Channel) -> _Stubs:
         storage=storage_pb2_grpc.StorageServiceStub(channel),
         search=search_pb2_grpc.SearchServiceStub(channel),
     )
+
+
+# system_prompt(layout=...): the seeds' prompt orders ("" = the server's default).
+PROMPT_LAYOUTS = {
+    "": workspace_pb2.PROMPT_LAYOUT_UNSPECIFIED,
+    "000": workspace_pb2.PROMPT_LAYOUT_SEED_000,
+    "004": workspace_pb2.PROMPT_LAYOUT_SEED_004,
+}
 
 
 class EngramClient(
@@ -150,9 +159,21 @@ class EngramClient(
         )
         return mapping.write_result(response)
 
-    async def memory_read(self, path: str, *, space: AnySpace | None = None) -> MemoryDocument:
-        """Reads a workspace document; NotFound names the path."""
-        request = workspace_pb2.MemoryReadRequest(space=self._space(space), path=path)
+    async def memory_read(
+        self,
+        path: str = "",
+        *,
+        space: AnySpace | None = None,
+        date: str = "",
+        time_zone: str = "",
+        session: str = "",
+    ) -> MemoryDocument:
+        """Reads a workspace document; NotFound names the path. Or, with `date` ("today",
+        "yesterday", YYYY-MM-DD in `time_zone`) and no path, that day's log (`session`: that
+        surface's journal)."""
+        request = workspace_pb2.MemoryReadRequest(
+            space=self._space(space), path=path, date=date, time_zone=time_zone, session=session
+        )
         response = await self._call(
             "WorkspaceService.MemoryRead",
             self._stubs.workspace.MemoryRead,
@@ -218,12 +239,26 @@ class EngramClient(
         return mapping.daily_log_result(response)
 
     async def system_prompt(
-        self, *, group_context: bool = False, time_zone: str = "", space: AnySpace | None = None
+        self,
+        *,
+        group_context: bool = False,
+        time_zone: str = "",
+        space: AnySpace | None = None,
+        layout: str = "",
     ) -> SystemPrompt:
-        """The assembled system prompt. Retried on UNAVAILABLE: if an attempt assembled the
-        prompt but its answer was lost, a one-time SOUL.md notice it carried is lost too."""
+        """The assembled system prompt; `layout` "000" or "004" orders its sections as that
+        seed does ("" = the server's default). Retried on UNAVAILABLE: if an attempt
+        assembled the prompt but its answer was lost, a one-time SOUL.md notice it carried
+        is lost too."""
+        if layout not in PROMPT_LAYOUTS:
+            raise InvalidArgument(
+                f"layout {layout!r} is not one of 000, 004 (or empty)", field="layout"
+            )
         request = workspace_pb2.GetSystemPromptRequest(
-            space=self._space(space), group_context=group_context, time_zone=time_zone
+            space=self._space(space),
+            group_context=group_context,
+            time_zone=time_zone,
+            layout=PROMPT_LAYOUTS[layout],
         )
         response = await self._call(
             "WorkspaceService.GetSystemPrompt",

@@ -82,6 +82,13 @@ class _Connection:
         self.owned = channel is None
         self._stubs: dict[object, object] = {}
 
+    @classmethod
+    def sharing(cls, other: _Connection) -> _Connection:
+        """A connection on `other`'s channel (opened now) and stubs, which never closes it."""
+        shared = cls(other.addr, other.tls, other._channel())
+        shared._stubs = other._stubs
+        return shared
+
     def stub(self, factory: Callable[[grpc.aio.Channel], Stub]) -> Stub:
         found = self._stubs.get(factory)
         if found is None:
@@ -209,6 +216,15 @@ class ClientBase:
         changed.space = space or self.space
         _check_limits(changed.retries, changed.timeout, changed.stream_timeout)
         return changed
+
+    def as_caller(self, token: str, *, space: Space | None = None) -> Self:
+        """This client calling with another bearer token (and default space) over the same
+        channel: a server that acts for many callers (hosted `engram mcp`) forwards each
+        caller's own token. Closing the copy leaves the shared channel open."""
+        caller = self.with_options(space=space)
+        caller._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        caller._conn = _Connection.sharing(self._conn)
+        return caller
 
     async def __aenter__(self) -> Self:
         return self

@@ -319,6 +319,13 @@ class Settings(BaseSettings):
     replicas share them; 0 = no limit."""
     workspace_writes_per_hour: int = Field(default=200, ge=0)
     """Workspace writes per agent per hour; 0 = no limit."""
+    workspace_memory_append_only: bool = True
+    """The workspace tools only append to MEMORY.md (seed 004: the operator and dreaming
+    change it, the agent rewrites only HEARTBEAT.md); false lets an agent replace it."""
+    workspace_prompt_layout: Literal["000", "004"] = "000"
+    """The assembled prompt's order when a request names none: "000" (AGENTS, SOUL, USER,
+    IDENTITY, MEMORY, logs) or "004" (SOUL, AGENTS, IDENTITY, then USER, MEMORY, HEARTBEAT,
+    logs)."""
     workspace_templates: Path | None = None
     """A directory of templates (AGENTS.md, SOUL.md, ...) replacing the packaged ones by
     name."""
