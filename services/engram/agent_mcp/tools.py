@@ -33,8 +33,9 @@ SEARCH_DESCRIPTION = """\
 Search your long-term memory (MEMORY.md, daily logs and every note) by meaning and keywords.
 You MUST call this before answering questions about prior work, decisions, dates, people,
 preferences or todos - do not answer those from assumption. Returns the best-matching
-passages first, each with its path and a score between 0 and 1; if nothing relevant comes
-back, say you do not remember rather than guessing."""
+passages first, each with its path and its relevance (the probability, 0 to 1, that it is
+relevant). When no passage is likely relevant the result is empty: nothing relevant is
+stored, so say you do not remember rather than guessing."""
 
 WRITE_DESCRIPTION = """\
 Save something to memory. target "memory" (MEMORY.md) is for durable facts, preferences and
@@ -65,7 +66,11 @@ class MemoryWriteResult(BaseModel):
 
 class MemorySearchHit(BaseModel):
     content: str = Field(description="The matching passage.")
-    score: float = Field(description="Relevance between 0 and 1.")
+    score: float = Field(description="Rank score between 0 and 1 (1 = this query's best).")
+    relevance: float = Field(
+        description="Probability between 0 and 1 that the passage is relevant, comparable "
+        "across queries."
+    )
     document_id: str
     path: str = Field(description="The document the passage comes from.")
     is_hybrid_match: bool = Field(description="Found by both keyword and semantic search.")
@@ -133,15 +138,25 @@ def build_server(client: EngramClient, *, time_zone: str = "", session: str = ""
     async def memory_search(
         query: Annotated[str, Field(description="What to look for, in natural language.")],
         limit: Annotated[int, Field(ge=1, le=20, description="Results to return, 1-20.")] = 5,
+        min_relevance: Annotated[
+            float | None,
+            Field(
+                ge=0,
+                le=1,
+                description="Answer nothing unless a passage is at least this likely "
+                "relevant (0-1); omit for the server's default, 0 to always get passages.",
+            ),
+        ] = None,
     ) -> MemorySearchResult:
         with _tool_errors():
-            found = await client.memory_search(query, limit=limit)
+            found = await client.memory_search(query, limit=limit, min_relevance=min_relevance)
         return MemorySearchResult(
             query=found.query,
             results=[
                 MemorySearchHit(
                     content=hit.content,
                     score=hit.score,
+                    relevance=hit.relevance,
                     document_id=hit.document_id,
                     path=hit.path,
                     is_hybrid_match=hit.is_hybrid_match,

@@ -197,4 +197,5 @@ def build_workspace(
         agents,
         load_templates(components.workspace_templates),
         clock=clock,
+        min_relevance=components.workspace_min_relevance,
     )

@@ -301,8 +301,11 @@ class EngramClient:
         space: Space | None = None,
         min_positions: Sequence[IndexPosition] = (),
         max_wait_ms: int = 0,
+        min_relevance: float | None = None,
     ) -> SearchResults:
         """Hybrid search of the workspace, best first; `limit` 1..20 (0 = 5).
+        `min_relevance`: no hits unless one is at least this likely relevant (None = the
+        server's default, which answers nothing when nothing relevant is stored; 0 = off).
         `min_positions` (from memory_write / append_daily_log results): answer once the
         indexes hold those writes, waiting at most `max_wait_ms` (0 = the server's cap and
         this client's timeout); past it the answer is degraded."""
@@ -312,6 +315,7 @@ class EngramClient:
             limit=limit,
             min_positions=[position_to_proto(p) for p in min_positions],
             max_wait_ms=max_wait_ms,
+            min_relevance=min_relevance,
         )
         response = await self._call(
             "WorkspaceService.MemorySearch",
@@ -479,11 +483,15 @@ class EngramClient:
         min_score: float = 0.0,
         min_positions: Sequence[IndexPosition] = (),
         max_wait_ms: int = 0,
+        min_relevance: float = 0.0,
+        collapse_documents: bool = False,
     ) -> SearchResults:
         """Hybrid (or "lexical" / "semantic") search of up to 16 spaces (default: the
         client's space); `limit` 1..100 (0 = 5). `min_positions` (from write results):
         answer once the indexes hold those writes, waiting at most `max_wait_ms` (0 = the
-        server's cap and this client's timeout); past it the answer is degraded."""
+        server's cap and this client's timeout); past it the answer is degraded.
+        `min_relevance`: no hits unless one is at least this likely relevant (0 = off);
+        `collapse_documents` keeps each document's best chunk only."""
         search_mode = mapping.SEARCH_MODES.get(mode)
         if search_mode is None:
             raise InvalidArgument(
@@ -498,6 +506,8 @@ class EngramClient:
             min_score=min_score,
             min_positions=[position_to_proto(p) for p in min_positions],
             max_wait_ms=max_wait_ms,
+            min_relevance=min_relevance,
+            collapse_documents=collapse_documents,
         )
         response = await self._call(
             "SearchService.Search", self._stubs.search.Search, request, idempotent=True

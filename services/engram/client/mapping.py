@@ -176,6 +176,7 @@ def memory_search_results(message: workspace_pb2.MemorySearchResponse) -> Search
                 document_id=hit.document_id,
                 is_hybrid_match=hit.is_hybrid_match,
                 chunk_id=hit.chunk_id,
+                relevance=hit.relevance,
             )
             for hit in message.hits
         ),
@@ -266,6 +267,7 @@ def search_results(message: search_pb2.SearchResponse) -> SearchResults:
                 chunk_index=result.chunk_index,
                 bm25_score=result.bm25_score,
                 vector_score=result.vector_score,
+                relevance=result.relevance,
             )
             for result in message.results
         ),

@@ -266,6 +266,12 @@ class Settings(BaseSettings):
     # --- search (ARCHITECTURE §4) ------------------------------------------------------------
     search_candidate_depth: int = Field(default=50, ge=1, le=1000)
     """Candidates each index returns for fusion (at least the request's limit is fetched)."""
+    search_fusion: Literal["convex", "rrf"] = "convex"
+    """Hybrid fusion when a request names none: a convex combination of normalised scores,
+    or weighted reciprocal rank fusion (bench/RESULTS.md, issue 32, compares them)."""
+    workspace_min_relevance: float = Field(default=0.03, ge=0, le=1)
+    """memory_search's default min_relevance (a request's own value wins): hits less likely
+    relevant than this are dropped, so a query about something never stored returns nothing."""
     search_backend_timeout_seconds: float = Field(default=1.0, gt=0)
     """Deadline of each backend leg (query embedding + vector search; BM25 search); one
     that fails or overruns degrades the answer to the other."""

@@ -142,12 +142,14 @@ class RemoteSearch(_Remote):
         *,
         limit: int,
         wait: PositionWait = NO_WAIT,
+        min_relevance: float = 0.0,
     ) -> MemoryHits:
         request = search_pb2.SearchRequest(
             spaces=[space_to_proto(space)],
             query=query,
             limit=limit,
             mode=search_pb2.SEARCH_MODE_HYBRID,
+            min_relevance=min_relevance,
             min_positions=[position_to_proto(p) for p in wait.positions],
             max_wait_ms=_wait_ms(wait.max_wait_seconds),
         )
@@ -166,6 +168,7 @@ class RemoteSearch(_Remote):
                     document_id=result.document_id,
                     chunk_id=result.chunk_id,
                     is_hybrid_match=result.is_hybrid_match,
+                    relevance=result.relevance,
                 )
                 for result in response.results
             ],

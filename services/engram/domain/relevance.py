@@ -1,0 +1,96 @@
+"""A search hit's relevance: the calibrated probability that it answers the query.
+
+The fused rank score says how a chunk ranks against the other candidates of one query: the
+best candidate scores near 1 whether or not anything relevant is stored. Relevance is built
+from the legs' raw evidence instead, so it is comparable across queries and can say
+"nothing relevant":
+
+- `cosine`: the chunk's cosine similarity to the query (a chunk the vector leg did not
+  return takes the leg's last score, an upper bound of its own);
+- `bm25`: its BM25 score per query term (what the query could score grows with its number
+  of terms), on a log scale; 0 when the keyword leg did not match it;
+- `both`: whether both legs returned it (agreement between the legs).
+
+A logistic model per combination of legs taking part maps them to [0, 1]:
+`relevance = 1 / (1 + exp(-(b0 + b_cos * cosine + b_bm25 * bm25 + b_both * both)))`.
+The coefficients were fitted on the dev sets (LoCoMo's questions asked in their own and in
+another conversation's space, SciFact's judged test queries) by `bench/fit_relevance.py`,
+which prints these tables; the fit and its figures are in bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# Lucene's English stop words (tantivy's and OpenSearch's `english` analyzers drop them).
+STOP_WORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their "
+    "then there these they this to was will with".split()
+)
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True, slots=True)
+class Coefficients:
+    intercept: float
+    cosine: float
+    bm25: float
+    both: float
+
+
+# Fitted by bench/fit_relevance.py; keys name the legs taking part.
+COEFFICIENTS: dict[str, Coefficients] = {
+    "hybrid": Coefficients(intercept=-9.691, cosine=6.085, bm25=6.142, both=-0.695),
+    "lexical": Coefficients(intercept=-9.617, cosine=0.000, bm25=8.184, both=0.000),
+    "semantic": Coefficients(intercept=-8.691, cosine=11.764, bm25=0.000, both=0.000),
+}
+
+
+def query_terms(query: str) -> int:
+    """Distinct words of the query that a keyword index can match (stop words dropped)."""
+    return len({w for w in _WORD.findall(query.lower()) if w not in STOP_WORDS}) or 1
+
+
+@dataclass(frozen=True, slots=True)
+class LegStats:
+    """What relevance needs to know of the query and the lists taking part."""
+
+    terms: int
+    keyword: bool
+    vector: bool
+    # The vector leg's last (lowest) cosine: a bound for a chunk it did not return.
+    vector_floor: float
+
+    @classmethod
+    def of(
+        cls, query: str, *, bm25: Sequence[float] | None, vector: Sequence[float] | None
+    ) -> LegStats:
+        return cls(
+            terms=query_terms(query),
+            keyword=bm25 is not None,
+            vector=vector is not None,
+            vector_floor=min(vector, default=0.0) if vector else 0.0,
+        )
+
+    def features(self, bm25: float | None, cosine: float | None) -> tuple[float, float, float]:
+        """(cosine, bm25 per query term on a log scale, both legs) of one hit; `None` = the
+        leg did not return it."""
+        cos = cosine if cosine is not None else (self.vector_floor if self.vector else 0.0)
+        keyword = math.log1p(max(bm25, 0.0) / self.terms) if bm25 is not None else 0.0
+        both = 1.0 if bm25 is not None and cosine is not None else 0.0
+        return cos, keyword, both
+
+    def relevance(self, bm25: float | None, cosine: float | None) -> float:
+        """The calibrated probability in [0, 1] that the hit is relevant."""
+        key = (
+            "hybrid" if self.keyword and self.vector else "lexical" if self.keyword else "semantic"
+        )
+        if not (self.keyword or self.vector):
+            return 0.0
+        c = COEFFICIENTS[key]
+        cos, keyword, both = self.features(bm25, cosine)
+        z = c.intercept + c.cosine * cos + c.bm25 * keyword + c.both * both
+        return 1.0 / (1.0 + math.exp(-max(min(z, 50.0), -50.0)))
