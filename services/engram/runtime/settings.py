@@ -269,9 +269,6 @@ class Settings(BaseSettings):
     search_fusion: Literal["convex", "rrf"] = "convex"
     """Hybrid fusion when a request names none: a convex combination of normalised scores,
     or weighted reciprocal rank fusion (bench/RESULTS.md, issue 32, compares them)."""
-    workspace_min_relevance: float = Field(default=0.03, ge=0, le=1)
-    """memory_search's default min_relevance (a request's own value wins): hits less likely
-    relevant than this are dropped, so a query about something never stored returns nothing."""
     search_backend_timeout_seconds: float = Field(default=1.0, gt=0)
     """Deadline of each backend leg (query embedding + vector search; BM25 search); one
     that fails or overruns degrades the answer to the other."""
@@ -325,6 +322,10 @@ class Settings(BaseSettings):
     replicas share them; 0 = no limit."""
     workspace_writes_per_hour: int = Field(default=200, ge=0)
     """Workspace writes per agent per hour; 0 = no limit."""
+    workspace_min_relevance: float = Field(default=0.03, ge=0, le=1)
+    """memory_search's default min_relevance (a request's own value wins): unless one hit is
+    at least this likely relevant the answer is empty, so a question about something never
+    stored returns nothing (0 = always answer)."""
     workspace_templates: Path | None = None
     """A directory of templates (AGENTS.md, SOUL.md, ...) replacing the packaged ones by
     name."""
