@@ -2,15 +2,16 @@
 
     python bench/memory_quality.py dump locomo --work-dir W     # and scifact
     python bench/fit_relevance.py W/locomo.json W/scifact.json
+    python bench/fit_relevance.py --cross-validate W/locomo.json   # leave one conversation out
 
 Every hit of every query's top 20 is an example, in each combination of legs (hybrid with
-the service's fusion, lexical alone, semantic alone): LoCoMo questions in their own space
-(relevant = the chunk holds at least half of an evidence turn) and in another conversation's
-space (none relevant); SciFact test queries (relevant = the chunk's document is judged
-relevant). Each dataset weighs the same in the fit, so the coefficients serve an agent's
-memory and a document corpus alike. The fit is L2-regularised logistic regression by
-iteratively reweighted least squares (a handful of coefficients, no library needed). It
-prints the coefficient table to paste into `COEFFICIENTS`.
+the service's default fusion, convex; lexical alone; semantic alone): LoCoMo questions in
+their own space (relevant = the chunk holds at least half of an evidence turn) and in
+another conversation's space (none relevant); SciFact test queries if given (relevant = the
+chunk's document is judged relevant). Each dump weighs the same in the fit. The committed
+coefficients come from the LoCoMo dev dump alone (bench/RESULTS.md says why). The fit is
+L2-regularised logistic regression by iteratively reweighted least squares (a handful of
+coefficients, no library needed). It prints the coefficient table to paste into `COEFFICIENTS`.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def fused(query: str, legs: dict[str, Any], which: str) -> list[tuple[fusion.Fus
         vec = [fusion.RankedHit(r["chunk_id"], r["cosine"]) for r in legs["semantic"]]
         hits = fusion.fuse(None, vec, fusion.FusionParams(), limit=SERVED_LIMIT, query=query)
     else:
-        hits = fusion.fuse(bm25, vec, fusion.FusionParams(), limit=SERVED_LIMIT, query=query)
+        served = fusion.FusionParams(method=fusion.FusionMethod.CONVEX)
+        hits = fusion.fuse(bm25, vec, served, limit=SERVED_LIMIT, query=query, depth=HYBRID_DEPTH)
     return [(h, by_id[h.chunk_id]["path"], by_id[h.chunk_id]["content"]) for h in hits]
 
 
@@ -116,26 +118,49 @@ def fit(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     return beta
 
 
+def fitted(dumps: list[dict[str, Any]], which: str) -> tuple[relevance.Coefficients, str]:
+    """The coefficients for one combination of legs, and a note of the examples."""
+    xs, ys, ws = [], [], []
+    for data in dumps:
+        x, y = examples(data, which)
+        xs += x
+        ys += y
+        ws += [1.0 / len(y)] * len(y)
+    xa, ya, wa = np.array(xs), np.array(ys, dtype=float), np.array(ws) * len(ys) / len(dumps)
+    columns = {"hybrid": [0, 1, 2], "lexical": [1], "semantic": [0]}[which]
+    beta = fit(xa[:, columns], ya, wa)
+    named = dict.fromkeys(("cosine", "bm25", "both"), 0.0)
+    for column, value in zip(columns, beta[1:], strict=True):
+        named[("cosine", "bm25", "both")[column]] = float(value)
+    note = f"{int(ya.sum())} relevant of {len(ya)}"
+    return relevance.Coefficients(intercept=float(beta[0]), **named), note
+
+
+def cross_validate(data: dict[str, Any]) -> None:
+    """Leave one conversation out: fit on the others, report on it (AUROC, min_relevance)."""
+    import memory_quality
+
+    conversations = sorted({q["conversation"] for q in data["queries"]})
+    for held in conversations:
+        train = {**data, "queries": [q for q in data["queries"] if q["conversation"] != held]}
+        test = {**data, "queries": [q for q in data["queries"] if q["conversation"] == held]}
+        for which in ("hybrid", "lexical", "semantic"):
+            relevance.COEFFICIENTS[which] = fitted([train], which)[0]
+        print(f"\n## {held} held out (coefficients fitted on the other conversations)")
+        memory_quality.evaluate_locomo(test)
+
+
 def main() -> None:
+    if sys.argv[1] == "--cross-validate":
+        cross_validate(json.loads(Path(sys.argv[2]).read_text(encoding="utf-8")))
+        return
     dumps = [json.loads(Path(p).read_text(encoding="utf-8")) for p in sys.argv[1:]]
     print("COEFFICIENTS: dict[str, Coefficients] = {")
     for which in ("hybrid", "lexical", "semantic"):
-        xs, ys, ws = [], [], []
-        for data in dumps:
-            x, y = examples(data, which)
-            xs += x
-            ys += y
-            ws += [1.0 / len(y)] * len(y)
-        xa, ya, wa = np.array(xs), np.array(ys, dtype=float), np.array(ws) * len(ys) / len(dumps)
-        columns = {"hybrid": [0, 1, 2], "lexical": [1], "semantic": [0]}[which]
-        beta = fit(xa[:, columns], ya, wa)
-        named = dict.fromkeys(("cosine", "bm25", "both"), 0.0)
-        for column, value in zip(columns, beta[1:], strict=True):
-            named[("cosine", "bm25", "both")[column]] = float(value)
+        c, note = fitted(dumps, which)
         print(
-            f'    "{which}": Coefficients(intercept={beta[0]:.3f}, cosine={named["cosine"]:.3f}, '
-            f"bm25={named['bm25']:.3f}, both={named['both']:.3f}),"
-            f"  # {int(ya.sum())} relevant of {len(ya)}"
+            f'    "{which}": Coefficients(intercept={c.intercept:.3f}, cosine={c.cosine:.3f}, '
+            f"bm25={c.bm25:.3f}, both={c.both:.3f}),  # {note}"
         )
     print("}")
 

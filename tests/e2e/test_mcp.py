@@ -243,6 +243,7 @@ async def test_an_unknown_fact_finds_nothing_and_a_stored_one_is_found(
     memory_search (with its default min_relevance) answers nothing, so the agent can say it
     does not remember; once the fact is stored, the same question finds it."""
     from engram.client import EngramClient, Space
+    from engram.domain.workspace import DEFAULT_MIN_RELEVANCE
 
     space = Space(visibility="private", name="agent-mcp")
     question = "what is the name of the user's dog?"
@@ -257,7 +258,7 @@ async def test_an_unknown_fact_finds_nothing_and_a_stored_one_is_found(
                 await asyncio.sleep(0.25)
     # The templates rank (the best scores 1.0), but none is likely relevant.
     assert everything.results[0].score > 0.5
-    assert max(hit.relevance for hit in everything.results) < 0.03
+    assert max(hit.relevance for hit in everything.results) < DEFAULT_MIN_RELEVANCE
     async with stdio(engram) as client:
         unknown = await call(client, "memory_search", {"query": question})
         assert unknown["results"] == [] and unknown["result_count"] == 0, unknown
@@ -271,4 +272,4 @@ async def test_an_unknown_fact_finds_nothing_and_a_stored_one_is_found(
                 await asyncio.sleep(0.25)
         best = found["results"][0]
         assert "Biscuit" in best["content"] and best["path"] == "MEMORY.md"
-        assert 0.03 <= best["relevance"] <= 1
+        assert DEFAULT_MIN_RELEVANCE <= best["relevance"] <= 1

@@ -300,7 +300,7 @@ def search(
             min=0.0,
             max=1.0,
             help="No hits unless one is at least this likely relevant (default: the "
-            "server's, 0.03; 0 always shows hits).",
+            "server's, 0.025; 0 always shows hits).",
         ),
     ] = None,
     visibility: VisibilityOption = "private",

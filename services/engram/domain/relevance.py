@@ -43,7 +43,7 @@ class Coefficients:
 
 # Fitted by bench/fit_relevance.py; keys name the legs taking part.
 COEFFICIENTS: dict[str, Coefficients] = {
-    "hybrid": Coefficients(intercept=-9.691, cosine=6.085, bm25=6.142, both=-0.695),
+    "hybrid": Coefficients(intercept=-10.154, cosine=5.830, bm25=6.029, both=0.019),
     "lexical": Coefficients(intercept=-9.617, cosine=0.000, bm25=8.184, both=0.000),
     "semantic": Coefficients(intercept=-8.691, cosine=11.764, bm25=0.000, both=0.000),
 }

@@ -85,7 +85,7 @@ def search_limit(limit: int) -> int:
 
 # memory_search's default floor on relevance (bench/RESULTS.md, issue 32: it empties most
 # searches for things never stored and costs almost no found answer).
-DEFAULT_MIN_RELEVANCE = 0.03
+DEFAULT_MIN_RELEVANCE = 0.025
 
 
 def min_relevance(value: float) -> float:

@@ -322,7 +322,7 @@ class Settings(BaseSettings):
     replicas share them; 0 = no limit."""
     workspace_writes_per_hour: int = Field(default=200, ge=0)
     """Workspace writes per agent per hour; 0 = no limit."""
-    workspace_min_relevance: float = Field(default=0.03, ge=0, le=1)
+    workspace_min_relevance: float = Field(default=0.025, ge=0, le=1)
     """memory_search's default min_relevance (a request's own value wins): unless one hit is
     at least this likely relevant the answer is empty, so a question about something never
     stored returns nothing (0 = always answer)."""

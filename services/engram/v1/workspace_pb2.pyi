@@ -340,7 +340,7 @@ class MemorySearchRequest(_message.Message):
     """As SearchRequest.max_wait_ms."""
     min_relevance: _builtins.float
     """As SearchRequest.min_relevance: no hits unless one is at least this likely relevant
-    (0..1). Unset = the workspace default (0.03, ENGRAM_WORKSPACE_MIN_RELEVANCE), which
+    (0..1). Unset = the workspace default (0.025, ENGRAM_WORKSPACE_MIN_RELEVANCE), which
     returns nothing when nothing relevant is stored; 0 = always answer.
     """
     @_builtins.property
