@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -156,7 +157,13 @@ async def dump(args: argparse.Namespace) -> None:
     }
     command = [sys.executable, "-m", "engram", "dev", "--port", str(port)]
     out: dict[str, Any] = {"dataset": args.dataset, "queries": []}
-    async with process(command, env, work / "engram-dev.log", port) as addr:
+    async with contextlib.AsyncExitStack() as stack:
+        if args.addr:
+            addr = args.addr
+        else:
+            addr = await stack.enter_async_context(
+                process(command, env, work / "engram-dev.log", port)
+            )
         async with grpc.aio.insecure_channel(addr) as channel:
             stub = search_pb2_grpc.SearchServiceStub(channel)
             if args.dataset == "locomo":
@@ -203,7 +210,27 @@ async def dump_scifact(args: argparse.Namespace, channel: Any, stub: Any, out: A
     from quality import load_dataset
 
     documents, queries, qrels = load_dataset(args.scifact, "test")
-    if not args.reuse:
+    if args.addr:
+        # A corpus still being indexed: judge only what is indexed (a random sub-corpus).
+        indexed = set()
+        for doc_id in {q.doc_id for q in qrels}:
+            response = await stub.Search(
+                search_pb2.SearchRequest(
+                    spaces=[space("quality")],
+                    query=documents[doc_id][:200],
+                    limit=1,
+                    mode=MODES["lexical"],
+                    path_prefix=f"{doc_id}.md",
+                ),
+                timeout=60,
+            )
+            if response.results:
+                indexed.add(doc_id)
+        qrels = [q for q in qrels if q.doc_id in indexed]
+        judged = {q.query_id for q in qrels}
+        queries = {k: v for k, v in queries.items() if k in judged}
+        print(f"sub-corpus: {len(indexed)} judged documents indexed, {len(queries)} queries")
+    elif not args.reuse:
         await write_into(channel, "quality", {f"{k}.md": v for k, v in documents.items()})
         print(f"indexed {await wait_until_indexed(channel, ''):.0f} s after the last write")
     out["qrels"] = [[q.query_id, q.doc_id, q.relevance] for q in qrels]
@@ -470,6 +497,7 @@ def main() -> None:
     d.add_argument("dataset", choices=("locomo", "scifact"))
     d.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "engram-mq")
     d.add_argument("--reuse", action="store_true", help="the corpus is stored already")
+    d.add_argument("--addr", help="a running `engram dev` holding the corpus (implies --reuse)")
     d.add_argument("--locomo", type=Path, default=DATASETS / "locomo-dev")
     d.add_argument("--scifact", type=Path, default=DATASETS / "scifact")
     e = sub.add_parser("evaluate")

@@ -13,9 +13,9 @@ from the legs' raw evidence instead, so it is comparable across queries and can 
 
 A logistic model per combination of legs taking part maps them to [0, 1]:
 `relevance = 1 / (1 + exp(-(b0 + b_cos * cosine + b_bm25 * bm25 + b_both * both)))`.
-The coefficients were fitted on the dev sets (LoCoMo's questions asked in their own and in
-another conversation's space, SciFact's judged test queries) by `bench/fit_relevance.py`,
-which prints these tables; the fit and its figures are in bench/RESULTS.md.
+The coefficients were fitted on the LoCoMo dev conversations (each question asked in its
+own conversation's space and in another's) by `bench/fit_relevance.py`, which prints this
+table; the fit, its leave-one-conversation-out check and the figures are in bench/RESULTS.md.
 """
 
 from __future__ import annotations
