@@ -32,21 +32,30 @@ RIDGE = 1e-2
 def fused(query: str, legs: dict[str, Any], which: str) -> list[tuple[fusion.FusedHit, str, str]]:
     """(hit, path, content) of the top 20 as the service fuses them with these legs."""
     by_id = {r["chunk_id"]: r for r in legs["lexical"] + legs["semantic"]}
+    texts = {k: r["content"] for k, r in by_id.items()}
     bm25 = [fusion.RankedHit(r["chunk_id"], r["bm25"]) for r in legs["lexical"][:HYBRID_DEPTH]]
     vec = [fusion.RankedHit(r["chunk_id"], r["cosine"]) for r in legs["semantic"][:HYBRID_DEPTH]]
     if which == "lexical":
         bm25 = [fusion.RankedHit(r["chunk_id"], r["bm25"]) for r in legs["lexical"]]
-        hits = fusion.fuse(bm25, None, fusion.FusionParams(), limit=SERVED_LIMIT, query=query)
+        hits = fusion.fuse(
+            bm25, None, fusion.FusionParams(), limit=SERVED_LIMIT, query=query, texts=texts
+        )
     elif which == "semantic":
         vec = [fusion.RankedHit(r["chunk_id"], r["cosine"]) for r in legs["semantic"]]
-        hits = fusion.fuse(None, vec, fusion.FusionParams(), limit=SERVED_LIMIT, query=query)
+        hits = fusion.fuse(
+            None, vec, fusion.FusionParams(), limit=SERVED_LIMIT, query=query, texts=texts
+        )
     else:
         served = fusion.FusionParams(method=fusion.FusionMethod.CONVEX)
-        hits = fusion.fuse(bm25, vec, served, limit=SERVED_LIMIT, query=query, depth=HYBRID_DEPTH)
+        hits = fusion.fuse(
+            bm25, vec, served, limit=SERVED_LIMIT, query=query, depth=HYBRID_DEPTH, texts=texts
+        )
     return [(h, by_id[h.chunk_id]["path"], by_id[h.chunk_id]["content"]) for h in hits]
 
 
-def features(query: str, hit: fusion.FusedHit, legs: dict[str, Any], which: str) -> list[float]:
+def features(
+    query: str, hit: fusion.FusedHit, legs: dict[str, Any], which: str, text: str
+) -> list[float]:
     stats = relevance.LegStats.of(
         query,
         bm25=None if which == "semantic" else [r["bm25"] for r in legs["lexical"][:HYBRID_DEPTH]],
@@ -58,6 +67,7 @@ def features(query: str, hit: fusion.FusedHit, legs: dict[str, Any], which: str)
         stats.features(
             hit.bm25_score if hit.bm25_rank else None,
             hit.vector_score if hit.vector_rank else None,
+            text,
         )
     )
 
@@ -80,8 +90,8 @@ def examples(data: dict[str, Any], which: str) -> tuple[list[list[float]], list[
             if int(grade) > 0:
                 judged.setdefault(str(query_id), set()).add(str(doc_id))
         for q in data["queries"]:
-            for hit, path, _ in fused(q["question"], q, which):
-                x.append(features(q["question"], hit, q, which))
+            for hit, path, _text in fused(q["question"], q, which):
+                x.append(features(q["question"], hit, q, which, _text))
                 y.append(int(path.removesuffix(".md") in judged.get(q["id"], set())))
         return x, y
     for q in data["queries"]:
@@ -89,7 +99,7 @@ def examples(data: dict[str, Any], which: str) -> tuple[list[list[float]], list[
         for context in ("own", "absent"):
             legs = q[context]
             for hit, path, content in fused(q["question"], legs, which):
-                x.append(features(q["question"], hit, legs, which))
+                x.append(features(q["question"], hit, legs, which, content))
                 label = 0
                 if context == "own":
                     text, lines = docs[path]
@@ -127,11 +137,12 @@ def fitted(dumps: list[dict[str, Any]], which: str) -> tuple[relevance.Coefficie
         ys += y
         ws += [1.0 / len(y)] * len(y)
     xa, ya, wa = np.array(xs), np.array(ys, dtype=float), np.array(ws) * len(ys) / len(dumps)
-    columns = {"hybrid": [0, 1, 2], "lexical": [1], "semantic": [0]}[which]
+    columns = {"hybrid": [0, 1, 2, 3], "lexical": [1, 3], "semantic": [0, 3]}[which]
     beta = fit(xa[:, columns], ya, wa)
-    named = dict.fromkeys(("cosine", "bm25", "both"), 0.0)
+    names = ("cosine", "bm25", "both", "coverage")
+    named = dict.fromkeys(names, 0.0)
     for column, value in zip(columns, beta[1:], strict=True):
-        named[("cosine", "bm25", "both")[column]] = float(value)
+        named[names[column]] = float(value)
     note = f"{int(ya.sum())} relevant of {len(ya)}"
     return relevance.Coefficients(intercept=float(beta[0]), **named), note
 
@@ -160,7 +171,7 @@ def main() -> None:
         c, note = fitted(dumps, which)
         print(
             f'    "{which}": Coefficients(intercept={c.intercept:.3f}, cosine={c.cosine:.3f}, '
-            f"bm25={c.bm25:.3f}, both={c.both:.3f}),  # {note}"
+            f"bm25={c.bm25:.3f}, both={c.both:.3f}, coverage={c.coverage:.3f}),  # {note}"
         )
     print("}")
 

@@ -330,7 +330,10 @@ def fusions() -> dict[str, Fusion]:
             bm25 = [f.RankedHit(r["chunk_id"], r["bm25"]) for r in lex[:HYBRID_DEPTH]]
             vec = [f.RankedHit(r["chunk_id"], r["cosine"]) for r in sem[:HYBRID_DEPTH]]
             params = f.FusionParams(method=f.FusionMethod(method), **kw)
-            hits = f.fuse(bm25, vec, params, limit=SERVED_LIMIT, query=query, depth=HYBRID_DEPTH)
+            texts = {k: r["content"] for k, r in by_id.items()}
+            hits = f.fuse(
+                bm25, vec, params, limit=SERVED_LIMIT, query=query, depth=HYBRID_DEPTH, texts=texts
+            )
             return [{**by_id[h.chunk_id], "fused": h} for h in hits]
 
         return fuse
@@ -353,7 +356,8 @@ def single_legs() -> Callable[[str, Any, Any], list[dict[str, Any]]]:
         by_id = {r["chunk_id"]: r for r in (lex or []) + (sem or [])}
         bm25 = None if lex is None else [f.RankedHit(r["chunk_id"], r["bm25"]) for r in lex]
         vec = None if sem is None else [f.RankedHit(r["chunk_id"], r["cosine"]) for r in sem]
-        hits = f.fuse(bm25, vec, f.FusionParams(), limit=SERVED_LIMIT, query=query)
+        texts = {k: r["content"] for k, r in by_id.items()}
+        hits = f.fuse(bm25, vec, f.FusionParams(), limit=SERVED_LIMIT, query=query, texts=texts)
         return [{**by_id[h.chunk_id], "fused": h} for h in hits]
 
     return fuse
@@ -454,15 +458,24 @@ def evaluate_floor(
         fused = r.get("fused")
         return float(fused.relevance if fused is not None else r["relevance"])
 
-    def kept(results: list[dict[str, Any]], t: float) -> list[dict[str, Any]]:
-        # As the service applies min_relevance: nothing unless the best relevance reaches it.
-        return results if any(rel(r) >= t for r in results) else []
+    from engram.domain.relevance import answers
+
+    def kept(results: list[dict[str, Any]], t: float, query: str) -> list[dict[str, Any]]:
+        # As the service applies min_relevance (engram.domain.relevance.answers).
+        texts = [r["content"] for r in results]
+        return results if answers(query, [rel(r) for r in results], texts, t) else []
 
     base = None
     for t in sorted({0.0, *THRESHOLDS, DEFAULT_MIN_RELEVANCE}):
-        emptied = sum(1 for a in absent_lists if not kept(a, t))
+        emptied = sum(
+            1
+            for a, (q, _) in zip(absent_lists, own_lists, strict=True)
+            if not kept(a, t, q["question"])
+        )
         hits = [
-            turn_hits(kept(own, t), data["documents"][q["conversation"]], q["evidence"])
+            turn_hits(
+                kept(own, t, q["question"]), data["documents"][q["conversation"]], q["evidence"]
+            )
             for q, own in own_lists
         ]
         rate = sum(h["budget"] for h in hits) / len(hits)

@@ -14,7 +14,7 @@ from engram.domain.fusion import (
     adaptive_alpha,
     fuse,
 )
-from engram.domain.relevance import LegStats, query_terms
+from engram.domain.relevance import LegStats, answers, coverage, query_terms
 
 pytestmark = pytest.mark.unit
 
@@ -87,3 +87,21 @@ def test_relevance_rises_with_the_evidence_and_stays_in_0_1() -> None:
 def test_query_terms_drop_stop_words_and_repeats() -> None:
     assert query_terms("what is the name of the dog and the dog's toy") == 5
     assert query_terms("the of") == 1
+
+
+def test_coverage_matches_terms_by_their_first_letters() -> None:
+    stems = LegStats.of("when does the staging password rotate", bm25=None, vector=[]).stems
+    assert (
+        coverage(stems, "The staging database password rotates every Tuesday.") == 0.6
+    )  # not "when", "does"
+    assert coverage(stems, "") == 0.0
+
+
+def test_an_answer_needs_a_likely_relevant_hit_or_every_query_term() -> None:
+    texts = ["Build 812 failed with ERR_4021.", "Lunch was pizza."]
+    assert answers("ERR_4021", [0.001, 0.001], texts, 0.025)  # every term is there
+    assert answers("kestrel osprey", [0.001], ["kestrel theme", "the osprey plan"], 0.025)
+    assert not answers("name of the user's dog", [0.001, 0.002], texts, 0.025)
+    assert answers("name of the user's dog", [0.03, 0.002], texts, 0.025)
+    assert answers("anything", [0.0], texts, 0.0)
+    assert not answers("anything", [], [], 0.0)

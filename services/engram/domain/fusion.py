@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -123,13 +123,15 @@ def fuse(
     min_score: float = 0.0,
     query: str = "",
     depth: int | None = None,
+    texts: Mapping[str, str] | None = None,
 ) -> list[FusedHit]:
     """The `limit` best chunks of the lists taking part, by normalised fused score (ties by
     chunk id), without those scoring below `min_score`.
 
     A chunk listed twice in one list keeps its first (best) rank. `query` (its text) sets
     the adaptive convex weight and the relevance's query-length term; `depth` is how many
-    hits each list was asked for (None = unknown: a list may always have been cut).
+    hits each list was asked for (None = unknown: a list may always have been cut);
+    `texts`, each chunk's text by id, lets relevance see which query terms it holds.
     """
     bm25_ranks = _ranks(bm25)
     vector_ranks = _ranks(vector)
@@ -157,7 +159,9 @@ def fuse(
                 bm25_rank=bm25_rank,
                 vector_rank=vector_rank,
                 relevance=legs.relevance(
-                    bm25_score if bm25_rank else None, vector_score if vector_rank else None
+                    bm25_score if bm25_rank else None,
+                    vector_score if vector_rank else None,
+                    (texts or {}).get(chunk_id, ""),
                 ),
             )
         )

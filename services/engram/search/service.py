@@ -49,6 +49,7 @@ from engram.domain.fusion import (
 from engram.domain.ports import Authorizer
 from engram.domain.positions import IndexLeg, IndexPosition, merge_positions
 from engram.domain.principals import Action, Principal
+from engram.domain.relevance import answers
 from engram.domain.spaces import SpaceRef
 from engram.indexes.ports import (
     IndexModelMismatch,
@@ -267,6 +268,7 @@ class SearchService:
                 min_score=query.min_score,
                 query=query.text,
                 depth=depth,
+                texts=_texts(chunks),
             ),
             chunks,
             query,
@@ -438,11 +440,18 @@ class SearchService:
         return model
 
 
+def _texts(chunks: dict[str, Chunk]) -> dict[str, str]:
+    """What relevance reads of each chunk: the text a result returns (its calibration saw
+    exactly that)."""
+    return {chunk_id: chunk.content for chunk_id, chunk in chunks.items()}
+
+
 def _kept(
     fused: list[FusedHit], chunks: dict[str, Chunk], query: SearchQuery, limit: int
 ) -> list[FusedHit]:
     """The first `limit` hits (one per document when collapsing); none at all when no hit
-    reaches `min_relevance`.
+    reaches `min_relevance` and together they do not hold every query term
+    (`engram.domain.relevance.answers`).
 
     The floor gates the answer rather than each hit: a question whose answer is stored has
     one likely-relevant hit and the context ranked around it (the passages before and after
@@ -459,7 +468,8 @@ def _kept(
         kept.append(hit)
         if len(kept) == limit:
             break
-    if kept and max(hit.relevance for hit in kept) < query.min_relevance:
+    texts = [chunks[hit.chunk_id].content for hit in kept]
+    if not answers(query.text, [hit.relevance for hit in kept], texts, query.min_relevance):
         return []
     return kept
 
