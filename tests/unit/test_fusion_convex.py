@@ -50,7 +50,7 @@ def test_an_identifier_gets_more_keyword_weight() -> None:
     assert adaptive_alpha("what did we decide about billing?") == CONVEX_ALPHA
     bm25 = hits(exact=10.0)
     vector = hits(near=0.9, exact=0.5)
-    adaptive = FusionParams(method=FusionMethod.CONVEX)
+    adaptive = FusionParams(method=FusionMethod.CONVEX, alpha=None)
     top = fuse(bm25, vector, adaptive, limit=1, depth=5, query="ERR_4021")[0]
     assert top.chunk_id == "exact"
 

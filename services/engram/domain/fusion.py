@@ -10,7 +10,7 @@ Two fusion functions, chosen by `FusionParams.method`:
   scaled by its best one with a theoretical minimum of 0 (their TM2C2), a chunk a list did
   not return taking that list's last score when the list was cut at `depth` (it scored no
   higher) and 0 when the list holds every match (a keyword list shorter than asked for), and
-  `score(d) = α · bm25(d) + (1 - α) · vector(d)`. α is `FusionParams.alpha`, or, when
+  `score(d) = α · bm25(d) + (1 - α) · vector(d)`. α is `FusionParams.alpha` (0.5), or, when
   None, chosen per query (`adaptive_alpha`: more keyword weight for rare identifiers); the
   lists' weights scale the two shares (α·w_bm25 against (1-α)·w_vector).
 
@@ -44,17 +44,26 @@ class FusionMethod(StrEnum):
 
 DEFAULT_METHOD = FusionMethod.RRF
 
+# The convex combination's keyword weight: the default, and for a query naming a rare
+# identifier (a code, a version, a snake_case or CamelCase name), which embeddings blur.
+CONVEX_ALPHA = 0.5
+CONVEX_ALPHA_IDENTIFIER = 0.8
+_IDENTIFIER = re.compile(
+    r"\b(?:[A-Za-z]*\d[\w.-]*|[a-z]+_[\w]+|[a-z]+[A-Z]\w*|[A-Z][a-z]+[A-Z]\w*|[A-Z]{2,}\w*)\b"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class FusionParams:
     """The fusion function and its parameters: RRF weights per list and the rank constant
-    `k`; the convex combination's keyword weight `alpha` (None = chosen per query)."""
+    `k`; the convex combination's keyword weight `alpha` (None = chosen per query by
+    `adaptive_alpha`, which measured worse on SciFact, so not the default)."""
 
     bm25_weight: float = DEFAULT_WEIGHT
     vector_weight: float = DEFAULT_WEIGHT
     k: float = DEFAULT_RRF_K
     method: FusionMethod = DEFAULT_METHOD
-    alpha: float | None = None
+    alpha: float | None = CONVEX_ALPHA
 
     def __post_init__(self) -> None:
         for name, weight in (
@@ -232,15 +241,6 @@ def _scaled(ranks: dict[str, tuple[int, float]]) -> dict[str, float]:
     if best <= 0:
         return {chunk_id: 0.0 for chunk_id in ranks}
     return {chunk_id: max(score, 0.0) / best for chunk_id, (_, score) in ranks.items()}
-
-
-# The convex combination's keyword weight: the default, and for a query naming a rare
-# identifier (a code, a version, a snake_case or CamelCase name), which embeddings blur.
-CONVEX_ALPHA = 0.5
-CONVEX_ALPHA_IDENTIFIER = 0.8
-_IDENTIFIER = re.compile(
-    r"\b(?:[A-Za-z]*\d[\w.-]*|[a-z]+_[\w]+|[a-z]+[A-Z]\w*|[A-Z][a-z]+[A-Z]\w*|[A-Z]{2,}\w*)\b"
-)
 
 
 def adaptive_alpha(query: str) -> float:
