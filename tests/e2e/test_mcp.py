@@ -115,7 +115,14 @@ async def assert_tools_listed_with_schemas(client: Client) -> None:
     assert search.output_schema is not None
     assert set(search.output_schema["required"]) == {"query", "results", "result_count"}
     hit = search.output_schema["$defs"]["MemorySearchHit"]
-    assert set(hit["required"]) == {"content", "score", "document_id", "path", "is_hybrid_match"}
+    assert set(hit["required"]) == {
+        "content",
+        "score",
+        "relevance",
+        "document_id",
+        "path",
+        "is_hybrid_match",
+    }
 
     write = listed["memory_write"]
     assert write.input_schema["required"] == ["content"]
@@ -256,3 +263,42 @@ def test_every_option_is_checked_at_start(options: list[str], message: str) -> N
         timeout=60,
     )
     assert ran.returncode == 2 and message in ran.stderr, ran.stderr
+
+
+async def test_an_unknown_fact_finds_nothing_and_a_stored_one_is_found(
+    engram: EmbeddedEngram,
+) -> None:
+    """On a freshly seeded workspace the templates talk about the user, but not about a dog:
+    memory_search (with its default min_relevance) answers nothing, so the agent can say it
+    does not remember; once the fact is stored, the same question finds it."""
+    from engram.client import EngramClient, Space
+    from engram.domain.workspace import DEFAULT_MIN_RELEVANCE
+
+    space = Space(visibility="private", name="agent-mcp")
+    question = "what is the name of the user's dog?"
+    async with EngramClient(f"127.0.0.1:{engram.port}", space=space, timeout=20) as direct:
+        seeded = await direct.seed_workspace()
+        assert "USER.md" in seeded.created_paths
+        async with asyncio.timeout(60):  # until both indexes hold the templates
+            while True:
+                everything = await direct.memory_search(question, min_relevance=0.0)
+                if any(hit.is_hybrid_match for hit in everything.results):
+                    break
+                await asyncio.sleep(0.25)
+    # The templates rank (the best scores 1.0), but none is likely relevant.
+    assert everything.results[0].score > 0.5
+    assert max(hit.relevance for hit in everything.results) < DEFAULT_MIN_RELEVANCE
+    async with stdio(engram) as client:
+        unknown = await call(client, "memory_search", {"query": question})
+        assert unknown["results"] == [] and unknown["result_count"] == 0, unknown
+        fact = "The user's dog is a beagle called Biscuit; he turns four in June."
+        await call(client, "memory_write", {"content": fact, "target": "memory"})
+        async with asyncio.timeout(60):  # indexing is asynchronous
+            while True:
+                found = await call(client, "memory_search", {"query": question})
+                if found["results"]:
+                    break
+                await asyncio.sleep(0.25)
+        best = found["results"][0]
+        assert "Biscuit" in best["content"] and best["path"] == "MEMORY.md"
+        assert DEFAULT_MIN_RELEVANCE <= best["relevance"] <= 1

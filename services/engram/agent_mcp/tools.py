@@ -49,8 +49,9 @@ SEARCH_DESCRIPTION = """\
 Search your long-term memory (MEMORY.md, daily logs and every note) by meaning and keywords.
 You MUST call this before answering questions about prior work, decisions, dates, people,
 preferences or todos - do not answer those from assumption. Returns the best-matching
-passages first, each with its path and a score between 0 and 1; if nothing relevant comes
-back, say you do not remember rather than guessing."""
+passages first, each with its path and its relevance (the probability, 0 to 1, that it is
+relevant). When no passage is likely relevant the result is empty: nothing relevant is
+stored, so say you do not remember rather than guessing."""
 
 WRITE_DESCRIPTION = """\
 Save something to memory. target "memory" (MEMORY.md) is for durable facts, preferences and
@@ -84,7 +85,11 @@ class MemoryWriteResult(BaseModel):
 
 class MemorySearchHit(BaseModel):
     content: str = Field(description="The matching passage.")
-    score: float = Field(description="Relevance between 0 and 1.")
+    score: float = Field(description="Rank score between 0 and 1 (1 = this query's best).")
+    relevance: float = Field(
+        description="Probability between 0 and 1 that the passage is relevant, comparable "
+        "across queries."
+    )
     document_id: str
     path: str = Field(description="The document the passage comes from.")
     is_hybrid_match: bool = Field(description="Found by both keyword and semantic search.")
@@ -307,6 +312,16 @@ def build_server(
         limit: Annotated[
             int, Field(strict=True, ge=1, le=20, description="Results to return, 1-20.")
         ] = 5,
+        min_relevance: Annotated[
+            float | None,
+            Field(
+                strict=True,
+                ge=0,
+                le=1,
+                description="Answer nothing unless a passage is at least this likely "
+                "relevant (0-1); omit for the server's default, 0 to always get passages.",
+            ),
+        ] = None,
     ) -> MemorySearchResult:
         bound = _bind(who, ctx, "memory_search")
         key = _writes_key(ctx, bound)
@@ -318,6 +333,7 @@ def build_server(
                 space=bound.space,
                 min_positions=pending,
                 max_wait_ms=read_wait_ms if pending else 0,
+                min_relevance=min_relevance,
             )
         behind = max(found.keyword_positions_behind, found.vector_positions_behind)
         if pending and behind == 0:
@@ -328,6 +344,7 @@ def build_server(
                 MemorySearchHit(
                     content=hit.content,
                     score=hit.score,
+                    relevance=hit.relevance,
                     document_id=hit.document_id,
                     path=hit.path,
                     is_hybrid_match=hit.is_hybrid_match,

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 from engram.authz.tokens import ROLE_NAMES, ClaimMapping, RemoteJwksConfig
 from engram.domain.errors import MissingSetting
 from engram.domain.prompt import PromptLayout
+from engram.domain.fusion import FusionMethod
 from engram.domain.quotas import QuotaDefaults
 from engram.domain.spaces import Visibility
 from engram.events.sqlite_feed import FeedOptions
@@ -196,6 +197,8 @@ class Components:
     query_cache_size: int
     workspace_writes: WriteLimits
     workspace_policy: WorkspacePolicy
+    # memory_search's min_relevance when a request names none (ENGRAM_WORKSPACE_MIN_RELEVANCE).
+    workspace_min_relevance: float
     # ENGRAM_WORKSPACE_TEMPLATES: replaces the packaged seed templates by name.
     workspace_templates: Path | None
     # Channels to the other services (ENGRAM_*_ADDR): TLS and keepalive.
@@ -303,6 +306,7 @@ class Components:
                 candidate_depth=settings.search_candidate_depth,
                 backend_timeout_seconds=settings.search_backend_timeout_seconds,
                 max_wait_seconds=settings.search_max_wait_seconds,
+                fusion=FusionMethod(settings.search_fusion),
             ),
             query_cache_size=settings.search_query_cache_size,
             workspace_writes=WriteLimits(
@@ -314,6 +318,7 @@ class Components:
                 prompt_layout=PromptLayout(settings.workspace_prompt_layout),
             ),
             workspace_templates=settings.workspace_templates,
+            workspace_min_relevance=settings.workspace_min_relevance,
             channels=channel_config(settings),
         )
 

@@ -198,4 +198,5 @@ def build_workspace(
         load_templates(components.workspace_templates),
         clock=clock,
         policy=components.workspace_policy,
+        min_relevance=components.workspace_min_relevance,
     )

@@ -106,6 +106,19 @@ def search(
         float, typer.Option("--vector-weight", help="RRF weight of vectors (0 = 1.0).")
     ] = 0.0,
     rrf_k: Annotated[float, typer.Option("--rrf-k", help="RRF k (0 = 60).")] = 0.0,
+    min_relevance: Annotated[
+        float,
+        typer.Option(
+            "--min-relevance",
+            help="No results unless one is at least this likely relevant (0..1).",
+        ),
+    ] = 0.0,
+    fusion: Annotated[
+        str, typer.Option("--fusion", help="convex|rrf (default: the server's).")
+    ] = "",
+    collapse: Annotated[
+        bool, typer.Option("--collapse", help="At most one result per document.")
+    ] = False,
     full: Annotated[
         bool, typer.Option("--full", help="Print each result's whole chunk after the table.")
     ] = False,
@@ -125,6 +138,8 @@ def search(
 
     if mode not in MODES:
         fail(f"--mode must be one of {', '.join(MODES)}")
+    if fusion not in ("", "convex", "rrf"):
+        fail("--fusion must be convex or rrf")
     spaces = (
         [space_from_proto(parse_space(spec, tenant=tenant)) for spec in space]
         if space
@@ -142,6 +157,9 @@ def search(
                 bm25_weight=bm25_weight,
                 vector_weight=vector_weight,
                 rrf_k=rrf_k,
+                min_relevance=min_relevance,
+                fusion=fusion,
+                collapse_documents=collapse,
             )
         )
     if as_json:
@@ -161,7 +179,7 @@ def render_search(response: "SearchResults", *, full: bool) -> None:
     table = Table()
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("path", no_wrap=True)
-    for column in ("chunk", "score", "bm25", "vector"):
+    for column in ("chunk", "score", "relevance", "bm25", "vector"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("text")
     for number, result in enumerate(response.results, start=1):
@@ -173,6 +191,7 @@ def render_search(response: "SearchResults", *, full: bool) -> None:
             where,
             str(result.chunk_index),
             f"{result.score:.3f}",
+            f"{result.relevance:.3f}",
             f"#{result.bm25_rank}" if result.bm25_rank else "-",
             f"#{result.vector_rank}" if result.vector_rank else "-",
             snippet(result.content),
@@ -213,6 +232,7 @@ def search_record(response: "SearchResults") -> dict[str, Any]:
                 "bm25_rank": result.bm25_rank,
                 "vector_rank": result.vector_rank,
                 "is_hybrid_match": result.is_hybrid_match,
+                "relevance": result.relevance,
                 "content": result.content,
             }
             for result in response.results

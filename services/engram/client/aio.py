@@ -203,8 +203,11 @@ class EngramClient(
         space: AnySpace | None = None,
         min_positions: Sequence[IndexPosition] = (),
         max_wait_ms: int = 0,
+        min_relevance: float | None = None,
     ) -> SearchResults:
         """Hybrid search of the workspace, best first; `limit` 1..20 (0 = 5).
+        `min_relevance`: no hits unless one is at least this likely relevant (None = the
+        server's default, which answers nothing when nothing relevant is stored; 0 = off).
         `min_positions` (from memory_write / append_daily_log results): answer once the
         indexes hold those writes, waiting at most `max_wait_ms` (0 = the server's cap and
         this client's timeout); past it the answer is degraded."""
@@ -214,6 +217,7 @@ class EngramClient(
             limit=limit,
             min_positions=[position_to_proto(p) for p in min_positions],
             max_wait_ms=max_wait_ms,
+            min_relevance=min_relevance,
         )
         response = await self._call(
             "WorkspaceService.MemorySearch",

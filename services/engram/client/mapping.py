@@ -250,6 +250,7 @@ def memory_search_results(message: workspace_pb2.MemorySearchResponse) -> Search
                 document_id=hit.document_id,
                 is_hybrid_match=hit.is_hybrid_match,
                 chunk_id=hit.chunk_id,
+                relevance=hit.relevance,
             )
             for hit in message.hits
         ),
@@ -342,6 +343,7 @@ def search_results(message: search_pb2.SearchResponse) -> SearchResults:
                 vector_score=result.vector_score,
                 bm25_rank=result.bm25_rank,
                 vector_rank=result.vector_rank,
+                relevance=result.relevance,
             )
             for result in message.results
         ),

@@ -19,6 +19,13 @@ def _search(channel: grpc.aio.Channel) -> search_pb2_grpc.SearchServiceAsyncStub
     return search_pb2_grpc.SearchServiceStub(channel)
 
 
+# search(fusion=...): how the two legs' lists are fused ("" = the server's default).
+FUSIONS = {
+    "": search_pb2.SEARCH_FUSION_UNSPECIFIED,
+    "convex": search_pb2.SEARCH_FUSION_CONVEX,
+    "rrf": search_pb2.SEARCH_FUSION_RRF,
+}
+
 class SearchCalls(ClientBase):
     """SearchService."""
 
@@ -36,12 +43,20 @@ class SearchCalls(ClientBase):
         bm25_weight: float = 0.0,
         vector_weight: float = 0.0,
         rrf_k: float = 0.0,
+        min_relevance: float = 0.0,
+        fusion: str = "",
+        collapse_documents: bool = False,
     ) -> SearchResults:
         """Hybrid (or "lexical" / "semantic") search of up to 16 spaces (default: the
         client's space); `limit` 1..100 (0 = 5). `min_positions` (from write results):
         answer once the indexes hold those writes, waiting at most `max_wait_ms` (0 = the
         server's cap and this client's timeout); past it the answer is degraded. The
-        weights and `rrf_k` tune the fusion (0 = the server's defaults)."""
+        weights and `rrf_k` tune the fusion (0 = the server's defaults); `fusion` is
+        "convex" or "rrf" ("" = the server's default). `min_relevance`: no hits unless one
+        is at least this likely relevant (0 = off); `collapse_documents` keeps each
+        document's best chunk only."""
+        if fusion not in FUSIONS:
+            raise InvalidArgument(f"fusion {fusion!r} is not convex or rrf", field="fusion")
         search_mode = mapping.SEARCH_MODES.get(mode)
         if search_mode is None:
             raise InvalidArgument(
@@ -59,6 +74,9 @@ class SearchCalls(ClientBase):
             bm25_weight=bm25_weight,
             vector_weight=vector_weight,
             rrf_k=rrf_k,
+            min_relevance=min_relevance,
+            fusion=FUSIONS[fusion],
+            collapse_documents=collapse_documents,
         )
         # Waiting for positions may take up to max_wait_ms beyond the usual deadline.
         timeout = self.timeout + max_wait_ms / 1000 if min_positions else None

@@ -13,6 +13,7 @@ Journals written elsewhere are recognised too: OpenClaw/Minara keep them as
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -87,6 +88,20 @@ def search_limit(limit: int) -> int:
             field="limit",
         )
     return limit
+
+
+# memory_search's default floor on relevance (bench/RESULTS.md, issue 32: it empties most
+# searches for things never stored and costs almost no found answer).
+DEFAULT_MIN_RELEVANCE = 0.025
+
+
+def min_relevance(value: float) -> float:
+    """A memory_search floor on relevance: 0..1 (0 keeps every hit)."""
+    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise InvalidArgument(
+            f"min_relevance must be between 0 and 1, got {value!r}", field="min_relevance"
+        )
+    return value
 
 
 def search_query(query: str) -> str:

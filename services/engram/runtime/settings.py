@@ -266,6 +266,9 @@ class Settings(BaseSettings):
     # --- search (ARCHITECTURE §4) ------------------------------------------------------------
     search_candidate_depth: int = Field(default=50, ge=1, le=1000)
     """Candidates each index returns for fusion (at least the request's limit is fetched)."""
+    search_fusion: Literal["convex", "rrf"] = "convex"
+    """Hybrid fusion when a request names none: a convex combination of normalised scores,
+    or weighted reciprocal rank fusion (bench/RESULTS.md, issue 32, compares them)."""
     search_backend_timeout_seconds: float = Field(default=1.0, gt=0)
     """Deadline of each backend leg (query embedding + vector search; BM25 search); one
     that fails or overruns degrades the answer to the other."""
@@ -326,6 +329,10 @@ class Settings(BaseSettings):
     """The assembled prompt's order when a request names none: "000" (AGENTS, SOUL, USER,
     IDENTITY, MEMORY, logs) or "004" (SOUL, AGENTS, IDENTITY, then USER, MEMORY, HEARTBEAT,
     logs)."""
+    workspace_min_relevance: float = Field(default=0.025, ge=0, le=1)
+    """memory_search's default min_relevance (a request's own value wins): unless one hit is
+    at least this likely relevant the answer is empty, so a question about something never
+    stored returns nothing (0 = always answer)."""
     workspace_templates: Path | None = None
     """A directory of templates (AGENTS.md, SOUL.md, ...) replacing the packaged ones by
     name."""

@@ -373,11 +373,17 @@ class MemorySearchRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     MIN_POSITIONS_FIELD_NUMBER: _builtins.int
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
+    MIN_RELEVANCE_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     limit: _builtins.int
     """1..20; 0 (unset) = 5."""
     max_wait_ms: _builtins.int
     """As SearchRequest.max_wait_ms."""
+    min_relevance: _builtins.float
+    """As SearchRequest.min_relevance: no hits unless one is at least this likely relevant
+    (0..1). Unset = the workspace default (0.025, ENGRAM_WORKSPACE_MIN_RELEVANCE), which
+    returns nothing when nothing relevant is stored; 0 = always answer.
+    """
     @_builtins.property
     def space(self) -> _space_pb2.SpaceRef: ...
     @_builtins.property
@@ -392,12 +398,15 @@ class MemorySearchRequest(_message.Message):
         limit: _builtins.int = ...,
         min_positions: _abc.Iterable[_position_pb2.IndexPosition] | None = ...,
         max_wait_ms: _builtins.int = ...,
+        min_relevance: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance", "min_relevance", b"min_relevance", "space", b"space"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "max_wait_ms", b"max_wait_ms", "min_positions", b"min_positions", "query", b"query", "space", b"space"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance", "limit", b"limit", "max_wait_ms", b"max_wait_ms", "min_positions", b"min_positions", "min_relevance", b"min_relevance", "query", b"query", "space", b"space"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__min_relevance: _TypeAlias = _typing.Literal["min_relevance"]  # noqa: Y015
+    _WhichOneofArgType__min_relevance: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_relevance) -> _WhichOneofReturnType__min_relevance | None: ...
 
 Global___MemorySearchRequest: _TypeAlias = MemorySearchRequest  # noqa: Y015
 
@@ -459,6 +468,7 @@ class MemorySearchHit(_message.Message):
     DOCUMENT_ID_FIELD_NUMBER: _builtins.int
     IS_HYBRID_MATCH_FIELD_NUMBER: _builtins.int
     CHUNK_ID_FIELD_NUMBER: _builtins.int
+    RELEVANCE_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     content: _builtins.str
     score: _builtins.float
@@ -467,6 +477,8 @@ class MemorySearchHit(_message.Message):
     is_hybrid_match: _builtins.bool
     """Found by both the keyword and the vector search."""
     chunk_id: _builtins.str
+    relevance: _builtins.float
+    """As SearchResult.relevance: the calibrated probability that the hit is relevant."""
     def __init__(
         self,
         *,
@@ -476,10 +488,11 @@ class MemorySearchHit(_message.Message):
         document_id: _builtins.str = ...,
         is_hybrid_match: _builtins.bool = ...,
         chunk_id: _builtins.str = ...,
+        relevance: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "content", b"content", "document_id", b"document_id", "is_hybrid_match", b"is_hybrid_match", "path", b"path", "score", b"score"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "content", b"content", "document_id", b"document_id", "is_hybrid_match", b"is_hybrid_match", "path", b"path", "relevance", b"relevance", "score", b"score"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -124,6 +124,7 @@ def search_response(query: str, found: MemoryHits) -> workspace_pb2.MemorySearch
                 document_id=hit.document_id,
                 is_hybrid_match=hit.is_hybrid_match,
                 chunk_id=hit.chunk_id,
+                relevance=hit.relevance,
             )
             for hit in found.hits
         ],

@@ -119,6 +119,7 @@ class RemoteSearch(_Remote):
         *,
         limit: int,
         wait: PositionWait = NO_WAIT,
+        min_relevance: float = 0.0,
     ) -> MemoryHits:
         client = self._client
         if wait.positions and wait.deadline_seconds is not None:
@@ -131,6 +132,7 @@ class RemoteSearch(_Remote):
             mode="hybrid",
             min_positions=wait.positions,
             max_wait_ms=_wait_ms(wait.max_wait_seconds),
+            min_relevance=min_relevance,
         )
         return MemoryHits(
             hits=[
@@ -141,6 +143,7 @@ class RemoteSearch(_Remote):
                     document_id=hit.document_id,
                     chunk_id=hit.chunk_id,
                     is_hybrid_match=hit.is_hybrid_match,
+                    relevance=hit.relevance,
                 )
                 for hit in found.results
             ],

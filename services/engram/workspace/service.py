@@ -146,8 +146,10 @@ class WorkspaceService:
         *,
         clock: Callable[[], datetime] = utc_now,
         policy: WorkspacePolicy = WorkspacePolicy(),
+        min_relevance: float = rules.DEFAULT_MIN_RELEVANCE,
     ) -> None:
         self._documents = documents
+        self._min_relevance = rules.min_relevance(min_relevance)
         self._search = search
         self._authorizer = authorizer
         self._writes = writes
@@ -407,13 +409,21 @@ class WorkspaceService:
         limit: int,
         *,
         wait: PositionWait = NO_WAIT,
+        min_relevance: float | None = None,
     ) -> MemoryHits:
         """`wait`: answer once the indexes hold these writes (SearchService checks that
-        each position names the searched space)."""
+        each position names the searched space). `min_relevance`: None = the service's
+        default, which returns nothing when nothing relevant is stored."""
         space = await self._authorize(principal, Action.SEARCH, space)
         text = rules.search_query(query)
+        floor = self._min_relevance if min_relevance is None else rules.min_relevance(min_relevance)
         return await self._search.search(
-            principal, space, text, limit=rules.search_limit(limit), wait=wait
+            principal,
+            space,
+            text,
+            limit=rules.search_limit(limit),
+            wait=wait,
+            min_relevance=floor,
         )
 
 

@@ -53,6 +53,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
             request.query,
             request.limit,
             wait=mapping.position_wait(request, context.time_remaining()),
+            min_relevance=(request.min_relevance if request.HasField("min_relevance") else None),
         )
         return mapping.search_response(request.query, found)
 
