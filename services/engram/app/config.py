@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from engram.authz.tokens import ROLE_NAMES, ClaimMapping, RemoteJwksConfig
 from engram.domain.errors import MissingSetting
-from engram.domain.prompt import PromptLayout
 from engram.domain.fusion import FusionMethod
+from engram.domain.prompt import PromptLayout
 from engram.domain.quotas import QuotaDefaults
 from engram.domain.spaces import Visibility
 from engram.events.sqlite_feed import FeedOptions

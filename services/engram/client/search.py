@@ -26,6 +26,7 @@ FUSIONS = {
     "rrf": search_pb2.SEARCH_FUSION_RRF,
 }
 
+
 class SearchCalls(ClientBase):
     """SearchService."""
 

@@ -79,9 +79,10 @@ func (JobOutcome) EnumDescriptor() ([]byte, []int) {
 type LogRetention int32
 
 const (
-	// Off: logs are kept.
+	// The default: archive.
 	LogRetention_LOG_RETENTION_UNSPECIFIED LogRetention = 0
-	LogRetention_LOG_RETENTION_OFF         LogRetention = 1
+	// Off: logs are kept.
+	LogRetention_LOG_RETENTION_OFF LogRetention = 1
 	// Moved under archive/daily/ (still read, listed and searched).
 	LogRetention_LOG_RETENTION_ARCHIVE LogRetention = 2
 	// Deleted (their kept versions stay until pruned or purged).
@@ -681,7 +682,7 @@ type SpaceMaintenance struct {
 	// Dreaming: promote durable facts from new daily logs into MEMORY.md (also
 	// needs ENGRAM_DREAM_ENABLED on the worker).
 	DreamEnabled bool `protobuf:"varint,1,opt,name=dream_enabled,json=dreamEnabled,proto3" json:"dream_enabled,omitempty"`
-	// Daily-log retention: off unless set.
+	// Daily-log retention: archive unless set (seed 000's hygiene default).
 	LogRetention LogRetention `protobuf:"varint,2,opt,name=log_retention,json=logRetention,proto3,enum=engram.v1.LogRetention" json:"log_retention,omitempty"`
 	// Keep at most this many daily logs (the newest); older ones go the way of
 	// log_retention. 0 = the default (60).

@@ -75,6 +75,60 @@ func (SearchMode) EnumDescriptor() ([]byte, []int) {
 	return file_engram_v1_search_proto_rawDescGZIP(), []int{0}
 }
 
+// SearchFusion selects how hybrid search combines the keyword and vector lists.
+type SearchFusion int32
+
+const (
+	// The server's default (SEARCH_FUSION_CONVEX).
+	SearchFusion_SEARCH_FUSION_UNSPECIFIED SearchFusion = 0
+	// Weighted reciprocal rank fusion (bm25_weight, vector_weight, rrf_k).
+	SearchFusion_SEARCH_FUSION_RRF SearchFusion = 1
+	// Convex combination of each list's scores normalised by its best (Bruch et al. 2023),
+	// with more keyword weight for queries naming identifiers.
+	SearchFusion_SEARCH_FUSION_CONVEX SearchFusion = 2
+)
+
+// Enum value maps for SearchFusion.
+var (
+	SearchFusion_name = map[int32]string{
+		0: "SEARCH_FUSION_UNSPECIFIED",
+		1: "SEARCH_FUSION_RRF",
+		2: "SEARCH_FUSION_CONVEX",
+	}
+	SearchFusion_value = map[string]int32{
+		"SEARCH_FUSION_UNSPECIFIED": 0,
+		"SEARCH_FUSION_RRF":         1,
+		"SEARCH_FUSION_CONVEX":      2,
+	}
+)
+
+func (x SearchFusion) Enum() *SearchFusion {
+	p := new(SearchFusion)
+	*p = x
+	return p
+}
+
+func (x SearchFusion) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SearchFusion) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_search_proto_enumTypes[1].Descriptor()
+}
+
+func (SearchFusion) Type() protoreflect.EnumType {
+	return &file_engram_v1_search_proto_enumTypes[1]
+}
+
+func (x SearchFusion) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SearchFusion.Descriptor instead.
+func (SearchFusion) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_search_proto_rawDescGZIP(), []int{1}
+}
+
 type SearchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1 to 16 distinct spaces (a repeated space counts once); one the caller may not read
@@ -85,9 +139,11 @@ type SearchRequest struct {
 	// 1 to 100; 0 = 5.
 	Limit int32      `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	Mode  SearchMode `protobuf:"varint,4,opt,name=mode,proto3,enum=engram.v1.SearchMode" json:"mode,omitempty"`
-	// Weight of the BM25 list in RRF; 0 = 1.0; negative or not finite = INVALID_ARGUMENT.
+	// Weight of the BM25 list in fusion (in RRF, or scaling its share in the convex
+	// combination); 0 = 1.0; negative or not finite = INVALID_ARGUMENT.
 	Bm25Weight float64 `protobuf:"fixed64,5,opt,name=bm25_weight,json=bm25Weight,proto3" json:"bm25_weight,omitempty"`
-	// Weight of the vector list in RRF; 0 = 1.0; negative or not finite = INVALID_ARGUMENT.
+	// Weight of the vector list in fusion (as bm25_weight); 0 = 1.0; negative or not
+	// finite = INVALID_ARGUMENT.
 	VectorWeight float64 `protobuf:"fixed64,6,opt,name=vector_weight,json=vectorWeight,proto3" json:"vector_weight,omitempty"`
 	// RRF k in `weight / (k + rank)`; 0 = 60; negative or not finite = INVALID_ARGUMENT.
 	RrfK float64 `protobuf:"fixed64,7,opt,name=rrf_k,json=rrfK,proto3" json:"rrf_k,omitempty"`
@@ -104,9 +160,19 @@ type SearchRequest struct {
 	// How long to wait for min_positions, in milliseconds; 0 = until the request deadline.
 	// The server caps it (ENGRAM_SEARCH_MAX_WAIT_SECONDS). When the wait ends first, the
 	// answer is degraded and a reason names the index that is behind.
-	MaxWaitMs     int32 `protobuf:"varint,11,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxWaitMs int32 `protobuf:"varint,11,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	// When no result's relevance (SearchResult.relevance) reaches this, the answer is empty:
+	// nothing relevant is stored. Otherwise every result is returned, each with its own
+	// relevance. 0..1; 0 = always answer.
+	MinRelevance float64 `protobuf:"fixed64,12,opt,name=min_relevance,json=minRelevance,proto3" json:"min_relevance,omitempty"`
+	// How the keyword and vector lists are combined in hybrid mode; unspecified = the
+	// server's default (SEARCH_FUSION_CONVEX).
+	Fusion SearchFusion `protobuf:"varint,13,opt,name=fusion,proto3,enum=engram.v1.SearchFusion" json:"fusion,omitempty"`
+	// At most one result per document (its best chunk), so `limit` results name `limit`
+	// documents.
+	CollapseDocuments bool `protobuf:"varint,14,opt,name=collapse_documents,json=collapseDocuments,proto3" json:"collapse_documents,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SearchRequest) Reset() {
@@ -214,6 +280,27 @@ func (x *SearchRequest) GetMaxWaitMs() int32 {
 		return x.MaxWaitMs
 	}
 	return 0
+}
+
+func (x *SearchRequest) GetMinRelevance() float64 {
+	if x != nil {
+		return x.MinRelevance
+	}
+	return 0
+}
+
+func (x *SearchRequest) GetFusion() SearchFusion {
+	if x != nil {
+		return x.Fusion
+	}
+	return SearchFusion_SEARCH_FUSION_UNSPECIFIED
+}
+
+func (x *SearchRequest) GetCollapseDocuments() bool {
+	if x != nil {
+		return x.CollapseDocuments
+	}
+	return false
 }
 
 type SearchResponse struct {
@@ -342,6 +429,11 @@ type SearchResult struct {
 	VectorRank int32 `protobuf:"varint,11,opt,name=vector_rank,json=vectorRank,proto3" json:"vector_rank,omitempty"`
 	// True when both lists found the chunk.
 	IsHybridMatch bool `protobuf:"varint,12,opt,name=is_hybrid_match,json=isHybridMatch,proto3" json:"is_hybrid_match,omitempty"`
+	// The calibrated probability, in [0, 1], that this chunk is relevant to the query, from
+	// the legs' raw evidence (cosine similarity, BM25 per query term, agreement of the
+	// legs). Unlike `score` it is comparable across queries: a low value on the best result
+	// means nothing relevant is stored.
+	Relevance     float64 `protobuf:"fixed64,13,opt,name=relevance,proto3" json:"relevance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -460,11 +552,18 @@ func (x *SearchResult) GetIsHybridMatch() bool {
 	return false
 }
 
+func (x *SearchResult) GetRelevance() float64 {
+	if x != nil {
+		return x.Relevance
+	}
+	return 0
+}
+
 var File_engram_v1_search_proto protoreflect.FileDescriptor
 
 const file_engram_v1_search_proto_rawDesc = "" +
 	"\n" +
-	"\x16engram/v1/search.proto\x12\tengram.v1\x1a\x18engram/v1/position.proto\x1a\x15engram/v1/space.proto\"\x8b\x03\n" +
+	"\x16engram/v1/search.proto\x12\tengram.v1\x1a\x18engram/v1/position.proto\x1a\x15engram/v1/space.proto\"\x90\x04\n" +
 	"\rSearchRequest\x12+\n" +
 	"\x06spaces\x18\x01 \x03(\v2\x13.engram.v1.SpaceRefR\x06spaces\x12\x14\n" +
 	"\x05query\x18\x02 \x01(\tR\x05query\x12\x14\n" +
@@ -479,7 +578,10 @@ const file_engram_v1_search_proto_rawDesc = "" +
 	"pathPrefix\x12=\n" +
 	"\rmin_positions\x18\n" +
 	" \x03(\v2\x18.engram.v1.IndexPositionR\fminPositions\x12\x1e\n" +
-	"\vmax_wait_ms\x18\v \x01(\x05R\tmaxWaitMs\"\xd2\x02\n" +
+	"\vmax_wait_ms\x18\v \x01(\x05R\tmaxWaitMs\x12#\n" +
+	"\rmin_relevance\x18\f \x01(\x01R\fminRelevance\x12/\n" +
+	"\x06fusion\x18\r \x01(\x0e2\x17.engram.v1.SearchFusionR\x06fusion\x12-\n" +
+	"\x12collapse_documents\x18\x0e \x01(\bR\x11collapseDocuments\"\xd2\x02\n" +
 	"\x0eSearchResponse\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x121\n" +
 	"\aresults\x18\x02 \x03(\v2\x17.engram.v1.SearchResultR\aresults\x12!\n" +
@@ -488,7 +590,7 @@ const file_engram_v1_search_proto_rawDesc = "" +
 	"\x10degraded_reasons\x18\x05 \x03(\tR\x0fdegradedReasons\x128\n" +
 	"\x18keyword_positions_behind\x18\x06 \x01(\x05R\x16keywordPositionsBehind\x126\n" +
 	"\x17vector_positions_behind\x18\a \x01(\x05R\x15vectorPositionsBehind\x12\x1b\n" +
-	"\twaited_ms\x18\b \x01(\x05R\bwaitedMs\"\xf2\x02\n" +
+	"\twaited_ms\x18\b \x01(\x05R\bwaitedMs\"\x90\x03\n" +
 	"\fSearchResult\x12\x19\n" +
 	"\bchunk_id\x18\x01 \x01(\tR\achunkId\x12\x1f\n" +
 	"\vdocument_id\x18\x02 \x01(\tR\n" +
@@ -506,13 +608,18 @@ const file_engram_v1_search_proto_rawDesc = "" +
 	" \x01(\x05R\bbm25Rank\x12\x1f\n" +
 	"\vvector_rank\x18\v \x01(\x05R\n" +
 	"vectorRank\x12&\n" +
-	"\x0fis_hybrid_match\x18\f \x01(\bR\risHybridMatch*t\n" +
+	"\x0fis_hybrid_match\x18\f \x01(\bR\risHybridMatch\x12\x1c\n" +
+	"\trelevance\x18\r \x01(\x01R\trelevance*t\n" +
 	"\n" +
 	"SearchMode\x12\x1b\n" +
 	"\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12SEARCH_MODE_HYBRID\x10\x01\x12\x17\n" +
 	"\x13SEARCH_MODE_LEXICAL\x10\x02\x12\x18\n" +
-	"\x14SEARCH_MODE_SEMANTIC\x10\x032N\n" +
+	"\x14SEARCH_MODE_SEMANTIC\x10\x03*^\n" +
+	"\fSearchFusion\x12\x1d\n" +
+	"\x19SEARCH_FUSION_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11SEARCH_FUSION_RRF\x10\x01\x12\x18\n" +
+	"\x14SEARCH_FUSION_CONVEX\x10\x022N\n" +
 	"\rSearchService\x12=\n" +
 	"\x06Search\x12\x18.engram.v1.SearchRequest\x1a\x19.engram.v1.SearchResponseB\x8f\x01\n" +
 	"\rcom.engram.v1B\vSearchProtoP\x01Z,engram.dev/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
@@ -530,28 +637,30 @@ func file_engram_v1_search_proto_rawDescGZIP() []byte {
 	return file_engram_v1_search_proto_rawDescData
 }
 
-var file_engram_v1_search_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_engram_v1_search_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_engram_v1_search_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_engram_v1_search_proto_goTypes = []any{
 	(SearchMode)(0),        // 0: engram.v1.SearchMode
-	(*SearchRequest)(nil),  // 1: engram.v1.SearchRequest
-	(*SearchResponse)(nil), // 2: engram.v1.SearchResponse
-	(*SearchResult)(nil),   // 3: engram.v1.SearchResult
-	(*SpaceRef)(nil),       // 4: engram.v1.SpaceRef
-	(*IndexPosition)(nil),  // 5: engram.v1.IndexPosition
+	(SearchFusion)(0),      // 1: engram.v1.SearchFusion
+	(*SearchRequest)(nil),  // 2: engram.v1.SearchRequest
+	(*SearchResponse)(nil), // 3: engram.v1.SearchResponse
+	(*SearchResult)(nil),   // 4: engram.v1.SearchResult
+	(*SpaceRef)(nil),       // 5: engram.v1.SpaceRef
+	(*IndexPosition)(nil),  // 6: engram.v1.IndexPosition
 }
 var file_engram_v1_search_proto_depIdxs = []int32{
-	4, // 0: engram.v1.SearchRequest.spaces:type_name -> engram.v1.SpaceRef
+	5, // 0: engram.v1.SearchRequest.spaces:type_name -> engram.v1.SpaceRef
 	0, // 1: engram.v1.SearchRequest.mode:type_name -> engram.v1.SearchMode
-	5, // 2: engram.v1.SearchRequest.min_positions:type_name -> engram.v1.IndexPosition
-	3, // 3: engram.v1.SearchResponse.results:type_name -> engram.v1.SearchResult
-	1, // 4: engram.v1.SearchService.Search:input_type -> engram.v1.SearchRequest
-	2, // 5: engram.v1.SearchService.Search:output_type -> engram.v1.SearchResponse
-	5, // [5:6] is the sub-list for method output_type
-	4, // [4:5] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	6, // 2: engram.v1.SearchRequest.min_positions:type_name -> engram.v1.IndexPosition
+	1, // 3: engram.v1.SearchRequest.fusion:type_name -> engram.v1.SearchFusion
+	4, // 4: engram.v1.SearchResponse.results:type_name -> engram.v1.SearchResult
+	2, // 5: engram.v1.SearchService.Search:input_type -> engram.v1.SearchRequest
+	3, // 6: engram.v1.SearchService.Search:output_type -> engram.v1.SearchResponse
+	6, // [6:7] is the sub-list for method output_type
+	5, // [5:6] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_search_proto_init() }
@@ -566,7 +675,7 @@ func file_engram_v1_search_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_search_proto_rawDesc), len(file_engram_v1_search_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   1,

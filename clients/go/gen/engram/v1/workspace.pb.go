@@ -23,6 +23,59 @@ const (
 )
 
 // MemoryTarget is where memory_write writes.
+// PromptLayout orders the assembled prompt's sections.
+type PromptLayout int32
+
+const (
+	PromptLayout_PROMPT_LAYOUT_UNSPECIFIED PromptLayout = 0
+	// Seed 000: AGENTS, SOUL, USER, IDENTITY, MEMORY, then today's and yesterday's logs.
+	PromptLayout_PROMPT_LAYOUT_SEED_000 PromptLayout = 1
+	// Seed 004: the identity block (SOUL, AGENTS, IDENTITY), then the memory snapshot:
+	// USER, MEMORY, HEARTBEAT, then today's and yesterday's logs.
+	PromptLayout_PROMPT_LAYOUT_SEED_004 PromptLayout = 2
+)
+
+// Enum value maps for PromptLayout.
+var (
+	PromptLayout_name = map[int32]string{
+		0: "PROMPT_LAYOUT_UNSPECIFIED",
+		1: "PROMPT_LAYOUT_SEED_000",
+		2: "PROMPT_LAYOUT_SEED_004",
+	}
+	PromptLayout_value = map[string]int32{
+		"PROMPT_LAYOUT_UNSPECIFIED": 0,
+		"PROMPT_LAYOUT_SEED_000":    1,
+		"PROMPT_LAYOUT_SEED_004":    2,
+	}
+)
+
+func (x PromptLayout) Enum() *PromptLayout {
+	p := new(PromptLayout)
+	*p = x
+	return p
+}
+
+func (x PromptLayout) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PromptLayout) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_workspace_proto_enumTypes[0].Descriptor()
+}
+
+func (PromptLayout) Type() protoreflect.EnumType {
+	return &file_engram_v1_workspace_proto_enumTypes[0]
+}
+
+func (x PromptLayout) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PromptLayout.Descriptor instead.
+func (PromptLayout) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_workspace_proto_rawDescGZIP(), []int{0}
+}
+
 type MemoryTarget int32
 
 const (
@@ -66,11 +119,11 @@ func (x MemoryTarget) String() string {
 }
 
 func (MemoryTarget) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_workspace_proto_enumTypes[0].Descriptor()
+	return file_engram_v1_workspace_proto_enumTypes[1].Descriptor()
 }
 
 func (MemoryTarget) Type() protoreflect.EnumType {
-	return &file_engram_v1_workspace_proto_enumTypes[0]
+	return &file_engram_v1_workspace_proto_enumTypes[1]
 }
 
 func (x MemoryTarget) Number() protoreflect.EnumNumber {
@@ -79,7 +132,7 @@ func (x MemoryTarget) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MemoryTarget.Descriptor instead.
 func (MemoryTarget) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_workspace_proto_rawDescGZIP(), []int{0}
+	return file_engram_v1_workspace_proto_rawDescGZIP(), []int{1}
 }
 
 type MemoryWriteRequest struct {
@@ -372,9 +425,16 @@ func (x *MemoryWriteResponse) GetPosition() *IndexPosition {
 }
 
 type MemoryReadRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Space         *SpaceRef              `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Space *SpaceRef              `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	// The document; or leave it empty and name a day's log by `date`.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Read-by-date: "today", "yesterday" or YYYY-MM-DD, in `time_zone` (IANA, default
+	// UTC): that day's daily log (daily/, else an imported memory/ journal), or with
+	// `session` that surface's journal.
+	Date          string `protobuf:"bytes,3,opt,name=date,proto3" json:"date,omitempty"`
+	TimeZone      string `protobuf:"bytes,4,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	Session       string `protobuf:"bytes,5,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -419,6 +479,27 @@ func (x *MemoryReadRequest) GetSpace() *SpaceRef {
 func (x *MemoryReadRequest) GetPath() string {
 	if x != nil {
 		return x.Path
+	}
+	return ""
+}
+
+func (x *MemoryReadRequest) GetDate() string {
+	if x != nil {
+		return x.Date
+	}
+	return ""
+}
+
+func (x *MemoryReadRequest) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
+func (x *MemoryReadRequest) GetSession() string {
+	if x != nil {
+		return x.Session
 	}
 	return ""
 }
@@ -684,7 +765,11 @@ type MemorySearchRequest struct {
 	// As SearchRequest.min_positions: answer once the indexes hold these writes.
 	MinPositions []*IndexPosition `protobuf:"bytes,4,rep,name=min_positions,json=minPositions,proto3" json:"min_positions,omitempty"`
 	// As SearchRequest.max_wait_ms.
-	MaxWaitMs     int32 `protobuf:"varint,5,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	MaxWaitMs int32 `protobuf:"varint,5,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	// As SearchRequest.min_relevance: no hits unless one is at least this likely relevant
+	// (0..1). Unset = the workspace default (0.025, ENGRAM_WORKSPACE_MIN_RELEVANCE), which
+	// returns nothing when nothing relevant is stored; 0 = always answer.
+	MinRelevance  *float64 `protobuf:"fixed64,6,opt,name=min_relevance,json=minRelevance,proto3,oneof" json:"min_relevance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -750,6 +835,13 @@ func (x *MemorySearchRequest) GetMinPositions() []*IndexPosition {
 func (x *MemorySearchRequest) GetMaxWaitMs() int32 {
 	if x != nil {
 		return x.MaxWaitMs
+	}
+	return 0
+}
+
+func (x *MemorySearchRequest) GetMinRelevance() float64 {
+	if x != nil && x.MinRelevance != nil {
+		return *x.MinRelevance
 	}
 	return 0
 }
@@ -868,6 +960,8 @@ type MemorySearchHit struct {
 	// Found by both the keyword and the vector search.
 	IsHybridMatch bool   `protobuf:"varint,5,opt,name=is_hybrid_match,json=isHybridMatch,proto3" json:"is_hybrid_match,omitempty"`
 	ChunkId       string `protobuf:"bytes,6,opt,name=chunk_id,json=chunkId,proto3" json:"chunk_id,omitempty"`
+	// As SearchResult.relevance: the calibrated probability that the hit is relevant.
+	Relevance     float64 `protobuf:"fixed64,7,opt,name=relevance,proto3" json:"relevance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -942,6 +1036,13 @@ func (x *MemorySearchHit) GetChunkId() string {
 		return x.ChunkId
 	}
 	return ""
+}
+
+func (x *MemorySearchHit) GetRelevance() float64 {
+	if x != nil {
+		return x.Relevance
+	}
+	return 0
 }
 
 type AppendDailyLogRequest struct {
@@ -1095,8 +1196,11 @@ type GetSystemPromptRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Space *SpaceRef              `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
 	// Group contexts omit MEMORY.md.
-	GroupContext  bool   `protobuf:"varint,2,opt,name=group_context,json=groupContext,proto3" json:"group_context,omitempty"`
-	TimeZone      string `protobuf:"bytes,3,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	GroupContext bool   `protobuf:"varint,2,opt,name=group_context,json=groupContext,proto3" json:"group_context,omitempty"`
+	TimeZone     string `protobuf:"bytes,3,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	// The order of the sections; unset: the server's default
+	// (ENGRAM_WORKSPACE_PROMPT_LAYOUT, seed 000's).
+	Layout        PromptLayout `protobuf:"varint,4,opt,name=layout,proto3,enum=engram.v1.PromptLayout" json:"layout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1150,6 +1254,13 @@ func (x *GetSystemPromptRequest) GetTimeZone() string {
 		return x.TimeZone
 	}
 	return ""
+}
+
+func (x *GetSystemPromptRequest) GetLayout() PromptLayout {
+	if x != nil {
+		return x.Layout
+	}
+	return PromptLayout_PROMPT_LAYOUT_UNSPECIFIED
 }
 
 type GetSystemPromptResponse struct {
@@ -1505,10 +1616,13 @@ const file_engram_v1_workspace_proto_rawDesc = "" +
 	"\x06append\x18\x05 \x01(\bR\x06append\x12%\n" +
 	"\x0econtent_length\x18\x06 \x01(\x03R\rcontentLength\x12\x18\n" +
 	"\aversion\x18\a \x01(\x03R\aversion\x124\n" +
-	"\bposition\x18\b \x01(\v2\x18.engram.v1.IndexPositionR\bposition\"R\n" +
+	"\bposition\x18\b \x01(\v2\x18.engram.v1.IndexPositionR\bposition\"\x9d\x01\n" +
 	"\x11MemoryReadRequest\x12)\n" +
 	"\x05space\x18\x01 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"\xce\x01\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
+	"\x04date\x18\x03 \x01(\tR\x04date\x12\x1b\n" +
+	"\ttime_zone\x18\x04 \x01(\tR\btimeZone\x12\x18\n" +
+	"\asession\x18\x05 \x01(\tR\asession\"\xce\x01\n" +
 	"\x12MemoryReadResponse\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x1d\n" +
@@ -1527,13 +1641,15 @@ const file_engram_v1_workspace_proto_rawDesc = "" +
 	"\bTreeNode\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12/\n" +
 	"\bchildren\x18\x02 \x03(\v2\x13.engram.v1.TreeNodeR\bchildren\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\xcb\x01\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\x87\x02\n" +
 	"\x13MemorySearchRequest\x12)\n" +
 	"\x05space\x18\x01 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\x12\x14\n" +
 	"\x05query\x18\x02 \x01(\tR\x05query\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12=\n" +
 	"\rmin_positions\x18\x04 \x03(\v2\x18.engram.v1.IndexPositionR\fminPositions\x12\x1e\n" +
-	"\vmax_wait_ms\x18\x05 \x01(\x05R\tmaxWaitMs\"\xd5\x02\n" +
+	"\vmax_wait_ms\x18\x05 \x01(\x05R\tmaxWaitMs\x12(\n" +
+	"\rmin_relevance\x18\x06 \x01(\x01H\x00R\fminRelevance\x88\x01\x01B\x10\n" +
+	"\x0e_min_relevance\"\xd5\x02\n" +
 	"\x14MemorySearchResponse\x12.\n" +
 	"\x04hits\x18\x01 \x03(\v2\x1a.engram.v1.MemorySearchHitR\x04hits\x12\x14\n" +
 	"\x05query\x18\x02 \x01(\tR\x05query\x12!\n" +
@@ -1542,7 +1658,7 @@ const file_engram_v1_workspace_proto_rawDesc = "" +
 	"\x10degraded_reasons\x18\x05 \x03(\tR\x0fdegradedReasons\x128\n" +
 	"\x18keyword_positions_behind\x18\x06 \x01(\x05R\x16keywordPositionsBehind\x126\n" +
 	"\x17vector_positions_behind\x18\a \x01(\x05R\x15vectorPositionsBehind\x12\x1b\n" +
-	"\twaited_ms\x18\b \x01(\x05R\bwaitedMs\"\xb9\x01\n" +
+	"\twaited_ms\x18\b \x01(\x05R\bwaitedMs\"\xd7\x01\n" +
 	"\x0fMemorySearchHit\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
 	"\acontent\x18\x02 \x01(\tR\acontent\x12\x14\n" +
@@ -1550,7 +1666,8 @@ const file_engram_v1_workspace_proto_rawDesc = "" +
 	"\vdocument_id\x18\x04 \x01(\tR\n" +
 	"documentId\x12&\n" +
 	"\x0fis_hybrid_match\x18\x05 \x01(\bR\risHybridMatch\x12\x19\n" +
-	"\bchunk_id\x18\x06 \x01(\tR\achunkId\"\x8f\x01\n" +
+	"\bchunk_id\x18\x06 \x01(\tR\achunkId\x12\x1c\n" +
+	"\trelevance\x18\a \x01(\x01R\trelevance\"\x8f\x01\n" +
 	"\x15AppendDailyLogRequest\x12)\n" +
 	"\x05space\x18\x01 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\x12\x14\n" +
 	"\x05entry\x18\x02 \x01(\tR\x05entry\x12\x1b\n" +
@@ -1561,11 +1678,12 @@ const file_engram_v1_workspace_proto_rawDesc = "" +
 	"\x0econtent_length\x18\x02 \x01(\x03R\rcontentLength\x12\x16\n" +
 	"\x06sha256\x18\x03 \x01(\tR\x06sha256\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\x03R\aversion\x124\n" +
-	"\bposition\x18\x05 \x01(\v2\x18.engram.v1.IndexPositionR\bposition\"\x85\x01\n" +
+	"\bposition\x18\x05 \x01(\v2\x18.engram.v1.IndexPositionR\bposition\"\xb6\x01\n" +
 	"\x16GetSystemPromptRequest\x12)\n" +
 	"\x05space\x18\x01 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\x12#\n" +
 	"\rgroup_context\x18\x02 \x01(\bR\fgroupContext\x12\x1b\n" +
-	"\ttime_zone\x18\x03 \x01(\tR\btimeZone\"\xb0\x01\n" +
+	"\ttime_zone\x18\x03 \x01(\tR\btimeZone\x12/\n" +
+	"\x06layout\x18\x04 \x01(\x0e2\x17.engram.v1.PromptLayoutR\x06layout\"\xb0\x01\n" +
 	"\x17GetSystemPromptResponse\x12\x16\n" +
 	"\x06prompt\x18\x01 \x01(\tR\x06prompt\x124\n" +
 	"\bsections\x18\x02 \x03(\v2\x18.engram.v1.PromptSectionR\bsections\x12!\n" +
@@ -1583,7 +1701,11 @@ const file_engram_v1_workspace_proto_rawDesc = "" +
 	"\x18CompleteBootstrapRequest\x12)\n" +
 	"\x05space\x18\x01 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\"@\n" +
 	"\x19CompleteBootstrapResponse\x12#\n" +
-	"\rarchived_path\x18\x01 \x01(\tR\farchivedPath*\x99\x01\n" +
+	"\rarchived_path\x18\x01 \x01(\tR\farchivedPath*e\n" +
+	"\fPromptLayout\x12\x1d\n" +
+	"\x19PROMPT_LAYOUT_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16PROMPT_LAYOUT_SEED_000\x10\x01\x12\x1a\n" +
+	"\x16PROMPT_LAYOUT_SEED_004\x10\x02*\x99\x01\n" +
 	"\fMemoryTarget\x12\x1d\n" +
 	"\x19MEMORY_TARGET_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14MEMORY_TARGET_MEMORY\x10\x01\x12\x1b\n" +
@@ -1616,75 +1738,77 @@ func file_engram_v1_workspace_proto_rawDescGZIP() []byte {
 	return file_engram_v1_workspace_proto_rawDescData
 }
 
-var file_engram_v1_workspace_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_engram_v1_workspace_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_engram_v1_workspace_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_engram_v1_workspace_proto_goTypes = []any{
-	(MemoryTarget)(0),                 // 0: engram.v1.MemoryTarget
-	(*MemoryWriteRequest)(nil),        // 1: engram.v1.MemoryWriteRequest
-	(*Heartbeat)(nil),                 // 2: engram.v1.Heartbeat
-	(*MemoryWriteResponse)(nil),       // 3: engram.v1.MemoryWriteResponse
-	(*MemoryReadRequest)(nil),         // 4: engram.v1.MemoryReadRequest
-	(*MemoryReadResponse)(nil),        // 5: engram.v1.MemoryReadResponse
-	(*MemoryTreeRequest)(nil),         // 6: engram.v1.MemoryTreeRequest
-	(*MemoryTreeResponse)(nil),        // 7: engram.v1.MemoryTreeResponse
-	(*TreeNode)(nil),                  // 8: engram.v1.TreeNode
-	(*MemorySearchRequest)(nil),       // 9: engram.v1.MemorySearchRequest
-	(*MemorySearchResponse)(nil),      // 10: engram.v1.MemorySearchResponse
-	(*MemorySearchHit)(nil),           // 11: engram.v1.MemorySearchHit
-	(*AppendDailyLogRequest)(nil),     // 12: engram.v1.AppendDailyLogRequest
-	(*AppendDailyLogResponse)(nil),    // 13: engram.v1.AppendDailyLogResponse
-	(*GetSystemPromptRequest)(nil),    // 14: engram.v1.GetSystemPromptRequest
-	(*GetSystemPromptResponse)(nil),   // 15: engram.v1.GetSystemPromptResponse
-	(*PromptSection)(nil),             // 16: engram.v1.PromptSection
-	(*SeedWorkspaceRequest)(nil),      // 17: engram.v1.SeedWorkspaceRequest
-	(*SeedWorkspaceResponse)(nil),     // 18: engram.v1.SeedWorkspaceResponse
-	(*CompleteBootstrapRequest)(nil),  // 19: engram.v1.CompleteBootstrapRequest
-	(*CompleteBootstrapResponse)(nil), // 20: engram.v1.CompleteBootstrapResponse
-	(*SpaceRef)(nil),                  // 21: engram.v1.SpaceRef
-	(*timestamppb.Timestamp)(nil),     // 22: google.protobuf.Timestamp
-	(*IndexPosition)(nil),             // 23: engram.v1.IndexPosition
+	(PromptLayout)(0),                 // 0: engram.v1.PromptLayout
+	(MemoryTarget)(0),                 // 1: engram.v1.MemoryTarget
+	(*MemoryWriteRequest)(nil),        // 2: engram.v1.MemoryWriteRequest
+	(*Heartbeat)(nil),                 // 3: engram.v1.Heartbeat
+	(*MemoryWriteResponse)(nil),       // 4: engram.v1.MemoryWriteResponse
+	(*MemoryReadRequest)(nil),         // 5: engram.v1.MemoryReadRequest
+	(*MemoryReadResponse)(nil),        // 6: engram.v1.MemoryReadResponse
+	(*MemoryTreeRequest)(nil),         // 7: engram.v1.MemoryTreeRequest
+	(*MemoryTreeResponse)(nil),        // 8: engram.v1.MemoryTreeResponse
+	(*TreeNode)(nil),                  // 9: engram.v1.TreeNode
+	(*MemorySearchRequest)(nil),       // 10: engram.v1.MemorySearchRequest
+	(*MemorySearchResponse)(nil),      // 11: engram.v1.MemorySearchResponse
+	(*MemorySearchHit)(nil),           // 12: engram.v1.MemorySearchHit
+	(*AppendDailyLogRequest)(nil),     // 13: engram.v1.AppendDailyLogRequest
+	(*AppendDailyLogResponse)(nil),    // 14: engram.v1.AppendDailyLogResponse
+	(*GetSystemPromptRequest)(nil),    // 15: engram.v1.GetSystemPromptRequest
+	(*GetSystemPromptResponse)(nil),   // 16: engram.v1.GetSystemPromptResponse
+	(*PromptSection)(nil),             // 17: engram.v1.PromptSection
+	(*SeedWorkspaceRequest)(nil),      // 18: engram.v1.SeedWorkspaceRequest
+	(*SeedWorkspaceResponse)(nil),     // 19: engram.v1.SeedWorkspaceResponse
+	(*CompleteBootstrapRequest)(nil),  // 20: engram.v1.CompleteBootstrapRequest
+	(*CompleteBootstrapResponse)(nil), // 21: engram.v1.CompleteBootstrapResponse
+	(*SpaceRef)(nil),                  // 22: engram.v1.SpaceRef
+	(*timestamppb.Timestamp)(nil),     // 23: google.protobuf.Timestamp
+	(*IndexPosition)(nil),             // 24: engram.v1.IndexPosition
 }
 var file_engram_v1_workspace_proto_depIdxs = []int32{
-	21, // 0: engram.v1.MemoryWriteRequest.space:type_name -> engram.v1.SpaceRef
-	0,  // 1: engram.v1.MemoryWriteRequest.target:type_name -> engram.v1.MemoryTarget
-	2,  // 2: engram.v1.MemoryWriteRequest.heartbeat:type_name -> engram.v1.Heartbeat
-	22, // 3: engram.v1.Heartbeat.last_seen:type_name -> google.protobuf.Timestamp
-	23, // 4: engram.v1.MemoryWriteResponse.position:type_name -> engram.v1.IndexPosition
-	21, // 5: engram.v1.MemoryReadRequest.space:type_name -> engram.v1.SpaceRef
-	22, // 6: engram.v1.MemoryReadResponse.updated_at:type_name -> google.protobuf.Timestamp
-	21, // 7: engram.v1.MemoryTreeRequest.space:type_name -> engram.v1.SpaceRef
-	8,  // 8: engram.v1.MemoryTreeResponse.nodes:type_name -> engram.v1.TreeNode
-	8,  // 9: engram.v1.TreeNode.children:type_name -> engram.v1.TreeNode
-	21, // 10: engram.v1.MemorySearchRequest.space:type_name -> engram.v1.SpaceRef
-	23, // 11: engram.v1.MemorySearchRequest.min_positions:type_name -> engram.v1.IndexPosition
-	11, // 12: engram.v1.MemorySearchResponse.hits:type_name -> engram.v1.MemorySearchHit
-	21, // 13: engram.v1.AppendDailyLogRequest.space:type_name -> engram.v1.SpaceRef
-	23, // 14: engram.v1.AppendDailyLogResponse.position:type_name -> engram.v1.IndexPosition
-	21, // 15: engram.v1.GetSystemPromptRequest.space:type_name -> engram.v1.SpaceRef
-	16, // 16: engram.v1.GetSystemPromptResponse.sections:type_name -> engram.v1.PromptSection
-	21, // 17: engram.v1.SeedWorkspaceRequest.space:type_name -> engram.v1.SpaceRef
-	21, // 18: engram.v1.CompleteBootstrapRequest.space:type_name -> engram.v1.SpaceRef
-	1,  // 19: engram.v1.WorkspaceService.MemoryWrite:input_type -> engram.v1.MemoryWriteRequest
-	4,  // 20: engram.v1.WorkspaceService.MemoryRead:input_type -> engram.v1.MemoryReadRequest
-	6,  // 21: engram.v1.WorkspaceService.MemoryTree:input_type -> engram.v1.MemoryTreeRequest
-	9,  // 22: engram.v1.WorkspaceService.MemorySearch:input_type -> engram.v1.MemorySearchRequest
-	12, // 23: engram.v1.WorkspaceService.AppendDailyLog:input_type -> engram.v1.AppendDailyLogRequest
-	14, // 24: engram.v1.WorkspaceService.GetSystemPrompt:input_type -> engram.v1.GetSystemPromptRequest
-	17, // 25: engram.v1.WorkspaceService.SeedWorkspace:input_type -> engram.v1.SeedWorkspaceRequest
-	19, // 26: engram.v1.WorkspaceService.CompleteBootstrap:input_type -> engram.v1.CompleteBootstrapRequest
-	3,  // 27: engram.v1.WorkspaceService.MemoryWrite:output_type -> engram.v1.MemoryWriteResponse
-	5,  // 28: engram.v1.WorkspaceService.MemoryRead:output_type -> engram.v1.MemoryReadResponse
-	7,  // 29: engram.v1.WorkspaceService.MemoryTree:output_type -> engram.v1.MemoryTreeResponse
-	10, // 30: engram.v1.WorkspaceService.MemorySearch:output_type -> engram.v1.MemorySearchResponse
-	13, // 31: engram.v1.WorkspaceService.AppendDailyLog:output_type -> engram.v1.AppendDailyLogResponse
-	15, // 32: engram.v1.WorkspaceService.GetSystemPrompt:output_type -> engram.v1.GetSystemPromptResponse
-	18, // 33: engram.v1.WorkspaceService.SeedWorkspace:output_type -> engram.v1.SeedWorkspaceResponse
-	20, // 34: engram.v1.WorkspaceService.CompleteBootstrap:output_type -> engram.v1.CompleteBootstrapResponse
-	27, // [27:35] is the sub-list for method output_type
-	19, // [19:27] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	22, // 0: engram.v1.MemoryWriteRequest.space:type_name -> engram.v1.SpaceRef
+	1,  // 1: engram.v1.MemoryWriteRequest.target:type_name -> engram.v1.MemoryTarget
+	3,  // 2: engram.v1.MemoryWriteRequest.heartbeat:type_name -> engram.v1.Heartbeat
+	23, // 3: engram.v1.Heartbeat.last_seen:type_name -> google.protobuf.Timestamp
+	24, // 4: engram.v1.MemoryWriteResponse.position:type_name -> engram.v1.IndexPosition
+	22, // 5: engram.v1.MemoryReadRequest.space:type_name -> engram.v1.SpaceRef
+	23, // 6: engram.v1.MemoryReadResponse.updated_at:type_name -> google.protobuf.Timestamp
+	22, // 7: engram.v1.MemoryTreeRequest.space:type_name -> engram.v1.SpaceRef
+	9,  // 8: engram.v1.MemoryTreeResponse.nodes:type_name -> engram.v1.TreeNode
+	9,  // 9: engram.v1.TreeNode.children:type_name -> engram.v1.TreeNode
+	22, // 10: engram.v1.MemorySearchRequest.space:type_name -> engram.v1.SpaceRef
+	24, // 11: engram.v1.MemorySearchRequest.min_positions:type_name -> engram.v1.IndexPosition
+	12, // 12: engram.v1.MemorySearchResponse.hits:type_name -> engram.v1.MemorySearchHit
+	22, // 13: engram.v1.AppendDailyLogRequest.space:type_name -> engram.v1.SpaceRef
+	24, // 14: engram.v1.AppendDailyLogResponse.position:type_name -> engram.v1.IndexPosition
+	22, // 15: engram.v1.GetSystemPromptRequest.space:type_name -> engram.v1.SpaceRef
+	0,  // 16: engram.v1.GetSystemPromptRequest.layout:type_name -> engram.v1.PromptLayout
+	17, // 17: engram.v1.GetSystemPromptResponse.sections:type_name -> engram.v1.PromptSection
+	22, // 18: engram.v1.SeedWorkspaceRequest.space:type_name -> engram.v1.SpaceRef
+	22, // 19: engram.v1.CompleteBootstrapRequest.space:type_name -> engram.v1.SpaceRef
+	2,  // 20: engram.v1.WorkspaceService.MemoryWrite:input_type -> engram.v1.MemoryWriteRequest
+	5,  // 21: engram.v1.WorkspaceService.MemoryRead:input_type -> engram.v1.MemoryReadRequest
+	7,  // 22: engram.v1.WorkspaceService.MemoryTree:input_type -> engram.v1.MemoryTreeRequest
+	10, // 23: engram.v1.WorkspaceService.MemorySearch:input_type -> engram.v1.MemorySearchRequest
+	13, // 24: engram.v1.WorkspaceService.AppendDailyLog:input_type -> engram.v1.AppendDailyLogRequest
+	15, // 25: engram.v1.WorkspaceService.GetSystemPrompt:input_type -> engram.v1.GetSystemPromptRequest
+	18, // 26: engram.v1.WorkspaceService.SeedWorkspace:input_type -> engram.v1.SeedWorkspaceRequest
+	20, // 27: engram.v1.WorkspaceService.CompleteBootstrap:input_type -> engram.v1.CompleteBootstrapRequest
+	4,  // 28: engram.v1.WorkspaceService.MemoryWrite:output_type -> engram.v1.MemoryWriteResponse
+	6,  // 29: engram.v1.WorkspaceService.MemoryRead:output_type -> engram.v1.MemoryReadResponse
+	8,  // 30: engram.v1.WorkspaceService.MemoryTree:output_type -> engram.v1.MemoryTreeResponse
+	11, // 31: engram.v1.WorkspaceService.MemorySearch:output_type -> engram.v1.MemorySearchResponse
+	14, // 32: engram.v1.WorkspaceService.AppendDailyLog:output_type -> engram.v1.AppendDailyLogResponse
+	16, // 33: engram.v1.WorkspaceService.GetSystemPrompt:output_type -> engram.v1.GetSystemPromptResponse
+	19, // 34: engram.v1.WorkspaceService.SeedWorkspace:output_type -> engram.v1.SeedWorkspaceResponse
+	21, // 35: engram.v1.WorkspaceService.CompleteBootstrap:output_type -> engram.v1.CompleteBootstrapResponse
+	28, // [28:36] is the sub-list for method output_type
+	20, // [20:28] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_workspace_proto_init() }
@@ -1695,12 +1819,13 @@ func file_engram_v1_workspace_proto_init() {
 	file_engram_v1_position_proto_init()
 	file_engram_v1_space_proto_init()
 	file_engram_v1_workspace_proto_msgTypes[0].OneofWrappers = []any{}
+	file_engram_v1_workspace_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_workspace_proto_rawDesc), len(file_engram_v1_workspace_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,

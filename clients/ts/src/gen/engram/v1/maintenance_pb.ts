@@ -292,7 +292,7 @@ export type SpaceMaintenance = Message<"engram.v1.SpaceMaintenance"> & {
   dreamEnabled: boolean;
 
   /**
-   * Daily-log retention: off unless set.
+   * Daily-log retention: archive unless set (seed 000's hygiene default).
    *
    * @generated from field: engram.v1.LogRetention log_retention = 2;
    */
@@ -368,13 +368,15 @@ export const JobOutcomeSchema: GenEnum<JobOutcome> = /*@__PURE__*/
  */
 export enum LogRetention {
   /**
-   * Off: logs are kept.
+   * The default: archive.
    *
    * @generated from enum value: LOG_RETENTION_UNSPECIFIED = 0;
    */
   UNSPECIFIED = 0,
 
   /**
+   * Off: logs are kept.
+   *
    * @generated from enum value: LOG_RETENTION_OFF = 1;
    */
   OFF = 1,

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file engram/v1/search.proto.
  */
 export const file_engram_v1_search: GenFile = /*@__PURE__*/
-  fileDesc("ChZlbmdyYW0vdjEvc2VhcmNoLnByb3RvEgllbmdyYW0udjEioAIKDVNlYXJjaFJlcXVlc3QSIwoGc3BhY2VzGAEgAygLMhMuZW5ncmFtLnYxLlNwYWNlUmVmEg0KBXF1ZXJ5GAIgASgJEg0KBWxpbWl0GAMgASgFEiMKBG1vZGUYBCABKA4yFS5lbmdyYW0udjEuU2VhcmNoTW9kZRITCgtibTI1X3dlaWdodBgFIAEoARIVCg12ZWN0b3Jfd2VpZ2h0GAYgASgBEg0KBXJyZl9rGAcgASgBEhEKCW1pbl9zY29yZRgIIAEoARITCgtwYXRoX3ByZWZpeBgJIAEoCRIvCg1taW5fcG9zaXRpb25zGAogAygLMhguZW5ncmFtLnYxLkluZGV4UG9zaXRpb24SEwoLbWF4X3dhaXRfbXMYCyABKAUi4QEKDlNlYXJjaFJlc3BvbnNlEg0KBXF1ZXJ5GAEgASgJEigKB3Jlc3VsdHMYAiADKAsyFy5lbmdyYW0udjEuU2VhcmNoUmVzdWx0EhQKDHJlc3VsdF9jb3VudBgDIAEoBRIQCghkZWdyYWRlZBgEIAEoCBIYChBkZWdyYWRlZF9yZWFzb25zGAUgAygJEiAKGGtleXdvcmRfcG9zaXRpb25zX2JlaGluZBgGIAEoBRIfChd2ZWN0b3JfcG9zaXRpb25zX2JlaGluZBgHIAEoBRIRCgl3YWl0ZWRfbXMYCCABKAUi9QEKDFNlYXJjaFJlc3VsdBIQCghjaHVua19pZBgBIAEoCRITCgtkb2N1bWVudF9pZBgCIAEoCRIQCghzcGFjZV9pZBgDIAEoCRIMCgRwYXRoGAQgASgJEg8KB2NvbnRlbnQYBSABKAkSEwoLY2h1bmtfaW5kZXgYBiABKAUSDQoFc2NvcmUYByABKAESEgoKYm0yNV9zY29yZRgIIAEoARIUCgx2ZWN0b3Jfc2NvcmUYCSABKAESEQoJYm0yNV9yYW5rGAogASgFEhMKC3ZlY3Rvcl9yYW5rGAsgASgFEhcKD2lzX2h5YnJpZF9tYXRjaBgMIAEoCCp0CgpTZWFyY2hNb2RlEhsKF1NFQVJDSF9NT0RFX1VOU1BFQ0lGSUVEEAASFgoSU0VBUkNIX01PREVfSFlCUklEEAESFwoTU0VBUkNIX01PREVfTEVYSUNBTBACEhgKFFNFQVJDSF9NT0RFX1NFTUFOVElDEAMyTgoNU2VhcmNoU2VydmljZRI9CgZTZWFyY2gSGC5lbmdyYW0udjEuU2VhcmNoUmVxdWVzdBoZLmVuZ3JhbS52MS5TZWFyY2hSZXNwb25zZWIGcHJvdG8z", [file_engram_v1_position, file_engram_v1_space]);
+  fileDesc("ChZlbmdyYW0vdjEvc2VhcmNoLnByb3RvEgllbmdyYW0udjEi/AIKDVNlYXJjaFJlcXVlc3QSIwoGc3BhY2VzGAEgAygLMhMuZW5ncmFtLnYxLlNwYWNlUmVmEg0KBXF1ZXJ5GAIgASgJEg0KBWxpbWl0GAMgASgFEiMKBG1vZGUYBCABKA4yFS5lbmdyYW0udjEuU2VhcmNoTW9kZRITCgtibTI1X3dlaWdodBgFIAEoARIVCg12ZWN0b3Jfd2VpZ2h0GAYgASgBEg0KBXJyZl9rGAcgASgBEhEKCW1pbl9zY29yZRgIIAEoARITCgtwYXRoX3ByZWZpeBgJIAEoCRIvCg1taW5fcG9zaXRpb25zGAogAygLMhguZW5ncmFtLnYxLkluZGV4UG9zaXRpb24SEwoLbWF4X3dhaXRfbXMYCyABKAUSFQoNbWluX3JlbGV2YW5jZRgMIAEoARInCgZmdXNpb24YDSABKA4yFy5lbmdyYW0udjEuU2VhcmNoRnVzaW9uEhoKEmNvbGxhcHNlX2RvY3VtZW50cxgOIAEoCCLhAQoOU2VhcmNoUmVzcG9uc2USDQoFcXVlcnkYASABKAkSKAoHcmVzdWx0cxgCIAMoCzIXLmVuZ3JhbS52MS5TZWFyY2hSZXN1bHQSFAoMcmVzdWx0X2NvdW50GAMgASgFEhAKCGRlZ3JhZGVkGAQgASgIEhgKEGRlZ3JhZGVkX3JlYXNvbnMYBSADKAkSIAoYa2V5d29yZF9wb3NpdGlvbnNfYmVoaW5kGAYgASgFEh8KF3ZlY3Rvcl9wb3NpdGlvbnNfYmVoaW5kGAcgASgFEhEKCXdhaXRlZF9tcxgIIAEoBSKIAgoMU2VhcmNoUmVzdWx0EhAKCGNodW5rX2lkGAEgASgJEhMKC2RvY3VtZW50X2lkGAIgASgJEhAKCHNwYWNlX2lkGAMgASgJEgwKBHBhdGgYBCABKAkSDwoHY29udGVudBgFIAEoCRITCgtjaHVua19pbmRleBgGIAEoBRINCgVzY29yZRgHIAEoARISCgpibTI1X3Njb3JlGAggASgBEhQKDHZlY3Rvcl9zY29yZRgJIAEoARIRCglibTI1X3JhbmsYCiABKAUSEwoLdmVjdG9yX3JhbmsYCyABKAUSFwoPaXNfaHlicmlkX21hdGNoGAwgASgIEhEKCXJlbGV2YW5jZRgNIAEoASp0CgpTZWFyY2hNb2RlEhsKF1NFQVJDSF9NT0RFX1VOU1BFQ0lGSUVEEAASFgoSU0VBUkNIX01PREVfSFlCUklEEAESFwoTU0VBUkNIX01PREVfTEVYSUNBTBACEhgKFFNFQVJDSF9NT0RFX1NFTUFOVElDEAMqXgoMU2VhcmNoRnVzaW9uEh0KGVNFQVJDSF9GVVNJT05fVU5TUEVDSUZJRUQQABIVChFTRUFSQ0hfRlVTSU9OX1JSRhABEhgKFFNFQVJDSF9GVVNJT05fQ09OVkVYEAIyTgoNU2VhcmNoU2VydmljZRI9CgZTZWFyY2gSGC5lbmdyYW0udjEuU2VhcmNoUmVxdWVzdBoZLmVuZ3JhbS52MS5TZWFyY2hSZXNwb25zZWIGcHJvdG8z", [file_engram_v1_position, file_engram_v1_space]);
 
 /**
  * @generated from message engram.v1.SearchRequest
@@ -48,14 +48,16 @@ export type SearchRequest = Message<"engram.v1.SearchRequest"> & {
   mode: SearchMode;
 
   /**
-   * Weight of the BM25 list in RRF; 0 = 1.0; negative or not finite = INVALID_ARGUMENT.
+   * Weight of the BM25 list in fusion (in RRF, or scaling its share in the convex
+   * combination); 0 = 1.0; negative or not finite = INVALID_ARGUMENT.
    *
    * @generated from field: double bm25_weight = 5;
    */
   bm25Weight: number;
 
   /**
-   * Weight of the vector list in RRF; 0 = 1.0; negative or not finite = INVALID_ARGUMENT.
+   * Weight of the vector list in fusion (as bm25_weight); 0 = 1.0; negative or not
+   * finite = INVALID_ARGUMENT.
    *
    * @generated from field: double vector_weight = 6;
    */
@@ -101,6 +103,31 @@ export type SearchRequest = Message<"engram.v1.SearchRequest"> & {
    * @generated from field: int32 max_wait_ms = 11;
    */
   maxWaitMs: number;
+
+  /**
+   * When no result's relevance (SearchResult.relevance) reaches this, the answer is empty:
+   * nothing relevant is stored. Otherwise every result is returned, each with its own
+   * relevance. 0..1; 0 = always answer.
+   *
+   * @generated from field: double min_relevance = 12;
+   */
+  minRelevance: number;
+
+  /**
+   * How the keyword and vector lists are combined in hybrid mode; unspecified = the
+   * server's default (SEARCH_FUSION_CONVEX).
+   *
+   * @generated from field: engram.v1.SearchFusion fusion = 13;
+   */
+  fusion: SearchFusion;
+
+  /**
+   * At most one result per document (its best chunk), so `limit` results name `limit`
+   * documents.
+   *
+   * @generated from field: bool collapse_documents = 14;
+   */
+  collapseDocuments: boolean;
 };
 
 /**
@@ -247,6 +274,16 @@ export type SearchResult = Message<"engram.v1.SearchResult"> & {
    * @generated from field: bool is_hybrid_match = 12;
    */
   isHybridMatch: boolean;
+
+  /**
+   * The calibrated probability, in [0, 1], that this chunk is relevant to the query, from
+   * the legs' raw evidence (cosine similarity, BM25 per query term, agreement of the
+   * legs). Unlike `score` it is comparable across queries: a low value on the best result
+   * means nothing relevant is stored.
+   *
+   * @generated from field: double relevance = 13;
+   */
+  relevance: number;
 };
 
 /**
@@ -290,6 +327,41 @@ export enum SearchMode {
  */
 export const SearchModeSchema: GenEnum<SearchMode> = /*@__PURE__*/
   enumDesc(file_engram_v1_search, 0);
+
+/**
+ * SearchFusion selects how hybrid search combines the keyword and vector lists.
+ *
+ * @generated from enum engram.v1.SearchFusion
+ */
+export enum SearchFusion {
+  /**
+   * The server's default (SEARCH_FUSION_CONVEX).
+   *
+   * @generated from enum value: SEARCH_FUSION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Weighted reciprocal rank fusion (bm25_weight, vector_weight, rrf_k).
+   *
+   * @generated from enum value: SEARCH_FUSION_RRF = 1;
+   */
+  RRF = 1,
+
+  /**
+   * Convex combination of each list's scores normalised by its best (Bruch et al. 2023),
+   * with more keyword weight for queries naming identifiers.
+   *
+   * @generated from enum value: SEARCH_FUSION_CONVEX = 2;
+   */
+  CONVEX = 2,
+}
+
+/**
+ * Describes the enum engram.v1.SearchFusion.
+ */
+export const SearchFusionSchema: GenEnum<SearchFusion> = /*@__PURE__*/
+  enumDesc(file_engram_v1_search, 1);
 
 /**
  * SearchService finds chunks of documents by hybrid BM25 + vector search.

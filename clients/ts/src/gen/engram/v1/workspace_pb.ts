@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file engram/v1/workspace.proto.
  */
 export const file_engram_v1_workspace: GenFile = /*@__PURE__*/
-  fileDesc("ChllbmdyYW0vdjEvd29ya3NwYWNlLnByb3RvEgllbmdyYW0udjEi7QEKEk1lbW9yeVdyaXRlUmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhInCgZ0YXJnZXQYAiABKA4yFy5lbmdyYW0udjEuTWVtb3J5VGFyZ2V0EgwKBHBhdGgYAyABKAkSDwoHY29udGVudBgEIAEoCRITCgZhcHBlbmQYBSABKAhIAIgBARIRCgl0aW1lX3pvbmUYBiABKAkSDwoHc2Vzc2lvbhgHIAEoCRInCgloZWFydGJlYXQYCCABKAsyFC5lbmdyYW0udjEuSGVhcnRiZWF0QgkKB19hcHBlbmQihwEKCUhlYXJ0YmVhdBItCglsYXN0X3NlZW4YASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnNlc3Npb25faWQYAiABKAkSDwoHc3VyZmFjZRgDIAEoCRISCgp0dXJuX2NvdW50GAQgASgDEhIKCm9wZW5fbG9vcHMYBSADKAkivAEKE01lbW9yeVdyaXRlUmVzcG9uc2USDAoEcGF0aBgBIAEoCRISCgpzaXplX2J5dGVzGAIgASgDEg4KBnNoYTI1NhgDIAEoCRIOCgZzdGF0dXMYBCABKAkSDgoGYXBwZW5kGAUgASgIEhYKDmNvbnRlbnRfbGVuZ3RoGAYgASgDEg8KB3ZlcnNpb24YByABKAMSKgoIcG9zaXRpb24YCCABKAsyGC5lbmdyYW0udjEuSW5kZXhQb3NpdGlvbiJFChFNZW1vcnlSZWFkUmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhIMCgRwYXRoGAIgASgJIpgBChJNZW1vcnlSZWFkUmVzcG9uc2USDAoEcGF0aBgBIAEoCRIPCgdjb250ZW50GAIgASgJEhIKCndvcmRfY291bnQYAyABKAMSLgoKdXBkYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc2hhMjU2GAUgASgJEg8KB3ZlcnNpb24YBiABKAMiVAoRTWVtb3J5VHJlZVJlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYSDQoFZGVwdGgYAiABKAUSDAoEcGF0aBgDIAEoCSI4ChJNZW1vcnlUcmVlUmVzcG9uc2USIgoFbm9kZXMYASADKAsyEy5lbmdyYW0udjEuVHJlZU5vZGUiTQoIVHJlZU5vZGUSDAoEbmFtZRgBIAEoCRIlCghjaGlsZHJlbhgCIAMoCzITLmVuZ3JhbS52MS5UcmVlTm9kZRIMCgRwYXRoGAMgASgJIp0BChNNZW1vcnlTZWFyY2hSZXF1ZXN0EiIKBXNwYWNlGAEgASgLMhMuZW5ncmFtLnYxLlNwYWNlUmVmEg0KBXF1ZXJ5GAIgASgJEg0KBWxpbWl0GAMgASgFEi8KDW1pbl9wb3NpdGlvbnMYBCADKAsyGC5lbmdyYW0udjEuSW5kZXhQb3NpdGlvbhITCgttYXhfd2FpdF9tcxgFIAEoBSLnAQoUTWVtb3J5U2VhcmNoUmVzcG9uc2USKAoEaGl0cxgBIAMoCzIaLmVuZ3JhbS52MS5NZW1vcnlTZWFyY2hIaXQSDQoFcXVlcnkYAiABKAkSFAoMcmVzdWx0X2NvdW50GAMgASgFEhAKCGRlZ3JhZGVkGAQgASgIEhgKEGRlZ3JhZGVkX3JlYXNvbnMYBSADKAkSIAoYa2V5d29yZF9wb3NpdGlvbnNfYmVoaW5kGAYgASgFEh8KF3ZlY3Rvcl9wb3NpdGlvbnNfYmVoaW5kGAcgASgFEhEKCXdhaXRlZF9tcxgIIAEoBSJ/Cg9NZW1vcnlTZWFyY2hIaXQSDAoEcGF0aBgBIAEoCRIPCgdjb250ZW50GAIgASgJEg0KBXNjb3JlGAMgASgBEhMKC2RvY3VtZW50X2lkGAQgASgJEhcKD2lzX2h5YnJpZF9tYXRjaBgFIAEoCBIQCghjaHVua19pZBgGIAEoCSJuChVBcHBlbmREYWlseUxvZ1JlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYSDQoFZW50cnkYAiABKAkSEQoJdGltZV96b25lGAMgASgJEg8KB3Nlc3Npb24YBCABKAkiiwEKFkFwcGVuZERhaWx5TG9nUmVzcG9uc2USDAoEcGF0aBgBIAEoCRIWCg5jb250ZW50X2xlbmd0aBgCIAEoAxIOCgZzaGEyNTYYAyABKAkSDwoHdmVyc2lvbhgEIAEoAxIqCghwb3NpdGlvbhgFIAEoCzIYLmVuZ3JhbS52MS5JbmRleFBvc2l0aW9uImYKFkdldFN5c3RlbVByb21wdFJlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYSFQoNZ3JvdXBfY29udGV4dBgCIAEoCBIRCgl0aW1lX3pvbmUYAyABKAkiggEKF0dldFN5c3RlbVByb21wdFJlc3BvbnNlEg4KBnByb21wdBgBIAEoCRIqCghzZWN0aW9ucxgCIAMoCzIYLmVuZ3JhbS52MS5Qcm9tcHRTZWN0aW9uEhQKDHNvdWxfY2hhbmdlZBgDIAEoCBIVCg1ib290c3RyYXBwaW5nGAQgASgIIjsKDVByb21wdFNlY3Rpb24SDAoEbmFtZRgBIAEoCRIMCgRwYXRoGAIgASgJEg4KBnNoYTI1NhgDIAEoCSI6ChRTZWVkV29ya3NwYWNlUmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZiJGChVTZWVkV29ya3NwYWNlUmVzcG9uc2USFQoNY3JlYXRlZF9wYXRocxgBIAMoCRIWCg5leGlzdGluZ19wYXRocxgCIAMoCSI+ChhDb21wbGV0ZUJvb3RzdHJhcFJlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYiMgoZQ29tcGxldGVCb290c3RyYXBSZXNwb25zZRIVCg1hcmNoaXZlZF9wYXRoGAEgASgJKpkBCgxNZW1vcnlUYXJnZXQSHQoZTUVNT1JZX1RBUkdFVF9VTlNQRUNJRklFRBAAEhgKFE1FTU9SWV9UQVJHRVRfTUVNT1JZEAESGwoXTUVNT1JZX1RBUkdFVF9EQUlMWV9MT0cQAhIbChdNRU1PUllfVEFSR0VUX0hFQVJUQkVBVBADEhYKEk1FTU9SWV9UQVJHRVRfUEFUSBAEMqwFChBXb3Jrc3BhY2VTZXJ2aWNlEkwKC01lbW9yeVdyaXRlEh0uZW5ncmFtLnYxLk1lbW9yeVdyaXRlUmVxdWVzdBoeLmVuZ3JhbS52MS5NZW1vcnlXcml0ZVJlc3BvbnNlEkkKCk1lbW9yeVJlYWQSHC5lbmdyYW0udjEuTWVtb3J5UmVhZFJlcXVlc3QaHS5lbmdyYW0udjEuTWVtb3J5UmVhZFJlc3BvbnNlEkkKCk1lbW9yeVRyZWUSHC5lbmdyYW0udjEuTWVtb3J5VHJlZVJlcXVlc3QaHS5lbmdyYW0udjEuTWVtb3J5VHJlZVJlc3BvbnNlEk8KDE1lbW9yeVNlYXJjaBIeLmVuZ3JhbS52MS5NZW1vcnlTZWFyY2hSZXF1ZXN0Gh8uZW5ncmFtLnYxLk1lbW9yeVNlYXJjaFJlc3BvbnNlElUKDkFwcGVuZERhaWx5TG9nEiAuZW5ncmFtLnYxLkFwcGVuZERhaWx5TG9nUmVxdWVzdBohLmVuZ3JhbS52MS5BcHBlbmREYWlseUxvZ1Jlc3BvbnNlElgKD0dldFN5c3RlbVByb21wdBIhLmVuZ3JhbS52MS5HZXRTeXN0ZW1Qcm9tcHRSZXF1ZXN0GiIuZW5ncmFtLnYxLkdldFN5c3RlbVByb21wdFJlc3BvbnNlElIKDVNlZWRXb3Jrc3BhY2USHy5lbmdyYW0udjEuU2VlZFdvcmtzcGFjZVJlcXVlc3QaIC5lbmdyYW0udjEuU2VlZFdvcmtzcGFjZVJlc3BvbnNlEl4KEUNvbXBsZXRlQm9vdHN0cmFwEiMuZW5ncmFtLnYxLkNvbXBsZXRlQm9vdHN0cmFwUmVxdWVzdBokLmVuZ3JhbS52MS5Db21wbGV0ZUJvb3RzdHJhcFJlc3BvbnNlYgZwcm90bzM", [file_engram_v1_position, file_engram_v1_space, file_google_protobuf_timestamp]);
+  fileDesc("ChllbmdyYW0vdjEvd29ya3NwYWNlLnByb3RvEgllbmdyYW0udjEi7QEKEk1lbW9yeVdyaXRlUmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhInCgZ0YXJnZXQYAiABKA4yFy5lbmdyYW0udjEuTWVtb3J5VGFyZ2V0EgwKBHBhdGgYAyABKAkSDwoHY29udGVudBgEIAEoCRITCgZhcHBlbmQYBSABKAhIAIgBARIRCgl0aW1lX3pvbmUYBiABKAkSDwoHc2Vzc2lvbhgHIAEoCRInCgloZWFydGJlYXQYCCABKAsyFC5lbmdyYW0udjEuSGVhcnRiZWF0QgkKB19hcHBlbmQihwEKCUhlYXJ0YmVhdBItCglsYXN0X3NlZW4YASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnNlc3Npb25faWQYAiABKAkSDwoHc3VyZmFjZRgDIAEoCRISCgp0dXJuX2NvdW50GAQgASgDEhIKCm9wZW5fbG9vcHMYBSADKAkivAEKE01lbW9yeVdyaXRlUmVzcG9uc2USDAoEcGF0aBgBIAEoCRISCgpzaXplX2J5dGVzGAIgASgDEg4KBnNoYTI1NhgDIAEoCRIOCgZzdGF0dXMYBCABKAkSDgoGYXBwZW5kGAUgASgIEhYKDmNvbnRlbnRfbGVuZ3RoGAYgASgDEg8KB3ZlcnNpb24YByABKAMSKgoIcG9zaXRpb24YCCABKAsyGC5lbmdyYW0udjEuSW5kZXhQb3NpdGlvbiJ3ChFNZW1vcnlSZWFkUmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhIMCgRwYXRoGAIgASgJEgwKBGRhdGUYAyABKAkSEQoJdGltZV96b25lGAQgASgJEg8KB3Nlc3Npb24YBSABKAkimAEKEk1lbW9yeVJlYWRSZXNwb25zZRIMCgRwYXRoGAEgASgJEg8KB2NvbnRlbnQYAiABKAkSEgoKd29yZF9jb3VudBgDIAEoAxIuCgp1cGRhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZzaGEyNTYYBSABKAkSDwoHdmVyc2lvbhgGIAEoAyJUChFNZW1vcnlUcmVlUmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhINCgVkZXB0aBgCIAEoBRIMCgRwYXRoGAMgASgJIjgKEk1lbW9yeVRyZWVSZXNwb25zZRIiCgVub2RlcxgBIAMoCzITLmVuZ3JhbS52MS5UcmVlTm9kZSJNCghUcmVlTm9kZRIMCgRuYW1lGAEgASgJEiUKCGNoaWxkcmVuGAIgAygLMhMuZW5ncmFtLnYxLlRyZWVOb2RlEgwKBHBhdGgYAyABKAkiywEKE01lbW9yeVNlYXJjaFJlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYSDQoFcXVlcnkYAiABKAkSDQoFbGltaXQYAyABKAUSLwoNbWluX3Bvc2l0aW9ucxgEIAMoCzIYLmVuZ3JhbS52MS5JbmRleFBvc2l0aW9uEhMKC21heF93YWl0X21zGAUgASgFEhoKDW1pbl9yZWxldmFuY2UYBiABKAFIAIgBAUIQCg5fbWluX3JlbGV2YW5jZSLnAQoUTWVtb3J5U2VhcmNoUmVzcG9uc2USKAoEaGl0cxgBIAMoCzIaLmVuZ3JhbS52MS5NZW1vcnlTZWFyY2hIaXQSDQoFcXVlcnkYAiABKAkSFAoMcmVzdWx0X2NvdW50GAMgASgFEhAKCGRlZ3JhZGVkGAQgASgIEhgKEGRlZ3JhZGVkX3JlYXNvbnMYBSADKAkSIAoYa2V5d29yZF9wb3NpdGlvbnNfYmVoaW5kGAYgASgFEh8KF3ZlY3Rvcl9wb3NpdGlvbnNfYmVoaW5kGAcgASgFEhEKCXdhaXRlZF9tcxgIIAEoBSKSAQoPTWVtb3J5U2VhcmNoSGl0EgwKBHBhdGgYASABKAkSDwoHY29udGVudBgCIAEoCRINCgVzY29yZRgDIAEoARITCgtkb2N1bWVudF9pZBgEIAEoCRIXCg9pc19oeWJyaWRfbWF0Y2gYBSABKAgSEAoIY2h1bmtfaWQYBiABKAkSEQoJcmVsZXZhbmNlGAcgASgBIm4KFUFwcGVuZERhaWx5TG9nUmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhINCgVlbnRyeRgCIAEoCRIRCgl0aW1lX3pvbmUYAyABKAkSDwoHc2Vzc2lvbhgEIAEoCSKLAQoWQXBwZW5kRGFpbHlMb2dSZXNwb25zZRIMCgRwYXRoGAEgASgJEhYKDmNvbnRlbnRfbGVuZ3RoGAIgASgDEg4KBnNoYTI1NhgDIAEoCRIPCgd2ZXJzaW9uGAQgASgDEioKCHBvc2l0aW9uGAUgASgLMhguZW5ncmFtLnYxLkluZGV4UG9zaXRpb24ijwEKFkdldFN5c3RlbVByb21wdFJlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYSFQoNZ3JvdXBfY29udGV4dBgCIAEoCBIRCgl0aW1lX3pvbmUYAyABKAkSJwoGbGF5b3V0GAQgASgOMhcuZW5ncmFtLnYxLlByb21wdExheW91dCKCAQoXR2V0U3lzdGVtUHJvbXB0UmVzcG9uc2USDgoGcHJvbXB0GAEgASgJEioKCHNlY3Rpb25zGAIgAygLMhguZW5ncmFtLnYxLlByb21wdFNlY3Rpb24SFAoMc291bF9jaGFuZ2VkGAMgASgIEhUKDWJvb3RzdHJhcHBpbmcYBCABKAgiOwoNUHJvbXB0U2VjdGlvbhIMCgRuYW1lGAEgASgJEgwKBHBhdGgYAiABKAkSDgoGc2hhMjU2GAMgASgJIjoKFFNlZWRXb3Jrc3BhY2VSZXF1ZXN0EiIKBXNwYWNlGAEgASgLMhMuZW5ncmFtLnYxLlNwYWNlUmVmIkYKFVNlZWRXb3Jrc3BhY2VSZXNwb25zZRIVCg1jcmVhdGVkX3BhdGhzGAEgAygJEhYKDmV4aXN0aW5nX3BhdGhzGAIgAygJIj4KGENvbXBsZXRlQm9vdHN0cmFwUmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZiIyChlDb21wbGV0ZUJvb3RzdHJhcFJlc3BvbnNlEhUKDWFyY2hpdmVkX3BhdGgYASABKAkqZQoMUHJvbXB0TGF5b3V0Eh0KGVBST01QVF9MQVlPVVRfVU5TUEVDSUZJRUQQABIaChZQUk9NUFRfTEFZT1VUX1NFRURfMDAwEAESGgoWUFJPTVBUX0xBWU9VVF9TRUVEXzAwNBACKpkBCgxNZW1vcnlUYXJnZXQSHQoZTUVNT1JZX1RBUkdFVF9VTlNQRUNJRklFRBAAEhgKFE1FTU9SWV9UQVJHRVRfTUVNT1JZEAESGwoXTUVNT1JZX1RBUkdFVF9EQUlMWV9MT0cQAhIbChdNRU1PUllfVEFSR0VUX0hFQVJUQkVBVBADEhYKEk1FTU9SWV9UQVJHRVRfUEFUSBAEMqwFChBXb3Jrc3BhY2VTZXJ2aWNlEkwKC01lbW9yeVdyaXRlEh0uZW5ncmFtLnYxLk1lbW9yeVdyaXRlUmVxdWVzdBoeLmVuZ3JhbS52MS5NZW1vcnlXcml0ZVJlc3BvbnNlEkkKCk1lbW9yeVJlYWQSHC5lbmdyYW0udjEuTWVtb3J5UmVhZFJlcXVlc3QaHS5lbmdyYW0udjEuTWVtb3J5UmVhZFJlc3BvbnNlEkkKCk1lbW9yeVRyZWUSHC5lbmdyYW0udjEuTWVtb3J5VHJlZVJlcXVlc3QaHS5lbmdyYW0udjEuTWVtb3J5VHJlZVJlc3BvbnNlEk8KDE1lbW9yeVNlYXJjaBIeLmVuZ3JhbS52MS5NZW1vcnlTZWFyY2hSZXF1ZXN0Gh8uZW5ncmFtLnYxLk1lbW9yeVNlYXJjaFJlc3BvbnNlElUKDkFwcGVuZERhaWx5TG9nEiAuZW5ncmFtLnYxLkFwcGVuZERhaWx5TG9nUmVxdWVzdBohLmVuZ3JhbS52MS5BcHBlbmREYWlseUxvZ1Jlc3BvbnNlElgKD0dldFN5c3RlbVByb21wdBIhLmVuZ3JhbS52MS5HZXRTeXN0ZW1Qcm9tcHRSZXF1ZXN0GiIuZW5ncmFtLnYxLkdldFN5c3RlbVByb21wdFJlc3BvbnNlElIKDVNlZWRXb3Jrc3BhY2USHy5lbmdyYW0udjEuU2VlZFdvcmtzcGFjZVJlcXVlc3QaIC5lbmdyYW0udjEuU2VlZFdvcmtzcGFjZVJlc3BvbnNlEl4KEUNvbXBsZXRlQm9vdHN0cmFwEiMuZW5ncmFtLnYxLkNvbXBsZXRlQm9vdHN0cmFwUmVxdWVzdBokLmVuZ3JhbS52MS5Db21wbGV0ZUJvb3RzdHJhcFJlc3BvbnNlYgZwcm90bzM", [file_engram_v1_position, file_engram_v1_space, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message engram.v1.MemoryWriteRequest
@@ -193,9 +193,30 @@ export type MemoryReadRequest = Message<"engram.v1.MemoryReadRequest"> & {
   space?: SpaceRef | undefined;
 
   /**
+   * The document; or leave it empty and name a day's log by `date`.
+   *
    * @generated from field: string path = 2;
    */
   path: string;
+
+  /**
+   * Read-by-date: "today", "yesterday" or YYYY-MM-DD, in `time_zone` (IANA, default
+   * UTC): that day's daily log (daily/, else an imported memory/ journal), or with
+   * `session` that surface's journal.
+   *
+   * @generated from field: string date = 3;
+   */
+  date: string;
+
+  /**
+   * @generated from field: string time_zone = 4;
+   */
+  timeZone: string;
+
+  /**
+   * @generated from field: string session = 5;
+   */
+  session: string;
 };
 
 /**
@@ -360,6 +381,15 @@ export type MemorySearchRequest = Message<"engram.v1.MemorySearchRequest"> & {
    * @generated from field: int32 max_wait_ms = 5;
    */
   maxWaitMs: number;
+
+  /**
+   * As SearchRequest.min_relevance: no hits unless one is at least this likely relevant
+   * (0..1). Unset = the workspace default (0.025, ENGRAM_WORKSPACE_MIN_RELEVANCE), which
+   * returns nothing when nothing relevant is stored; 0 = always answer.
+   *
+   * @generated from field: optional double min_relevance = 6;
+   */
+  minRelevance?: number | undefined;
 };
 
 /**
@@ -466,6 +496,13 @@ export type MemorySearchHit = Message<"engram.v1.MemorySearchHit"> & {
    * @generated from field: string chunk_id = 6;
    */
   chunkId: string;
+
+  /**
+   * As SearchResult.relevance: the calibrated probability that the hit is relevant.
+   *
+   * @generated from field: double relevance = 7;
+   */
+  relevance: number;
 };
 
 /**
@@ -570,6 +607,14 @@ export type GetSystemPromptRequest = Message<"engram.v1.GetSystemPromptRequest">
    * @generated from field: string time_zone = 3;
    */
   timeZone: string;
+
+  /**
+   * The order of the sections; unset: the server's default
+   * (ENGRAM_WORKSPACE_PROMPT_LAYOUT, seed 000's).
+   *
+   * @generated from field: engram.v1.PromptLayout layout = 4;
+   */
+  layout: PromptLayout;
 };
 
 /**
@@ -728,7 +773,39 @@ export const CompleteBootstrapResponseSchema: GenMessage<CompleteBootstrapRespon
 
 /**
  * MemoryTarget is where memory_write writes.
+ * PromptLayout orders the assembled prompt's sections.
  *
+ * @generated from enum engram.v1.PromptLayout
+ */
+export enum PromptLayout {
+  /**
+   * @generated from enum value: PROMPT_LAYOUT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Seed 000: AGENTS, SOUL, USER, IDENTITY, MEMORY, then today's and yesterday's logs.
+   *
+   * @generated from enum value: PROMPT_LAYOUT_SEED_000 = 1;
+   */
+  SEED_000 = 1,
+
+  /**
+   * Seed 004: the identity block (SOUL, AGENTS, IDENTITY), then the memory snapshot:
+   * USER, MEMORY, HEARTBEAT, then today's and yesterday's logs.
+   *
+   * @generated from enum value: PROMPT_LAYOUT_SEED_004 = 2;
+   */
+  SEED_004 = 2,
+}
+
+/**
+ * Describes the enum engram.v1.PromptLayout.
+ */
+export const PromptLayoutSchema: GenEnum<PromptLayout> = /*@__PURE__*/
+  enumDesc(file_engram_v1_workspace, 0);
+
+/**
  * @generated from enum engram.v1.MemoryTarget
  */
 export enum MemoryTarget {
@@ -770,7 +847,7 @@ export enum MemoryTarget {
  * Describes the enum engram.v1.MemoryTarget.
  */
 export const MemoryTargetSchema: GenEnum<MemoryTarget> = /*@__PURE__*/
-  enumDesc(file_engram_v1_workspace, 0);
+  enumDesc(file_engram_v1_workspace, 1);
 
 /**
  * WorkspaceService is what agent runtimes call as memory tools.
