@@ -93,7 +93,11 @@ async def test_backfill_requeues_index_gaps_through_jetstream(deployment: Deploy
 
         report = await job.run(SPACE, SpaceSettings())
 
-        assert report.counts == {"documents_checked": 3, "documents_requeued": 3}
+        assert report.counts == {
+            "documents_checked": 3,
+            "documents_requeued": 3,
+            "documents_pending": 0,
+        }
         assert any(
             line.startswith("b.md: missing from the keyword index") for line in report.details
         )
@@ -102,4 +106,8 @@ async def test_backfill_requeues_index_gaps_through_jetstream(deployment: Deploy
             expected = await expected_chunks(deployment, path)
             assert await deps.vector.chunks_of(SPACE_ID, path) == expected
         again = await job.run(SPACE, SpaceSettings())
-        assert again.counts == {"documents_checked": 3, "documents_requeued": 0}
+        assert again.counts == {
+            "documents_checked": 3,
+            "documents_requeued": 0,
+            "documents_pending": 0,
+        }

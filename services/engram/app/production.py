@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from engram.app import registry
 from engram.app.adapters import (
@@ -525,6 +526,7 @@ async def open_maintenance(
             vector=vector,
             principal=MAINTENANCE,
             clock=utc_now,
+            max_indexing_lag=timedelta(seconds=settings.backfill_max_indexing_lag_seconds),
         )
         leases = MongoLeaseStore(database)
         runs = MongoJobRunStore(database)
