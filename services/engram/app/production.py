@@ -353,7 +353,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
         service = IndexerService(
             PolicyAuthorizer(),
             source,
-            JetStreamReindexQueue(publisher),
+            JetStreamReindexQueue(publisher, durable=components.consumer.durable),
             indexing.models,
             vector,
             backlog=consumer.backlog,
@@ -521,7 +521,7 @@ async def open_maintenance(
             storage=built.storage,
             repository=built.repository,
             quota=quota,
-            reindex=JetStreamReindexQueue(publisher),
+            reindex=JetStreamReindexQueue(publisher, durable=settings.indexer_durable),
             keyword=keyword,
             vector=vector,
             principal=MAINTENANCE,

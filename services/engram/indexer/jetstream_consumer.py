@@ -441,7 +441,7 @@ class JetStreamReindexQueue:
     """Queues reindex requests as events on `engram.docs.reindex`; what is pending is what
     the indexer's durable consumer (`durable`) has not acknowledged."""
 
-    def __init__(self, publisher: JetStreamPublisher, *, durable: str = "indexer") -> None:
+    def __init__(self, publisher: JetStreamPublisher, *, durable: str) -> None:
         self._publisher = publisher
         self._durable = durable
 
