@@ -205,7 +205,7 @@ async def test_indexer_and_maintenance_calls(admin: AsyncClient) -> None:
             await member.reindex(all=True)
 
     defaults = await admin.get_space_maintenance()
-    assert defaults.log_retention == "off"
+    assert defaults.log_retention == "archive"
     wanted = SpaceMaintenance(
         dream_enabled=True, log_retention="archive", max_daily_logs=7, stale_after_days=30
     )
@@ -231,7 +231,7 @@ async def test_blocking_client_makes_the_same_calls(server: EmbeddedEngram, tmp_
             assert client.export_space(tmp_path / "out.tar.gz") > 0
             assert client.import_space(tmp_path / "out.tar.gz", space=Space(name="c")).written == 2
             assert client.quota_usage().tenant == "local"
-            assert client.get_space_maintenance().log_retention == "off"
+            assert client.get_space_maintenance().log_retention == "archive"
             watch = client.watch_space(from_start=True)
             assert next(watch).change is not None
             watch.close()

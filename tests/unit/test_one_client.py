@@ -50,6 +50,7 @@ STILL_TO_MIGRATE = {
     "bench/files_bench.py",
     "bench/import_bench.py",
     "bench/index_bench.py",
+    "bench/memory_quality.py",
     "bench/loadlib/corpus.py",
     "bench/loadlib/faults.py",
     "bench/loadlib/generator.py",
