@@ -226,7 +226,11 @@ async def test_embedding_backfill_requeues_what_the_indexes_miss(tmp_path: Path)
 
         report = await job.run(SPACE, SpaceSettings())
 
-        assert report.counts == {"documents_checked": 5, "documents_requeued": 4}
+        assert report.counts == {
+            "documents_checked": 5,
+            "documents_requeued": 4,
+            "documents_pending": 0,
+        }
         assert sorted(line.split(":")[0] for line in report.details) == [
             "a.md",
             "b.md",
@@ -241,7 +245,11 @@ async def test_embedding_backfill_requeues_what_the_indexes_miss(tmp_path: Path)
         assert await keyword.chunks_of(SPACE.id, "ghost.md") == []
 
         again = await second_run_changes_nothing(engram, job, SpaceSettings())
-        assert again.counts == {"documents_checked": 5, "documents_requeued": 0}
+        assert again.counts == {
+            "documents_checked": 5,
+            "documents_requeued": 0,
+            "documents_pending": 0,
+        }
 
 
 # --- usage reconcile ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from engram.app import registry
 from engram.app.adapters import (
@@ -351,7 +352,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
         service = IndexerService(
             PolicyAuthorizer(),
             source,
-            JetStreamReindexQueue(publisher),
+            JetStreamReindexQueue(publisher, durable=components.consumer.durable),
             indexing.models,
             vector,
             backlog=consumer.backlog,
@@ -519,11 +520,12 @@ async def open_maintenance(
             storage=built.storage,
             repository=built.repository,
             quota=quota,
-            reindex=JetStreamReindexQueue(publisher),
+            reindex=JetStreamReindexQueue(publisher, durable=settings.indexer_durable),
             keyword=keyword,
             vector=vector,
             principal=MAINTENANCE,
             clock=utc_now,
+            max_indexing_lag=timedelta(seconds=settings.backfill_max_indexing_lag_seconds),
         )
         leases = MongoLeaseStore(database)
         runs = MongoJobRunStore(database)

@@ -384,6 +384,10 @@ class Settings(BaseSettings):
     """How often the maintenance worker runs each hygiene job (log retention, version
     pruning, embedding backfill, usage reconcile, staleness and duplicate reports) on a
     space, counted from the job's last success there."""
+    backfill_max_indexing_lag_seconds: float = Field(default=900.0, ge=0)
+    """Embedding backfill leaves alone a document written after the oldest change event the
+    indexer has not finished (it is late, not missing), unless that event is older than this:
+    then the indexer is taken as stopped or stuck, and backfill re-queues those too."""
 
     # --- other services (distributed mode) ---------------------------------------------------
     storage_addr: str | None = None
