@@ -403,7 +403,7 @@ async def run(target: Target, args: argparse.Namespace) -> None:
 async def embedded(args: argparse.Namespace, workdir: Path, raw: RawCost) -> None:
     from engram.app.embedded import embedded_engram
     from engram.app.parts import Indexing
-    from engram.events.sqlite_outbox import SqliteOutbox
+    from engram.storage.sqlite_outbox import SqliteOutbox
 
     settings = Settings(
         data_dir=workdir / "engram",

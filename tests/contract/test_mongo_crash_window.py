@@ -11,8 +11,8 @@ import pytest
 
 from engram.backends.mongo import MongoDatabase, connect
 from engram.domain.spaces import SpaceRef, Visibility
-from engram.events.mongo_outbox import MongoOutbox
 from engram.storage import mongo_repository
+from engram.storage.mongo.outbox import MongoOutbox
 from engram.storage.mongo_repository import MongoDocumentRepository, revision_id
 from tests.support.backends import RealBackends
 

@@ -19,7 +19,7 @@ from pymongo import AsyncMongoClient, monitoring
 from engram.backends.mongo import MongoDatabase
 from engram.domain.documents import DocumentWrite, Erasure
 from engram.domain.spaces import SpaceRef, Visibility
-from engram.events.mongo_outbox import CLEAR_EVERY_SECONDS, OUTBOX_POLL_SECONDS, MongoOutbox
+from engram.storage.mongo.outbox import CLEAR_EVERY_SECONDS, OUTBOX_POLL_SECONDS, MongoOutbox
 from engram.storage.mongo_repository import MongoDocumentRepository
 from tests.support.backends import RealBackends
 

@@ -27,7 +27,7 @@ from engram.app.adapters import DATABASE_FILE
 from engram.app.embedded import embedded_engram
 from engram.backends.mongo import connect
 from engram.domain.spaces import SpaceRef, Visibility
-from engram.events.mongo_outbox import MongoOutbox
+from engram.storage.mongo.outbox import MongoOutbox
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
 from tests.support.backends import RealBackends
@@ -534,8 +534,8 @@ async def test_mongo_erasure_interrupted_after_its_commit_is_finished_by_the_rel
         async def crash(*_: Any) -> Any:
             raise ConnectionError("process died")
 
-        monkeypatch.setattr(repository, "_erase_below", crash)
-        monkeypatch.setattr(repository, "_erase_paths", crash)
+        monkeypatch.setattr(repository.erasures, "_erase_below", crash)
+        monkeypatch.setattr(repository.erasures, "_erase_paths", crash)
         with pytest.raises(ConnectionError):
             await repository.erase(Erasure(SPACE, "a.md", at, "root", uuid.uuid4().hex))
         assert await repository.get(SPACE.id, "a.md") is None, "reads see the purge at once"

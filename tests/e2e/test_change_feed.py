@@ -27,7 +27,7 @@ from engram.app.embedded import EmbeddedEngram, embedded_engram
 from engram.authz.tokens import JwtVerifier, TokenAuthenticator
 from engram.cli.app import app
 from engram.events.sqlite_feed import FeedOptions, SqliteChangeFeed
-from engram.events.sqlite_outbox import SqliteOutbox
+from engram.storage.sqlite_outbox import SqliteOutbox
 from engram.v1 import indexer_pb2, indexer_pb2_grpc, space_pb2, storage_pb2, storage_pb2_grpc
 from tests.support.grpc_helpers import fails, space, write_request
 from tests.support.settings import server_settings

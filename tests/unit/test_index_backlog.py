@@ -14,9 +14,9 @@ import pytest
 
 from engram.backends.sqlite import SqliteDatabase
 from engram.domain.spaces import parse_space_id
-from engram.events.sqlite_outbox import SqliteOutbox
 from engram.indexer.outbox_feed import OutboxIndexHandler
 from engram.indexer.service import reindex_events
+from engram.storage.sqlite_outbox import SqliteOutbox
 from engram.storage.sqlite_repository import SCHEMA, SqliteDocumentRepository
 
 pytestmark = pytest.mark.unit

@@ -35,8 +35,8 @@ from engram.quota.sqlite_ledger import SCHEMA as LEDGER_SCHEMA
 from engram.runtime.health import Dependency
 from engram.runtime.rate_limit import SCHEMA as RATE_LIMIT_SCHEMA
 from engram.runtime.settings import Settings
+from engram.storage.sqlite_outbox import migrate_outbox
 from engram.storage.sqlite_repository import SCHEMA as DOCUMENT_SCHEMA
-from engram.storage.sqlite_repository import migrate_outbox
 from engram.workspace.agent_state import SCHEMA as AGENT_STATE_SCHEMA
 
 DATABASE_FILE = "engram.db"

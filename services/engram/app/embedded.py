@@ -45,7 +45,6 @@ from engram.domain.principals import LOCAL_ADMIN, MAINTENANCE
 from engram.events.inprocess import InProcessPublisher
 from engram.events.relay import OutboxRelay
 from engram.events.sqlite_feed import SqliteChangeFeed
-from engram.events.sqlite_outbox import SqliteOutbox
 from engram.indexer.embedding_cache import SqliteEmbeddingCache
 from engram.indexer.outbox_feed import OutboxIndexHandler, OutboxReindexQueue
 from engram.indexer.service import IndexerService
@@ -67,6 +66,7 @@ from engram.runtime.settings import Settings
 from engram.runtime.tasks import cancel_and_wait
 from engram.search.service import SearchService
 from engram.storage.service import StorageService
+from engram.storage.sqlite_outbox import SqliteOutbox
 from engram.storage.sqlite_repository import SqliteDocumentRepository
 from engram.workspace.agent_state import SqliteAgentState
 from engram.workspace.local import LocalDocuments, LocalSearch

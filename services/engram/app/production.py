@@ -61,7 +61,6 @@ from engram.backends.mongo import MongoDatabase
 from engram.domain.principals import MAINTENANCE
 from engram.events.jetstream import JetStreamPublisher, connect_nats
 from engram.events.jetstream_feed import JetStreamChangeFeed
-from engram.events.mongo_outbox import MongoOutbox
 from engram.events.relay import OutboxRelay
 from engram.indexer.embedding_cache import MongoIdEmbeddingCache
 from engram.indexer.jetstream_consumer import JetStreamIndexConsumer, JetStreamReindexQueue
@@ -89,6 +88,7 @@ from engram.runtime.server import GrpcServer, ServiceRegistration, serve, stop_o
 from engram.runtime.settings import Settings
 from engram.runtime.tracing import tracing_client_interceptors
 from engram.search.reopen import open_or_keep_trying
+from engram.storage.mongo.outbox import MongoOutbox
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.ports import QuotaGate
 from engram.storage.service import StorageService

@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
+from engram.domain.outbox import OutboxMessage
 
-@dataclass(frozen=True, slots=True)
-class OutboxMessage:
-    """A recorded, not yet published event. `key` identifies it to `Outbox.clear`."""
-
-    key: str
-    event_id: str
-    subject: str
-    payload: bytes
-    # The W3C trace context of the write (sent as message headers); () when untraced.
-    trace_context: tuple[tuple[str, str], ...] = ()
+__all__ = ["EventPublisher", "Outbox", "OutboxMessage"]
 
 
 class Outbox(Protocol):

@@ -26,7 +26,7 @@ from engram.backends.sqlite import SqliteDatabase
 from engram.domain.changes import CAUGHT_UP, FeedItem, FeedStart, change_of, cursor_expired
 from engram.domain.errors import EngramError
 from engram.events.ports import OutboxMessage
-from engram.events.sqlite_outbox import SqliteOutbox
+from engram.storage.sqlite_outbox import SqliteOutbox
 from engram.wire import decode_event
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,6 @@ from engram.domain.errors import EngramError, Unavailable
 from engram.domain.spaces import SpaceRef
 from engram.events.ports import OutboxMessage
 from engram.events.relay import OutboxRelay
-from engram.events.sqlite_outbox import SqliteOutbox
 from engram.indexer.service import reindex_events
 from engram.indexer.worker import (
     DEAD_LETTERS,
@@ -28,6 +27,7 @@ from engram.indexer.worker import (
     observe_lag,
     read_event,
 )
+from engram.storage.sqlite_outbox import SqliteOutbox
 from engram.storage.sqlite_repository import SqliteDocumentRepository
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,8 @@
 
 Every change is one transaction on the writer thread that (1) checks the stored version,
 (2) moves the old content into `document_versions` and prunes beyond the retention,
-(3) writes the document and (4) appends its event to `outbox`. Paths compare in byte order
+(3) writes the document and (4) appends its event to `outbox` (engram.storage.sqlite_outbox,
+the outbox's one owner). Paths compare in byte order
 (BINARY collation over UTF-8), the same order MongoDB uses.
 """
 
@@ -12,11 +13,8 @@ import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from google.protobuf.message import DecodeError
-
 from engram.backends.sqlite import SqliteDatabase, from_micros, to_micros
 from engram.domain.documents import (
-    REINDEX_EVENT_PREFIX,
     DocumentDeletion,
     DocumentEvent,
     DocumentHead,
@@ -32,10 +30,9 @@ from engram.domain.documents import (
 from engram.domain.quotas import aggregate_owner
 from engram.domain.spaces import SpaceRef, parse_space_id
 from engram.storage.ports import ConcurrentModification
-from engram.v1 import events_pb2
-from engram.wire import encode_event
+from engram.storage.sqlite_outbox import OUTBOX_SCHEMA, record_change, record_request
 
-SCHEMA = """
+DOCUMENT_TABLES = """
 CREATE TABLE IF NOT EXISTS documents (
     id          INTEGER PRIMARY KEY,
     space_id    TEXT    NOT NULL,
@@ -68,58 +65,8 @@ CREATE TABLE IF NOT EXISTS document_versions (
 );
 CREATE INDEX IF NOT EXISTS document_versions_by_path
     ON document_versions (space_id, path, seq);
-CREATE TABLE IF NOT EXISTS outbox (
-    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
-    event_id   TEXT    NOT NULL UNIQUE,
-    subject    TEXT    NOT NULL,
-    payload    BLOB    NOT NULL,
-    created_us INTEGER NOT NULL,
-    space_id   TEXT,
-    published  INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS outbox_retention (
-    space_id       TEXT    PRIMARY KEY,
-    pruned_through INTEGER NOT NULL
-);
 """
-
-# The change feed keeps published events: `space_id` ('' for reindex requests, which are no
-# change) and `published` were added to the outbox, so databases made before get them here.
-_OUTBOX_COLUMNS = {"space_id": "TEXT", "published": "INTEGER NOT NULL DEFAULT 0"}
-_OUTBOX_INDEXES = (
-    "CREATE INDEX IF NOT EXISTS outbox_by_space ON outbox (space_id, seq)",
-    "CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (seq) WHERE published = 0",
-    "CREATE INDEX IF NOT EXISTS outbox_by_time ON outbox (created_us) WHERE published = 1",
-)
-
-
-def migrate_outbox(connection: sqlite3.Connection) -> None:
-    """Adds the change feed's outbox columns and indexes to a database made before them, and
-    files the events recorded then under their space (idempotent)."""
-    present = {str(row[1]) for row in connection.execute("PRAGMA table_info(outbox)")}
-    for column, kind in _OUTBOX_COLUMNS.items():
-        if column not in present:
-            connection.execute(f"ALTER TABLE outbox ADD COLUMN {column} {kind}")
-    unfiled = connection.execute(
-        "SELECT seq, event_id, payload FROM outbox WHERE space_id IS NULL"
-    ).fetchall()
-    connection.executemany(
-        "UPDATE outbox SET space_id = ? WHERE seq = ?",
-        [(_feed_space(str(eid), bytes(payload)), int(seq)) for seq, eid, payload in unfiled],
-    )
-    for statement in _OUTBOX_INDEXES:
-        connection.execute(statement)
-
-
-def _feed_space(event_id: str, payload: bytes) -> str:
-    """The space an old outbox row belongs to in the feed ('' for a reindex request or a
-    payload that does not decode: neither is a change)."""
-    if event_id.startswith(REINDEX_EVENT_PREFIX):
-        return ""
-    try:
-        return events_pb2.DocumentEvent.FromString(payload).space_id
-    except DecodeError:
-        return ""
+SCHEMA = DOCUMENT_TABLES + OUTBOX_SCHEMA
 
 
 _DOCUMENT_COLUMNS = (
@@ -169,19 +116,6 @@ def _version(row: Any, *, with_content: bool) -> DocumentVersion:
         content=str(content) if with_content else "",
         deleted=bool(deleted),
         seq=int(seq),
-    )
-
-
-def _enqueue(connection: sqlite3.Connection, event: DocumentEvent) -> None:
-    """Records a change's event: published by the relay, then kept for the change feed."""
-    _record(connection, event, feed_space=event.space_id)
-
-
-def _record(connection: sqlite3.Connection, event: DocumentEvent, *, feed_space: str) -> None:
-    connection.execute(
-        "INSERT INTO outbox (event_id, subject, payload, created_us, space_id) "
-        "VALUES (?, ?, ?, ?, ?)",
-        (event.event_id, event.subject, encode_event(event), to_micros(event.at), feed_space),
     )
 
 
@@ -258,7 +192,7 @@ class SqliteDocumentRepository:
                 )
             except sqlite3.IntegrityError:
                 raise ConcurrentModification(f"{change.path!r} was created concurrently") from None
-            _enqueue(connection, change.event())
+            record_change(connection, change.event())
             return change.stored(created_at=change.at)
         previous = connection.execute(
             "SELECT document_id, version, content, sha256, size_bytes, updated_us, updated_by, "
@@ -283,7 +217,7 @@ class SqliteDocumentRepository:
                 change.path,
             ),
         )
-        _enqueue(connection, change.event())
+        record_change(connection, change.event())
         return change.stored(created_at=from_micros(int(previous[7])))
 
     def _keep_version(
@@ -336,7 +270,7 @@ class SqliteDocumentRepository:
             connection.execute(
                 "DELETE FROM documents WHERE space_id = ? AND path = ?", (space_id, deletion.path)
             )
-            _enqueue(connection, deletion.event())
+            record_change(connection, deletion.event())
 
         await self._db.write(work)
 
@@ -383,7 +317,7 @@ class SqliteDocumentRepository:
                     sha256=str(sha256),
                     size_bytes=int(size_bytes),
                 )
-            _enqueue(connection, event)
+            record_change(connection, event)
             return ErasureResult(
                 paths=len({row[0] for row in live} | {row[0] for row in kept}),
                 live_documents=len(live),
@@ -461,8 +395,7 @@ class SqliteDocumentRepository:
 
         def work(connection: sqlite3.Connection) -> None:
             for event in events:
-                # Not a change: the feed leaves it out.
-                _record(connection, event, feed_space="")
+                record_request(connection, event)
 
         await self._db.write(work)
 
