@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -41,9 +42,13 @@ REQUIRED_QUALIFIERS: dict[Visibility, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SpaceRef:
-    """A validated reference to a space. Build one with `SpaceRef.create` or `parse_space_id`."""
+    """A validated reference to a space. Build one with `SpaceRef.create` or `parse_space_id`.
+
+    A request's ref is parsed once at the edge and carried as this value; its `id` is built
+    on first use and kept (no slots, so the cached id has somewhere to live).
+    """
 
     visibility: Visibility
     tenant: str
@@ -68,7 +73,7 @@ class SpaceRef:
         validate_space_ref(ref)
         return ref
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
         """`v1:<visibility>:<tenant>:<project>:<bot>:<user>:<name>`; injective over valid refs."""
         return ":".join(
@@ -170,8 +175,11 @@ def validate_space_ref(ref: SpaceRef) -> None:
             )
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_space_id(space_id: str) -> SpaceRef:
-    """Inverse of `SpaceRef.id`; raises InvalidSpaceRef on anything that is not a valid ID."""
+    """Inverse of `SpaceRef.id`; raises InvalidSpaceRef on anything that is not a valid ID.
+    Refs are immutable, so each id is parsed once and its ref shared (every stored document
+    and event read back names its space by id)."""
     parts = space_id.split(":")
     if len(parts) != 7 or parts[0] != ID_PREFIX:
         raise InvalidSpaceRef(f"{quoted(space_id)} is not a v1 space id", field="space_id")
