@@ -75,7 +75,10 @@ async def mongo_subject(tmp_path: Path, backends: RealBackends) -> AsyncIterator
         storage = StorageService(
             repository,
             QuotaService(
-                MongoUsageLedger(database), Components.from_settings(settings).quotas, repository
+                MongoUsageLedger(database),
+                Components.from_settings(settings).quotas,
+                repository,
+                authorizer=PolicyAuthorizer(),
             ),
             PolicyAuthorizer(),
             _Audit(),

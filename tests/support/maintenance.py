@@ -53,7 +53,9 @@ def mongo_deps(
     quota in process on the database, the indexes and reindex queue given."""
     components = Components.from_settings(settings)
     repository = MongoDocumentRepository(database, retention=components.version_retention)
-    quota = QuotaService(MongoUsageLedger(database), components.quotas, repository)
+    quota = QuotaService(
+        MongoUsageLedger(database), components.quotas, repository, authorizer=PolicyAuthorizer()
+    )
     storage = StorageService(
         repository,
         quota,

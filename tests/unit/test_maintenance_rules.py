@@ -10,8 +10,8 @@ import pytest
 from engram.domain.errors import InvalidArgument, PermissionDenied
 from engram.domain.maintenance import LogRetention, SpaceSettings
 from engram.domain.maintenance_rules import LastRuns, is_due, lease_key, space_settings
-from engram.domain.policy import authorize_rpc
-from engram.domain.principals import MAINTENANCE, Principal, Role
+from engram.domain.policy import decide
+from engram.domain.principals import MAINTENANCE, Action, Principal, Role
 from engram.domain.spaces import SpaceRef, Visibility
 
 pytestmark = pytest.mark.unit
@@ -69,12 +69,16 @@ def test_settings_zero_means_the_default_and_out_of_range_is_refused() -> None:
         assert raised.value.field == f"settings.{field}"
 
 
-SET = "/engram.v1.MaintenanceService/SetSpaceMaintenance"
-RUN = "/engram.v1.MaintenanceService/RunJob"
-GET = "/engram.v1.MaintenanceService/GetSpaceMaintenance"
+SET = Action.SET_SPACE_MAINTENANCE
+RUN = Action.RUN_JOB
+GET = Action.GET_SPACE_MAINTENANCE
 ADA = Principal("ada", "acme", Role.ADMIN)
 ANN = Principal("ann", "acme", Role.MEMBER)
 ROOT = Principal("root", "acme", Role.ADMIN, platform_admin=True)
+
+
+def authorize(principal: Principal, action: Action, space: SpaceRef) -> SpaceRef:
+    return decide(principal, action, space).require()
 
 
 def _space(tenant: str = "") -> SpaceRef:
@@ -82,23 +86,23 @@ def _space(tenant: str = "") -> SpaceRef:
 
 
 def test_tenant_admins_change_their_own_spaces_settings_and_members_do_not() -> None:
-    assert authorize_rpc(ADA, SET, _space()) == SpaceRef.create(
+    assert authorize(ADA, SET, _space()) == SpaceRef.create(
         Visibility.PRIVATE, tenant="acme", name="notes"
     )
     with pytest.raises(PermissionDenied):
-        authorize_rpc(ANN, SET, _space())
-    assert authorize_rpc(ANN, GET, _space()).tenant == "acme", "members read them"
+        authorize(ANN, SET, _space())
+    assert authorize(ANN, GET, _space()).tenant == "acme", "members read them"
 
 
 def test_another_tenants_space_needs_a_platform_admin_or_a_service() -> None:
     with pytest.raises(PermissionDenied):
-        authorize_rpc(ADA, SET, _space("globex"))
-    assert authorize_rpc(ROOT, SET, _space("globex")).tenant == "globex"
-    assert authorize_rpc(MAINTENANCE, RUN, _space("globex")).tenant == "globex"
+        authorize(ADA, SET, _space("globex"))
+    assert authorize(ROOT, SET, _space("globex")).tenant == "globex"
+    assert authorize(MAINTENANCE, RUN, _space("globex")).tenant == "globex"
     with pytest.raises(PermissionDenied):
-        authorize_rpc(MAINTENANCE, SET, _space("globex")), "a service never changes settings"
+        authorize(MAINTENANCE, SET, _space("globex")), "a service never changes settings"
     with pytest.raises(PermissionDenied):
-        authorize_rpc(MAINTENANCE, RUN, _space()), "a service names the tenant"
+        authorize(MAINTENANCE, RUN, _space()), "a service names the tenant"
 
 
 def test_maintenance_is_a_service_principal() -> None:

@@ -145,8 +145,10 @@ async def build_core(settings: Settings, stack: contextlib.AsyncExitStack) -> Em
     components = Components.from_settings(settings)
     database = await open_sqlite(settings, stack)
     repository = SqliteDocumentRepository(database, retention=components.version_retention)
-    quota = QuotaService(SqliteUsageLedger(database), components.quotas, repository)
     authorizer = PolicyAuthorizer()
+    quota = QuotaService(
+        SqliteUsageLedger(database), components.quotas, repository, authorizer=authorizer
+    )
     audit = SqliteAuditLog(database)
     publisher = InProcessPublisher()
     relay = OutboxRelay(SqliteOutbox(database), publisher)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from engram.authz.enforcement import PolicyAuthorizer
 from engram.domain.ports import AuditSink
 from engram.maintenance.chat import ChatConfig, OpenAICompatibleChat
 from engram.maintenance.dream_watermarks import WatermarkStore
@@ -123,5 +124,5 @@ def start_maintenance(
     stack.push_async_callback(worker.stop)
     if settings.maintenance_schedule:
         worker.start()
-    service = MaintenanceService(worker, stores.runs, stores.settings, audit)
+    service = MaintenanceService(worker, stores.runs, stores.settings, audit, PolicyAuthorizer())
     return Maintenance(worker, service, deps)

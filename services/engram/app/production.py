@@ -206,7 +206,9 @@ async def _mongo_storage(
 async def _mongo_quota(process: _OnMongo, repository: MongoDocumentRepository) -> QuotaService:
     ledger = MongoUsageLedger(process.database)
     await ledger.ensure_indexes()
-    return QuotaService(ledger, process.components.quotas, repository)
+    return QuotaService(
+        ledger, process.components.quotas, repository, authorizer=PolicyAuthorizer()
+    )
 
 
 def _storage_needs(settings: Settings, *, publish_events: bool) -> list[type[Needs]]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from prometheus_client import Counter
 
 from engram.domain.errors import PermissionDenied, Unauthenticated
-from engram.domain.policy import TENANT_MISMATCH, Decision, decide
+from engram.domain.policy import TENANT_MISMATCH, Decision, Target, decide, permits
 from engram.domain.ports import AuthorizedSpace
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
@@ -46,8 +46,14 @@ class PolicyAuthorizer:
     ) -> AuthorizedSpace:
         decision = self.decide(principal, action, space)
         granted = decision.require()
-        check_space_tenant(principal, granted)
+        if not decision.as_named:
+            check_space_tenant(principal, granted)
         return AuthorizedSpace(space=granted, audit_action=decision.audit_action)
+
+    async def permits(self, principal: Principal, action: Action, target: Target) -> bool:
+        allowed = permits(principal, action, target)
+        DECISIONS.labels(action.value, "allowed" if allowed else "refused").inc()
+        return allowed
 
 
 def check_space_tenant(principal: Principal, space: SpaceRef) -> None:

@@ -23,7 +23,7 @@ from engram.domain.errors import (
     quoted,
 )
 from engram.domain.pagination import PageSize, decode_page_token, encode_page_token
-from engram.domain.policy import RPC_POLICY, Decision, Target, admits
+from engram.domain.policy import Decision, Target
 from engram.domain.ports import AuditRecord
 from engram.domain.principals import Action, Principal, Role
 from engram.domain.spaces import RESERVED_TENANT, SpaceRef, validate_field
@@ -32,7 +32,6 @@ DEFAULT_TOKEN_TTL = timedelta(days=90)
 MAX_TOKEN_TTL = timedelta(days=366)
 AUDIT_PAGE = PageSize(default=100, maximum=1000)
 TOKEN_PAGE = PageSize(default=100, maximum=1000)
-LIST_TOKENS_RPC = "/engram.v1.AuthzService/ListTokens"
 MAX_DESCRIPTION = 200
 ACT_AS_DISABLED = "act_as_disabled"
 ACT_AS_AUDIT_ACTION = "token.act_as"
@@ -193,7 +192,7 @@ class AuthzService:
         """A tenant's tokens, by id (tenant admins; platform admins name any tenant)."""
         owner = tenant or principal.tenant
         target = Target.OWN if owner == principal.tenant else Target.OTHER
-        if not admits(RPC_POLICY[LIST_TOKENS_RPC][target], principal, target):
+        if not await self._authorizer.permits(principal, Action.LIST_TOKENS, target):
             if target is Target.OTHER:
                 raise PermissionDenied(
                     "you can only list the tokens of your own tenant", rule="tenant_mismatch"

@@ -21,6 +21,7 @@ USER_MISMATCH = "user_mismatch"
 MEMBER_ROLE_REQUIRED = "member_role_required"
 PLATFORM_ADMIN_REQUIRED = "platform_admin_required"
 SERVICE_TENANT_REQUIRED = "service_tenant_required"
+ADMIN_ROLE_REQUIRED = "admin_role_required"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +33,9 @@ class Decision:
     space: SpaceRef | None
     # The audit action to record when the change succeeds (global mutations).
     audit_action: str = ""
+    # The space as the caller named it, not stamped: a platform admin (or a service) acting
+    # on another tenant's space where its row allows that.
+    as_named: bool = False
 
     def require(self) -> SpaceRef:
         """Returns the stamped space, or raises PermissionDenied with the rule."""
@@ -72,10 +76,19 @@ def stamp(principal: Principal, requested: SpaceRef) -> SpaceRef | Decision:
 
 
 def decide(principal: Principal, action: Action, requested: SpaceRef) -> Decision:
-    """Decides whether `principal` may perform `action` on the requested space.
+    """Decides whether `principal` may perform `action` on the requested space: by the
+    read/mutate rules, the erasure rule, or the action's row in ACTION_POLICY.
 
     Raises InvalidSpaceRef when the stamped ref breaks a SpaceRef rule.
     """
+    if action in (Action.PURGE, Action.DELETE_SPACE):
+        return _decide_erasure(principal, action, requested)
+    if not action.by_space_rules:
+        return _decide_by_row(principal, action, requested)
+    return _decide_by_space_rules(principal, action, requested)
+
+
+def _decide_by_space_rules(principal: Principal, action: Action, requested: SpaceRef) -> Decision:
     stamped = stamp(principal, requested)
     if isinstance(stamped, Decision):
         return stamped
@@ -99,12 +112,13 @@ def decide(principal: Principal, action: Action, requested: SpaceRef) -> Decisio
     return Decision(allowed=True, rule="", message="", space=stamped)
 
 
-# --- the RPC policy table ----------------------------------------------------------------------
+# --- the policy table ---------------------------------------------------------------------------
 #
-# Who may call each served RPC, by the target it names: a space or tenant of the caller's own
+# Who may take each action, by the target it names: a space or tenant of the caller's own
 # tenant, of another tenant, a global space, or the whole instance (tenant "instance",
-# Reindex{all}). Space rules are decided by `decide` above; the others by the services, with
-# the same outcome. The server refuses to start with an RPC that has no row, and the
+# Reindex{all}). Space rules are decided by `decide` above; the others by their rows, with the
+# same outcome. Use cases ask about actions; which RPC takes which action is the edge's table
+# (RPC_ACTIONS below): the server refuses to start with an RPC that has no row, and the
 # authorization-matrix test checks every row over gRPC for every role.
 
 
@@ -178,87 +192,125 @@ def _every(who: Who, targets: tuple[Target, ...] = (Target.OWN,)) -> dict[Target
     return dict.fromkeys(targets, who)
 
 
-RPC_POLICY: dict[str, dict[Target, Who]] = {
-    "/engram.v1.StorageService/ReadDocument": _READ,
-    "/engram.v1.StorageService/ListDocuments": _READ,
-    "/engram.v1.StorageService/ListDocumentVersions": _READ,
-    "/engram.v1.StorageService/GetUsage": _READ,
-    "/engram.v1.StorageService/ExportSpace": _READ,
-    "/engram.v1.StorageService/WriteDocument": _MUTATE,
-    "/engram.v1.StorageService/DeleteDocument": _MUTATE,
-    "/engram.v1.StorageService/ImportSpace": _MUTATE,
+ACTION_POLICY: dict[Action, dict[Target, Who]] = {
+    Action.READ: _READ,
+    Action.LIST: _READ,
+    Action.USAGE: _READ,
+    Action.EXPORT: _READ,
+    Action.SEARCH: _READ,
+    Action.WRITE: _MUTATE,
+    Action.DELETE: _MUTATE,
+    Action.IMPORT: _MUTATE,
     # Erasing for good (no version kept) is an admin's call, never a service's.
-    "/engram.v1.StorageService/PurgeDocument": _ERASE,
-    "/engram.v1.StorageService/DeleteSpace": _ERASE,
-    "/engram.v1.StorageService/ListSpaces": {
+    Action.PURGE: _ERASE,
+    Action.DELETE_SPACE: _ERASE,
+    Action.LIST_SPACES: {
         Target.OWN: Who.TENANT_MEMBER,
         Target.OTHER: Who.PLATFORM_ADMIN_OR_SERVICE,
         Target.GLOBAL: Who.ANYONE,
     },
-    "/engram.v1.StorageService/WatchSpace": _READ,
-    "/engram.v1.MaintenanceService/ListJobRuns": {
+    Action.LIST_JOB_RUNS: {
         **_READ,
         Target.INSTANCE: Who.PLATFORM_ADMIN,
     },
-    "/engram.v1.MaintenanceService/RunJob": {
+    Action.RUN_JOB: {
         Target.OWN: Who.TENANT_ADMIN_OR_SERVICE,
         Target.OTHER: Who.TENANT_ADMIN_OR_SERVICE,
         Target.GLOBAL: Who.PLATFORM_ADMIN_OR_SERVICE,
     },
-    "/engram.v1.MaintenanceService/GetSpaceMaintenance": _READ,
-    "/engram.v1.MaintenanceService/SetSpaceMaintenance": _ERASE,
-    "/engram.v1.SearchService/Search": _READ,
-    "/engram.v1.WorkspaceService/MemoryRead": _READ,
-    "/engram.v1.WorkspaceService/MemoryTree": _READ,
-    "/engram.v1.WorkspaceService/MemorySearch": _READ,
-    # Assembling records the agent's SOUL.md baseline, not a document: a read.
-    "/engram.v1.WorkspaceService/GetSystemPrompt": _READ,
-    "/engram.v1.WorkspaceService/MemoryWrite": _MUTATE,
-    "/engram.v1.WorkspaceService/AppendDailyLog": _MUTATE,
-    "/engram.v1.WorkspaceService/SeedWorkspace": _MUTATE,
-    "/engram.v1.WorkspaceService/CompleteBootstrap": _MUTATE,
-    "/engram.v1.IndexerService/Reindex": {
+    Action.GET_SPACE_MAINTENANCE: _READ,
+    Action.SET_SPACE_MAINTENANCE: _ERASE,
+    Action.REINDEX: {
         **_MUTATE,
         Target.INSTANCE: Who.PLATFORM_ADMIN_OR_SERVICE,
     },
-    "/engram.v1.IndexerService/GetIndexStatus": _every(Who.ANYONE),
-    "/engram.v1.QuotaService/Charge": {
+    Action.INDEX_STATUS: _every(Who.ANYONE),
+    Action.CHARGE: {
         Target.OWN: Who.PLATFORM_ADMIN_OR_SERVICE,
         Target.OTHER: Who.SERVICE,
         Target.GLOBAL: Who.PLATFORM_ADMIN_OR_SERVICE,
     },
-    "/engram.v1.QuotaService/GetUsage": {
+    Action.TENANT_USAGE: {
         Target.OWN: Who.TENANT_MEMBER,
         Target.OTHER: Who.PLATFORM_ADMIN_OR_SERVICE,
         Target.INSTANCE: Who.ANYONE,
     },
-    "/engram.v1.QuotaService/SetTenantQuota": _every(
+    Action.SET_TENANT_QUOTA: _every(
         Who.PLATFORM_ADMIN, (Target.OWN, Target.OTHER, Target.INSTANCE)
     ),
-    "/engram.v1.QuotaService/Reconcile": {
+    Action.RECONCILE: {
         Target.OWN: Who.TENANT_ADMIN_OR_SERVICE,
         Target.OTHER: Who.PLATFORM_ADMIN_OR_SERVICE,
         Target.INSTANCE: Who.PLATFORM_ADMIN_OR_SERVICE,
     },
-    "/engram.v1.AuthzService/Authenticate": _every(Who.CREDENTIAL),
-    "/engram.v1.AuthzService/Authorize": _every(Who.ANYONE),
+    Action.AUTHENTICATE: _every(Who.CREDENTIAL),
+    Action.AUTHORIZE: _every(Who.ANYONE),
     # A token for oneself; one for another user or tenant acts as them and needs
     # ENGRAM_ALLOW_ACT_AS (off by default, so: nobody).
-    "/engram.v1.AuthzService/CreateToken": {
+    Action.CREATE_TOKEN: {
         Target.OWN: Who.TENANT_ADMIN,
         Target.OTHER: Who.NOBODY,
     },
-    "/engram.v1.AuthzService/RevokeToken": {
+    Action.REVOKE_TOKEN: {
         Target.OWN: Who.TENANT_ADMIN,
         Target.OTHER: Who.PLATFORM_ADMIN,
     },
     # The tenant's tokens (never their secrets): who holds which role until when.
-    "/engram.v1.AuthzService/ListTokens": {
+    Action.LIST_TOKENS: {
         Target.OWN: Who.TENANT_ADMIN,
         Target.OTHER: Who.PLATFORM_ADMIN,
     },
-    "/engram.v1.AuthzService/ListAuditEvents": _every(Who.PLATFORM_ADMIN),
-    "/engram.v1.AuthzService/RecordAuditEvent": _every(Who.SERVICE),
+    Action.LIST_AUDIT_EVENTS: _every(Who.PLATFORM_ADMIN),
+    Action.RECORD_AUDIT_EVENT: _every(Who.SERVICE),
+}
+
+# The edge's table: the action each served RPC takes. Only the server's start-up check and
+# the authorization matrix read it (through RPC_POLICY); a use case never names an RPC.
+RPC_ACTIONS: dict[str, Action] = {
+    "/engram.v1.StorageService/ReadDocument": Action.READ,
+    "/engram.v1.StorageService/ListDocuments": Action.LIST,
+    "/engram.v1.StorageService/ListDocumentVersions": Action.READ,
+    "/engram.v1.StorageService/GetUsage": Action.USAGE,
+    "/engram.v1.StorageService/ExportSpace": Action.EXPORT,
+    "/engram.v1.StorageService/WriteDocument": Action.WRITE,
+    "/engram.v1.StorageService/DeleteDocument": Action.DELETE,
+    "/engram.v1.StorageService/ImportSpace": Action.IMPORT,
+    "/engram.v1.StorageService/PurgeDocument": Action.PURGE,
+    "/engram.v1.StorageService/DeleteSpace": Action.DELETE_SPACE,
+    "/engram.v1.StorageService/ListSpaces": Action.LIST_SPACES,
+    "/engram.v1.StorageService/WatchSpace": Action.READ,
+    "/engram.v1.MaintenanceService/ListJobRuns": Action.LIST_JOB_RUNS,
+    "/engram.v1.MaintenanceService/RunJob": Action.RUN_JOB,
+    "/engram.v1.MaintenanceService/GetSpaceMaintenance": Action.GET_SPACE_MAINTENANCE,
+    "/engram.v1.MaintenanceService/SetSpaceMaintenance": Action.SET_SPACE_MAINTENANCE,
+    "/engram.v1.SearchService/Search": Action.SEARCH,
+    "/engram.v1.WorkspaceService/MemoryRead": Action.READ,
+    "/engram.v1.WorkspaceService/MemoryTree": Action.LIST,
+    "/engram.v1.WorkspaceService/MemorySearch": Action.SEARCH,
+    # Assembling records the agent's SOUL.md baseline, not a document: a read.
+    "/engram.v1.WorkspaceService/GetSystemPrompt": Action.READ,
+    "/engram.v1.WorkspaceService/MemoryWrite": Action.WRITE,
+    "/engram.v1.WorkspaceService/AppendDailyLog": Action.WRITE,
+    "/engram.v1.WorkspaceService/SeedWorkspace": Action.WRITE,
+    "/engram.v1.WorkspaceService/CompleteBootstrap": Action.WRITE,
+    "/engram.v1.IndexerService/Reindex": Action.REINDEX,
+    "/engram.v1.IndexerService/GetIndexStatus": Action.INDEX_STATUS,
+    "/engram.v1.QuotaService/Charge": Action.CHARGE,
+    "/engram.v1.QuotaService/GetUsage": Action.TENANT_USAGE,
+    "/engram.v1.QuotaService/SetTenantQuota": Action.SET_TENANT_QUOTA,
+    "/engram.v1.QuotaService/Reconcile": Action.RECONCILE,
+    "/engram.v1.AuthzService/Authenticate": Action.AUTHENTICATE,
+    "/engram.v1.AuthzService/Authorize": Action.AUTHORIZE,
+    "/engram.v1.AuthzService/CreateToken": Action.CREATE_TOKEN,
+    "/engram.v1.AuthzService/RevokeToken": Action.REVOKE_TOKEN,
+    "/engram.v1.AuthzService/ListTokens": Action.LIST_TOKENS,
+    "/engram.v1.AuthzService/ListAuditEvents": Action.LIST_AUDIT_EVENTS,
+    "/engram.v1.AuthzService/RecordAuditEvent": Action.RECORD_AUDIT_EVENT,
+}
+
+# Each served RPC's row: its action's.
+RPC_POLICY: dict[str, dict[Target, Who]] = {
+    rpc: ACTION_POLICY[action] for rpc, action in RPC_ACTIONS.items()
 }
 
 
@@ -267,8 +319,8 @@ def unlisted_methods(methods: Iterable[str]) -> list[str]:
     return [method for method in methods if method not in RPC_POLICY]
 
 
-def rpc_target(principal: Principal, requested: SpaceRef) -> Target:
-    """Which column of a row applies to a call naming `requested`."""
+def space_target(principal: Principal, requested: SpaceRef) -> Target:
+    """Which column of a row applies to a request naming `requested`."""
     if requested.visibility is Visibility.GLOBAL:
         return Target.GLOBAL
     if requested.tenant and requested.tenant != principal.tenant:
@@ -276,34 +328,63 @@ def rpc_target(principal: Principal, requested: SpaceRef) -> Target:
     return Target.OWN
 
 
-def authorize_rpc(principal: Principal, rpc: str, requested: SpaceRef) -> SpaceRef:
-    """Decides a space-targeted RPC by its row in RPC_POLICY (for services whose rules are
-    not `decide`'s read/mutate split, e.g. tenant admins, or platform admins naming another
-    tenant's space). Returns the stamped space or raises PermissionDenied.
+def permits(principal: Principal, action: Action, target: Target) -> bool:
+    """Whether `principal` may take `action` on a target that is no space (a tenant, the
+    instance): the action's row, a missing column refusing everyone."""
+    return admits(ACTION_POLICY[action].get(target, Who.NOBODY), principal, target)
 
-    Raises InvalidSpaceRef when the ref breaks a SpaceRef rule.
-    """
-    target = rpc_target(principal, requested)
-    who = RPC_POLICY[rpc].get(target, Who.NOBODY)
+
+def _decide_erasure(principal: Principal, action: Action, requested: SpaceRef) -> Decision:
+    """The erasure row first (a tenant admin of the space's tenant, a platform admin
+    anywhere, never a service), then the mutation rules: stamping and the tenant check. A
+    platform admin naming another tenant's space gets it as named (stamping would refuse
+    another tenant)."""
+    target = space_target(principal, requested)
+    if not permits(principal, action, target):
+        return _deny(
+            ADMIN_ROLE_REQUIRED,
+            "erasing for good needs an admin of the space's tenant (a service may not)",
+        )
+    if target is Target.OTHER:
+        named = requested.with_identity(tenant=requested.tenant, user=requested.user)
+        return Decision(allowed=True, rule="", message="", space=named, as_named=True)
+    return _decide_by_space_rules(principal, Action.DELETE, requested)
+
+
+def _decide_by_row(principal: Principal, action: Action, requested: SpaceRef) -> Decision:
+    """A space-targeted action whose rules are not the read/mutate split (tenant admins, or
+    platform admins and services naming another tenant's space), by its row."""
+    target = space_target(principal, requested)
+    who = ACTION_POLICY[action].get(target, Who.NOBODY)
     if target is Target.OTHER and not principal.service:
         if not admits(who, principal, target):
             return _deny(
                 TENANT_MISMATCH,
                 "the space names another tenant; leave space.tenant empty to use your own",
-            ).require()
+            )
         # A platform admin acting on another tenant's space: the ref is taken as named.
         validate_space_ref(requested)
-        return requested
+        return Decision(allowed=True, rule="", message="", space=requested, as_named=True)
     stamped = stamp(principal, requested)
     if isinstance(stamped, Decision):
-        return stamped.require()
+        return stamped
     if not admits(who, principal, target):
-        name = rpc.rsplit("/", 1)[-1]
-        rule = PLATFORM_ADMIN_REQUIRED if target is Target.GLOBAL else "admin_role_required"
-        raise PermissionDenied(f"{name} needs {_WHO_TEXT.get(who, who.value)}", rule=rule)
+        rule = PLATFORM_ADMIN_REQUIRED if target is Target.GLOBAL else ADMIN_ROLE_REQUIRED
+        return _deny(rule, f"{_ACTION_TEXT.get(action, action.value)} needs {_who_text(who)}")
     validate_space_ref(stamped)
-    return stamped
+    return Decision(allowed=True, rule="", message="", space=stamped)
 
+
+def _who_text(who: Who) -> str:
+    return _WHO_TEXT.get(who, who.value)
+
+
+_ACTION_TEXT = {
+    Action.LIST_JOB_RUNS: "listing a space's job runs",
+    Action.RUN_JOB: "running a job",
+    Action.GET_SPACE_MAINTENANCE: "reading a space's maintenance settings",
+    Action.SET_SPACE_MAINTENANCE: "changing a space's maintenance settings",
+}
 
 _WHO_TEXT = {
     Who.TENANT_MEMBER: "membership of the space's tenant",

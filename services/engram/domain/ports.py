@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from engram.domain.policy import Target
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
 
@@ -27,6 +28,11 @@ class Authorizer(Protocol):
     async def authorize(
         self, principal: Principal, action: Action, space: SpaceRef
     ) -> AuthorizedSpace: ...
+
+    async def permits(self, principal: Principal, action: Action, target: Target) -> bool:
+        """Whether `principal` may take `action` on a target that is no space: its own
+        tenant, another tenant, the global spaces or the whole instance."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

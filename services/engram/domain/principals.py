@@ -16,6 +16,10 @@ class Role(IntEnum):
 
 
 class Action(StrEnum):
+    """What a principal asks to do; use cases ask the Authorizer about these, never about
+    RPCs (engram.domain.policy says who may do each)."""
+
+    # On a space, by the read/mutate rules (`decide`).
     READ = "read"
     LIST = "list"
     USAGE = "usage"
@@ -24,10 +28,51 @@ class Action(StrEnum):
     WRITE = "write"
     DELETE = "delete"
     IMPORT = "import"
+    # Erasing for good: a space's tenant admins, platform admins anywhere, never a service.
+    PURGE = "purge"
+    DELETE_SPACE = "delete_space"
+    # On a space or a tenant, by their rows in the policy table.
+    LIST_SPACES = "list_spaces"
+    REINDEX = "reindex"
+    INDEX_STATUS = "index_status"
+    LIST_JOB_RUNS = "list_job_runs"
+    RUN_JOB = "run_job"
+    GET_SPACE_MAINTENANCE = "get_space_maintenance"
+    SET_SPACE_MAINTENANCE = "set_space_maintenance"
+    CHARGE = "charge"
+    TENANT_USAGE = "tenant_usage"
+    SET_TENANT_QUOTA = "set_tenant_quota"
+    RECONCILE = "reconcile"
+    AUTHENTICATE = "authenticate"
+    AUTHORIZE = "authorize"
+    CREATE_TOKEN = "create_token"
+    REVOKE_TOKEN = "revoke_token"
+    LIST_TOKENS = "list_tokens"
+    LIST_AUDIT_EVENTS = "list_audit_events"
+    RECORD_AUDIT_EVENT = "record_audit_event"
 
     @property
     def mutates(self) -> bool:
         return self in (Action.WRITE, Action.DELETE, Action.IMPORT)
+
+    @property
+    def by_space_rules(self) -> bool:
+        """Decided by the read/mutate rules of a space (not by a row of its own)."""
+        return self in _SPACE_RULE_ACTIONS
+
+
+_SPACE_RULE_ACTIONS = frozenset(
+    (
+        Action.READ,
+        Action.LIST,
+        Action.USAGE,
+        Action.EXPORT,
+        Action.SEARCH,
+        Action.WRITE,
+        Action.DELETE,
+        Action.IMPORT,
+    )
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from typing import Protocol
 from engram.domain.chunks import ModelInfo
 from engram.domain.documents import REINDEX_EVENT_PREFIX, DocumentEvent, EventOp
 from engram.domain.errors import InvalidArgument, PermissionDenied
-from engram.domain.policy import PLATFORM_ADMIN_REQUIRED
+from engram.domain.policy import PLATFORM_ADMIN_REQUIRED, Target
 from engram.domain.ports import Authorizer
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
@@ -115,7 +115,7 @@ class IndexerService:
         if all_spaces:
             if spaces:
                 raise InvalidArgument("set either spaces or all, not both", field="all")
-            if not (principal.platform_admin or principal.service):
+            if not await self._authorizer.permits(principal, Action.REINDEX, Target.INSTANCE):
                 raise PermissionDenied(
                     "reindexing every space needs a platform admin", rule=PLATFORM_ADMIN_REQUIRED
                 )

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engram.domain.errors import InvalidArgument, PermissionDenied
-from engram.domain.policy import PLATFORM_ADMIN_REQUIRED, RPC_POLICY, Target, admits
-from engram.domain.ports import UsageReport
-from engram.domain.principals import Principal
+from engram.domain.policy import PLATFORM_ADMIN_REQUIRED, Target
+from engram.domain.ports import Authorizer, UsageReport
+from engram.domain.principals import Action, Principal
 from engram.domain.quotas import (
     INSTANCE,
     Counter,
@@ -20,8 +20,6 @@ from engram.domain.quotas import (
 from engram.domain.spaces import SpaceRef
 from engram.quota.ports import ChargeOutcome, StoredUsage, UsageLedger
 from engram.runtime.ttl_cache import TtlCache
-
-RECONCILE_RPC = "/engram.v1.QuotaService/Reconcile"
 
 MAX_KEY_LENGTH = 200
 
@@ -54,8 +52,10 @@ class QuotaService:
         defaults: QuotaDefaults,
         stored: StoredUsage,
         *,
+        authorizer: Authorizer,
         override_cache_seconds: float = 2.0,
     ) -> None:
+        self._authorizer = authorizer
         self._ledger = ledger
         self._defaults = defaults
         self._stored = stored
@@ -108,7 +108,7 @@ class QuotaService:
         )
 
     async def tenant_usage(self, principal: Principal, tenant: str) -> TenantUsage:
-        owner = self._visible_tenant(principal, tenant)
+        owner = await self._visible_tenant(principal, tenant)
         override = await self._override(owner)
         default = (
             self._defaults.instance_total if owner == INSTANCE else (self._defaults.tenant_total)
@@ -123,7 +123,8 @@ class QuotaService:
         )
 
     async def set_tenant_quota(self, principal: Principal, tenant: str, quota_bytes: int) -> int:
-        if not principal.platform_admin:
+        target = _tenant_target(principal, tenant or principal.tenant)
+        if not await self._authorizer.permits(principal, Action.SET_TENANT_QUOTA, target):
             raise PermissionDenied(
                 "setting a tenant's quota needs a platform admin", rule="platform_admin_required"
             )
@@ -138,13 +139,9 @@ class QuotaService:
 
     async def reconcile(self, principal: Principal, tenant: str) -> ReconcileReport:
         """Recomputes a tenant's counters from its stored documents, correcting drift."""
-        owner = self._visible_tenant(principal, tenant)
-        target = (
-            Target.INSTANCE
-            if owner == INSTANCE
-            else (Target.OWN if owner == principal.tenant else Target.OTHER)
-        )
-        if not admits(RPC_POLICY[RECONCILE_RPC][target], principal, target):
+        owner = await self._visible_tenant(principal, tenant)
+        target = _tenant_target(principal, owner)
+        if not await self._authorizer.permits(principal, Action.RECONCILE, target):
             if target is Target.INSTANCE:
                 raise PermissionDenied(
                     "reconciling the instance (global spaces) needs a platform admin",
@@ -180,13 +177,18 @@ class QuotaService:
         override = await self._override(aggregate_owner(space))
         return counters_for(space, self._defaults, override)
 
-    @staticmethod
-    def _visible_tenant(principal: Principal, tenant: str) -> str:
+    async def _visible_tenant(self, principal: Principal, tenant: str) -> str:
         owner = tenant or principal.tenant
-        if owner not in (principal.tenant, INSTANCE) and not (
-            principal.platform_admin or principal.service
-        ):
+        target = _tenant_target(principal, owner)
+        if not await self._authorizer.permits(principal, Action.TENANT_USAGE, target):
             raise PermissionDenied(
                 "you can only see your own tenant's usage", rule="tenant_mismatch"
             )
         return owner
+
+
+def _tenant_target(principal: Principal, owner: str) -> Target:
+    """The column of a tenant-targeted row: the instance, the caller's tenant, or another."""
+    if owner == INSTANCE:
+        return Target.INSTANCE
+    return Target.OWN if owner == principal.tenant else Target.OTHER

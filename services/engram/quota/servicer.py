@@ -8,6 +8,7 @@ import grpc
 
 from engram.authz.enforcement import PolicyAuthorizer
 from engram.domain.errors import PermissionDenied
+from engram.domain.policy import space_target
 from engram.domain.ports import Authorizer
 from engram.domain.principals import Action
 from engram.quota.service import QuotaService
@@ -27,16 +28,17 @@ class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
         self, request: quota_pb2.ChargeRequest, context: Context
     ) -> quota_pb2.ChargeResponse:
         principal = current_principal()
-        if not (principal.service or principal.platform_admin):
+        space = requested_space(request.space)
+        if not await self._authorizer.permits(
+            principal, Action.CHARGE, space_target(principal, space)
+        ):
             raise PermissionDenied(
                 "Charge is called by the storage service (service principals) only",
                 rule="service_principal_required",
             )
         # The caller (storage) already authorized the change; here the space is only
         # validated and stamped.
-        granted = await self._authorizer.authorize(
-            principal, Action.USAGE, requested_space(request.space)
-        )
+        granted = await self._authorizer.authorize(principal, Action.USAGE, space)
         outcome = await self._service.apply_charge(
             granted.space, request.delta_bytes, request.idempotency_key
         )

@@ -196,7 +196,7 @@ class GrpcServer:
         if unlisted:
             raise RuntimeError(
                 f"no authorization rule for {', '.join(unlisted)}: add rows to "
-                "engram.domain.policy.RPC_POLICY"
+                "engram.domain.policy.RPC_ACTIONS (the action it takes) and ACTION_POLICY"
             )
         for registration in self._registrations:
             registration.add_to_server(self._server)

@@ -22,6 +22,7 @@ from tenacity import (
 from engram.domain.content import sha256_hex, word_count
 from engram.domain.documents import DocumentHead, DocumentWrite, StoredDocument
 from engram.domain.errors import EtagMismatch, InvalidArgument, quoted
+from engram.domain.policy import Target
 from engram.domain.ports import AuditRecord, AuditSink, AuthorizedSpace, Authorizer
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
@@ -163,6 +164,9 @@ class StorageCore:
         self, principal: Principal, action: Action, space: SpaceRef
     ) -> AuthorizedSpace:
         return await self.authorizer.authorize(principal, action, space)
+
+    async def permits(self, principal: Principal, action: Action, target: Target) -> bool:
+        return await self.authorizer.permits(principal, action, target)
 
     def change(
         self,

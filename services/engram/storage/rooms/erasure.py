@@ -1,5 +1,8 @@
 """The erasure room: a document or a whole space erased for good (no version kept, bytes
-refunded, an audit row for each), and the listing of a tenant's spaces that names them."""
+refunded, an audit row for each), and the listing of a tenant's spaces that names them.
+Who may erase is the Authorizer's call (Action.PURGE, Action.DELETE_SPACE): a tenant admin
+of the space's tenant, a platform admin anywhere (the space taken as named), never a
+service."""
 
 from __future__ import annotations
 
@@ -12,19 +15,15 @@ from engram.domain.documents import Erasure, ErasureResult, SpaceSummary
 from engram.domain.errors import InvalidArgument, PermissionDenied, WriteContention, quoted
 from engram.domain.pagination import PageSize, decode_page_token, encode_page_token
 from engram.domain.paths import validate_document_path
-from engram.domain.policy import RPC_POLICY, TENANT_MISMATCH, Target, admits, rpc_target
+from engram.domain.policy import TENANT_MISMATCH, Target
 from engram.domain.ports import AuditRecord, AuthorizedSpace
 from engram.domain.principals import Action, Principal
 from engram.domain.quotas import INSTANCE
-from engram.domain.spaces import SpaceRef, validate_field, validate_space_ref
+from engram.domain.spaces import SpaceRef, validate_field
 from engram.runtime.tracing import current_trace_context
 from engram.storage.rooms.core import MAX_WRITE_ATTEMPTS, Page, StorageCore, on_conflict
 
 SPACES_PAGE = PageSize(default=100, maximum=1000)
-PURGE_RPC = "/engram.v1.StorageService/PurgeDocument"
-DELETE_SPACE_RPC = "/engram.v1.StorageService/DeleteSpace"
-LIST_SPACES_RPC = "/engram.v1.StorageService/ListSpaces"
-ADMIN_ROLE_REQUIRED = "admin_role_required"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +50,7 @@ class Erasures:
     async def purge(self, principal: Principal, space: SpaceRef, path: str) -> PurgeResult:
         """Erases the document at `path` with every kept version (its chunks follow through
         the PURGE event); refunds its bytes; leaves an audit row (path, never content)."""
-        granted = await self._authorize_erasure(principal, space, PURGE_RPC)
+        granted = await self._core.authorize(principal, Action.PURGE, space)
         validate_document_path(path)
         async with self._core.document_locks.hold((granted.space.id, path)):
             result = await self._erase(granted.space, principal, path)
@@ -68,7 +67,7 @@ class Erasures:
     ) -> SpaceDeletion:
         """Erases every document of the space with every kept version (the chunks follow
         through the SPACE_DELETE event) and refunds the bytes erased."""
-        granted = await self._authorize_erasure(principal, space, DELETE_SPACE_RPC)
+        granted = await self._core.authorize(principal, Action.DELETE_SPACE, space)
         if confirm_space_id != granted.space.id:
             raise InvalidArgument(
                 f"confirm_space_id must be this space's id {granted.space.id!r} "
@@ -112,7 +111,7 @@ class Erasures:
                     field="tenant",
                 )
             target = Target.OWN if owner == principal.tenant else Target.OTHER
-        if not admits(RPC_POLICY[LIST_SPACES_RPC][target], principal, target):
+        if not await self._core.permits(principal, Action.LIST_SPACES, target):
             raise PermissionDenied(
                 "listing another tenant's spaces needs a platform admin", rule=TENANT_MISMATCH
             )
@@ -127,25 +126,6 @@ class Erasures:
         if len(found) > limit:
             token = encode_page_token(scope, {"after": items[-1].space_id})
         return Page(items=items, next_page_token=token)
-
-    async def _authorize_erasure(
-        self, principal: Principal, space: SpaceRef, rpc: str
-    ) -> AuthorizedSpace:
-        """The erasure row of the policy table first (a tenant admin of the space's tenant,
-        a platform admin anywhere, never a service), then the mutation rules: stamping and
-        the tenant check. A platform admin naming another tenant's space gets it as named
-        (stamping would refuse another tenant)."""
-        target = rpc_target(principal, space)
-        if not admits(RPC_POLICY[rpc][target], principal, target):
-            raise PermissionDenied(
-                "erasing for good needs an admin of the space's tenant (a service may not)",
-                rule=ADMIN_ROLE_REQUIRED,
-            )
-        if target is Target.OTHER:
-            named = space.with_identity(tenant=space.tenant, user=space.user)
-            validate_space_ref(named)
-            return AuthorizedSpace(space=named)
-        return await self._core.authorize(principal, Action.DELETE, space)
 
     async def _erase(self, space: SpaceRef, principal: Principal, path: str) -> ErasureResult:
         try:
