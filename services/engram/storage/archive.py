@@ -337,15 +337,7 @@ class ArchiveReader:
         kind = header[156:157]
         size = _octal(header[124:136], "size")
         if kind in METADATA_TYPES:
-            self._metadata_run += 1
-            if self._metadata_run > MAX_METADATA_RUN:
-                raise _refuse("the archive has a run of tar metadata headers with no entry")
-            if size > MAX_METADATA_BYTES:
-                what = "pax header" if kind in (PAX_TYPE, PAX_GLOBAL_TYPE) else "GNU long name"
-                raise _refuse(
-                    f"a {what} of {size} bytes is over the {MAX_METADATA_BYTES}-byte limit"
-                )
-            self._start(_Member(name="", size=size, kind=kind))
+            self._metadata_header(kind, size)
             return
         self._metadata_run = 0
         self._members += 1
@@ -365,6 +357,20 @@ class ArchiveReader:
         if kind == DIRECTORY_TYPE:
             self._skip_data(size)
             return
+        self._file_header(name, kind, size)
+
+    def _metadata_header(self, kind: bytes, size: int) -> None:
+        """A pax or GNU long-name header: bounded in size and in how many come in a row."""
+        self._metadata_run += 1
+        if self._metadata_run > MAX_METADATA_RUN:
+            raise _refuse("the archive has a run of tar metadata headers with no entry")
+        if size > MAX_METADATA_BYTES:
+            what = "pax header" if kind in (PAX_TYPE, PAX_GLOBAL_TYPE) else "GNU long name"
+            raise _refuse(f"a {what} of {size} bytes is over the {MAX_METADATA_BYTES}-byte limit")
+        self._start(_Member(name="", size=size, kind=kind))
+
+    def _file_header(self, name: str, kind: bytes, size: int) -> None:
+        """An entry that is no directory: a document to read, left out, or refused."""
         path = _archive_path(name)
         if kind not in REGULAR_TYPES:
             what = LINK_TYPES.get(kind, f"of unknown type {kind!r} (sparse and vendor types)")
