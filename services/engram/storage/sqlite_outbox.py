@@ -91,6 +91,17 @@ def record_request(connection: sqlite3.Connection, event: DocumentEvent) -> None
     _record(connection, event, feed_space="")
 
 
+async def record_requests(database: SqliteDatabase, events: Sequence[DocumentEvent]) -> None:
+    """Appends events to the outbox without changing a document: the indexer's reindex
+    requests, which then travel the same durable path as changes."""
+
+    def work(connection: sqlite3.Connection) -> None:
+        for event in events:
+            record_request(connection, event)
+
+    await database.write(work)
+
+
 def _record(connection: sqlite3.Connection, event: DocumentEvent, *, feed_space: str) -> None:
     trace = json.dumps(dict(event.trace_context)) if event.trace_context else None
     connection.execute(
