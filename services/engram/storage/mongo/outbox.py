@@ -3,8 +3,6 @@ revision (`OutboxPointers`), the reading of pending events back with their revis
 (`PendingRevisions`), the DocumentEvent a revision announces (`revision_event`), and the
 relay's view of it all (`MongoOutbox`).
 
-MongoOutbox: the event pointers MongoDocumentRepository records with every change.
-
 The relay is fed from memory: the repository hands over each UPSERT or DELETE it commits
 (with its head written), and `pending` returns those without a query. The outbox collection
 is read when nothing waits in memory, when an erasure was committed (its event goes out
