@@ -29,7 +29,7 @@ STUB = re.compile(rf"\b(?:(?:{ENGRAM_MODULES})_pb2_grpc\.\w+Stub|(?:{SERVICES})S
 RAW_WIRE = {
     "tests/fuzz/test_grpc_fuzz.py": "fuzzes every RPC with messages built from descriptors",
     "tests/e2e/test_hostile_imports.py": "streams hostile archives chunk by chunk as sent",
-    "tests/e2e/test_repeated_refusals.py": (
+    "tests/load/test_repeated_refusals.py": (
         "sends oversized bodies and hostile archives as sent, and cuts an export mid-stream"
     ),
     "tests/e2e/test_polyglot_clients.py": (
