@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from engram.app import registry
 from engram.app.adapters import (
+    authz_token_authenticator,
     connect_mongo,
     either_index_dependency,
     mongo_dependency,
@@ -113,9 +114,6 @@ class _OnMongo:
     database: MongoDatabase
     stack: contextlib.AsyncExitStack
 
-    async def tokens(self) -> TokenAuthenticator:
-        return await mongo_token_authenticator(self.components, self.database)
-
     async def serve(
         self,
         registration: ServiceRegistration,
@@ -131,6 +129,25 @@ class _OnMongo:
             rate_limit_store=rate_limit_store,
         )
         return await serve(server, self.stack)
+
+
+async def _process_tokens(process: _OnMongo) -> TokenAuthenticator:
+    """The token authenticator of a process on MongoDB (not AuthzService's: a function,
+    not a method of _OnMongo, so the settings reference sees who reads ENGRAM_AUTHZ_ADDR)."""
+    return await _tokens(process.settings, process.components, process.database, process.stack)
+
+
+async def _tokens(
+    settings: Settings,
+    components: Components,
+    database: MongoDatabase,
+    stack: contextlib.AsyncExitStack,
+) -> TokenAuthenticator:
+    """Personal tokens from AuthzService at ENGRAM_AUTHZ_ADDR (the chart's way: only
+    AuthzService reads its collection), else from this process's MongoDB."""
+    if settings.authz_addr:
+        return authz_token_authenticator(components, settings.authz_addr, stack)
+    return await mongo_token_authenticator(components, database)
 
 
 @contextlib.asynccontextmanager
@@ -235,7 +252,7 @@ async def storage_on_mongo(
         )
         yield await process.serve(
             registry.storage(built.storage),
-            authenticator or await process.tokens(),
+            authenticator or await _process_tokens(process),
             # Import and export rate limits, shared by the replicas.
             rate_limit_store=MongoRateLimitStore(process.database),
         )
@@ -252,7 +269,8 @@ async def quota_on_mongo(
         )
         quota = await _mongo_quota(process, repository)
         yield await process.serve(
-            registry.quota(quota, PolicyAuthorizer()), authenticator or await process.tokens()
+            registry.quota(quota, PolicyAuthorizer()),
+            authenticator or await _process_tokens(process),
         )
 
 
@@ -266,15 +284,16 @@ async def authz_on_mongo(
         audit = MongoAuditLog(process.database)
         await store.ensure_indexes()
         await audit.ensure_indexes()
-        tokens = token_authenticator(process.components.jwt, store)
+        # Named apart from _OnMongo.tokens: AuthzService reads the tokens it owns itself.
+        own_tokens = token_authenticator(process.components.jwt, store)
         authz = AuthzService(
-            tokens,
+            own_tokens,
             store,
             audit,
             PolicyAuthorizer(),
             allow_act_as=process.components.allow_act_as,
         )
-        yield await process.serve(registry.authz(authz), authenticator or tokens)
+        yield await process.serve(registry.authz(authz), authenticator or own_tokens)
 
 
 @dataclass
@@ -370,7 +389,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
         server = GrpcServer(
             settings,
             [registry.indexer(service)],
-            await mongo_token_authenticator(components, database),
+            await _tokens(settings, components, database, stack),
             dependencies,
         )
         await consumer.start()
@@ -419,7 +438,7 @@ async def search_on_backends(
         progress: MongoIndexProgress | None = None
         if authenticator is None:
             database = connect_mongo(required[MongoNeeds], settings, stack)
-            authenticator = await mongo_token_authenticator(components, database)
+            authenticator = await _tokens(settings, components, database, stack)
             dependencies.append(mongo_dependency(database))
             progress = MongoIndexProgress(database)
         elif settings.mongo_uri:
@@ -474,7 +493,7 @@ async def workspace_on_mongo(
             agents=agents,
         )
         yield await process.serve(
-            registry.workspace(workspace), authenticator or await process.tokens()
+            registry.workspace(workspace), authenticator or await _process_tokens(process)
         )
 
 
@@ -547,7 +566,7 @@ async def open_maintenance(
         server = GrpcServer(
             settings,
             [registry.maintenance(maintenance.service)],
-            authenticator or await process.tokens(),
+            authenticator or await _process_tokens(process),
             dependencies,
         )
         await serve(server, stack)
