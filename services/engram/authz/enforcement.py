@@ -47,7 +47,10 @@ class PolicyAuthorizer:
         decision = self.decide(principal, action, space)
         granted = decision.require()
         check_space_tenant(principal, granted)
-        return AuthorizedSpace(space=granted, audit_action=decision.audit_action)
+        attributed = principal.tenant if granted.is_global and action.mutates else ""
+        return AuthorizedSpace(
+            space=granted, audit_action=decision.audit_action, attributed_tenant=attributed
+        )
 
 
 def check_space_tenant(principal: Principal, space: SpaceRef) -> None:

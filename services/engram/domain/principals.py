@@ -13,6 +13,9 @@ class Role(IntEnum):
     CONFIG_EDITOR = 2
     MEMBER = 3
     ADMIN = 4
+    # An admin of the team who also administers the org the team belongs to: sets the
+    # org's quota ceiling (QuotaService.SetOrgQuota).
+    ORG_ADMIN = 5
 
 
 class Action(StrEnum):

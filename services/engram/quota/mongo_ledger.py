@@ -87,6 +87,7 @@ class MongoUsageLedger:
         self._heads = database["usage_counters"]
         self._keys = database["usage_keys"]
         self._overrides = database["quota_overrides"]
+        self._org_members = database["org_members"]
         self._locks = KeyedLocks()
         # Concurrent charges share commands (see backends/mongo_batch.py).
         self._entry_inserts = GroupedWrites(self._entries)
@@ -101,6 +102,7 @@ class MongoUsageLedger:
         await ensure_indexes(self._heads, [IndexModel([("owner", ASCENDING)], name="owner")])
         await ensure_indexes(self._keys, [IndexModel([("at", ASCENDING)], name="at")])
         await ensure_indexes(self._entries, [IndexModel([("bucket", ASCENDING)], name="bucket")])
+        await ensure_indexes(self._org_members, [IndexModel([("org", ASCENDING)], name="org")])
 
     def _learn(self, counter: str, seq: int, value: int) -> None:
         known = self._known.get(counter)
@@ -466,3 +468,24 @@ class MongoUsageLedger:
                 {"quota_bytes": quota_bytes, "at": datetime.now(UTC)},
                 upsert=True,
             )
+
+    async def org_of(self, tenant: str) -> str | None:
+        with mongo_errors("reading an org membership"):
+            row = await self._org_members.find_one({"_id": tenant})
+        return str(row["org"]) if row else None
+
+    async def set_org(self, tenant: str, org: str | None) -> None:
+        with mongo_errors("setting an org membership"):
+            if org is None:
+                await self._org_members.delete_one({"_id": tenant})
+                return
+            await self._org_members.replace_one(
+                {"_id": tenant}, {"org": org, "at": datetime.now(UTC)}, upsert=True
+            )
+
+    async def org_members(self, org: str) -> list[str]:
+        with mongo_errors("listing an org's members"):
+            rows = await self._org_members.find({"org": org}, projection={"_id": 1}).to_list(
+                length=None
+            )
+        return sorted(str(row["_id"]) for row in rows)

@@ -606,7 +606,7 @@ class StorageService:
             ) from None
         self._notifier.changed()
         size = deleted.size_bytes
-        await self._credit(granted.space, size)
+        await self._credit(granted.space, size, granted.attributed_tenant)
         await self._record_audit(granted, principal, path, -size)
         return Deletion(deleted, size)
 
@@ -907,8 +907,9 @@ class StorageService:
         """Charges growth first and refunds it if the write does not land; credits shrinkage
         after the write (a credit never fails, so it cannot strand a write)."""
         key = uuid.uuid4().hex
+        attributed = granted.attributed_tenant
         if delta > 0:
-            await self._quota.charge(granted.space, delta, key)
+            await self._quota.charge(granted.space, delta, key, attributed_tenant=attributed)
         committed = False
         try:
             if len(changes) == 1:
@@ -918,15 +919,21 @@ class StorageService:
             committed = True
         finally:
             if not committed and delta > 0:
-                await asyncio.shield(self._quota.charge(granted.space, -delta, f"{key}:refund"))
+                await asyncio.shield(
+                    self._quota.charge(
+                        granted.space, -delta, f"{key}:refund", attributed_tenant=attributed
+                    )
+                )
         self._notifier.changed()
         if delta < 0:
-            await self._credit(granted.space, -delta)
+            await self._credit(granted.space, -delta, attributed)
         return stored
 
-    async def _credit(self, space: SpaceRef, size_bytes: int) -> None:
+    async def _credit(self, space: SpaceRef, size_bytes: int, attributed_tenant: str = "") -> None:
         if size_bytes > 0:
-            await self._quota.charge(space, -size_bytes, uuid.uuid4().hex)
+            await self._quota.charge(
+                space, -size_bytes, uuid.uuid4().hex, attributed_tenant=attributed_tenant
+            )
 
     async def _record_audit(
         self, granted: AuthorizedSpace, principal: Principal, path: str, delta: int
