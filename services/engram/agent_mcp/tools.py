@@ -295,6 +295,9 @@ def build_server(
         instructions=INSTRUCTIONS,
         version=engram.__version__,
         log_level="WARNING",
+        # No subscriptions/listen: nothing would publish to it, yet served it would tell a
+        # 2026-07-28 client that resources can be subscribed to (README: why not yet).
+        subscriptions=False,
     )
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 

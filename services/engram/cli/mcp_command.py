@@ -127,6 +127,8 @@ def register(app: typer.Typer) -> None:
         space (the agent's workspace), calling the engram server at --addr."""
         import asyncio
 
+        import uvloop
+
         from engram.agent_mcp import HTTP_PATH, Hosting, serve
         from engram.client import EngramClient, Space
         from engram.domain import workspace as rules
@@ -175,7 +177,11 @@ def register(app: typer.Typer) -> None:
                 )
 
         try:
-            asyncio.run(main())
+            # Over HTTP the loop carries every agent's requests: uvloop's costs less per
+            # request than asyncio's own (bench/mcp_bench.py). Stdio serves one agent.
+            loop = uvloop.new_event_loop if transport == "http" else None
+            with asyncio.Runner(loop_factory=loop) as runner:
+                runner.run(main())
         except KeyboardInterrupt:
             pass
         except OSError as error:
