@@ -760,97 +760,92 @@ def synced_state(ctx: typer.Context, directory: Path, flags: SpaceFlags) -> Sync
     return previous or SyncState(space)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def pull(
-        ctx: typer.Context,
-        directory: Annotated[
-            Path, typer.Argument(metavar="DIR", help="Directory to write the space into.")
-        ],
-        force: Annotated[
-            bool,
-            typer.Option("--force", help="Replace local edits and files in the way."),
-        ] = False,
-        as_json: JsonOption = False,
-        visibility: VisibilityOption = "private",
-        name: NameOption = "default",
-        project: ProjectOption = "",
-        bot: BotOption = "",
-        user: UserOption = "",
-        tenant: TenantOption = "",
-        addr: AddrOption = "127.0.0.1:50051",
-        token: TokenOption = "",
-    ) -> None:
-        """Write a space's documents into DIR as files; a local edit is never overwritten.
+def pull(
+    ctx: typer.Context,
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="Directory to write the space into.")
+    ],
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Replace local edits and files in the way."),
+    ] = False,
+    as_json: JsonOption = False,
+    visibility: VisibilityOption = "private",
+    name: NameOption = "default",
+    project: ProjectOption = "",
+    bot: BotOption = "",
+    user: UserOption = "",
+    tenant: TenantOption = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    token: TokenOption = "",
+) -> None:
+    """Write a space's documents into DIR as files; a local edit is never overwritten.
 
-        Etags go to DIR/.engram-state.json with the space: later pulls and pushes of DIR
-        need no space options. Exit 1 when something was not written (conflict, skipped).
-        """
-        if directory.exists() and not directory.is_dir():
-            fail(f"{directory} is not a directory")
-        directory.mkdir(parents=True, exist_ok=True)
-        directory = directory.resolve()
-        state = synced_state(
-            ctx, directory, SpaceFlags(visibility, name, project, bot, user, tenant)
-        )
-        space = state.space
-        report = Report("pull", directory, space)
-        with engram_client(addr, token, space.to_space()) as client:
-            remote = Remote(client)
-            try:
-                pull_into(remote, directory, state, report, force=force)
-            finally:
+    Etags go to DIR/.engram-state.json with the space: later pulls and pushes of DIR
+    need no space options. Exit 1 when something was not written (conflict, skipped).
+    """
+    if directory.exists() and not directory.is_dir():
+        fail(f"{directory} is not a directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    directory = directory.resolve()
+    state = synced_state(ctx, directory, SpaceFlags(visibility, name, project, bot, user, tenant))
+    space = state.space
+    report = Report("pull", directory, space)
+    with engram_client(addr, token, space.to_space()) as client:
+        remote = Remote(client)
+        try:
+            pull_into(remote, directory, state, report, force=force)
+        finally:
+            save_state(directory, state)
+    print_report(report, as_json)
+
+
+def push(
+    ctx: typer.Context,
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="Directory to write back from.")],
+    delete: Annotated[
+        bool,
+        typer.Option("--delete", help="Delete from the space what was deleted here."),
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Overwrite (or delete) despite changes in the space."),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Report what would be written; write nothing.")
+    ] = False,
+    as_json: JsonOption = False,
+    visibility: VisibilityOption = "private",
+    name: NameOption = "default",
+    project: ProjectOption = "",
+    bot: BotOption = "",
+    user: UserOption = "",
+    tenant: TenantOption = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    token: TokenOption = "",
+) -> None:
+    """Write DIR's changed and new files back to the space, each only if the space
+    has not changed it since the last pull; report what was deleted here.
+
+    The space is the one DIR was pulled from (space options naming another are
+    refused). Exit 1 when some file did not go in (conflict, refused, unsupported).
+    """
+    if not directory.is_dir():
+        fail(f"no such directory: {directory}")
+    directory = directory.resolve()
+    state = synced_state(ctx, directory, SpaceFlags(visibility, name, project, bot, user, tenant))
+    space = state.space
+    report = Report("push", directory, space)
+    with engram_client(addr, token, space.to_space()) as client:
+        remote = Remote(client)
+        try:
+            push_from(remote, directory, state, report, delete=delete, force=force, dry_run=dry_run)
+        finally:
+            if not dry_run:
                 save_state(directory, state)
-        print_report(report, as_json)
+    print_report(report, as_json)
 
-    @app.command()
-    def push(
-        ctx: typer.Context,
-        directory: Annotated[
-            Path, typer.Argument(metavar="DIR", help="Directory to write back from.")
-        ],
-        delete: Annotated[
-            bool,
-            typer.Option("--delete", help="Delete from the space what was deleted here."),
-        ] = False,
-        force: Annotated[
-            bool,
-            typer.Option("--force", help="Overwrite (or delete) despite changes in the space."),
-        ] = False,
-        dry_run: Annotated[
-            bool, typer.Option("--dry-run", help="Report what would be written; write nothing.")
-        ] = False,
-        as_json: JsonOption = False,
-        visibility: VisibilityOption = "private",
-        name: NameOption = "default",
-        project: ProjectOption = "",
-        bot: BotOption = "",
-        user: UserOption = "",
-        tenant: TenantOption = "",
-        addr: AddrOption = "127.0.0.1:50051",
-        token: TokenOption = "",
-    ) -> None:
-        """Write DIR's changed and new files back to the space, each only if the space
-        has not changed it since the last pull; report what was deleted here.
 
-        The space is the one DIR was pulled from (space options naming another are
-        refused). Exit 1 when some file did not go in (conflict, refused, unsupported).
-        """
-        if not directory.is_dir():
-            fail(f"no such directory: {directory}")
-        directory = directory.resolve()
-        state = synced_state(
-            ctx, directory, SpaceFlags(visibility, name, project, bot, user, tenant)
-        )
-        space = state.space
-        report = Report("push", directory, space)
-        with engram_client(addr, token, space.to_space()) as client:
-            remote = Remote(client)
-            try:
-                push_from(
-                    remote, directory, state, report, delete=delete, force=force, dry_run=dry_run
-                )
-            finally:
-                if not dry_run:
-                    save_state(directory, state)
-        print_report(report, as_json)
+def register(app: typer.Typer) -> None:
+    app.command()(pull)
+    app.command()(push)
