@@ -50,7 +50,6 @@ RAW_WIRE = {
 STILL_TO_MIGRATE = {
     # The CLI: each command to become parse -> one client call -> render.
     # Benchmarks and the load harness.
-    "bench/files_bench.py",
     "bench/import_bench.py",
     "bench/index_bench.py",
     "bench/memory_quality.py",
@@ -67,7 +66,6 @@ STILL_TO_MIGRATE = {
     "tests/deploy/test_cluster.py",
     "tests/e2e/test_change_feed.py",
     "tests/e2e/test_change_feed_jetstream.py",
-    "tests/e2e/test_defence_in_depth.py",
     "tests/e2e/test_dev_server.py",
     "tests/e2e/test_erase_indexes.py",
     "tests/e2e/test_events_jetstream.py",
@@ -79,7 +77,6 @@ STILL_TO_MIGRATE = {
     "tests/e2e/test_maintenance_production.py",
     "tests/e2e/test_read_your_writes.py",
     "tests/e2e/test_read_your_writes_backends.py",
-    "tests/e2e/test_search_degradation.py",
     "tests/e2e/test_tracing.py",
     "tests/e2e/test_wiring.py",
     "tests/e2e/test_workspace_processes.py",
