@@ -78,7 +78,6 @@ STILL_TO_MIGRATE = {
     "tests/e2e/test_read_your_writes.py",
     "tests/e2e/test_read_your_writes_backends.py",
     "tests/e2e/test_tracing.py",
-    "tests/e2e/test_wiring.py",
     "tests/e2e/test_workspace_processes.py",
     "tests/load/test_convergence.py",
     "tests/load/test_load_harness.py",
