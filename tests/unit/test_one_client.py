@@ -67,7 +67,6 @@ STILL_TO_MIGRATE = {
     "tests/e2e/test_change_feed.py",
     "tests/e2e/test_change_feed_jetstream.py",
     "tests/e2e/test_dev_server.py",
-    "tests/e2e/test_erase_indexes.py",
     "tests/e2e/test_events_jetstream.py",
     "tests/e2e/test_hygiene_backfill_backends.py",
     "tests/e2e/test_indexer_embedded.py",
