@@ -73,7 +73,6 @@ STILL_TO_MIGRATE = {
     "tests/e2e/test_indexer_jetstream.py",
     "tests/e2e/test_indexer_model_switch.py",
     "tests/e2e/test_maintenance.py",
-    "tests/e2e/test_maintenance_production.py",
     "tests/e2e/test_read_your_writes.py",
     "tests/e2e/test_read_your_writes_backends.py",
     "tests/e2e/test_tracing.py",
