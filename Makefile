@@ -114,9 +114,10 @@ format: $(STAMP) ## Format the code
 	$(BIN)/ruff format services tests bench
 	$(BIN)/ruff check --fix services tests bench
 
-lint: $(STAMP) ## ruff, and import-linter (layers, no import cycles; pyproject.toml)
+lint: $(STAMP) ## ruff (with complexity limits), function length, import-linter (layers, no cycles)
 	$(BIN)/ruff check services tests bench
 	$(BIN)/ruff format --check services tests bench
+	$(BIN)/pytest --noconftest -q -p no:cacheprovider tests/unit/test_function_size.py
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP) ## mypy --strict on services/

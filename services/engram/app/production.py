@@ -337,22 +337,9 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
         await cache.ensure_indexes()
         keyword = opensearch_index(required[OpenSearchNeeds].opensearch_url, settings)
         vector = vector_index(required.vector)
-        channel = open_channel(
-            storage_client.storage_addr,
-            components.channels,
-            interceptors=tracing_client_interceptors(),
-        )
-        stack.push_async_callback(channel.close)
+        source = _storage_source(storage_client, components, database, stack)
         progress = MongoIndexProgress(database)
         await progress.ensure_indexes()
-        catalog = RepositoryDocumentSource(
-            MongoDocumentRepository(database, retention=components.version_retention)
-        )
-        source = StorageClientDocumentSource(
-            channel,
-            storage_client.service_token.get_secret_value(),
-            catalog=catalog,
-        )
         indexing = await build_indexing(
             components,
             stack,
@@ -405,6 +392,30 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
             },
         )
         yield ProductionIndexer(server, indexing, consumer, service)
+
+
+def _storage_source(
+    storage_client: StorageClientNeeds,
+    components: Components,
+    database: MongoDatabase,
+    stack: contextlib.AsyncExitStack,
+) -> StorageClientDocumentSource:
+    """Documents read from StorageService (as a service principal) over a channel that
+    closes with `stack`; the catalog of spaces read from MongoDB."""
+    channel = open_channel(
+        storage_client.storage_addr,
+        components.channels,
+        interceptors=tracing_client_interceptors(),
+    )
+    stack.push_async_callback(channel.close)
+    catalog = RepositoryDocumentSource(
+        MongoDocumentRepository(database, retention=components.version_retention)
+    )
+    return StorageClientDocumentSource(
+        channel,
+        storage_client.service_token.get_secret_value(),
+        catalog=catalog,
+    )
 
 
 @contextlib.asynccontextmanager

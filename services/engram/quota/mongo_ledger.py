@@ -369,15 +369,7 @@ class MongoUsageLedger:
         heads = asyncio.ensure_future(asyncio.gather(*(self._head(c.key) for c in counters)))
         pending: list[asyncio.Future[Any]] = [heads, *(c.key_recorded for c in charges)]
         await asyncio.wait(pending)
-        live: list[_Charge] = []
-        for charge in charges:
-            failure = charge.key_recorded.exception()
-            if failure is not None:
-                charge.result.set_exception(failure)
-            elif not charge.key_recorded.result():
-                charge.result.set_result(None)
-            else:
-                live.append(charge)
+        live = _settle_unrecorded(charges)
         failure = heads.exception()
         if failure is not None:
             for charge in live:
@@ -396,16 +388,7 @@ class MongoUsageLedger:
             if len(live) == 1:
                 live[0].result.set_exception(refused)
                 return
-            # The sum does not fit: one at a time, so exactly the charges that fit apply.
-            for charge in live:
-                try:
-                    values = await self._step_all(
-                        owner, counters, charge.delta, [None] * len(counters)
-                    )
-                except EngramError as error:
-                    charge.result.set_exception(error)
-                else:
-                    charge.result.set_result(values)
+            await self._commit_one_by_one(owner, counters, live)
             return
         except EngramError as error:
             for charge in live:
@@ -418,6 +401,18 @@ class MongoUsageLedger:
                 {key: apply_delta(value, -after) for key, value in values.items()}
             )
             after += charge.delta
+
+    async def _commit_one_by_one(
+        self, owner: str, counters: Sequence[Counter], live: list[_Charge]
+    ) -> None:
+        """The group's sum does not fit: one at a time, so exactly the charges that fit apply."""
+        for charge in live:
+            try:
+                values = await self._step_all(owner, counters, charge.delta, [None] * len(counters))
+            except EngramError as error:
+                charge.result.set_exception(error)
+            else:
+                charge.result.set_result(values)
 
     async def _record_key(self, idempotency_key: str) -> bool:
         """Takes the charge's key; False when a charge with that key was already recorded."""
@@ -489,3 +484,18 @@ class MongoUsageLedger:
                 length=None
             )
         return sorted(str(row["_id"]) for row in rows)
+
+
+def _settle_unrecorded(charges: list[_Charge]) -> list[_Charge]:
+    """Settles the charges whose key could not be taken (an error, or a replay: None) and
+    returns the rest, the ones the group applies."""
+    live: list[_Charge] = []
+    for charge in charges:
+        failure = charge.key_recorded.exception()
+        if failure is not None:
+            charge.result.set_exception(failure)
+        elif not charge.key_recorded.result():
+            charge.result.set_result(None)
+        else:
+            live.append(charge)
+    return live
