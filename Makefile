@@ -114,9 +114,10 @@ format: $(STAMP) ## Format the code
 	$(BIN)/ruff format services tests bench
 	$(BIN)/ruff check --fix services tests bench
 
-lint: $(STAMP) ## ruff, and import-linter (layers, no import cycles; pyproject.toml)
+lint: $(STAMP) ## ruff (with complexity limits), function length, import-linter (layers, no cycles)
 	$(BIN)/ruff check services tests bench
 	$(BIN)/ruff format --check services tests bench
+	$(BIN)/pytest --noconftest -q -p no:cacheprovider tests/unit/test_function_size.py
 	$(BIN)/lint-imports
 
 typecheck: $(STAMP) ## mypy --strict on services/
@@ -151,6 +152,8 @@ checks: protos-check clients-check clients-lint lint typecheck ## buf lint/break
 # is waiting on servers, indexes and child processes, not CPU. PYTEST_ARGS runs one session.
 SUITES_SERVICES := tests/unit tests/contract tests/e2e
 SUITES_SYSTEM := tests/deploy tests/load tests/fuzz
+# Where a session's time goes, printed at its end, for keeping the two sessions balanced.
+DURATIONS := --durations=15
 
 suites: $(STAMP) ## pytest: unit, contract, e2e, load, fuzz and deploy suites (needs `make backends-install helm-install`)
 ifeq ($(strip $(PYTEST_ARGS)),)
@@ -160,10 +163,10 @@ else
 endif
 
 suites-services: $(STAMP)
-	$(BIN)/pytest $(SUITES_SERVICES)
+	$(BIN)/pytest $(SUITES_SERVICES) $(DURATIONS)
 
 suites-system: $(STAMP)
-	$(BIN)/pytest $(SUITES_SYSTEM)
+	$(BIN)/pytest $(SUITES_SYSTEM) $(DURATIONS)
 
 test-fresh: ## `make test` from a clean clone on an empty HOME (FRESH_ARGS="--busy 2" adds CPU hogs)
 	deploy/local/fresh-check.sh $(FRESH_ARGS)

@@ -4,7 +4,8 @@ query does not drown the difference), against `engram dev` in a subprocess.
 
 Four callers make the same sequential calls: the grpc.aio stub and `AsyncClient` on an event
 loop, and the blocking stub and the blocking `Client` (which runs the AsyncClient on a private
-loop, so it pays a thread hop per call). For each, the figures are this process's CPU time per
+loop, so it pays a thread hop per call; the hop alone, with a coroutine that does nothing, is
+measured too, as the floor under it). For each, the figures are this process's CPU time per
 call (every thread of it, the server's excluded: it runs in its own process), which is what
 the client's own work costs and what a busy shared machine disturbs least, and the median
 latency. The callers alternate over several rounds so that drift hits them alike.
@@ -80,6 +81,10 @@ def timed_sync(call: Callable[[int], object], count: int) -> Timed:
 Results = dict[tuple[str, str], tuple[list[float], list[float]]]
 
 
+async def _nothing() -> None:
+    return None
+
+
 def record(results: Results, key: tuple[str, str], timed: Timed) -> None:
     latencies, cpu = results.setdefault(key, ([], []))
     latencies.extend(timed[0])
@@ -112,6 +117,9 @@ async def measure(addr: str, count: int, rounds: int) -> Results:
             ),
             ("sync stub", "search"): lambda n: sync_search.Search(SEARCH_REQUEST),
             ("sync client", "search"): lambda n: sc.search("quick fox", limit=5, mode="lexical"),
+            # The floor under the blocking Client: its hop to the loop thread and back, with
+            # a coroutine that does nothing (Client._run is the path every call takes).
+            ("sync client", "hop"): lambda n: sc._run(_nothing()),
         }
         try:
             for call in calls_async.values():  # warm up every path
@@ -148,6 +156,11 @@ def report(results: Results, count: int, rounds: int) -> None:
                 print(
                     f"| {operation} | {caller} | {cpu:.3f} | {added[0]} | {p50:.3f} | {added[1]} |"
                 )
+    hop_latencies, hop_cpus = results[("sync client", "hop")]
+    print(
+        f"blocking Client's thread hop alone (no RPC): {statistics.median(hop_cpus):.3f} ms "
+        f"CPU, p50 {statistics.median(hop_latencies):.3f} ms per call"
+    )
     verdict = "ok" if worst <= TARGET_MS else "OVER"
     print(f"largest CPU added: {worst:+.3f} ms per call (target {TARGET_MS} ms): {verdict}")
 

@@ -18,22 +18,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import grpc
 from benchlib import free_port, spawn
+from cli_startup import wait_serving
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engram.v1 import (  # noqa: E402
-    indexer_pb2,
-    indexer_pb2_grpc,
-    space_pb2,
-    storage_pb2,
-    storage_pb2_grpc,
-)
+from engram.client import Client, Space  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
-SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="bench")
-IMPORT_CHUNK = 256 * 1024
+SPACE = Space(name="bench")
 # Every step's CLI run is capped (the bench never hangs on a stuck server).
 STEP_TIMEOUT = 600
 
@@ -54,13 +47,12 @@ def server_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def wait_until_indexed(channel: grpc.Channel, *, cap: float = 600.0) -> float:
+def wait_until_indexed(client: Client, *, cap: float = 600.0) -> float:
     """Waits (at most `cap` s) until the index backlog is empty, so the indexer's work on the
     imported documents is not counted as pull's or push's."""
-    stub = indexer_pb2_grpc.IndexerServiceStub(channel)
     started = time.perf_counter()
     while time.perf_counter() - started < cap:
-        if stub.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), timeout=30).backlog == 0:
+        if client.with_options(timeout=30).index_status().backlog == 0:
             break
         time.sleep(1.0)
     return time.perf_counter() - started
@@ -99,21 +91,11 @@ def main() -> None:
         )
         try:
             addr = f"127.0.0.1:{port}"
-            with grpc.insecure_channel(addr) as channel:
-                grpc.channel_ready_future(channel).result(timeout=120)
-                data = archive(args.docs)
-                first = storage_pb2.ImportSpaceRequest(
-                    space=SPACE, strategy=storage_pb2.IMPORT_STRATEGY_OVERWRITE
-                )
-                pieces = [first] + [
-                    storage_pb2.ImportSpaceRequest(data=data[i : i + IMPORT_CHUNK])
-                    for i in range(0, len(data), IMPORT_CHUNK)
-                ]
-                result = storage_pb2_grpc.StorageServiceStub(channel).ImportSpace(
-                    iter(pieces), timeout=STEP_TIMEOUT
-                )
+            wait_serving(port, time.monotonic() + 120)
+            with Client(addr, space=SPACE, stream_timeout=STEP_TIMEOUT) as client:
+                result = client.import_space(archive(args.docs), strategy="overwrite")
                 print(f"space private:bench: {result.written} documents, {result.bytes} bytes")
-                waited = wait_until_indexed(channel)
+                waited = wait_until_indexed(client)
             print(f"index backlog empty after {waited:.0f} s")
             print(f"load average at the first step: {Path('/proc/loadavg').read_text().strip()}")
             work = Path(tmp) / "work"

@@ -15,18 +15,17 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import grpc
 from benchlib import closed_loop
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from engram.app.embedded import embedded_engram
+from engram.client import AsyncClient, Space
 from engram.runtime import tracing
 from engram.runtime.settings import Settings
-from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
 
-SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, tenant="local", name="bench")
+SPACE = Space(name="bench", tenant="local")
 DOCUMENTS = 50
 
 
@@ -43,21 +42,14 @@ async def main(count: int, rounds: int) -> None:
         settings = Settings(data_dir=Path(data_dir), grpc_port=0, metrics_port=0, access_log=False)
         async with (
             embedded_engram(settings) as engram,
-            grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
+            AsyncClient(f"127.0.0.1:{engram.port}", space=SPACE) as client,
         ):
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
             for n in range(DOCUMENTS):
-                await stub.WriteDocument(
-                    storage_pb2.WriteDocumentRequest(
-                        space=SPACE, path=f"doc-{n}.md", content=f"# Note {n}\n" + "text " * 80
-                    )
-                )
+                await client.write_document(f"doc-{n}.md", f"# Note {n}\n" + "text " * 80)
             await engram.relay.drained(60)
 
             async def read(index: int) -> object:
-                return await stub.ReadDocument(
-                    storage_pb2.ReadDocumentRequest(space=SPACE, path=f"doc-{index % DOCUMENTS}.md")
-                )
+                return await client.read_document(f"doc-{index % DOCUMENTS}.md")
 
             await closed_loop(read, count=500, concurrency=1, cap=30)  # warm up
             results: dict[str, list[float]] = {"off": [], "on": []}

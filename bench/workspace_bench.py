@@ -394,6 +394,11 @@ async def main() -> None:
     )
     parser.add_argument("--agents", type=int, default=50, help="--mcp: concurrent agents")
     parser.add_argument("--seconds", type=float, default=30.0, help="--mcp: the agents' run")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="--mcp: another checkout whose hosted engram mcp runs beside this one's",
+    )
     args = parser.parse_args()
     if args.mcp:
         import mcp_bench

@@ -30,6 +30,7 @@ ROLE_FROM_PROTO: dict[int, Role] = {
     authz_pb2.ROLE_CONFIG_EDITOR: Role.CONFIG_EDITOR,
     authz_pb2.ROLE_MEMBER: Role.MEMBER,
     authz_pb2.ROLE_ADMIN: Role.ADMIN,
+    authz_pb2.ROLE_ORG_ADMIN: Role.ORG_ADMIN,
 }
 ROLE_TO_PROTO: dict[Role, authz_pb2.Role.ValueType] = {
     v: authz_pb2.Role.ValueType(k) for k, v in ROLE_FROM_PROTO.items()

@@ -8,8 +8,11 @@ any tenant; bad tokens are UNAUTHENTICATED, never INTERNAL.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import tarfile
+import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,11 +20,13 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from engram.app.production import authz_on_mongo, storage_on_mongo
 from engram.v1 import authz_pb2, space_pb2, storage_pb2
 from tests.support.backends import RealBackends
 from tests.support.deployments import BACKENDS, Deployment, secure_deployment
 from tests.support.grpc_helpers import fails, space, write_request
-from tests.support.tokens import bearer, mint, service_token
+from tests.support.settings import server_settings
+from tests.support.tokens import TEST_JWT_SECRET, bearer, mint, service_token
 
 pytestmark = pytest.mark.contract
 DENIED = grpc.StatusCode.PERMISSION_DENIED
@@ -383,3 +388,69 @@ async def test_record_audit_is_for_services(deployment: Deployment) -> None:
         authz_pb2.RecordAuditEventRequest(event=event), metadata=bearer(service_token("workspace"))
     )
     assert recorded.event_id
+
+
+@pytest.mark.real_backend
+async def test_services_look_personal_tokens_up_at_authz(
+    tmp_path: Path, real_backends: RealBackends
+) -> None:
+    """Issue 34: AuthzService alone reads personal access tokens. Storage runs here on a
+    database without them, so a token it accepts was looked up at authz; a revocation at
+    authz reaches storage within ENGRAM_AUTH_CACHE_SECONDS (1 s here), and a token is
+    refused as UNAUTHENTICATED when authz does not know it, UNAVAILABLE when authz is away."""
+    database = f"engram_{uuid.uuid4().hex[:12]}"
+    common = {
+        "jwt_secret": TEST_JWT_SECRET,
+        "mongo_uri": real_backends.url("mongo"),
+        "auth_cache_seconds": 1.0,
+    }
+    authz_settings = server_settings(tmp_path / "authz", mongo_db=f"{database}_authz", **common)
+    async with authz_on_mongo(authz_settings) as authz_server:
+        storage_settings = server_settings(
+            tmp_path / "storage",
+            mongo_db=f"{database}_storage",
+            authz_addr=f"127.0.0.1:{authz_server.port}",
+            **common,
+        )
+        deployment = Deployment("mongo", {"authz": authz_server.port})
+        async with storage_on_mongo(storage_settings, publish_events=False) as storage_server:
+            deployment.ports["storage"] = storage_server.port
+            authz, storage = deployment.authz(), deployment.storage()
+            await storage.WriteDocument(write_request("a.md", "x"), metadata=ADMIN)
+            created = await authz.CreateToken(
+                authz_pb2.CreateTokenRequest(role=authz_pb2.ROLE_VIEWER), metadata=ADMIN
+            )
+            read = storage_pb2.ReadDocumentRequest(space=space(), path="a.md")
+            found = await storage.ReadDocument(read, metadata=bearer(created.token))
+            assert found.document.content == "x"
+            await fails(
+                storage.ReadDocument(read, metadata=bearer(f"egm_{'0' * 16}_{'1' * 32}")),
+                UNAUTH,
+            )
+            await authz.RevokeToken(
+                authz_pb2.RevokeTokenRequest(token_id=created.token_id), metadata=ADMIN
+            )
+            revoked_at = time.monotonic()
+            while True:
+                try:
+                    await storage.ReadDocument(read, metadata=bearer(created.token))
+                except grpc.aio.AioRpcError as refused:
+                    assert refused.code() == UNAUTH, refused.details()
+                    break
+                assert time.monotonic() - revoked_at < 5, "the revocation never reached storage"
+                await asyncio.sleep(0.1)
+            second = await authz.CreateToken(
+                authz_pb2.CreateTokenRequest(role=authz_pb2.ROLE_VIEWER), metadata=ADMIN
+            )
+        # Authz away: a token it has not vouched for is not an unknown token.
+        await deployment.close()
+        deployment = Deployment("mongo", {})
+    async with storage_on_mongo(storage_settings, publish_events=False) as storage_server:
+        deployment.ports["storage"] = storage_server.port
+        try:
+            await fails(
+                deployment.storage().ReadDocument(read, metadata=bearer(second.token)),
+                grpc.StatusCode.UNAVAILABLE,
+            )
+        finally:
+            await deployment.close()

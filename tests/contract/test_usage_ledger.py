@@ -225,3 +225,37 @@ async def test_charges_without_a_key_each_apply_and_still_respect_the_limit(
     assert await ledger.read(["space:acme/s1"]) == {"space:acme/s1": 100}
     if ledgers.mongo is not None:
         assert await ledgers.mongo["usage_keys"].count_documents({}) == 0
+
+
+async def test_two_teams_of_one_org_charging_from_two_processes_never_pass_the_ceiling(
+    ledgers: Ledgers,
+) -> None:
+    """Seed 003's org ceiling: each team's charges move its space, its tenant and the org's
+    counter at once; racing from two ledgers (two processes), the teams together stop
+    exactly at the ceiling, and every counter agrees with the charges that applied."""
+    first, second = await ledgers.open(), await ledgers.open()
+
+    def team(tenant: str) -> list[Counter]:
+        return [
+            Counter(f"space:{tenant}/s1", "space", None, f"space {tenant}"),
+            Counter(f"tenant:{tenant}", "tenant", None, tenant),
+            Counter("org:initech", "org_ceiling", 300, "initech"),
+        ]
+
+    async def charge(ledger: UsageLedger, tenant: str, i: int) -> str | None:
+        try:
+            await ledger.apply(f"tenant:{tenant}", team(tenant), 10, f"{tenant}-{i}")
+        except QuotaExceeded as refused:
+            return refused.limit
+        return None
+
+    results = await asyncio.gather(
+        *(
+            charge(first if i % 2 else second, "acme" if i % 4 < 2 else "globex", i)
+            for i in range(60)
+        )
+    )
+    assert results.count(None) == 30 and set(results) == {None, "org_ceiling"}
+    values = await first.read(["tenant:acme", "tenant:globex", "org:initech"])
+    assert values["org:initech"] == 300
+    assert values["tenant:acme"] + values["tenant:globex"] == 300

@@ -365,11 +365,13 @@ def test_tls_mounts_the_secret_and_probes_readiness_over_http(helm: Helm, tmp_pa
             assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
             assert found[name].env["ENGRAM_TLS_CERT_FILE"] == "/etc/engram/tls/tls.crt"
             assert found[name].env["ENGRAM_TLS_CLIENT_CA_FILE"] == "/etc/engram/tls/ca.crt"
-    # Callers trust the CA and present the pod's certificate; the others make no calls.
-    for name in ("indexer", "workspace", "mcp"):
-        assert found[name].env["ENGRAM_TLS_CA_FILE"] == "/etc/engram/tls/ca.crt"
-        assert found[name].env["ENGRAM_TLS_CLIENT_CERT_FILE"] == "/etc/engram/tls/tls.crt"
-    assert "ENGRAM_TLS_INTERNAL" not in found["search"].env
+    # Callers trust the CA and present the pod's certificate: every service looks personal
+    # tokens up at authz, which alone makes no calls.
+    for name in ("storage", "quota", "indexer", "search", "workspace", "maintenance", "mcp"):
+        if name in found:
+            assert found[name].env["ENGRAM_TLS_CA_FILE"] == "/etc/engram/tls/ca.crt", name
+            assert found[name].env["ENGRAM_TLS_CLIENT_CERT_FILE"] == "/etc/engram/tls/tls.crt"
+    assert "ENGRAM_TLS_INTERNAL" not in found["authz"].env
     (test_pod,) = [d for d in docs if d["kind"] == "Pod"]
     command = test_pod["spec"]["containers"][0]["command"]
     assert command[command.index("--ca") + 1] == "/etc/engram/tls/ca.crt" and "--cert" in command
@@ -386,7 +388,16 @@ def _pod_peer(docs: list[Manifest], component: str) -> Peer:
 def test_only_callers_reach_internal_services(default_docs: list[Manifest]) -> None:
     rules = NetworkPolicies.of(default_docs)
     pod = {name: _pod_peer(default_docs, name) for name in GRPC_SERVICES}
-    allowed = {("workspace", "storage"), ("workspace", "search"), ("indexer", "storage")}
+    allowed = {
+        ("workspace", "storage"),
+        ("workspace", "search"),
+        ("indexer", "storage"),
+        # Storage charges quota at the quota service, which owns the counters.
+        ("storage", "quota"),
+        ("maintenance", "quota"),
+        # Every service looks personal access tokens up at authz, which alone reads them.
+        *((caller, "authz") for caller in GRPC_SERVICES if caller != "authz"),
+    }
     for source in GRPC_SERVICES:
         for destination in GRPC_SERVICES:
             if source == destination:
@@ -396,19 +407,30 @@ def test_only_callers_reach_internal_services(default_docs: list[Manifest]) -> N
                 source,
                 destination,
             )
-    # Storage charges quota in-process by default, so it may not call the quota service.
-    assert not rules.allows(pod["storage"], pod["quota"], 50051)
 
 
-def test_remote_quota_opens_storage_to_quota(helm: Helm, tmp_path: Path) -> None:
-    docs = helm.render(
-        overrides={"storage": {"remoteQuota": True}, "auth": {"serviceToken": "t"}}, tmp=tmp_path
-    )
+def test_in_process_quota_closes_storage_to_quota(helm: Helm, tmp_path: Path) -> None:
+    """`storage.remoteQuota: false` (one hop less; storage then reads the quota collections
+    itself) takes the quota service out of storage's wiring and network policy."""
+    docs = helm.render(overrides={"storage": {"remoteQuota": False}}, tmp=tmp_path)
     rules = NetworkPolicies.of(docs)
-    assert rules.allows(_pod_peer(docs, "storage"), _pod_peer(docs, "quota"), 50051)
+    assert not rules.allows(_pod_peer(docs, "storage"), _pod_peer(docs, "quota"), 50051)
     storage = processes(docs)["storage"]
-    assert storage.env["ENGRAM_QUOTA_ADDR"] == f"engram-quota.{NAMESPACE}.svc:50051"
-    assert storage.env["ENGRAM_SERVICE_TOKEN"] == "t"
+    assert "ENGRAM_QUOTA_ADDR" not in storage.env
+    assert "ENGRAM_SERVICE_TOKEN" not in storage.env
+
+
+def test_services_look_tokens_up_at_authz(helm: Helm, tmp_path: Path) -> None:
+    """Only authz is given what it takes to read personal access tokens' hashes; the others
+    ask it, and a service that calls nothing but authz needs no service token to do so."""
+    docs = helm.render(overrides={"auth": {"serviceToken": "t"}}, tmp=tmp_path)
+    found = processes(docs)
+    for name in ("storage", "quota", "indexer", "search", "workspace", "maintenance"):
+        assert found[name].env["ENGRAM_AUTHZ_ADDR"] == f"engram-authz.{NAMESPACE}.svc:50051"
+    assert "ENGRAM_AUTHZ_ADDR" not in found["authz"].env
+    assert "ENGRAM_SERVICE_TOKEN" not in found["search"].env
+    assert "ENGRAM_SERVICE_TOKEN" not in found["quota"].env
+    assert found["storage"].env["ENGRAM_SERVICE_TOKEN"] == "t"
 
 
 def test_clients_reach_public_services_only(

@@ -138,6 +138,7 @@ def test_every_deployment_runs_as_its_own_process_with_the_charts_settings(syste
             "ENGRAM_METRICS_PORT",
             "ENGRAM_DATA_DIR",
             "ENGRAM_STORAGE_ADDR",
+            "ENGRAM_AUTHZ_ADDR",
             "ENGRAM_SEARCH_ADDR",
             "ENGRAM_QUOTA_ADDR",
             *(f"ENGRAM_TLS_{f}_FILE" for f in ("CERT", "KEY", "CLIENT_CA", "CA")),

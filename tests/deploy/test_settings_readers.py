@@ -22,6 +22,7 @@ WIRING = [
     "storage_addr",
     "search_addr",
     "quota_addr",
+    "authz_addr",
     "service_token",
     "tls_internal",
     "tls_ca_file",

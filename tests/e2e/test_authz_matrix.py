@@ -1,5 +1,6 @@
 """The authorization matrix, generated from the policy table (engram.domain.policy.RPC_POLICY):
-every served RPC x every role (viewer, config_editor, member, admin, platform admin, service)
+every served RPC x every role (viewer, config_editor, member, admin, org admin, platform
+admin, service)
 x every target the table names (own tenant, other tenant, global space, instance), called
 over gRPC against `engram dev --auth` (in process). A row admitting the caller must pass
 authorization (any answer but PERMISSION_DENIED / UNAUTHENTICATED / INTERNAL); a row refusing
@@ -53,6 +54,9 @@ from tests.support.tokens import bearer, mint, service_token
 pytestmark = pytest.mark.e2e
 
 OWN, OTHER = "acme", "globex"
+# Each tenant's org (set up before the matrix runs): SetOrgQuota's OWN target is the org of
+# the caller's team, OTHER another org.
+ORGS = {OWN: "acme-org", OTHER: "globex-org"}
 ROLES: dict[str, tuple[Principal, str]] = {
     "viewer": (Principal("vic", OWN, Role.VIEWER), mint("vic", OWN, "viewer")),
     "config_editor": (
@@ -61,6 +65,7 @@ ROLES: dict[str, tuple[Principal, str]] = {
     ),
     "member": (Principal("ann", OWN, Role.MEMBER), mint("ann", OWN, "member")),
     "admin": (Principal("ada", OWN, Role.ADMIN), mint("ada", OWN, "admin")),
+    "org_admin": (Principal("olga", OWN, Role.ORG_ADMIN), mint("olga", OWN, "org_admin")),
     "platform_admin": (
         Principal("root", OWN, Role.ADMIN, platform_admin=True),
         mint("root", OWN, "admin", platform_admin=True),
@@ -262,6 +267,21 @@ def calls(deployment: Deployment) -> dict[str, Call]:
             quota_pb2.SetTenantQuotaRequest(tenant=target_tenant(t, s) or OWN, quota_bytes=1 << 30),
             metadata=md,
         ),
+        # Empty org = the caller's team's org (a service has no team: it names acme's).
+        "/engram.v1.QuotaService/SetOrgQuota": lambda t, s, md, _: quota.SetOrgQuota(
+            quota_pb2.SetOrgQuotaRequest(
+                org=ORGS[OTHER] if t is Target.OTHER else (ORGS[OWN] if s else ""),
+                quota_bytes=1 << 30,
+            ),
+            metadata=md,
+        ),
+        "/engram.v1.QuotaService/SetTenantOrg": lambda t, s, md, _: quota.SetTenantOrg(
+            quota_pb2.SetTenantOrgRequest(
+                tenant=OTHER if t is Target.OTHER else OWN,
+                org=ORGS[OTHER if t is Target.OTHER else OWN],
+            ),
+            metadata=md,
+        ),
         "/engram.v1.QuotaService/Reconcile": lambda t, s, md, _: quota.Reconcile(
             quota_pb2.ReconcileRequest(tenant=target_tenant(t, s)), metadata=md
         ),
@@ -322,6 +342,11 @@ async def outcome(call: Awaitable[Any]) -> tuple[grpc.StatusCode, str]:
 @pytest.fixture
 async def deployment(tmp_path: Path, real_backends: RealBackends) -> AsyncIterator[Deployment]:
     async with secure_deployment("sqlite", tmp_path, real_backends) as running:
+        platform = bearer(ROLES["platform_admin"][1])
+        for tenant, org in ORGS.items():
+            await running.quota().SetTenantOrg(
+                quota_pb2.SetTenantOrgRequest(tenant=tenant, org=org), metadata=platform
+            )
         yield running
 
 

@@ -172,6 +172,20 @@ async def test_token_quota_and_audit_commands(tmp_path: Path) -> None:
         )
         audit = await cli("audit", "--token", admin)
         assert "memory.global" in audit and "_write" in audit and "rules.md" in audit
+        # Orgs: the team joins one, the ceiling (1 GiB) is below its own quota (2 GiB), so
+        # it is the effective one; the global write above is attributed to the team.
+        joined = await cli("quota", "org-join", "local", "acme-corp", "--token", admin)
+        assert "local is in org acme-corp" in joined
+        assert "ceiling of org acme-corp set to 1.0 GiB" in await cli(
+            "quota", "org-set", "1GiB", "--token", admin
+        )
+        shown = json.loads(await cli("quota", "show", "--json", "--token", admin))
+        assert (shown["org"], shown["org_quota_bytes"]) == ("acme-corp", 1 << 30)
+        assert shown["quota_bytes"] == 2 << 30 and shown["effective_quota_bytes"] == 1 << 30
+        assert shown["org_used_bytes"] == shown["used_bytes"] > 0
+        assert shown["global_attributed_bytes"] == len("be kind")
+        table = await cli("quota", "show", "--token", admin)
+        assert "org acme-corp" in table and "effective" in table and "attributed" in table
         assert "cannot read" in await cli(
             "quota", "set", "local", "lots", "--token", admin, ok=False
         )

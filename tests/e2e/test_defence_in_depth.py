@@ -11,10 +11,11 @@ import grpc
 import pytest
 
 from engram.authz import enforcement
+from engram.client import AsyncClient, PermissionDenied, Space
 from engram.domain.policy import Decision, decide
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
-from engram.v1 import search_pb2, search_pb2_grpc, space_pb2, storage_pb2
+from engram.v1 import space_pb2, storage_pb2
 from tests.support.backends import RealBackends
 from tests.support.deployments import Deployment, secure_deployment
 from tests.support.grpc_helpers import fails, space, write_request
@@ -24,7 +25,8 @@ pytestmark = pytest.mark.e2e
 
 SECRET = "globex plans: rosebud"
 BOB = bearer(mint("bob", "globex", "admin"))
-EVE = bearer(mint("eve", "acme", "admin"))
+EVE_TOKEN = mint("eve", "acme", "admin")
+EVE = bearer(EVE_TOKEN)
 
 
 @pytest.fixture
@@ -67,15 +69,10 @@ async def test_a_mis_stamped_space_is_refused_before_any_query(
         ),
         denied,
     )
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{deployment.ports['storage']}")
-    async with channel:
-        search = search_pb2_grpc.SearchServiceStub(channel)
-        await fails(
-            search.Search(
-                search_pb2.SearchRequest(spaces=[space()], query="rosebud"), metadata=EVE
-            ),
-            denied,
-        )
+    addr = f"127.0.0.1:{deployment.ports['storage']}"
+    async with AsyncClient(addr, token=EVE_TOKEN, space=Space(name="notes")) as eve:
+        with pytest.raises(PermissionDenied):
+            await eve.search("rosebud")
     # Global spaces are shared by design and stay readable.
     shared = space("shared", space_pb2.VISIBILITY_GLOBAL)
     await storage.ListDocuments(storage_pb2.ListDocumentsRequest(space=shared), metadata=EVE)

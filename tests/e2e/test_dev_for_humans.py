@@ -14,14 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import pytest
 
+from engram.client import Client, Space
 from engram.runtime.server import PortInUse
 from engram.runtime.settings import Settings
-from engram.v1 import storage_pb2_grpc
 from tests.conftest import EngramFactory
-from tests.support.grpc_helpers import write_request
 
 pytestmark = pytest.mark.e2e
 
@@ -156,10 +154,8 @@ def dev_process(tmp_path: Path, **env: str) -> Iterator[DevProcess]:
 def _serve_and_write(tmp_path: Path, **env: str) -> str:
     """Starts `engram dev`, writes one document over gRPC, stops it; returns its stderr."""
     with dev_process(tmp_path, **env) as dev:
-        with grpc.insecure_channel(f"127.0.0.1:{dev.port}") as channel:
-            storage_pb2_grpc.StorageServiceStub(channel).WriteDocument(
-                write_request("a.md", "hello"), timeout=30
-            )
+        with Client(f"127.0.0.1:{dev.port}", space=Space(name="notes"), timeout=30) as client:
+            client.write_document("a.md", "hello")
     return dev.stderr
 
 

@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from engram.app.embedded import EmbeddedEngram, embedded_engram
+from engram.client import AsyncClient, Document, NotFound, Space
 from engram.domain.dreaming import LogMark, ModelUnavailable, UnusableAnswer, Watermark
 from engram.domain.errors import Misconfigured, PermissionDenied, SecretInContent, Unavailable
 from engram.domain.maintenance import JobReport, SpaceSettings
@@ -26,7 +26,6 @@ from engram.maintenance.chat import ChatConfig, OpenAICompatibleChat
 from engram.maintenance.dream_watermarks import SCHEMA, SqliteWatermarkStore
 from engram.maintenance.dreaming import DreamConfig, DreamJob
 from engram.storage.service import WriteMode
-from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
 from tests.support.openai_test_double import (
     ChatReply,
     HttpFailure,
@@ -41,9 +40,7 @@ NOW = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
 # The maintenance worker's identity (engram.domain.principals.MAINTENANCE once it lands).
 MAINTENANCE = Principal(subject="engram-maintenance", tenant="", role=Role.ADMIN, service=True)
 SPACE = SpaceRef.create(Visibility.PROJECT, tenant="local", name="agent", project="p")
-SPACE_PB = space_pb2.SpaceRef(
-    visibility=space_pb2.VISIBILITY_PROJECT, tenant="local", name="agent", project="p"
-)
+SPACE_CLIENT = Space("project", "agent", project="p", tenant="local")
 DAY1 = "daily/2026-12-01.md"
 DAY1_CLI = "daily/2026-12-01-cli.md"
 DAY2 = "daily/2026-12-02.md"
@@ -57,7 +54,7 @@ class Dreaming:
     engram: EmbeddedEngram
     model: OpenAICompatibleTestDouble
     watermarks: SqliteWatermarkStore
-    stub: storage_pb2_grpc.StorageServiceStub
+    client: AsyncClient
     chats: list[OpenAICompatibleChat]
 
     def job(self, *, watermarks: Any = None, **config: Any) -> DreamJob:
@@ -88,18 +85,15 @@ class Dreaming:
     async def replace(self, path: str, text: str) -> None:
         await self.engram.storage.write(LOCAL_ADMIN, SPACE, path, text)
 
-    async def document(self, path: str) -> storage_pb2.ReadDocumentResponse | None:
+    async def document(self, path: str) -> Document | None:
         try:
-            return await self.stub.ReadDocument(
-                storage_pb2.ReadDocumentRequest(space=SPACE_PB, path=path)
-            )
-        except grpc.aio.AioRpcError as error:
-            assert error.code() is grpc.StatusCode.NOT_FOUND, error
+            return await self.client.read_document(path)
+        except NotFound:
             return None
 
     async def memory(self) -> str | None:
         found = await self.document("MEMORY.md")
-        return None if found is None else found.document.content
+        return None if found is None else found.content
 
     async def watermark(self) -> Watermark:
         return await self.watermarks.load(SPACE.id)
@@ -111,14 +105,8 @@ async def dreaming(tmp_path: Path) -> AsyncIterator[Dreaming]:
         async with embedded_engram(server_settings(tmp_path / "engram")) as engram:
             # The composition root adds SCHEMA to the embedded database's tables.
             await engram.database.open([SCHEMA])
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-                running = Dreaming(
-                    engram,
-                    model,
-                    SqliteWatermarkStore(engram.database),
-                    storage_pb2_grpc.StorageServiceStub(channel),
-                    [],
-                )
+            async with AsyncClient(f"127.0.0.1:{engram.port}", space=SPACE_CLIENT) as client:
+                running = Dreaming(engram, model, SqliteWatermarkStore(engram.database), client, [])
                 yield running
                 for chat in running.chats:
                     await chat.close()
@@ -150,7 +138,7 @@ async def test_new_logs_are_dreamed_into_one_section_once(dreaming: Dreaming) ->
         added,
     ), added
     found = await d.document("MEMORY.md")
-    assert found is not None and found.document.updated_by == "engram-maintenance"
+    assert found is not None and found.updated_by == "engram-maintenance"
     assert report.counts["sections_written"] == 1 and report.counts["logs_sent"] == 2
     assert report.counts["bytes_appended"] == len(added.encode())
     (request,) = d.model.requests

@@ -14,25 +14,24 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import nats
 import pytest
 
 from engram.app.embedded import EmbeddedEngram, embedded_engram
 from engram.app.production import open_indexer, storage_on_mongo
 from engram.backends.mongo import connect
+from engram.client import AsyncClient, Space
 from engram.indexes.ports import KeywordIndex, VectorIndex
-from engram.v1 import search_pb2, search_pb2_grpc, storage_pb2, storage_pb2_grpc
 from tests.e2e.test_indexer_jetstream import STREAM, Deployment, eventually
 from tests.support.backends import RealBackends
-from tests.support.grpc_helpers import space, write_request
 from tests.support.settings import server_settings
-from tests.support.tokens import bearer, mint
+from tests.support.tokens import mint
 
 pytestmark = pytest.mark.e2e
 
 LOCAL_NOTES = "v1:private:local::::notes"
 LOCAL_KEEP = "v1:private:local::::keep"
+KEEP_SPACE = Space(name="keep")
 
 
 def body(secret: str, n: int) -> str:
@@ -78,68 +77,61 @@ async def held(
 
 
 @pytest.fixture
-async def dev(tmp_path: Path) -> AsyncIterator[tuple[EmbeddedEngram, grpc.aio.Channel]]:
+async def dev(tmp_path: Path) -> AsyncIterator[tuple[EmbeddedEngram, AsyncClient]]:
     async with (
         embedded_engram(server_settings(tmp_path / "engram")) as engram,
-        grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
+        AsyncClient(f"127.0.0.1:{engram.port}", space=Space(name="notes")) as client,
     ):
-        yield engram, channel
+        yield engram, client
 
 
-async def search_hits(channel: grpc.aio.Channel, secret: str, *names: str) -> list[str]:
-    response = await search_pb2_grpc.SearchServiceStub(channel).Search(
-        search_pb2.SearchRequest(spaces=[space(name) for name in names], query=secret, limit=50)
-    )
+async def search_hits(client: AsyncClient, secret: str, *names: str) -> list[str]:
+    response = await client.search(secret, spaces=[Space(name=n) for n in names], limit=50)
     return [hit.content for hit in response.results]
 
 
 async def test_dev_purge_and_delete_space_empty_both_indexes(
-    dev: tuple[EmbeddedEngram, grpc.aio.Channel],
+    dev: tuple[EmbeddedEngram, AsyncClient],
 ) -> None:
-    engram, channel = dev
-    storage = storage_pb2_grpc.StorageServiceStub(channel)
+    engram, storage = dev
     keyword, vector = engram.indexing.keyword, engram.indexing.vector
     secret, kept = f"zx{uuid.uuid4().hex[:12]}", f"kq{uuid.uuid4().hex[:12]}"
-    await storage.WriteDocument(write_request("a.md", body(secret, 30)))
-    await storage.WriteDocument(write_request("a.md", body(secret, 40)))
-    await storage.WriteDocument(write_request("b.md", body(secret, 5)))
-    await storage.WriteDocument(write_request("dir/c.md", body(secret, 5)))
-    await storage.WriteDocument(write_request("k.md", body(kept, 5), ref=space("keep")))
+    await storage.write_document("a.md", body(secret, 30))
+    await storage.write_document("a.md", body(secret, 40))
+    await storage.write_document("b.md", body(secret, 5))
+    await storage.write_document("dir/c.md", body(secret, 5))
+    await storage.write_document("k.md", body(kept, 5), space=KEEP_SPACE)
     assert await engram.relay.drained(60)
     assert all(n > 0 for n in await held(keyword, vector, LOCAL_NOTES, "a.md"))
-    assert any(secret in hit for hit in await search_hits(channel, secret, "notes"))
+    assert any(secret in hit for hit in await search_hits(storage, secret, "notes"))
 
-    purged = await storage.PurgeDocument(
-        storage_pb2.PurgeDocumentRequest(space=space(), path="a.md")
-    )
+    purged = await storage.purge_document("a.md")
     assert purged.purged and purged.versions_erased == 1
     assert await engram.relay.drained(60)
     assert await held(keyword, vector, LOCAL_NOTES, "a.md") == (0, 0)
     assert await held(keyword, vector, LOCAL_NOTES, "b.md") != (0, 0), "only a.md was purged"
 
-    deleted = await storage.DeleteSpace(
-        storage_pb2.DeleteSpaceRequest(space=space(), confirm_space_id=LOCAL_NOTES)
-    )
+    deleted = await storage.delete_space(confirm_space_id=LOCAL_NOTES)
     assert deleted.documents_erased == 2
     assert await engram.relay.drained(60)
     for path in ("a.md", "b.md", "dir/c.md"):
         assert await held(keyword, vector, LOCAL_NOTES, path) == (0, 0), path
-    assert not any(secret in hit for hit in await search_hits(channel, secret, "notes", "keep"))
+    assert not any(secret in hit for hit in await search_hits(storage, secret, "notes", "keep"))
     assert all(n > 0 for n in await held(keyword, vector, LOCAL_KEEP, "k.md"))
-    assert any(kept in hit for hit in await search_hits(channel, kept, "keep"))
+    assert any(kept in hit for hit in await search_hits(storage, kept, "keep"))
     raw = await asyncio.to_thread(sqlite_files_text, engram.settings.data_dir)
     assert secret not in raw and kept in raw
 
     # A document written into the space after its deletion is indexed as usual.
-    await storage.WriteDocument(write_request("new.md", body("after", 3)))
+    await storage.write_document("new.md", body("after", 3))
     assert await engram.relay.drained(60)
     assert all(n > 0 for n in await held(keyword, vector, LOCAL_NOTES, "new.md"))
 
 
 # --- production: FerretDB, NATS JetStream, OpenSearch, Qdrant -------------------------------
 
-ADMIN = bearer(mint("root", "acme", "admin"))
-MEMBER = bearer(mint("ann", "acme", "member"))
+ADMIN = mint("root", "acme", "admin")
+MEMBER = mint("ann", "acme", "member")
 NOTES = "v1:private:acme::::notes"
 KEEP = "v1:private:acme::::keep"
 
@@ -179,9 +171,11 @@ async def test_production_purge_and_delete_space_empty_opensearch_and_qdrant(
     async with (
         storage_on_mongo(deployment.storage_settings()) as storage_server,
         open_indexer(deployment.indexer_settings) as indexer,
-        grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as channel,
+        AsyncClient(
+            f"127.0.0.1:{storage_server.port}", token=MEMBER, space=Space(name="notes")
+        ) as storage,
     ):
-        storage = storage_pb2_grpc.StorageServiceStub(channel)
+        admin = storage.as_caller(ADMIN)
         keyword: Any = indexer.indexing.keyword
         vector: VectorIndex = indexer.indexing.vector
 
@@ -191,26 +185,20 @@ async def test_production_purge_and_delete_space_empty_opensearch_and_qdrant(
         async def gone(space_id: str, path: str) -> bool:
             return await held(keyword, vector, space_id, path) == (0, 0)
 
-        await storage.WriteDocument(write_request("a.md", body(secret, 30)), metadata=MEMBER)
-        await storage.WriteDocument(write_request("a.md", body(secret, 40)), metadata=MEMBER)
-        await storage.WriteDocument(write_request("b.md", body(secret, 5)), metadata=MEMBER)
-        await storage.WriteDocument(
-            write_request("k.md", body(kept, 5), ref=space("keep")), metadata=MEMBER
-        )
+        await storage.write_document("a.md", body(secret, 30))
+        await storage.write_document("a.md", body(secret, 40))
+        await storage.write_document("b.md", body(secret, 5))
+        await storage.write_document("k.md", body(kept, 5), space=KEEP_SPACE)
         for space_id, path in ((NOTES, "a.md"), (NOTES, "b.md"), (KEEP, "k.md")):
             await eventually(lambda s=space_id, p=path: indexed(s, p), 90, f"{path} indexed")
         assert secret in await mongo_text(deployment)
 
-        purged = await storage.PurgeDocument(
-            storage_pb2.PurgeDocumentRequest(space=space(), path="a.md"), metadata=ADMIN
-        )
+        purged = await admin.purge_document("a.md")
         assert purged.purged and purged.versions_erased == 1
         await eventually(lambda: gone(NOTES, "a.md"), 60, "a.md's chunks gone")
         assert await indexed(NOTES, "b.md")
 
-        deleted = await storage.DeleteSpace(
-            storage_pb2.DeleteSpaceRequest(space=space(), confirm_space_id=NOTES), metadata=ADMIN
-        )
+        deleted = await admin.delete_space(confirm_space_id=NOTES)
         assert deleted.documents_erased == 1 and deleted.refunded_bytes == len(body(secret, 5))
         await eventually(lambda: gone(NOTES, "b.md"), 60, "the space's chunks gone")
         assert await keyword.search([NOTES, KEEP], secret, limit=20) == []

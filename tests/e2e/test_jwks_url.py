@@ -15,15 +15,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import grpc
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
 from engram.app.embedded import embedded_engram
-from engram.v1 import storage_pb2, storage_pb2_grpc
-from tests.support.grpc_helpers import space
+from engram.client import AsyncClient, EngramError, PermissionDenied, Space, Unauthenticated
 from tests.support.settings import server_settings
 
 pytestmark = pytest.mark.e2e
@@ -95,9 +93,7 @@ def provider() -> Iterator[tuple[Provider, str]]:
 
 
 @pytest.fixture
-async def storage(
-    tmp_path: Path, provider: tuple[Provider, str]
-) -> AsyncIterator[storage_pb2_grpc.StorageServiceStub]:
+async def storage(tmp_path: Path, provider: tuple[Provider, str]) -> AsyncIterator[AsyncClient]:
     settings = server_settings(
         tmp_path / "engram",
         jwks_url=provider[1],
@@ -108,64 +104,54 @@ async def storage(
     )
     async with (
         embedded_engram(settings, require_auth=True) as engram,
-        grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
+        AsyncClient(f"127.0.0.1:{engram.port}", space=Space(name="notes")) as client,
     ):
-        yield storage_pb2_grpc.StorageServiceStub(channel)
+        yield client
 
 
-async def write(stub: storage_pb2_grpc.StorageServiceStub, token: str) -> grpc.StatusCode:
-    request = storage_pb2.WriteDocumentRequest(
-        space=space("notes"), path="MEMORY.md", content="# from the IdP\n"
-    )
+async def write(client: AsyncClient, token: str) -> type[EngramError] | None:
+    """The error class the write is refused with, None when it is accepted."""
     try:
-        await stub.WriteDocument(request, metadata=(("authorization", f"Bearer {token}"),))
-    except grpc.aio.AioRpcError as error:
-        return error.code()
-    return grpc.StatusCode.OK
+        await client.as_caller(token).write_document("MEMORY.md", "# from the IdP\n")
+    except EngramError as error:
+        return type(error)
+    return None
 
 
 async def test_claims_at_the_providers_paths_with_mapped_roles(
-    storage: storage_pb2_grpc.StorageServiceStub, provider: tuple[Provider, str]
+    storage: AsyncClient, provider: tuple[Provider, str]
 ) -> None:
     idp = provider[0]
     writer = idp.token("k1", roles=["offline_access", "engram-reader", "engram-writer"])
-    assert await write(storage, writer) == grpc.StatusCode.OK
+    assert await write(storage, writer) is None
     # A reader maps to viewer: authenticated, but may not write.
     reader = idp.token("k1", roles=["offline_access", "engram-reader"])
-    assert await write(storage, reader) == grpc.StatusCode.PERMISSION_DENIED
+    assert await write(storage, reader) is PermissionDenied
     # Roles the map does not know give no role at all.
-    try:
-        await storage.WriteDocument(
-            storage_pb2.WriteDocumentRequest(space=space("notes"), path="a.md", content="x"),
-            metadata=(("authorization", f"Bearer {idp.token('k1', roles=['offline'])}"),),
-        )
-        raise AssertionError("a token without a known role was accepted")
-    except grpc.aio.AioRpcError as error:
-        assert error.code() == grpc.StatusCode.UNAUTHENTICATED
-        assert "realm_access.roles" in (error.details() or "")
+    with pytest.raises(Unauthenticated) as refused:
+        await storage.as_caller(idp.token("k1", roles=["offline"])).write_document("a.md", "x")
+    assert "realm_access.roles" in refused.value.message
     no_tenant = idp.token("k1", roles=["engram-writer"], tenant=None)
-    assert await write(storage, no_tenant) == grpc.StatusCode.UNAUTHENTICATED
+    assert await write(storage, no_tenant) is Unauthenticated
 
 
 async def test_a_rotated_key_is_picked_up_and_unknown_kids_refetch_at_a_bounded_rate(
-    storage: storage_pb2_grpc.StorageServiceStub, provider: tuple[Provider, str]
+    storage: AsyncClient, provider: tuple[Provider, str]
 ) -> None:
     idp = provider[0]
-    assert await write(storage, idp.token("k1", roles=["engram-writer"])) == grpc.StatusCode.OK
+    assert await write(storage, idp.token("k1", roles=["engram-writer"])) is None
     fetched, started = idp.fetches, time.monotonic()
     # Made-up key ids: refused, and the provider is asked again at most once per second
     # (ENGRAM_JWKS_REFRESH_MIN_SECONDS) however many arrive.
     for n in range(50):
         bogus = idp.token(f"forged-{n}", roles=["engram-admin"])
-        assert await write(storage, bogus) == grpc.StatusCode.UNAUTHENTICATED
+        assert await write(storage, bogus) is Unauthenticated
     assert idp.fetches - fetched <= 1 + int(time.monotonic() - started)
 
     # The provider rotates to k2: once the refresh interval passed, the first k2 token
     # refetches the keys and is accepted; k1 tokens stop working after the refetch.
     idp.rotate("k2")
     await asyncio.sleep(1.1)
-    assert await write(storage, idp.token("k2", roles=["engram-writer"])) == grpc.StatusCode.OK
+    assert await write(storage, idp.token("k2", roles=["engram-writer"])) is None
     # k1 is gone from the refetched set: its tokens are unknown now.
-    assert await write(storage, idp.token("k1", roles=["engram-writer"])) == (
-        grpc.StatusCode.UNAUTHENTICATED
-    )
+    assert await write(storage, idp.token("k1", roles=["engram-writer"])) is Unauthenticated

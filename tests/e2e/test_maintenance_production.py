@@ -10,26 +10,25 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from engram.app.production import ProductionMaintenance, open_maintenance, storage_on_mongo
 from engram.authz.enforcement import FixedPrincipalAuthenticator
 from engram.backends.mongo import connect
+from engram.client import AsyncClient, InvalidArgument, Space, SpaceMaintenance
 from engram.domain.maintenance import JobOutcome
 from engram.domain.principals import LOCAL_ADMIN, MAINTENANCE
 from engram.maintenance.ports import Job, MaintenanceDeps
 from engram.runtime.settings import Settings
 from engram.storage.mongo_repository import MongoDocumentRepository
-from engram.v1 import maintenance_pb2, maintenance_pb2_grpc, storage_pb2_grpc
 from tests.support.backends import RealBackends
-from tests.support.grpc_helpers import fails, space, write_request
 from tests.support.maintenance_jobs import UsageSnapshotJob
 from tests.support.settings import server_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_backend]
 
 SPACES = ["alpha", "beta", "gamma"]
+ALPHA = Space(name="alpha")
 
 
 def _jobs(deps: MaintenanceDeps) -> list[Job]:
@@ -56,10 +55,9 @@ async def replicas(settings: Settings) -> AsyncIterator[list[ProductionMaintenan
     admin = FixedPrincipalAuthenticator(LOCAL_ADMIN)
     assert settings.mongo_uri is not None
     async with storage_on_mongo(settings, publish_events=False, authenticator=admin) as storage:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{storage.port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
+        async with AsyncClient(f"127.0.0.1:{storage.port}") as client:
             for name in SPACES:
-                await stub.WriteDocument(write_request("MEMORY.md", f"# {name}", ref=space(name)))
+                await client.write_document("MEMORY.md", f"# {name}", space=Space(name=name))
     try:
         async with (
             open_maintenance(settings, authenticator=admin, jobs=_jobs) as first,
@@ -84,26 +82,15 @@ async def test_replicas_run_each_job_once_and_share_the_record(
     assert all(run.outcome is JobOutcome.SUCCEEDED for run in runs)
     assert all(run.counts["documents"] == 1 for run in runs), "read from MongoDB storage"
     assert await first.maintenance.worker.tick() == []
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{second.server.port}") as channel:
-        stub = maintenance_pb2_grpc.MaintenanceServiceStub(channel)
-        listed = await stub.ListJobRuns(maintenance_pb2.ListJobRunsRequest())
-        assert sorted(run.run_id for run in listed.runs) == sorted(run.run_id for run in runs)
-        ran = await stub.RunJob(
-            maintenance_pb2.RunJobRequest(job="usage_snapshot", space=space("alpha"))
-        )
-        assert ran.run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED and ran.run.on_demand
-        assert dict(ran.run.counts)["documents"] == 1
-        await fails(
-            stub.RunJob(maintenance_pb2.RunJobRequest(job="dream", space=space("alpha"))),
-            grpc.StatusCode.INVALID_ARGUMENT,
-        )
-        settings = maintenance_pb2.SpaceMaintenance(dream_enabled=True)
-        await stub.SetSpaceMaintenance(
-            maintenance_pb2.SetSpaceMaintenanceRequest(space=space("alpha"), settings=settings)
-        )
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{first.server.port}") as channel:
-        stub = maintenance_pb2_grpc.MaintenanceServiceStub(channel)
-        got = await stub.GetSpaceMaintenance(
-            maintenance_pb2.GetSpaceMaintenanceRequest(space=space("alpha"))
-        )
-        assert got.settings.dream_enabled, "settings are shared by the replicas"
+    async with AsyncClient(f"127.0.0.1:{second.server.port}", space=ALPHA) as client:
+        listed = await client.list_job_runs(all_spaces=True)
+        assert sorted(run.run_id for run in listed.items) == sorted(run.run_id for run in runs)
+        ran = await client.run_job("usage_snapshot")
+        assert ran.outcome == "succeeded" and ran.on_demand
+        assert ran.counts["documents"] == 1
+        with pytest.raises(InvalidArgument):
+            await client.run_job("dream")
+        await client.set_space_maintenance(SpaceMaintenance(dream_enabled=True))
+    async with AsyncClient(f"127.0.0.1:{first.server.port}", space=ALPHA) as client:
+        got = await client.get_space_maintenance()
+        assert got.dream_enabled, "settings are shared by the replicas"

@@ -240,6 +240,11 @@ async def test_write_then_search_finds_the_write_every_time(hosted: Hosted) -> N
 
 async def test_strict_arguments_over_http(hosted: Hosted) -> None:
     async with agent(hosted.base + SPACE_PATH, ANN) as ann:
+        # The SDK's client speaks the sessionless 2026-07-28 revision with this server, and
+        # is not promised resource subscriptions the server would never deliver.
+        assert ann.protocol_version == "2026-07-28"
+        resources = ann.server_capabilities.resources
+        assert resources is not None and not resources.subscribe
         refused = await ann.call_tool("memory_search", {"query": "x", "limit": "3"})
         assert refused.is_error
         assert text_of(refused) == (

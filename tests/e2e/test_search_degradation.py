@@ -18,11 +18,11 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 import pytest
 from qdrant_client import AsyncQdrantClient
 
 from engram.app.production import search_on_backends
+from engram.client import AsyncClient, SearchResults, Space
 from engram.domain.chunking import build_chunks
 from engram.domain.errors import EngramError
 from engram.domain.spaces import SpaceRef, Visibility
@@ -30,10 +30,9 @@ from engram.indexer.embedders.local import LocalOnnxEmbedder
 from engram.indexes.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexes.vector.qdrant_index import QdrantVectorIndex
 from engram.runtime.settings import Settings
-from engram.v1 import search_pb2, search_pb2_grpc, space_pb2
 from tests.support.backends import RealBackends
 from tests.support.settings import server_settings
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
+from tests.support.tokens import TEST_JWT_SECRET, mint
 
 pytestmark = [
     pytest.mark.e2e,
@@ -128,20 +127,18 @@ async def test_searches_degrade_while_opensearch_is_down_and_recover_after(
     port, real_backends = search_port
     opensearch = real_backends.running("opensearch")
     token = mint("ann", tenant="acme", role="viewer")
-    request = search_pb2.SearchRequest(
-        spaces=[
-            space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PROJECT, project="p1", name="notes")
-        ],
-        query="ERR_4021 build",
-        limit=3,
-    )
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = search_pb2_grpc.SearchServiceStub(channel)
+    async with AsyncClient(
+        f"127.0.0.1:{port}",
+        token=token,
+        space=Space("project", "notes", project="p1"),
+        timeout=10,
+        retries=0,
+    ) as client:
 
-        async def search() -> search_pb2.SearchResponse:
-            return await stub.Search(request, metadata=bearer(token), timeout=10)
+        async def search() -> SearchResults:
+            return await client.search("ERR_4021 build", limit=3)
 
-        async def until_normal() -> search_pb2.SearchResponse:
+        async def until_normal() -> SearchResults:
             deadline = time.monotonic() + RECOVERY_SECONDS
             while True:
                 response = await search()
@@ -163,13 +160,13 @@ async def test_searches_degrade_while_opensearch_is_down_and_recover_after(
         finally:
             os.killpg(opensearch.pid, signal.SIGCONT)
         assert hung.degraded
-        assert hung.degraded_reasons == [f"keyword index: no answer within {DEADLINE:g}s"]
+        assert hung.degraded_reasons == (f"keyword index: no answer within {DEADLINE:g}s",)
         assert DEADLINE <= elapsed < DEADLINE + 1.5
         assert hung.results and all(r.bm25_rank == 0 and r.vector_rank > 0 for r in hung.results)
         assert not (await until_normal()).degraded
 
         # Stopped mid-run: a steady stream of searches, all answered.
-        answers: list[search_pb2.SearchResponse] = []
+        answers: list[SearchResults] = []
         stop_searching = asyncio.Event()
 
         async def keep_searching() -> None:

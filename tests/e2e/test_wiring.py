@@ -19,15 +19,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engram.app.embedded import embedded_engram
 from engram.authz.enforcement import FixedPrincipalAuthenticator
+from engram.client import AsyncClient, Space, Unauthenticated
 from engram.domain.principals import LOCAL_ADMIN
 from engram.runtime.health import Dependency
 from engram.runtime.server import GrpcServer
-from engram.v1 import search_pb2, search_pb2_grpc, storage_pb2_grpc
-from tests.support.grpc_helpers import space, write_request
 from tests.support.settings import server_settings
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
+from tests.support.tokens import TEST_JWT_SECRET, mint
 
 pytestmark = pytest.mark.e2e
+
+NOTES = Space(name="notes")
 
 
 def free_port() -> int:
@@ -47,23 +48,16 @@ def get(port: int, path: str) -> tuple[int, str]:
 async def test_the_first_search_after_start_finds_a_paraphrase_undegraded(tmp_path: Path) -> None:
     settings = server_settings(tmp_path / "engram")
     async with embedded_engram(settings) as engram:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            await storage_pb2_grpc.StorageServiceStub(channel).WriteDocument(
-                write_request("pets.md", "My dog loves to chase tennis balls in the park.")
+        async with AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as client:
+            await client.write_document(
+                "pets.md", "My dog loves to chase tennis balls in the park."
             )
         assert await engram.relay.drained(60)
     # A new process on the same data: its query embedder is loaded before SERVING.
     async with embedded_engram(settings) as engram:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            response = await search_pb2_grpc.SearchServiceStub(channel).Search(
-                search_pb2.SearchRequest(
-                    spaces=[space("notes")],
-                    query="canine enjoys fetching",
-                    mode=search_pb2.SEARCH_MODE_SEMANTIC,
-                    limit=1,
-                )
-            )
-    assert not response.degraded, list(response.degraded_reasons)
+        async with AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as client:
+            response = await client.search("canine enjoys fetching", mode="semantic", limit=1)
+    assert not response.degraded, response.degraded_reasons
     assert [r.path for r in response.results] == ["pets.md"]
 
 
@@ -75,21 +69,18 @@ async def test_dev_auth_honours_the_jwt_audience_and_issuer(tmp_path: Path) -> N
         jwt_issuer="https://idp.example",
     )
     async with embedded_engram(settings, require_auth=True) as engram:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            request = write_request("a.md", "hello", ref=space("notes"))
+        async with AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as client:
             good = mint(aud="engram-api", iss="https://idp.example")
-            await stub.WriteDocument(request, metadata=bearer(good))
+            await client.as_caller(good).write_document("a.md", "hello")
             # The admin token `engram dev --auth` prints passes the same checks.
-            await stub.WriteDocument(request, metadata=bearer(engram.admin_token()))
+            await client.as_caller(engram.admin_token()).write_document("a.md", "hello")
             for wrong in (
                 mint(aud="someone-else", iss="https://idp.example"),
                 mint(aud="engram-api", iss="https://other.example"),
                 mint(iss="https://idp.example"),
             ):
-                with pytest.raises(grpc.aio.AioRpcError) as caught:
-                    await stub.WriteDocument(request, metadata=bearer(wrong))
-                assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                with pytest.raises(Unauthenticated):
+                    await client.as_caller(wrong).write_document("a.md", "hello")
 
 
 async def test_metrics_port_serves_metrics_healthz_readyz_and_404(tmp_path: Path) -> None:

@@ -73,15 +73,19 @@ async def secure_deployment(
         mongo_db=f"engram_{uuid.uuid4().hex[:12]}",
         **values,
     )
-    async with (
-        storage_on_mongo(settings, publish_events=False) as storage,
-        quota_on_mongo(settings) as quota,
-        authz_on_mongo(settings) as authz,
-    ):
-        deployment = Deployment(
-            backend, {"storage": storage.port, "quota": quota.port, "authz": authz.port}
-        )
-        try:
-            yield deployment
-        finally:
-            await deployment.close()
+    # As the chart deploys them: storage and quota look personal tokens up at authz (the
+    # audit log is still shared; tests/contract/test_authz.py runs storage on a database
+    # without the tokens).
+    async with authz_on_mongo(settings) as authz:
+        callers = settings.model_copy(update={"authz_addr": f"127.0.0.1:{authz.port}"})
+        async with (
+            storage_on_mongo(callers, publish_events=False) as storage,
+            quota_on_mongo(callers) as quota,
+        ):
+            deployment = Deployment(
+                backend, {"storage": storage.port, "quota": quota.port, "authz": authz.port}
+            )
+            try:
+                yield deployment
+            finally:
+                await deployment.close()

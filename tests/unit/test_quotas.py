@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from engram.domain.errors import QuotaExceeded
+from engram.domain.errors import InvalidArgument, QuotaExceeded
 from engram.domain.quotas import (
+    GLOBAL_ATTRIBUTION,
+    INSTANCE,
     INSTANCE_TOTAL,
+    ORG_CEILING,
     SPACE_SUBCAP,
     TENANT_TOTAL,
     QuotaDefaults,
     apply_delta,
+    charge_counters,
     check_growth,
     counters_for,
+    effective_quota,
+    validate_org,
 )
 from engram.domain.spaces import SpaceRef, Visibility
 
@@ -77,3 +83,47 @@ def test_zero_limit_refuses_any_growth_but_not_shrinking() -> None:
 def test_shrinking_floors_at_zero() -> None:
     assert apply_delta(10, -50) == 0
     assert apply_delta(10, 5) == 15
+
+
+def test_a_tenant_in_an_org_also_charges_the_org_under_its_ceiling() -> None:
+    space = SpaceRef.create(Visibility.PRIVATE, tenant="acme", name="n")
+    counters = charge_counters(space, DEFAULTS, None, org="initech", org_ceiling=1000)
+    assert [(c.key, c.limit_name, c.limit) for c in counters] == [
+        (f"space:{space.id}", SPACE_SUBCAP, 64 * MIB),
+        ("tenant:acme", TENANT_TOTAL, 1024 * MIB),
+        ("org:initech", ORG_CEILING, 1000),
+    ]
+    with pytest.raises(QuotaExceeded) as refused:
+        for counter in counters:
+            check_growth(counter, 990, 11)
+    assert refused.value.limit == ORG_CEILING
+    # An org with no ceiling still counts its teams' bytes; outside an org, two counters.
+    unlimited = charge_counters(space, DEFAULTS, None, org="initech")
+    assert unlimited[-1].limit is None
+    assert len(charge_counters(space, DEFAULTS, None, attributed_tenant="acme")) == 2
+
+
+def test_a_global_change_is_attributed_to_its_tenant_without_a_limit() -> None:
+    space = SpaceRef.create(Visibility.GLOBAL, tenant="", name="handbook")
+    counters = charge_counters(space, DEFAULTS, 600, org="ignored", attributed_tenant="acme")
+    assert [(c.key, c.limit_name, c.limit) for c in counters] == [
+        (f"space:{space.id}", SPACE_SUBCAP, None),
+        (INSTANCE, INSTANCE_TOTAL, 600),
+        ("global_by:acme", GLOBAL_ATTRIBUTION, None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("own", "ceiling", "effective"), [(500, None, 500), (500, 300, 300), (200, 300, 200)]
+)
+def test_effective_quota_is_the_lesser_of_own_and_org(
+    own: int, ceiling: int | None, effective: int
+) -> None:
+    assert effective_quota(own, ceiling) == effective
+
+
+@pytest.mark.parametrize("org", ["", "a:b", "a/b", "..", " x", "x\x00"])
+def test_org_names_follow_tenant_rules(org: str) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        validate_org(org)
+    assert refused.value.field == "org"

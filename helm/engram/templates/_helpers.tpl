@@ -96,18 +96,30 @@ annotations:
 {{- index $b .component | toJson -}}
 {{- end -}}
 
-{{/* The engram services each component calls over gRPC (ENGRAM_<CALLEE>_ADDR). */}}
+{{/* The engram services each component calls over gRPC (ENGRAM_<CALLEE>_ADDR). Every
+service resolves personal access tokens through authz (which alone reads them), when authz
+is deployed. */}}
 {{- define "engram.callees" -}}
+{{- $quota := ternary (list "quota") (list) (.root.Values.storage.remoteQuota | default false) -}}
+{{- $authz := ternary (list "authz") (list) (.root.Values.authz.enabled | default false) -}}
 {{- $c := dict
-  "storage" (ternary (list "quota") (list) (.root.Values.storage.remoteQuota | default false))
-  "quota" (list)
+  "storage" (concat $quota $authz)
+  "quota" $authz
   "authz" (list)
-  "indexer" (list "storage")
-  "search" (list)
-  "workspace" (list "storage" "search")
-  "maintenance" (ternary (list "quota") (list) (.root.Values.storage.remoteQuota | default false))
+  "indexer" (concat (list "storage") $authz)
+  "search" $authz
+  "workspace" (concat (list "storage" "search") $authz)
+  "maintenance" (concat $quota $authz)
   "mcp" (ternary (list "workspace" "authz") (list "workspace") (eq .root.Values.mcp.hosted true)) -}}
 {{- index $c .component | toJson -}}
+{{- end -}}
+
+{{/* Whether a component calls another engram service as the service principal
+(ENGRAM_SERVICE_TOKEN): looking up a token at authz needs no identity of its own. */}}
+{{- define "engram.needsServiceToken" -}}
+{{- if ne .component "mcp" -}}
+{{- range $callee := include "engram.callees" . | fromJsonArray -}}{{- if ne $callee "authz" -}}true{{- end -}}{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* host:port of a component's Service. */}}
@@ -120,7 +132,6 @@ annotations:
 {{- define "engram.secretEnv" -}}
 {{- $keys := .root.Values.auth.secretKeys -}}
 {{- $backends := include "engram.backends" . | fromJsonArray -}}
-{{- $callees := include "engram.callees" . | fromJsonArray -}}
 {{- $env := dict -}}
 {{- if has "mongodb" $backends -}}
 {{- $_ := set $env "ENGRAM_MONGO_URI" $keys.mongoUri -}}
@@ -128,7 +139,7 @@ annotations:
 {{- end -}}
 {{- if has "qdrant" $backends -}}{{- $_ := set $env "ENGRAM_QDRANT_API_KEY" $keys.qdrantApiKey -}}{{- end -}}
 {{- if has "embedder" $backends -}}{{- $_ := set $env "ENGRAM_OPENAI_API_KEY" $keys.openaiApiKey -}}{{- end -}}
-{{- if and $callees (ne .component "mcp") -}}{{- $_ := set $env "ENGRAM_SERVICE_TOKEN" $keys.serviceToken -}}{{- end -}}
+{{- if include "engram.needsServiceToken" . -}}{{- $_ := set $env "ENGRAM_SERVICE_TOKEN" $keys.serviceToken -}}{{- end -}}
 {{- if and (eq .component "mcp") (ne .root.Values.mcp.hosted true) -}}{{- $_ := set $env "ENGRAM_TOKEN" $keys.mcpToken -}}{{- end -}}
 {{- if eq .component "maintenance" -}}{{- $_ := set $env "ENGRAM_LLM_API_KEY" $keys.llmApiKey -}}{{- end -}}
 {{- $env | toJson -}}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Protocol
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -79,6 +80,8 @@ class HostedCallers:
         return Bound(self._client.as_caller(token.token, space=space), space, token.client_id)
 
 
+# A few spaces take most requests: each path is parsed once (a refused one every time).
+@lru_cache(maxsize=4096)
 def space_from_path(rest: str) -> Space:
     """The space named by the path after /mcp/ (see the module's docstring); raises
     InvalidArgument naming the expected form."""

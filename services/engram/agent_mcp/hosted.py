@@ -36,6 +36,7 @@ from mcp.server.auth.middleware.bearer_auth import (
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
 from mcp.server.mcpserver import MCPServer
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from pydantic import AnyHttpUrl, ConfigDict, TypeAdapter
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -170,9 +171,11 @@ def hosted_app(
     bearer authentication, at /mcp and /mcp/<space path>, and its RFC 9728 metadata."""
     # Answers as plain JSON rather than an SSE stream per POST: the tools send no progress
     # or server requests mid-call, and a JSON body costs less per call.
-    inner = server.streamable_http_app(
-        streamable_http_path=HTTP_PATH, host=host, json_response=True
-    )
+    server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host, json_response=True)
+    # The session manager's own ASGI endpoint (the DNS-rebinding check and the body limit
+    # are in it), without the one-route Starlette app the SDK wraps it in: this app already
+    # routes, authenticates and handles errors, and a second stack cost every call.
+    inner = StreamableHTTPASGIApp(server.session_manager)
     resource = _URL.validate_python(resource_url)
     metadata_url = str(build_resource_metadata_url(resource))
     endpoint = RequireAuthMiddleware(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC
 from typing import Annotated, Any
 
@@ -288,21 +289,48 @@ def build_server(
     entries to this surface's own journal, daily/YYYY-MM-DD-<session>.md, and memory_search
     waits at most `read_wait_ms` for the session's own writes to be indexed (0: no wait)."""
     who: Callers = callers or ProcessCaller(client)
-    writes = SessionWrites()
     server = EngramMCPServer(
         "engram",
         title="Engram memory",
         instructions=INSTRUCTIONS,
         version=engram.__version__,
         log_level="WARNING",
+        # No subscriptions/listen: nothing would publish to it, yet served it would tell a
+        # 2026-07-28 client that resources can be subscribed to (README: why not yet).
+        subscriptions=False,
     )
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    tools = _Tools(server, who, SessionWrites(), time_zone, session, read_wait_ms, reads)
+    _register_search(tools)
+    _register_write(tools)
+    _register_read(tools)
+    _register_tree(tools)
 
-    @server.tool(
+    server.documents = resources.register(
+        server, lambda ctx, what: _bind(who, ctx, what), time_zone=time_zone
+    )
+    return server
+
+
+@dataclass(frozen=True)
+class _Tools:
+    """What every tool of one server shares."""
+
+    server: MCPServer
+    who: Callers
+    writes: SessionWrites
+    time_zone: str
+    session: str
+    read_wait_ms: int
+    reads: ToolAnnotations
+
+
+def _register_search(tools: _Tools) -> None:
+    @tools.server.tool(
         name="memory_search",
         title="Search memory",
         description=SEARCH_DESCRIPTION,
-        annotations=reads,
+        annotations=tools.reads,
     )
     async def memory_search(
         query: Annotated[
@@ -323,21 +351,21 @@ def build_server(
             ),
         ] = None,
     ) -> MemorySearchResult:
-        bound = _bind(who, ctx, "memory_search")
+        bound = _bind(tools.who, ctx, "memory_search")
         key = _writes_key(ctx, bound)
-        pending = writes.pending(key) if read_wait_ms > 0 else []
+        pending = tools.writes.pending(key) if tools.read_wait_ms > 0 else []
         with _tool_errors():
             found = await bound.client.memory_search(
                 query,
                 limit=limit,
                 space=bound.space,
                 min_positions=pending,
-                max_wait_ms=read_wait_ms if pending else 0,
+                max_wait_ms=tools.read_wait_ms if pending else 0,
                 min_relevance=min_relevance,
             )
         behind = max(found.keyword_positions_behind, found.vector_positions_behind)
         if pending and behind == 0:
-            writes.caught_up(key, pending)
+            tools.writes.caught_up(key, pending)
         return MemorySearchResult(
             query=found.query,
             results=[
@@ -356,7 +384,9 @@ def build_server(
             writes_pending=behind,
         )
 
-    @server.tool(
+
+def _register_write(tools: _Tools) -> None:
+    @tools.server.tool(
         name="memory_write",
         title="Write memory",
         description=WRITE_DESCRIPTION,
@@ -382,17 +412,17 @@ def build_server(
             ),
         ] = True,
     ) -> MemoryWriteResult:
-        bound = _bind(who, ctx, "memory_write")
+        bound = _bind(tools.who, ctx, "memory_write")
         with _tool_errors():
             written = await bound.client.memory_write(
                 content,
                 target=target,
                 append=append,
-                time_zone=time_zone,
-                session=session,
+                time_zone=tools.time_zone,
+                session=tools.session,
                 space=bound.space,
             )
-        writes.remember(_writes_key(ctx, bound), written.position)
+        tools.writes.remember(_writes_key(ctx, bound), written.position)
         return MemoryWriteResult(
             status=written.status,
             path=written.path,
@@ -400,8 +430,13 @@ def build_server(
             content_length=written.content_length,
         )
 
-    @server.tool(
-        name="memory_read", title="Read memory", description=READ_DESCRIPTION, annotations=reads
+
+def _register_read(tools: _Tools) -> None:
+    @tools.server.tool(
+        name="memory_read",
+        title="Read memory",
+        description=READ_DESCRIPTION,
+        annotations=tools.reads,
     )
     async def memory_read(
         ctx: Context[Any, Any],
@@ -418,10 +453,10 @@ def build_server(
             ),
         ] = "",
     ) -> MemoryReadResult:
-        bound = _bind(who, ctx, "memory_read")
+        bound = _bind(tools.who, ctx, "memory_read")
         with _tool_errors():
             document = await bound.client.memory_read(
-                path, space=bound.space, date=date, time_zone=time_zone, session=session
+                path, space=bound.space, date=date, time_zone=tools.time_zone, session=tools.session
             )
         updated = document.updated_at
         return MemoryReadResult(
@@ -433,8 +468,13 @@ def build_server(
             else "",
         )
 
-    @server.tool(
-        name="memory_tree", title="List memory", description=TREE_DESCRIPTION, annotations=reads
+
+def _register_tree(tools: _Tools) -> None:
+    @tools.server.tool(
+        name="memory_tree",
+        title="List memory",
+        description=TREE_DESCRIPTION,
+        annotations=tools.reads,
     )
     async def memory_tree(
         ctx: Context[Any, Any],
@@ -446,15 +486,10 @@ def build_server(
             int, Field(strict=True, ge=1, le=10, description="Levels to descend, 1-10.")
         ] = 1,
     ) -> MemoryTreeResult:
-        bound = _bind(who, ctx, "memory_tree")
+        bound = _bind(tools.who, ctx, "memory_tree")
         with _tool_errors():
             nodes = await bound.client.memory_tree(path, depth=depth, space=bound.space)
         return MemoryTreeResult(path=path, depth=depth, tree=[_tree(node) for node in nodes])
-
-    server.documents = resources.register(
-        server, lambda ctx, what: _bind(who, ctx, what), time_zone=time_zone
-    )
-    return server
 
 
 __all__ = ["EngramMCPServer", "SessionWrites", "argument_error", "build_server"]

@@ -18,11 +18,19 @@ from engram.app.config import (
     VectorChoice,
 )
 from engram.authz.mongo_tokens import MongoTokenStore
+from engram.authz.remote_tokens import AuthzPersonalTokens
 from engram.authz.sqlite_audit import SCHEMA as AUDIT_SCHEMA
 from engram.authz.sqlite_tokens import SCHEMA as TOKEN_SCHEMA
-from engram.authz.tokens import JwtVerifier, RemoteJwks, TokenAuthenticator, TokenStore
+from engram.authz.tokens import (
+    JwtVerifier,
+    PersonalTokens,
+    RemoteJwks,
+    TokenAuthenticator,
+    TokenStore,
+)
 from engram.backends.mongo import MongoDatabase, connect, mongo_errors
 from engram.backends.sqlite import SqliteDatabase
+from engram.client.aio import EngramClient
 from engram.indexer.embedding_cache import SCHEMA as EMBEDDING_CACHE_SCHEMA
 from engram.indexes.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexes.keyword.tantivy_index import TantivyKeywordIndex
@@ -32,9 +40,11 @@ from engram.indexes.vector.numpy_index import NumpyVectorIndex
 from engram.maintenance.dream_watermarks import SCHEMA as DREAM_WATERMARK_SCHEMA
 from engram.maintenance.sqlite_stores import SCHEMA as MAINTENANCE_SCHEMA
 from engram.quota.sqlite_ledger import SCHEMA as LEDGER_SCHEMA
+from engram.runtime.channels import open_channel
 from engram.runtime.health import Dependency
 from engram.runtime.rate_limit import SCHEMA as RATE_LIMIT_SCHEMA
 from engram.runtime.settings import Settings
+from engram.runtime.tracing import tracing_client_interceptors
 from engram.storage.sqlite_outbox import migrate_outbox
 from engram.storage.sqlite_repository import SCHEMA as DOCUMENT_SCHEMA
 from engram.workspace.agent_state import SCHEMA as AGENT_STATE_SCHEMA
@@ -119,10 +129,15 @@ def vector_index(choice: VectorChoice) -> VectorIndex:
 
 
 def token_authenticator(
-    jwt: JwtConfig, store: TokenStore | None, *, secret: str | None = None
+    jwt: JwtConfig,
+    store: TokenStore | None,
+    *,
+    secret: str | None = None,
+    personal: PersonalTokens | None = None,
 ) -> TokenAuthenticator:
     """JWTs checked as configured (secret or JWKS, audience, issuer) and personal tokens
-    from `store`; `secret` replaces the configured one (`engram dev`'s own secret)."""
+    from `store` (or `personal`); `secret` replaces the configured one (`engram dev`'s own
+    secret)."""
     verifier = JwtVerifier(
         secret=secret or jwt.secret,
         jwks_path=jwt.jwks_path,
@@ -131,7 +146,21 @@ def token_authenticator(
         remote=RemoteJwks(jwt.jwks) if jwt.jwks is not None else None,
         claims=jwt.claims,
     )
-    return TokenAuthenticator(verifier, store, cache_seconds=jwt.cache_seconds)
+    return TokenAuthenticator(verifier, store, cache_seconds=jwt.cache_seconds, personal=personal)
+
+
+def authz_token_authenticator(
+    components: Components, authz_addr: str, stack: contextlib.AsyncExitStack
+) -> TokenAuthenticator:
+    """JWTs checked here; personal tokens resolved by AuthzService at `authz_addr`, which
+    owns them (no read of its collection from this process)."""
+    channel = open_channel(
+        authz_addr, components.channels, interceptors=tracing_client_interceptors()
+    )
+    stack.push_async_callback(channel.close)
+    client = EngramClient(authz_addr, channel=channel)
+    personal = AuthzPersonalTokens(client, cache_seconds=components.jwt.cache_seconds)
+    return token_authenticator(components.jwt, None, personal=personal)
 
 
 async def mongo_token_authenticator(

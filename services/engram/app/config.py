@@ -209,25 +209,7 @@ class Components:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Components:
-        embedder = EmbedderConfig(
-            provider=settings.embedder_provider,
-            max_length=settings.embed_max_length,
-            batch_size=settings.embed_batch_size,
-            batch_tokens=settings.embed_batch_tokens,
-            threads=settings.embed_threads,
-            nice=settings.indexing_nice,
-            timeout_seconds=settings.embed_timeout_seconds,
-            max_retries=settings.embed_max_retries,
-            openai_base_url=settings.openai_base_url,
-            openai_api_key=(
-                settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
-            ),
-            openai_model=settings.openai_model,
-            openai_dimension=settings.openai_dimension,
-            ollama_url=settings.ollama_url,
-            ollama_model=settings.ollama_model,
-            ollama_dimension=settings.ollama_dimension,
-        )
+        embedder = _embedder_config(settings)
         return cls(
             limits=DocumentLimits(
                 max_doc_bytes=settings.max_doc_bytes,
@@ -235,49 +217,12 @@ class Components:
                 max_import_entries=settings.max_import_entries,
                 max_import_inflight_bytes=settings.max_import_inflight_bytes,
             ),
-            quotas=QuotaDefaults(
-                subcaps={
-                    Visibility.PRIVATE: settings.quota_private,
-                    Visibility.BOT: settings.quota_bot,
-                    Visibility.PROJECT: settings.quota_project,
-                    Visibility.CROSS_PROJECT: settings.quota_cross_project,
-                    Visibility.USER: settings.quota_user,
-                    Visibility.ORG: settings.quota_org,
-                    Visibility.GLOBAL: settings.quota_global,
-                },
-                tenant_total=settings.quota_tenant_total,
-                instance_total=settings.quota_instance_total,
-            ),
+            quotas=_quota_defaults(settings),
             version_retention=settings.version_retention,
             feed=FeedOptions(retention=timedelta(hours=settings.feed_retention_hours)),
             max_watchers=settings.feed_max_watchers,
             allow_act_as=settings.allow_act_as,
-            jwt=JwtConfig(
-                secret=settings.jwt_secret.get_secret_value() if settings.jwt_secret else None,
-                jwks_path=settings.jwks_path,
-                audience=settings.jwt_audience,
-                issuer=settings.jwt_issuer,
-                cache_seconds=settings.auth_cache_seconds,
-                jwks=(
-                    RemoteJwksConfig(
-                        url=settings.jwks_url,
-                        cache_seconds=settings.jwks_cache_seconds,
-                        refresh_min_seconds=settings.jwks_refresh_min_seconds,
-                        timeout_seconds=settings.jwks_timeout_seconds,
-                    )
-                    if settings.jwks_url
-                    else None
-                ),
-                claims=ClaimMapping(
-                    subject=settings.jwt_claim_subject,
-                    tenant=settings.jwt_claim_tenant,
-                    role=settings.jwt_claim_role,
-                    platform_admin=settings.jwt_claim_platform_admin,
-                    role_map={
-                        value: ROLE_NAMES[role] for value, role in settings.jwt_role_map.items()
-                    },
-                ),
-            ),
+            jwt=_jwt_config(settings),
             embedder=embedder,
             query_embedder=embedder.for_queries(
                 settings.search_embed_threads,
@@ -321,6 +266,71 @@ class Components:
             workspace_min_relevance=settings.workspace_min_relevance,
             channels=channel_config(settings),
         )
+
+
+def _embedder_config(settings: Settings) -> EmbedderConfig:
+    return EmbedderConfig(
+        provider=settings.embedder_provider,
+        max_length=settings.embed_max_length,
+        batch_size=settings.embed_batch_size,
+        batch_tokens=settings.embed_batch_tokens,
+        threads=settings.embed_threads,
+        nice=settings.indexing_nice,
+        timeout_seconds=settings.embed_timeout_seconds,
+        max_retries=settings.embed_max_retries,
+        openai_base_url=settings.openai_base_url,
+        openai_api_key=(
+            settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
+        ),
+        openai_model=settings.openai_model,
+        openai_dimension=settings.openai_dimension,
+        ollama_url=settings.ollama_url,
+        ollama_model=settings.ollama_model,
+        ollama_dimension=settings.ollama_dimension,
+    )
+
+
+def _quota_defaults(settings: Settings) -> QuotaDefaults:
+    return QuotaDefaults(
+        subcaps={
+            Visibility.PRIVATE: settings.quota_private,
+            Visibility.BOT: settings.quota_bot,
+            Visibility.PROJECT: settings.quota_project,
+            Visibility.CROSS_PROJECT: settings.quota_cross_project,
+            Visibility.USER: settings.quota_user,
+            Visibility.ORG: settings.quota_org,
+            Visibility.GLOBAL: settings.quota_global,
+        },
+        tenant_total=settings.quota_tenant_total,
+        instance_total=settings.quota_instance_total,
+    )
+
+
+def _jwt_config(settings: Settings) -> JwtConfig:
+    return JwtConfig(
+        secret=settings.jwt_secret.get_secret_value() if settings.jwt_secret else None,
+        jwks_path=settings.jwks_path,
+        audience=settings.jwt_audience,
+        issuer=settings.jwt_issuer,
+        cache_seconds=settings.auth_cache_seconds,
+        jwks=(
+            RemoteJwksConfig(
+                url=settings.jwks_url,
+                cache_seconds=settings.jwks_cache_seconds,
+                refresh_min_seconds=settings.jwks_refresh_min_seconds,
+                timeout_seconds=settings.jwks_timeout_seconds,
+            )
+            if settings.jwks_url
+            else None
+        ),
+        claims=ClaimMapping(
+            subject=settings.jwt_claim_subject,
+            tenant=settings.jwt_claim_tenant,
+            role=settings.jwt_claim_role,
+            platform_admin=settings.jwt_claim_platform_admin,
+            role_map={value: ROLE_NAMES[role] for value, role in settings.jwt_role_map.items()},
+        ),
+    )
 
 
 def channel_config(settings: Settings) -> ChannelConfig:

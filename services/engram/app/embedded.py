@@ -227,24 +227,7 @@ async def embedded_engram(
         index_handler = OutboxIndexHandler(
             indexing.worker, max_attempts=components.indexing.max_attempts
         )
-
-        async def backlog() -> int:
-            # Per event: the batch under way counts down as its documents are indexed.
-            return await outbox.backlog(excluding=index_handler.indexed_in_flight())
-
-        async def indexed_total() -> int:
-            return index_handler.indexed_total
-
-        indexer = IndexerService(
-            core.authorizer,
-            source,
-            reindex,
-            indexing.models,
-            indexing.vector,
-            backlog=backlog,
-            switch_progress=indexing.switch_progress,
-            indexed_total=indexed_total,
-        )
+        indexer = _indexer(core, indexing, source, reindex, outbox, index_handler)
         search = await build_search(
             components,
             stack,
@@ -265,33 +248,9 @@ async def embedded_engram(
             agents=SqliteAgentState(core.database),
             clock=clock,
         )
-        core.relay.start()
-        stack.push_async_callback(core.relay.stop)
-        retention = asyncio.create_task(core.feed.run_retention(), name="feed-retention")
-        stack.push_async_callback(cancel_and_wait, retention)
-        start_switch(indexing, stack)
-        maintenance = start_maintenance(
-            settings,
-            MaintenanceDeps(
-                storage=core.storage,
-                repository=core.repository,
-                quota=core.quota,
-                reindex=reindex,
-                keyword=indexing.keyword,
-                vector=indexing.vector,
-                principal=MAINTENANCE,
-                clock=clock,
-                max_indexing_lag=timedelta(seconds=settings.backfill_max_indexing_lag_seconds),
-            ),
-            MaintenanceStores(
-                SqliteLeaseStore(core.database, clock=clock),
-                SqliteJobRunStore(core.database),
-                SqliteSpaceSettingsStore(core.database),
-                SqliteWatermarkStore(core.database),
-            ),
-            SqliteAuditLog(core.database),
-            stack,
-            jobs=maintenance_jobs,
+        _start_background(core, indexing, stack)
+        maintenance = _start_maintenance(
+            settings, core, indexing, reindex, clock, stack, maintenance_jobs
         )
         server = GrpcServer(
             settings,
@@ -310,3 +269,79 @@ async def embedded_engram(
         )
         await serve(server, stack)
         yield EmbeddedEngram(server, core, indexing, indexer, search, workspace, maintenance)
+
+
+def _indexer(
+    core: EmbeddedCore,
+    indexing: Indexing,
+    source: RepositoryDocumentSource,
+    reindex: OutboxReindexQueue,
+    outbox: SqliteOutbox,
+    index_handler: OutboxIndexHandler,
+) -> IndexerService:
+    """IndexerService over the outbox: its backlog and indexed total come from the handler."""
+
+    async def backlog() -> int:
+        # Per event: the batch under way counts down as its documents are indexed.
+        return await outbox.backlog(excluding=index_handler.indexed_in_flight())
+
+    async def indexed_total() -> int:
+        return index_handler.indexed_total
+
+    return IndexerService(
+        core.authorizer,
+        source,
+        reindex,
+        indexing.models,
+        indexing.vector,
+        backlog=backlog,
+        switch_progress=indexing.switch_progress,
+        indexed_total=indexed_total,
+    )
+
+
+def _start_maintenance(
+    settings: Settings,
+    core: EmbeddedCore,
+    indexing: Indexing,
+    reindex: OutboxReindexQueue,
+    clock: Callable[[], datetime],
+    stack: contextlib.AsyncExitStack,
+    jobs: JobFactory | None,
+) -> Maintenance:
+    """The maintenance worker over the local stores, stopped with `stack`."""
+    return start_maintenance(
+        settings,
+        MaintenanceDeps(
+            storage=core.storage,
+            repository=core.repository,
+            quota=core.quota,
+            reindex=reindex,
+            keyword=indexing.keyword,
+            vector=indexing.vector,
+            principal=MAINTENANCE,
+            clock=clock,
+            max_indexing_lag=timedelta(seconds=settings.backfill_max_indexing_lag_seconds),
+        ),
+        MaintenanceStores(
+            SqliteLeaseStore(core.database, clock=clock),
+            SqliteJobRunStore(core.database),
+            SqliteSpaceSettingsStore(core.database),
+            SqliteWatermarkStore(core.database),
+        ),
+        SqliteAuditLog(core.database),
+        stack,
+        jobs=jobs,
+    )
+
+
+def _start_background(
+    core: EmbeddedCore, indexing: Indexing, stack: contextlib.AsyncExitStack
+) -> None:
+    """Starts the outbox relay, the change feed's retention and any model switch under way;
+    each stops with `stack`."""
+    core.relay.start()
+    stack.push_async_callback(core.relay.stop)
+    retention = asyncio.create_task(core.feed.run_retention(), name="feed-retention")
+    stack.push_async_callback(cancel_and_wait, retention)
+    start_switch(indexing, stack)

@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from engram.app import registry
 from engram.app.adapters import (
+    authz_token_authenticator,
     connect_mongo,
     either_index_dependency,
     mongo_dependency,
@@ -113,9 +114,6 @@ class _OnMongo:
     database: MongoDatabase
     stack: contextlib.AsyncExitStack
 
-    async def tokens(self) -> TokenAuthenticator:
-        return await mongo_token_authenticator(self.components, self.database)
-
     async def serve(
         self,
         registration: ServiceRegistration,
@@ -131,6 +129,25 @@ class _OnMongo:
             rate_limit_store=rate_limit_store,
         )
         return await serve(server, self.stack)
+
+
+async def _process_tokens(process: _OnMongo) -> TokenAuthenticator:
+    """The token authenticator of a process on MongoDB (not AuthzService's: a function,
+    not a method of _OnMongo, so the settings reference sees who reads ENGRAM_AUTHZ_ADDR)."""
+    return await _tokens(process.settings, process.components, process.database, process.stack)
+
+
+async def _tokens(
+    settings: Settings,
+    components: Components,
+    database: MongoDatabase,
+    stack: contextlib.AsyncExitStack,
+) -> TokenAuthenticator:
+    """Personal tokens from AuthzService at ENGRAM_AUTHZ_ADDR (the chart's way: only
+    AuthzService reads its collection), else from this process's MongoDB."""
+    if settings.authz_addr:
+        return authz_token_authenticator(components, settings.authz_addr, stack)
+    return await mongo_token_authenticator(components, database)
 
 
 @contextlib.asynccontextmanager
@@ -237,7 +254,7 @@ async def storage_on_mongo(
         )
         yield await process.serve(
             registry.storage(built.storage),
-            authenticator or await process.tokens(),
+            authenticator or await _process_tokens(process),
             # Import and export rate limits, shared by the replicas.
             rate_limit_store=MongoRateLimitStore(process.database),
         )
@@ -254,7 +271,8 @@ async def quota_on_mongo(
         )
         quota = await _mongo_quota(process, repository)
         yield await process.serve(
-            registry.quota(quota, PolicyAuthorizer()), authenticator or await process.tokens()
+            registry.quota(quota, PolicyAuthorizer()),
+            authenticator or await _process_tokens(process),
         )
 
 
@@ -268,15 +286,16 @@ async def authz_on_mongo(
         audit = MongoAuditLog(process.database)
         await store.ensure_indexes()
         await audit.ensure_indexes()
-        tokens = token_authenticator(process.components.jwt, store)
+        # Named apart from _OnMongo.tokens: AuthzService reads the tokens it owns itself.
+        own_tokens = token_authenticator(process.components.jwt, store)
         authz = AuthzService(
-            tokens,
+            own_tokens,
             store,
             audit,
             PolicyAuthorizer(),
             allow_act_as=process.components.allow_act_as,
         )
-        yield await process.serve(registry.authz(authz), authenticator or tokens)
+        yield await process.serve(registry.authz(authz), authenticator or own_tokens)
 
 
 @dataclass
@@ -320,22 +339,9 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
         await cache.ensure_indexes()
         keyword = opensearch_index(required[OpenSearchNeeds].opensearch_url, settings)
         vector = vector_index(required.vector)
-        channel = open_channel(
-            storage_client.storage_addr,
-            components.channels,
-            interceptors=tracing_client_interceptors(),
-        )
-        stack.push_async_callback(channel.close)
+        source = _storage_source(storage_client, components, database, stack)
         progress = MongoIndexProgress(database)
         await progress.ensure_indexes()
-        catalog = RepositoryDocumentSource(
-            MongoDocumentRepository(database, retention=components.version_retention)
-        )
-        source = StorageClientDocumentSource(
-            channel,
-            storage_client.service_token.get_secret_value(),
-            catalog=catalog,
-        )
         indexing = await build_indexing(
             components,
             stack,
@@ -372,7 +378,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
         server = GrpcServer(
             settings,
             [registry.indexer(service)],
-            await mongo_token_authenticator(components, database),
+            await _tokens(settings, components, database, stack),
             dependencies,
         )
         await consumer.start()
@@ -388,6 +394,30 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
             },
         )
         yield ProductionIndexer(server, indexing, consumer, service)
+
+
+def _storage_source(
+    storage_client: StorageClientNeeds,
+    components: Components,
+    database: MongoDatabase,
+    stack: contextlib.AsyncExitStack,
+) -> StorageClientDocumentSource:
+    """Documents read from StorageService (as a service principal) over a channel that
+    closes with `stack`; the catalog of spaces read from MongoDB."""
+    channel = open_channel(
+        storage_client.storage_addr,
+        components.channels,
+        interceptors=tracing_client_interceptors(),
+    )
+    stack.push_async_callback(channel.close)
+    catalog = RepositoryDocumentSource(
+        MongoDocumentRepository(database, retention=components.version_retention)
+    )
+    return StorageClientDocumentSource(
+        channel,
+        storage_client.service_token.get_secret_value(),
+        catalog=catalog,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -421,7 +451,7 @@ async def search_on_backends(
         progress: MongoIndexProgress | None = None
         if authenticator is None:
             database = connect_mongo(required[MongoNeeds], settings, stack)
-            authenticator = await mongo_token_authenticator(components, database)
+            authenticator = await _tokens(settings, components, database, stack)
             dependencies.append(mongo_dependency(database))
             progress = MongoIndexProgress(database)
         elif settings.mongo_uri:
@@ -476,7 +506,7 @@ async def workspace_on_mongo(
             agents=agents,
         )
         yield await process.serve(
-            registry.workspace(workspace), authenticator or await process.tokens()
+            registry.workspace(workspace), authenticator or await _process_tokens(process)
         )
 
 
@@ -549,7 +579,7 @@ async def open_maintenance(
         server = GrpcServer(
             settings,
             [registry.maintenance(maintenance.service)],
-            authenticator or await process.tokens(),
+            authenticator or await _process_tokens(process),
             dependencies,
         )
         await serve(server, stack)

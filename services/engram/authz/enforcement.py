@@ -48,7 +48,10 @@ class PolicyAuthorizer:
         granted = decision.require()
         if not decision.as_named:
             check_space_tenant(principal, granted)
-        return AuthorizedSpace(space=granted, audit_action=decision.audit_action)
+        attributed = principal.tenant if granted.is_global and action.mutates else ""
+        return AuthorizedSpace(
+            space=granted, audit_action=decision.audit_action, attributed_tenant=attributed
+        )
 
     async def permits(self, principal: Principal, action: Action, target: Target) -> bool:
         allowed = permits(principal, action, target)

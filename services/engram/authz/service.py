@@ -94,22 +94,7 @@ class AuthzService:
         description: str,
         tenant: str,
     ) -> CreatedToken:
-        if not (principal.platform_admin or principal.role >= Role.ADMIN):
-            raise PermissionDenied(
-                "creating tokens needs a tenant admin", rule="admin_role_required"
-            )
-        if principal.service and not principal.platform_admin:
-            raise PermissionDenied(
-                "service principals cannot create tokens", rule="admin_role_required"
-            )
-        owner = tenant or principal.tenant
-        if owner != principal.tenant and not principal.platform_admin:
-            raise PermissionDenied(
-                "you can only create tokens for your own tenant", rule="tenant_mismatch"
-            )
-        validate_field("tenant", owner, required=True)
-        if owner == RESERVED_TENANT:
-            raise InvalidArgument(f"tenant {RESERVED_TENANT!r} is reserved", field="tenant")
+        owner = _token_tenant(principal, tenant)
         subject = user or principal.subject
         validate_field("user", subject, required=True)
         # A token for another user lets its holder act as that user, including reading the
@@ -127,21 +112,7 @@ class AuthzService:
                 f"a token cannot carry more than your own role ({principal.role.name.lower()})",
                 rule="role_above_caller",
             )
-        if ttl_seconds < 0:
-            raise InvalidArgument(
-                "ttl_seconds must be 0 (90 days) or positive", field="ttl_seconds"
-            )
-        # Compared as a number first: timedelta overflows long before int64 does.
-        if ttl_seconds > MAX_TOKEN_TTL.total_seconds():
-            raise InvalidArgument(
-                f"ttl_seconds may be at most {int(MAX_TOKEN_TTL.total_seconds())}",
-                field="ttl_seconds",
-            )
-        ttl = timedelta(seconds=ttl_seconds) if ttl_seconds else DEFAULT_TOKEN_TTL
-        if len(description) > MAX_DESCRIPTION:
-            raise InvalidArgument(
-                f"description may be at most {MAX_DESCRIPTION} characters", field="description"
-            )
+        ttl = _token_ttl(ttl_seconds, description)
         now = self._clock()
         token, token_id = new_personal_token()
         await self._tokens.insert(
@@ -238,3 +209,39 @@ class AuthzService:
         if not record.action:
             raise InvalidArgument("event.action is required", field="event.action")
         return await self._audit.append(record, at=self._clock())
+
+
+def _token_tenant(principal: Principal, tenant: str) -> str:
+    """The tenant a new token is for, once `principal` may create it there."""
+    if not (principal.platform_admin or principal.role >= Role.ADMIN):
+        raise PermissionDenied("creating tokens needs a tenant admin", rule="admin_role_required")
+    if principal.service and not principal.platform_admin:
+        raise PermissionDenied(
+            "service principals cannot create tokens", rule="admin_role_required"
+        )
+    owner = tenant or principal.tenant
+    if owner != principal.tenant and not principal.platform_admin:
+        raise PermissionDenied(
+            "you can only create tokens for your own tenant", rule="tenant_mismatch"
+        )
+    validate_field("tenant", owner, required=True)
+    if owner == RESERVED_TENANT:
+        raise InvalidArgument(f"tenant {RESERVED_TENANT!r} is reserved", field="tenant")
+    return owner
+
+
+def _token_ttl(ttl_seconds: int, description: str) -> timedelta:
+    """A new token's lifetime (0: the default), once it and the description are in bounds."""
+    if ttl_seconds < 0:
+        raise InvalidArgument("ttl_seconds must be 0 (90 days) or positive", field="ttl_seconds")
+    # Compared as a number first: timedelta overflows long before int64 does.
+    if ttl_seconds > MAX_TOKEN_TTL.total_seconds():
+        raise InvalidArgument(
+            f"ttl_seconds may be at most {int(MAX_TOKEN_TTL.total_seconds())}",
+            field="ttl_seconds",
+        )
+    if len(description) > MAX_DESCRIPTION:
+        raise InvalidArgument(
+            f"description may be at most {MAX_DESCRIPTION} characters", field="description"
+        )
+    return timedelta(seconds=ttl_seconds) if ttl_seconds else DEFAULT_TOKEN_TTL

@@ -308,17 +308,56 @@ def principal_from_claims(claims: dict[str, Any], mapping: ClaimMapping | None =
     )
 
 
+class PersonalTokens(Protocol):
+    """Where personal access tokens are looked up: the token store (in AuthzService, and in
+    `engram dev`'s one process) or AuthzService over gRPC (every other service)."""
+
+    async def principal(self, token: str, digest: str) -> tuple[Principal, float]:
+        """The token's principal and the Unix time it stops being valid; Unauthenticated
+        for an unknown, revoked or expired token."""
+        ...
+
+
+class StoredPersonalTokens:
+    """Personal tokens checked against their hashes in the token store."""
+
+    def __init__(self, store: TokenStore) -> None:
+        self._store = store
+
+    async def principal(self, token: str, digest: str) -> tuple[Principal, float]:
+        token_id = parse_personal_token(token)
+        stored = await self._store.get(token_id)
+        if stored is None or not hmac.compare_digest(stored.token_hash, digest):
+            raise Unauthenticated("unknown personal access token")
+        if stored.revoked_at is not None:
+            raise Unauthenticated("personal access token has been revoked")
+        if stored.expires_at <= datetime.now(UTC):
+            raise Unauthenticated("personal access token has expired")
+        principal = Principal(
+            subject=stored.user, tenant=stored.tenant, role=stored.role, token_id=stored.token_id
+        )
+        return principal, stored.expires_at.timestamp()
+
+
 class TokenAuthenticator:
     """Resolves `authorization: Bearer <token>` to a principal, with a short-lived cache.
 
-    A revoked personal token stops working within `cache_seconds`.
+    A revoked personal token stops working within `cache_seconds`. Personal tokens come
+    from `store`, or from `personal` when given (AuthzService over gRPC).
     """
 
     def __init__(
-        self, verifier: JwtVerifier, store: TokenStore | None, *, cache_seconds: float = 30.0
+        self,
+        verifier: JwtVerifier,
+        store: TokenStore | None,
+        *,
+        cache_seconds: float = 30.0,
+        personal: PersonalTokens | None = None,
     ) -> None:
         self._verifier = verifier
-        self._store = store
+        self._personal_tokens = personal or (
+            StoredPersonalTokens(store) if store is not None else None
+        )
         self._cache: TtlCache[str, tuple[Principal, float]] = TtlCache(
             ttl=cache_seconds, size=10_000
         )
@@ -332,7 +371,9 @@ class TokenAuthenticator:
         if cached is not None and cached[1] > time.time():
             return cached[0]
         if token.startswith(PAT_PREFIX):
-            principal, expires = await self._personal(token, digest)
+            if self._personal_tokens is None:
+                raise Unauthenticated("personal access tokens are not enabled on this server")
+            principal, expires = await self._personal_tokens.principal(token, digest)
         elif self._verifier.configured:
             principal = await self._verifier.verify_async(token)
             expires = float(jwt.decode(token, options={"verify_signature": False})["exp"])
@@ -340,22 +381,6 @@ class TokenAuthenticator:
             raise Unauthenticated("this server accepts only personal access tokens (egm_...)")
         self._cache.put(digest, (principal, expires))
         return principal
-
-    async def _personal(self, token: str, digest: str) -> tuple[Principal, float]:
-        token_id = parse_personal_token(token)
-        if self._store is None:
-            raise Unauthenticated("personal access tokens are not enabled on this server")
-        stored = await self._store.get(token_id)
-        if stored is None or not hmac.compare_digest(stored.token_hash, digest):
-            raise Unauthenticated("unknown personal access token")
-        if stored.revoked_at is not None:
-            raise Unauthenticated("personal access token has been revoked")
-        if stored.expires_at <= datetime.now(UTC):
-            raise Unauthenticated("personal access token has expired")
-        principal = Principal(
-            subject=stored.user, tenant=stored.tenant, role=stored.role, token_id=stored.token_id
-        )
-        return principal, stored.expires_at.timestamp()
 
     def forget(self, token_id: str) -> None:
         """Drops cached principals after a revocation made in this process."""

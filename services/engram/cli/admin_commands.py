@@ -1,5 +1,5 @@
 """Client commands for identity and quotas: token create|list|revoke, quota
-show|set|reconcile, audit."""
+show|set|reconcile|org-set|org-join, audit."""
 
 from datetime import UTC, datetime
 from itertools import islice
@@ -24,7 +24,7 @@ from engram.cli.client import (
     typer_app,
 )
 
-ROLES = ("viewer", "config_editor", "member", "admin")
+ROLES = ("viewer", "config_editor", "member", "admin", "org_admin")
 
 
 def record(value: Any, fields: tuple[str, ...]) -> dict[str, Any]:
@@ -150,7 +150,7 @@ def quota_show(
     token: TokenOption = "",
     as_json: JsonOption = False,
 ) -> None:
-    """Show a tenant's usage and limit."""
+    """Show a tenant's usage and limit, its org's, and its effective limit."""
     from rich.table import Table
 
     with engram_client(addr, token) as client:
@@ -163,16 +163,42 @@ def quota_show(
                 "used_bytes": usage.tenant_used_bytes,
                 "quota_bytes": usage.tenant_quota_bytes,
                 "source": source,
+                "effective_quota_bytes": usage.tenant_effective_quota_bytes,
+                "org": usage.org,
+                "org_used_bytes": usage.org_used_bytes,
+                "org_quota_bytes": usage.org_quota_bytes,
+                "global_attributed_bytes": usage.global_attributed_bytes,
             }
         )
         return
-    table = Table("tenant", "used", "limit", "source")
+    table = Table("counter", "used", "limit", "source")
     table.add_row(
         usage.tenant,
         format_size(usage.tenant_used_bytes),
         format_size(usage.tenant_quota_bytes),
         source,
     )
+    if usage.org:
+        ceiling = usage.org_quota_bytes
+        table.add_row(
+            f"org {usage.org}",
+            format_size(usage.org_used_bytes),
+            "none" if ceiling is None else format_size(ceiling),
+            "org ceiling",
+        )
+    table.add_row(
+        "effective",
+        format_size(usage.tenant_used_bytes),
+        format_size(usage.tenant_effective_quota_bytes),
+        "lesser of the two" if usage.org_quota_bytes is not None else source,
+    )
+    if usage.global_attributed_bytes:
+        table.add_row(
+            "global (attributed)",
+            format_size(usage.global_attributed_bytes),
+            "instance total",
+            "not counted above",
+        )
     console.print(table)
 
 
@@ -197,6 +223,53 @@ def quota_set(
         emit({"tenant": tenant, "quota_bytes": quota_bytes})
         return
     console.print(f"quota of {tenant} set to {format_size(quota_bytes)}", highlight=False)
+
+
+@quota_app.command("org-set")
+def quota_org_set(
+    size: Annotated[
+        str, typer.Argument(help="Ceiling: bytes, or 500MB, 512MiB, 2GB, 2GiB ... (0 = no growth).")
+    ],
+    org: Annotated[str, typer.Option("--org", help="Default: your team's org.")] = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    token: TokenOption = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Set an org's ceiling (org admins of its teams, platform admins)."""
+    try:
+        quota_bytes = parse_size(size)
+    except ValueError as error:
+        fail(str(error))
+    with engram_client(addr, token) as client:
+        call(lambda: client.set_org_quota(quota_bytes, org=org))
+        named = org or call(lambda: client.quota_usage()).org
+    if as_json:
+        emit({"org": named, "quota_bytes": quota_bytes})
+        return
+    console.print(f"ceiling of org {named} set to {format_size(quota_bytes)}", highlight=False)
+
+
+@quota_app.command("org-join")
+def quota_org_join(
+    tenant: Annotated[str, typer.Argument(help="The tenant (team).")],
+    org: Annotated[str, typer.Argument(help="The org; '' takes the tenant out of its org.")],
+    addr: AddrOption = "127.0.0.1:50051",
+    token: TokenOption = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Put a tenant in an org, bound by its ceiling (platform admins)."""
+    with engram_client(addr, token) as client:
+        joined = call(lambda: client.set_tenant_org(tenant, org))
+    if as_json:
+        emit(jsonable(joined))
+        return
+    if not org:
+        console.print(f"{tenant} is in no org", highlight=False)
+        return
+    console.print(
+        f"{tenant} is in org {org} (its teams use {format_size(joined.org_used_bytes)})",
+        highlight=False,
+    )
 
 
 @quota_app.command("reconcile")

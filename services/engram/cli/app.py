@@ -64,76 +64,90 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
+# The global options (before the command).
+_AddrGlobal = Annotated[
+    str,
+    typer.Option("--addr", envvar="ENGRAM_ADDR", help="host:port of the engram server."),
+]
+_TokenGlobal = Annotated[
+    str,
+    typer.Option(
+        "--token",
+        envvar="ENGRAM_TOKEN",
+        help="Bearer token (JWT or egm_...).",
+        show_default=False,
+    ),
+]
+_VisibilityGlobal = Annotated[
+    str,
+    typer.Option("--visibility", "-v", envvar="ENGRAM_VISIBILITY", help="|".join(VISIBILITIES)),
+]
+_NameGlobal = Annotated[
+    str, typer.Option("--name", "-n", envvar="ENGRAM_SPACE", help="Space name.")
+]
+_ProjectGlobal = Annotated[
+    str, typer.Option("--project", envvar="ENGRAM_PROJECT", help="Project qualifier.")
+]
+_BotGlobal = Annotated[str, typer.Option("--bot", envvar="ENGRAM_BOT", help="Bot qualifier.")]
+_UserGlobal = Annotated[
+    str, typer.Option("--user", envvar="ENGRAM_USER", help="User qualifier (user spaces).")
+]
+_TenantGlobal = Annotated[
+    str, typer.Option("--tenant", envvar="ENGRAM_TENANT", help="Tenant (default: yours).")
+]
+_AsJsonGlobal = Annotated[
+    bool, typer.Option("--json", help="Every command prints JSON instead of text.")
+]
+_TlsGlobal = Annotated[
+    bool,
+    typer.Option("--tls", envvar="ENGRAM_TLS", help="Talk TLS to the server."),
+]
+_CaGlobal = Annotated[
+    Path | None,
+    typer.Option(
+        "--ca", envvar="ENGRAM_TLS_CA_FILE", help="CA certificate to trust (implies --tls)."
+    ),
+]
+_CertGlobal = Annotated[
+    Path | None,
+    typer.Option("--cert", envvar="ENGRAM_TLS_CLIENT_CERT_FILE", help="Client certificate (mTLS)."),
+]
+_KeyGlobal = Annotated[
+    Path | None,
+    typer.Option("--key", envvar="ENGRAM_TLS_CLIENT_KEY_FILE", help="Client key (mTLS)."),
+]
+_ServerNameGlobal = Annotated[
+    str | None,
+    typer.Option(
+        "--tls-server-name",
+        envvar="ENGRAM_TLS_SERVER_NAME",
+        help="Name to check in the server's certificate.",
+    ),
+]
+_VersionGlobal = Annotated[
+    bool,
+    typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version."),
+]
+
+
 @app.callback()
 def main_options(
     ctx: typer.Context,
-    addr: Annotated[
-        str,
-        typer.Option("--addr", envvar="ENGRAM_ADDR", help="host:port of the engram server."),
-    ] = DEFAULT_ADDR,
-    token: Annotated[
-        str,
-        typer.Option(
-            "--token",
-            envvar="ENGRAM_TOKEN",
-            help="Bearer token (JWT or egm_...).",
-            show_default=False,
-        ),
-    ] = "",
-    visibility: Annotated[
-        str,
-        typer.Option("--visibility", "-v", envvar="ENGRAM_VISIBILITY", help="|".join(VISIBILITIES)),
-    ] = "private",
-    name: Annotated[
-        str, typer.Option("--name", "-n", envvar="ENGRAM_SPACE", help="Space name.")
-    ] = "default",
-    project: Annotated[
-        str, typer.Option("--project", envvar="ENGRAM_PROJECT", help="Project qualifier.")
-    ] = "",
-    bot: Annotated[str, typer.Option("--bot", envvar="ENGRAM_BOT", help="Bot qualifier.")] = "",
-    user: Annotated[
-        str, typer.Option("--user", envvar="ENGRAM_USER", help="User qualifier (user spaces).")
-    ] = "",
-    tenant: Annotated[
-        str, typer.Option("--tenant", envvar="ENGRAM_TENANT", help="Tenant (default: yours).")
-    ] = "",
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Every command prints JSON instead of text.")
-    ] = False,
-    tls: Annotated[
-        bool,
-        typer.Option("--tls", envvar="ENGRAM_TLS", help="Talk TLS to the server."),
-    ] = False,
-    ca: Annotated[
-        Path | None,
-        typer.Option(
-            "--ca", envvar="ENGRAM_TLS_CA_FILE", help="CA certificate to trust (implies --tls)."
-        ),
-    ] = None,
-    cert: Annotated[
-        Path | None,
-        typer.Option(
-            "--cert", envvar="ENGRAM_TLS_CLIENT_CERT_FILE", help="Client certificate (mTLS)."
-        ),
-    ] = None,
-    key: Annotated[
-        Path | None,
-        typer.Option("--key", envvar="ENGRAM_TLS_CLIENT_KEY_FILE", help="Client key (mTLS)."),
-    ] = None,
-    server_name: Annotated[
-        str | None,
-        typer.Option(
-            "--tls-server-name",
-            envvar="ENGRAM_TLS_SERVER_NAME",
-            help="Name to check in the server's certificate.",
-        ),
-    ] = None,
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", callback=_print_version, is_eager=True, help="Print the version."
-        ),
-    ] = False,
+    addr: _AddrGlobal = DEFAULT_ADDR,
+    token: _TokenGlobal = "",
+    visibility: _VisibilityGlobal = "private",
+    name: _NameGlobal = "default",
+    project: _ProjectGlobal = "",
+    bot: _BotGlobal = "",
+    user: _UserGlobal = "",
+    tenant: _TenantGlobal = "",
+    as_json: _AsJsonGlobal = False,
+    tls: _TlsGlobal = False,
+    ca: _CaGlobal = None,
+    cert: _CertGlobal = None,
+    key: _KeyGlobal = None,
+    server_name: _ServerNameGlobal = None,
+    version: _VersionGlobal = False,
 ) -> None:
     """Memory and knowledge spaces for AI agents.
 

@@ -7,11 +7,13 @@ inside the functions that need them, so `engram --help` never loads them
 (tests/unit/test_cli_imports.py guards it).
 """
 
+import functools
+import inspect
 import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -139,6 +141,74 @@ class SpaceFlags:
         qualifiers = [q for q in (self.project, self.bot, self.user) if q]
         text = f"{self.visibility}:" + "/".join([*qualifiers, self.name])
         return f"{text}@{self.tenant}" if self.tenant else text
+
+
+# The options every space command takes, in their order in its help; `with_where` puts them
+# in place of a command's `where: Where` parameter and hands it the Where they make.
+_WHERE_OPTIONS = (
+    ("visibility", VisibilityOption, "private"),
+    ("name", NameOption, "default"),
+    ("project", ProjectOption, ""),
+    ("bot", BotOption, ""),
+    ("user", UserOption, ""),
+    ("tenant", TenantOption, ""),
+    ("addr", AddrOption, DEFAULT_ADDR),
+    ("token", TokenOption, ""),
+)
+
+
+@dataclass(frozen=True)
+class Where:
+    """The space a command addresses and the server it calls: the shared --visibility,
+    --name, --project, --bot, --user, --tenant, --addr and --token options."""
+
+    visibility: str = "private"
+    name: str = "default"
+    project: str = ""
+    bot: str = ""
+    user: str = ""
+    tenant: str = ""
+    addr: str = DEFAULT_ADDR
+    token: str = ""
+
+    @property
+    def flags(self) -> SpaceFlags:
+        """The space (a bot or project space without --project takes the directory's key)."""
+        return SpaceFlags(
+            self.visibility, self.name, self.project, self.bot, self.user, self.tenant
+        )
+
+    def client(self, space: "Space | None" = None) -> "AbstractContextManager[Client]":
+        """The blocking client for the server, addressing `space` (default: its own)."""
+        return engram_client(self.addr, self.token, space or self.flags.to_space())
+
+
+# What a command's `where` parameter defaults to; `with_where` always passes one.
+EVERYWHERE_DEFAULT = Where()
+
+
+def with_where(command: Callable[..., T]) -> Callable[..., T]:
+    """`command` with the shared space and connection options where its `where: Where`
+    parameter stands (so its help lists them there), called with the Where they make."""
+    signature = inspect.signature(command)
+    names = [name for name, _, _ in _WHERE_OPTIONS]
+    shared = [
+        inspect.Parameter(
+            name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=kind
+        )
+        for name, kind, default in _WHERE_OPTIONS
+    ]
+    parameters: list[inspect.Parameter] = []
+    for parameter in signature.parameters.values():
+        parameters.extend(shared if parameter.name == "where" else [parameter])
+
+    @functools.wraps(command)
+    def run(*args: Any, **options: Any) -> T:
+        where = Where(*(options.pop(name) for name in names))
+        return command(*args, where=where, **options)
+
+    run.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    return run
 
 
 def space_label(space_id: str) -> str:

@@ -17,7 +17,6 @@ import stat
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -25,21 +24,15 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from engram.cli.client import (
-    AddrOption,
-    BotOption,
-    NameOption,
-    ProjectOption,
+    EVERYWHERE_DEFAULT,
     SpaceFlags,
-    TenantOption,
-    TokenOption,
-    UserOption,
-    VisibilityOption,
+    Where,
     call,
     console,
-    engram_client,
     err_console,
     explain_error,
     fail,
+    with_where,
 )
 
 if TYPE_CHECKING:
@@ -509,6 +502,9 @@ def _contention(error: BaseException) -> bool:
 def in_parallel(function: Callable[[str], R], paths: list[str]) -> Iterator[tuple[str, R]]:
     """(path, function(path)) in order, PARALLEL_CALLS calls at a time, a bounded batch
     ahead (a batch of documents is all that is held)."""
+    # Imported here: concurrent.futures loads logging, which `--help` need not pay for.
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(PARALLEL_CALLS) as pool:
         for start in range(0, len(paths), PARALLEL_BATCH):
             batch = paths[start : start + PARALLEL_BATCH]
@@ -760,97 +756,80 @@ def synced_state(ctx: typer.Context, directory: Path, flags: SpaceFlags) -> Sync
     return previous or SyncState(space)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def pull(
-        ctx: typer.Context,
-        directory: Annotated[
-            Path, typer.Argument(metavar="DIR", help="Directory to write the space into.")
-        ],
-        force: Annotated[
-            bool,
-            typer.Option("--force", help="Replace local edits and files in the way."),
-        ] = False,
-        as_json: JsonOption = False,
-        visibility: VisibilityOption = "private",
-        name: NameOption = "default",
-        project: ProjectOption = "",
-        bot: BotOption = "",
-        user: UserOption = "",
-        tenant: TenantOption = "",
-        addr: AddrOption = "127.0.0.1:50051",
-        token: TokenOption = "",
-    ) -> None:
-        """Write a space's documents into DIR as files; a local edit is never overwritten.
+@with_where
+def pull(
+    ctx: typer.Context,
+    directory: Annotated[
+        Path, typer.Argument(metavar="DIR", help="Directory to write the space into.")
+    ],
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Replace local edits and files in the way."),
+    ] = False,
+    as_json: JsonOption = False,
+    where: Where = EVERYWHERE_DEFAULT,
+) -> None:
+    """Write a space's documents into DIR as files; a local edit is never overwritten.
 
-        Etags go to DIR/.engram-state.json with the space: later pulls and pushes of DIR
-        need no space options. Exit 1 when something was not written (conflict, skipped).
-        """
-        if directory.exists() and not directory.is_dir():
-            fail(f"{directory} is not a directory")
-        directory.mkdir(parents=True, exist_ok=True)
-        directory = directory.resolve()
-        state = synced_state(
-            ctx, directory, SpaceFlags(visibility, name, project, bot, user, tenant)
-        )
-        space = state.space
-        report = Report("pull", directory, space)
-        with engram_client(addr, token, space.to_space()) as client:
-            remote = Remote(client)
-            try:
-                pull_into(remote, directory, state, report, force=force)
-            finally:
+    Etags go to DIR/.engram-state.json with the space: later pulls and pushes of DIR
+    need no space options. Exit 1 when something was not written (conflict, skipped).
+    """
+    if directory.exists() and not directory.is_dir():
+        fail(f"{directory} is not a directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    directory = directory.resolve()
+    state = synced_state(ctx, directory, where.flags)
+    space = state.space
+    report = Report("pull", directory, space)
+    with where.client(space.to_space()) as client:
+        remote = Remote(client)
+        try:
+            pull_into(remote, directory, state, report, force=force)
+        finally:
+            save_state(directory, state)
+    print_report(report, as_json)
+
+
+@with_where
+def push(
+    ctx: typer.Context,
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="Directory to write back from.")],
+    delete: Annotated[
+        bool,
+        typer.Option("--delete", help="Delete from the space what was deleted here."),
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Overwrite (or delete) despite changes in the space."),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Report what would be written; write nothing.")
+    ] = False,
+    as_json: JsonOption = False,
+    where: Where = EVERYWHERE_DEFAULT,
+) -> None:
+    """Write DIR's changed and new files back to the space, each only if the space
+    has not changed it since the last pull; report what was deleted here.
+
+    The space is the one DIR was pulled from (space options naming another are
+    refused). Exit 1 when some file did not go in (conflict, refused, unsupported).
+    """
+    if not directory.is_dir():
+        fail(f"no such directory: {directory}")
+    directory = directory.resolve()
+    state = synced_state(ctx, directory, where.flags)
+    space = state.space
+    report = Report("push", directory, space)
+    with where.client(space.to_space()) as client:
+        remote = Remote(client)
+        try:
+            push_from(remote, directory, state, report, delete=delete, force=force, dry_run=dry_run)
+        finally:
+            if not dry_run:
                 save_state(directory, state)
-        print_report(report, as_json)
+    print_report(report, as_json)
 
-    @app.command()
-    def push(
-        ctx: typer.Context,
-        directory: Annotated[
-            Path, typer.Argument(metavar="DIR", help="Directory to write back from.")
-        ],
-        delete: Annotated[
-            bool,
-            typer.Option("--delete", help="Delete from the space what was deleted here."),
-        ] = False,
-        force: Annotated[
-            bool,
-            typer.Option("--force", help="Overwrite (or delete) despite changes in the space."),
-        ] = False,
-        dry_run: Annotated[
-            bool, typer.Option("--dry-run", help="Report what would be written; write nothing.")
-        ] = False,
-        as_json: JsonOption = False,
-        visibility: VisibilityOption = "private",
-        name: NameOption = "default",
-        project: ProjectOption = "",
-        bot: BotOption = "",
-        user: UserOption = "",
-        tenant: TenantOption = "",
-        addr: AddrOption = "127.0.0.1:50051",
-        token: TokenOption = "",
-    ) -> None:
-        """Write DIR's changed and new files back to the space, each only if the space
-        has not changed it since the last pull; report what was deleted here.
 
-        The space is the one DIR was pulled from (space options naming another are
-        refused). Exit 1 when some file did not go in (conflict, refused, unsupported).
-        """
-        if not directory.is_dir():
-            fail(f"no such directory: {directory}")
-        directory = directory.resolve()
-        state = synced_state(
-            ctx, directory, SpaceFlags(visibility, name, project, bot, user, tenant)
-        )
-        space = state.space
-        report = Report("push", directory, space)
-        with engram_client(addr, token, space.to_space()) as client:
-            remote = Remote(client)
-            try:
-                push_from(
-                    remote, directory, state, report, delete=delete, force=force, dry_run=dry_run
-                )
-            finally:
-                if not dry_run:
-                    save_state(directory, state)
-        print_report(report, as_json)
+def register(app: typer.Typer) -> None:
+    app.command()(pull)
+    app.command()(push)

@@ -6,16 +6,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from engram.cli.client import (
+    EVERYWHERE_DEFAULT,
     AddrOption,
     BotOption,
     JsonOption,
-    NameOption,
     ProjectOption,
-    SpaceFlags,
     TenantOption,
     TokenOption,
     UserOption,
     VisibilityOption,
+    Where,
     call,
     console,
     emit,
@@ -23,6 +23,7 @@ from engram.cli.client import (
     fail,
     jsonable,
     typer_app,
+    with_where,
 )
 from engram.cli.indexer_commands import space_refs
 
@@ -132,21 +133,15 @@ def list_runs(
 
 
 @jobs.command("run")
+@with_where
 def run_job(
     job: Annotated[str, typer.Argument(help="The job, e.g. dream or staleness_report.")],
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Run one job on one space now (tenant admin) and print what it did."""
-    space = SpaceFlags(visibility, name, project, bot, user, tenant).to_space()
-    with engram_client(addr, token, space) as client:
+    space = where.flags.to_space()
+    with where.client(space) as client:
         run = call(lambda: client.run_job(job))
     if as_json:
         emit(run_record(run))
@@ -157,6 +152,7 @@ def run_job(
 
 
 @jobs.command("settings")
+@with_where
 def settings(
     dream: Annotated[
         bool | None,
@@ -184,20 +180,13 @@ def settings(
             "--stale-after-days", help="Reported stale after (0 = 90).", show_default=False
         ),
     ] = None,
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Show a space's maintenance settings; with any option, change them (tenant admin)."""
     import dataclasses
 
-    space = SpaceFlags(visibility, name, project, bot, user, tenant).to_space()
+    space = where.flags.to_space()
     if log_retention is not None and log_retention not in RETENTIONS:
         fail(f"--log-retention must be one of {', '.join(RETENTIONS)}")
     asked = {
@@ -208,7 +197,7 @@ def settings(
         "stale_after_days": stale_after_days,
     }
     changes: dict[str, Any] = {field: value for field, value in asked.items() if value is not None}
-    with engram_client(addr, token, space) as client:
+    with where.client(space) as client:
         current = call(client.get_space_maintenance)
         if changes:
             wanted = dataclasses.replace(current, **changes)

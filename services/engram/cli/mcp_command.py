@@ -1,6 +1,7 @@
 """`engram mcp`: serve the memory tools to an MCP host (stdio) or over streamable HTTP."""
 
-from typing import Annotated
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit
 
 import typer
@@ -20,6 +21,9 @@ from engram.cli.client import (
     tls_flags,
 )
 from engram.domain.errors import EngramError
+
+if TYPE_CHECKING:
+    from engram.client import Space
 
 TRANSPORTS = ("stdio", "http")
 MAX_READ_WAIT_MS = 60_000
@@ -47,73 +51,83 @@ def _check_hosting(transport: str, token: str, issuer: str, resource_url: str) -
         fail("--resource-url must be an http(s) URL")
 
 
+TransportOption = Annotated[
+    str, typer.Option("--transport", "-t", help="stdio (for an MCP host) or http.")
+]
+HostOption = Annotated[str, typer.Option("--host", help="HTTP bind address (loopback by default).")]
+PortOption = Annotated[int, typer.Option("--port", help="HTTP port.")]
+TimeZoneOption = Annotated[
+    str,
+    typer.Option(
+        "--time-zone",
+        "--tz",
+        envvar="ENGRAM_TIME_ZONE",
+        help="IANA zone of daily logs (UTC).",
+    ),
+]
+SessionOption = Annotated[
+    str,
+    typer.Option(
+        "--session",
+        help="Daily-log entries go to daily/YYYY-MM-DD-<session>.md (this surface's).",
+    ),
+]
+HostedOption = Annotated[
+    bool,
+    typer.Option(
+        "--hosted",
+        help="HTTP for many agents: each request carries its own bearer token and "
+        "names its space in the path (/mcp/<visibility>/<name>); no --token.",
+    ),
+]
+IssuerOption = Annotated[
+    str,
+    typer.Option(
+        "--issuer",
+        envvar="ENGRAM_MCP_ISSUER",
+        help="Hosted: URL of the authorization server issuing the callers' tokens "
+        "(named in the RFC 9728 metadata).",
+    ),
+]
+ResourceUrlOption = Annotated[
+    str,
+    typer.Option(
+        "--resource-url",
+        envvar="ENGRAM_MCP_RESOURCE_URL",
+        help="Hosted: this endpoint's public URL (default http://<host>:<port>/mcp).",
+    ),
+]
+AuthzAddrOption = Annotated[
+    str,
+    typer.Option(
+        "--authz-addr",
+        envvar="ENGRAM_AUTHZ_ADDR",
+        help="Hosted: AuthzService, which verifies the callers' tokens (default --addr).",
+    ),
+]
+ReadWaitOption = Annotated[
+    int,
+    typer.Option(
+        "--read-wait-ms",
+        help="memory_search waits at most this long for the session's own writes to "
+        "be indexed (0: no wait).",
+    ),
+]
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def mcp(
-        transport: Annotated[
-            str, typer.Option("--transport", "-t", help="stdio (for an MCP host) or http.")
-        ] = "stdio",
-        host: Annotated[
-            str, typer.Option("--host", help="HTTP bind address (loopback by default).")
-        ] = "127.0.0.1",
-        port: Annotated[int, typer.Option("--port", help="HTTP port.")] = 8765,
-        time_zone: Annotated[
-            str,
-            typer.Option(
-                "--time-zone",
-                "--tz",
-                envvar="ENGRAM_TIME_ZONE",
-                help="IANA zone of daily logs (UTC).",
-            ),
-        ] = "",
-        session: Annotated[
-            str,
-            typer.Option(
-                "--session",
-                help="Daily-log entries go to daily/YYYY-MM-DD-<session>.md (this surface's).",
-            ),
-        ] = "",
-        hosted: Annotated[
-            bool,
-            typer.Option(
-                "--hosted",
-                help="HTTP for many agents: each request carries its own bearer token and "
-                "names its space in the path (/mcp/<visibility>/<name>); no --token.",
-            ),
-        ] = False,
-        issuer: Annotated[
-            str,
-            typer.Option(
-                "--issuer",
-                envvar="ENGRAM_MCP_ISSUER",
-                help="Hosted: URL of the authorization server issuing the callers' tokens "
-                "(named in the RFC 9728 metadata).",
-            ),
-        ] = "",
-        resource_url: Annotated[
-            str,
-            typer.Option(
-                "--resource-url",
-                envvar="ENGRAM_MCP_RESOURCE_URL",
-                help="Hosted: this endpoint's public URL (default http://<host>:<port>/mcp).",
-            ),
-        ] = "",
-        authz_addr: Annotated[
-            str,
-            typer.Option(
-                "--authz-addr",
-                envvar="ENGRAM_AUTHZ_ADDR",
-                help="Hosted: AuthzService, which verifies the callers' tokens (default --addr).",
-            ),
-        ] = "",
-        read_wait_ms: Annotated[
-            int,
-            typer.Option(
-                "--read-wait-ms",
-                help="memory_search waits at most this long for the session's own writes to "
-                "be indexed (0: no wait).",
-            ),
-        ] = 5000,
+        transport: TransportOption = "stdio",
+        host: HostOption = "127.0.0.1",
+        port: PortOption = 8765,
+        time_zone: TimeZoneOption = "",
+        session: SessionOption = "",
+        hosted: HostedOption = False,
+        issuer: IssuerOption = "",
+        resource_url: ResourceUrlOption = "",
+        authz_addr: AuthzAddrOption = "",
+        read_wait_ms: ReadWaitOption = 5000,
         visibility: VisibilityOption = "private",
         name: NameOption = "default",
         project: ProjectOption = "",
@@ -127,8 +141,9 @@ def register(app: typer.Typer) -> None:
         space (the agent's workspace), calling the engram server at --addr."""
         import asyncio
 
-        from engram.agent_mcp import HTTP_PATH, Hosting, serve
-        from engram.client import EngramClient, Space
+        import uvloop
+
+        from engram.client import Space
         from engram.domain import workspace as rules
 
         if transport not in TRANSPORTS:
@@ -145,38 +160,67 @@ def register(app: typer.Typer) -> None:
             fail(f"{_option(error)}{error.message}")
         if hosted:
             _check_hosting(transport, token, issuer, resource_url)
-
-        async def main() -> None:
-            # The global --tls/--ca/--cert/--key flags (ENGRAM_TLS_*) reach the server too.
-            tls = tls_flags() or False
-            async with (
-                EngramClient(addr, token=token, space=space, tls=tls) as client,
-                EngramClient(authz_addr or addr, tls=tls) as authz,
-            ):
-                if transport == "http":
-                    err_console.print(
-                        f"engram mcp: streamable HTTP on http://{host}:{port}{HTTP_PATH} "
-                        + (
-                            f"(engram at {addr}, each request's own token and space)"
-                            if hosted
-                            else f"(engram at {addr}, space {visibility}/{name})"
-                        ),
-                        highlight=False,
-                    )
-                await serve(
-                    client,
-                    transport="http" if transport == "http" else "stdio",
-                    host=host,
-                    port=port,
-                    time_zone=time_zone,
-                    session=session,
-                    hosting=Hosting(authz, issuer, resource_url) if hosted else None,
-                    read_wait_ms=read_wait_ms,
-                )
-
+        served = _Served(transport, host, port, time_zone, session, read_wait_ms)
+        hosting = (issuer, resource_url) if hosted else None
         try:
-            asyncio.run(main())
+            # Over HTTP the loop carries every agent's requests: uvloop's costs less per
+            # request than asyncio's own (bench/mcp_bench.py). Stdio serves one agent.
+            loop = uvloop.new_event_loop if transport == "http" else None
+            with asyncio.Runner(loop_factory=loop) as runner:
+                runner.run(_serve(served, space, addr, token, authz_addr or addr, hosting))
         except KeyboardInterrupt:
             pass
         except OSError as error:
             fail(str(error), code=1)
+
+
+@dataclass(frozen=True)
+class _Served:
+    """How the tools are served: the checked transport options."""
+
+    transport: str
+    host: str
+    port: int
+    time_zone: str
+    session: str
+    read_wait_ms: int
+
+
+async def _serve(
+    served: _Served,
+    space: "Space",
+    addr: str,
+    token: str,
+    authz_addr: str,
+    hosting: tuple[str, str] | None,
+) -> None:
+    """Serves the tools until interrupted; `hosting` is (issuer, resource URL) when hosted."""
+    from engram.agent_mcp import HTTP_PATH, Hosting, serve
+    from engram.client import EngramClient
+
+    # The global --tls/--ca/--cert/--key flags (ENGRAM_TLS_*) reach the server too.
+    tls = tls_flags() or False
+    async with (
+        EngramClient(addr, token=token, space=space, tls=tls) as client,
+        EngramClient(authz_addr, tls=tls) as authz,
+    ):
+        if served.transport == "http":
+            err_console.print(
+                f"engram mcp: streamable HTTP on http://{served.host}:{served.port}{HTTP_PATH} "
+                + (
+                    f"(engram at {addr}, each request's own token and space)"
+                    if hosting
+                    else f"(engram at {addr}, space {space.visibility}/{space.name})"
+                ),
+                highlight=False,
+            )
+        await serve(
+            client,
+            transport="http" if served.transport == "http" else "stdio",
+            host=served.host,
+            port=served.port,
+            time_zone=served.time_zone,
+            session=served.session,
+            hosting=Hosting(authz, *hosting) if hosting else None,
+            read_wait_ms=served.read_wait_ms,
+        )

@@ -8,16 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 import typer
 
 from engram.cli.client import (
-    AddrOption,
-    BotOption,
+    EVERYWHERE_DEFAULT,
     JsonOption,
-    NameOption,
-    ProjectOption,
-    SpaceFlags,
-    TenantOption,
-    TokenOption,
-    UserOption,
-    VisibilityOption,
+    Where,
     console,
     emit,
     err_console,
@@ -27,6 +20,7 @@ from engram.cli.client import (
     read_input,
     tls_flags,
     typer_app,
+    with_where,
 )
 from engram.cli.search_commands import snippet
 from engram.domain.errors import EngramError, Unavailable
@@ -35,7 +29,7 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.tree import Tree
 
-    from engram.client import EngramClient, SearchResults, Space, TreeNode
+    from engram.client import EngramClient, SearchResults, TreeNode
 
 T = TypeVar("T")
 
@@ -63,11 +57,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(memory_app, name="memory")
 
 
-def _space(visibility: str, name: str, project: str, bot: str, user: str, tenant: str) -> "Space":
-    # SpaceFlags: a bot or project space without --project takes the directory's key.
-    return SpaceFlags(visibility, name, project, bot, user, tenant).to_space()
-
-
 def _failed(error: EngramError) -> NoReturn:
     """Prints `CODE: message [reason]` (never a traceback) and exits 1."""
     from engram.client import explain
@@ -79,17 +68,20 @@ def _failed(error: EngramError) -> NoReturn:
     fail(text, code=1)
 
 
-def _run(
-    addr: str, token: str, space: "Space", call: "Callable[[EngramClient], Awaitable[T]]"
-) -> T:
-    """Runs `call` with a client of `addr` for `space` (TLS as the global flags say); a
-    failure is printed, exit code 1."""
+def _run(where: Where, call: "Callable[[EngramClient], Awaitable[T]]") -> T:
+    """Runs `call` with a client of the server and space `where` names (TLS as the global
+    flags say); a failure is printed, exit code 1."""
     import asyncio
 
     from engram.client import EngramClient
 
+    # SpaceFlags: a bot or project space without --project takes the directory's key.
+    space = where.flags.to_space()
+
     async def main() -> T:
-        async with EngramClient(addr, token=token, space=space, tls=tls_flags() or False) as client:
+        async with EngramClient(
+            where.addr, token=where.token, space=space, tls=tls_flags() or False
+        ) as client:
             return await call(client)
 
     try:
@@ -99,6 +91,7 @@ def _run(
 
 
 @memory_app.command("write")
+@with_where
 def write(
     content: Annotated[str, typer.Argument(help="What to write; '-' reads stdin.")],
     target: Annotated[str, typer.Option("--target", "-t", help=TARGET_HELP)] = "daily_log",
@@ -107,23 +100,13 @@ def write(
     ] = False,
     tz: TzOption = "",
     session: SessionOption = "",
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Write to MEMORY.md, today's daily log (default), HEARTBEAT.md or a path; appends."""
     text = read_input("-") if content == "-" else content
-    space = _space(visibility, name, project, bot, user, tenant)
     result = _run(
-        addr,
-        token,
-        space,
+        where,
         lambda client: client.memory_write(
             text, target=target, append=False if replace else None, time_zone=tz, session=session
         ),
@@ -131,7 +114,7 @@ def write(
     if as_json:
         emit(
             {
-                "space": SpaceFlags(visibility, name, project, bot, user, tenant).label,
+                "space": where.flags.label,
                 **jsonable(result),
             }
         )
@@ -146,27 +129,18 @@ def write(
 
 
 @memory_app.command("log")
+@with_where
 def log(
     entry: Annotated[str, typer.Argument(help="The entry; '-' reads stdin.")],
     tz: TzOption = "",
     session: SessionOption = "",
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Append one timestamped entry ([HH:MM:SS] ...) to today's daily log."""
     text = read_input("-") if entry == "-" else entry
-    space = _space(visibility, name, project, bot, user, tenant)
     result = _run(
-        addr,
-        token,
-        space,
+        where,
         lambda client: client.append_daily_log(text, time_zone=tz, session=session),
     )
     if as_json:
@@ -179,22 +153,15 @@ def log(
 
 
 @memory_app.command("read")
+@with_where
 def read(
     path: Annotated[str, typer.Argument(help="Document path, e.g. MEMORY.md")],
     meta: Annotated[bool, typer.Option("--meta", help="Print metadata to stderr too.")] = False,
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Print a workspace document to stdout."""
-    space = _space(visibility, name, project, bot, user, tenant)
-    document = _run(addr, token, space, lambda client: client.memory_read(path))
+    document = _run(where, lambda client: client.memory_read(path))
     if as_json:
         emit(jsonable(document))
         return
@@ -224,26 +191,19 @@ def add_tree_nodes(parent: "Tree", nodes: "Sequence[TreeNode]") -> None:
 
 
 @memory_app.command("tree")
+@with_where
 def tree(
     path: Annotated[str, typer.Option("--path", help="Directory to show ('' = root).")] = "",
     depth: Annotated[int, typer.Option("--depth", "-d", help="Levels, 1 to 10.")] = 1,
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Show the workspace (or a directory of it) as a tree, to a depth."""
-    space = _space(visibility, name, project, bot, user, tenant)
     from rich.markup import escape
     from rich.tree import Tree
 
-    nodes = _run(addr, token, space, lambda client: client.memory_tree(path, depth=depth))
-    label = SpaceFlags(visibility, name, project, bot, user, tenant).label
+    nodes = _run(where, lambda client: client.memory_tree(path, depth=depth))
+    label = where.flags.label
     if as_json:
         emit({"space": label, "path": path, "nodes": [_node_record(node) for node in nodes]})
         return
@@ -286,6 +246,7 @@ def hits_table(found: "SearchResults", title: str = "") -> "Table":
 
 
 @memory_app.command("search")
+@with_where
 def search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     limit: Annotated[int, typer.Option("--limit", "-l", help="Results, 1 to 20.")] = 5,
@@ -299,22 +260,12 @@ def search(
             "server's, 0.025; 0 always shows hits).",
         ),
     ] = None,
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Search the workspace by keywords and meaning together (memory_search)."""
-    space = _space(visibility, name, project, bot, user, tenant)
     found = _run(
-        addr,
-        token,
-        space,
+        where,
         lambda client: client.memory_search(query, limit=limit, min_relevance=min_relevance),
     )
     if as_json:
@@ -329,6 +280,7 @@ def search(
 
 
 @memory_app.command("prompt")
+@with_where
 def prompt(
     group: Annotated[
         bool, typer.Option("--group", help="A group context: leaves MEMORY.md out.")
@@ -337,22 +289,12 @@ def prompt(
     sections: Annotated[
         bool, typer.Option("--sections", help="List the sections (sha256, path, name) instead.")
     ] = False,
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Print the assembled system prompt (identity files, memory, recent daily logs)."""
-    space = _space(visibility, name, project, bot, user, tenant)
     assembled = _run(
-        addr,
-        token,
-        space,
+        where,
         lambda client: client.system_prompt(group_context=group, time_zone=tz),
     )
     if as_json:
@@ -373,20 +315,13 @@ def prompt(
 
 
 @memory_app.command("seed")
+@with_where
 def seed(
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Copy the default templates into the workspace; never overwrites a file."""
-    space = _space(visibility, name, project, bot, user, tenant)
-    result = _run(addr, token, space, lambda client: client.seed_workspace())
+    result = _run(where, lambda client: client.seed_workspace())
     if as_json:
         emit(jsonable(result))
         return
@@ -400,20 +335,13 @@ def seed(
 
 
 @memory_app.command("bootstrap-done")
+@with_where
 def bootstrap_done(
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """End onboarding: archive BOOTSTRAP.md, so prompts no longer carry it."""
-    space = _space(visibility, name, project, bot, user, tenant)
-    archived = _run(addr, token, space, lambda client: client.complete_bootstrap())
+    archived = _run(where, lambda client: client.complete_bootstrap())
     if as_json:
         emit({"archived_path": archived})
         return

@@ -11,26 +11,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from engram.cli.client import (
-    AddrOption,
-    BotOption,
+    EVERYWHERE_DEFAULT,
     JsonOption,
-    NameOption,
-    ProjectOption,
     SpaceFlags,
-    TenantOption,
-    TokenOption,
-    UserOption,
-    VisibilityOption,
+    Where,
     call,
     compact_time,
     console,
     emit,
-    engram_client,
     err_console,
     fail,
     format_size,
     jsonable,
     read_input,
+    with_where,
 )
 from engram.cli.progress import transfer_progress
 
@@ -133,6 +127,7 @@ def position_record(position: "IndexPosition | None") -> dict[str, Any]:
     }
 
 
+@with_where
 def write(
     path: Annotated[str, typer.Argument(help="Document path, e.g. MEMORY.md")],
     file: FileOption = None,
@@ -140,20 +135,13 @@ def write(
     if_sha: IfShaOption = "",
     create_only: CreateOnlyOption = False,
     allow_empty: AllowEmptyOption = False,
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Write a document from a file or stdin (empty input is refused: see --allow-empty)."""
     content = read_input(file, allow_empty=allow_empty)
-    space = _space(visibility, name, project, bot, user, tenant).to_space()
-    with engram_client(addr, token, space) as client:
+    space = where.flags.to_space()
+    with where.client(space) as client:
         written = call(
             lambda: client.write_document(
                 path, content, append=append, expected_sha256=if_sha, create_only=create_only
@@ -185,23 +173,17 @@ def render_write(written: "DocumentWrite", *, append: bool, as_json: bool) -> No
     )
 
 
+@with_where
 def read(
     path: PathArgument,
     version: Annotated[int, typer.Option("--version", help="Kept version (0 = current).")] = 0,
     meta: Annotated[bool, typer.Option("--meta", help="Print metadata to stderr too.")] = False,
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Print a document (or one of its kept versions) to stdout."""
-    space = _space(visibility, name, project, bot, user, tenant).to_space()
-    with engram_client(addr, token, space) as client:
+    space = where.flags.to_space()
+    with where.client(space) as client:
         doc = call(lambda: client.read_document(path, version=version))
     if as_json:
         emit(document_record(doc, content=True))
@@ -215,23 +197,17 @@ def read(
     typer.echo(doc.content, nl=not doc.content.endswith("\n"))
 
 
+@with_where
 def ls(
     directory: Annotated[str, typer.Argument(help="Directory ('' = root).")] = "",
     recursive: RecursiveOption = True,
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Show a space (or a directory of it) as a tree."""
-    space = _space(visibility, name, project, bot, user, tenant)
+    space = where.flags
     directory = directory.strip("/")
-    with engram_client(addr, token, space.to_space()) as client:
+    with where.client(space.to_space()) as client:
         found = client.iter_documents(directory, recursive=recursive, page_size=1000)
         entries = call(lambda: list(found))
     count = sum(0 if entry.is_dir else 1 for entry in entries)
@@ -254,22 +230,16 @@ def ls(
     typer.echo(f"{count} document(s)")
 
 
+@with_where
 def rm(
     path: PathArgument,
     if_sha: IfShaOption = "",
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Delete a document (its content stays readable through `history`)."""
-    space = _space(visibility, name, project, bot, user, tenant).to_space()
-    with engram_client(addr, token, space) as client:
+    space = where.flags.to_space()
+    with where.client(space) as client:
         deleted = call(lambda: client.delete_document(path, expected_sha256=if_sha))
     if as_json:
         emit(
@@ -284,22 +254,16 @@ def rm(
     typer.echo(f"deleted {path} ({format_size(deleted)})")
 
 
+@with_where
 def du(
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Show the space's usage and its tenant's."""
     from rich.table import Table
 
-    space = _space(visibility, name, project, bot, user, tenant)
-    with engram_client(addr, token, space.to_space()) as client:
+    space = where.flags
+    with where.client(space.to_space()) as client:
         usage = call(client.get_usage)
     if as_json:
         emit({"space": space.label, **jsonable(usage)})
@@ -317,26 +281,20 @@ def du(
     console.print(table)
 
 
+@with_where
 def export_space(
     out: OutOption = None,
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Export the space as a .tar.gz, to a file (--out) or to stdout (never a terminal)."""
-    space = _space(visibility, name, project, bot, user, tenant)
+    space = where.flags
     if out is None or out == "-":
         if as_json:
             fail("--json prints a summary on stdout; the archive cannot go there too (--out)")
         if sys.stdout.isatty():
             fail("stdout is a terminal: redirect it (> space.tar.gz) or pass --out FILE")
-        size = _export(space, addr, token, sys.stdout.buffer)
+        size = _export(where, sys.stdout.buffer)
         sys.stdout.buffer.flush()
         err_console.print(f"exported {space.label} ({format_size(size)})", highlight=False)
         return
@@ -344,7 +302,7 @@ def export_space(
     staging = target.with_name(target.name + ".partial")
     try:
         with staging.open("wb") as handle:
-            size = _export(space, addr, token, handle)
+            size = _export(where, handle)
     except typer.Exit:
         staging.unlink(missing_ok=True)
         raise
@@ -355,9 +313,10 @@ def export_space(
     console.print(f"exported to [bold]{target}[/] ({format_size(size)})", highlight=False)
 
 
-def _export(space: SpaceFlags, addr: str, token: str, handle: Any) -> int:
+def _export(where: Where, handle: Any) -> int:
+    space = where.flags
     with (
-        engram_client(addr, token, space.to_space()) as client,
+        where.client() as client,
         transfer_progress(f"exporting {space.label}", total=None) as advance,
     ):
         done = [0]
@@ -369,18 +328,12 @@ def _export(space: SpaceFlags, addr: str, token: str, handle: Any) -> int:
         return call(lambda: client.export_space(handle, progress=progress))
 
 
+@with_where
 def import_space(
     archive: InOption = None,
     strategy: StrategyOption = "skip",
     skip_unsupported: SkipUnsupportedOption = False,
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """Import a .tar.gz (--in, or stdin) into the space; a bad archive imports nothing.
@@ -388,9 +341,9 @@ def import_space(
     if strategy not in STRATEGIES:
         fail(f"--strategy must be one of {', '.join(STRATEGIES)}")
     data = _archive_bytes(archive)
-    space = _space(visibility, name, project, bot, user, tenant)
+    space = where.flags
     with (
-        engram_client(addr, token, space.to_space()) as client,
+        where.client(space.to_space()) as client,
         transfer_progress(f"importing into {space.label}", total=len(data)) as advance,
     ):
         done = [0]
@@ -449,23 +402,17 @@ def render_import(result: "ImportResult", label: str, *, as_json: bool) -> None:
             )
 
 
+@with_where
 def history(
     path: PathArgument,
-    visibility: VisibilityOption = "private",
-    name: NameOption = "default",
-    project: ProjectOption = "",
-    bot: BotOption = "",
-    user: UserOption = "",
-    tenant: TenantOption = "",
-    addr: AddrOption = "127.0.0.1:50051",
-    token: TokenOption = "",
+    where: Where = EVERYWHERE_DEFAULT,
     as_json: JsonOption = False,
 ) -> None:
     """List a document's kept versions (restore one with read --version N | write)."""
     from rich.table import Table
 
-    space = _space(visibility, name, project, bot, user, tenant)
-    with engram_client(addr, token, space.to_space()) as client:
+    space = where.flags
+    with where.client(space.to_space()) as client:
         found = client.iter_document_versions(path)
         versions = call(lambda: list(found))
     if as_json:

@@ -54,6 +54,7 @@ from engram.client.quota import (
     Charge,
     QuotaUsage,
     Reconciliation,
+    TenantOrg,
     UsageDrift,
 )
 from engram.client.storage import (
@@ -159,6 +160,7 @@ __all__ = [
     "SpaceMaintenance",
     "SpaceSummary",
     "SystemPrompt",
+    "TenantOrg",
     "TokenInfo",
     "TreeNode",
     "Unauthenticated",

@@ -20,7 +20,7 @@ a backend engram reports unavailable) is retried with exponential backoff and ji
   authorization checks, `memory_read`, `memory_tree`, `memory_search`, `seed_workspace`
   (create-only writes), `system_prompt`, and the calls idempotent by definition:
   `purge_document`, `delete_space`, `revoke_token`, `reconcile`, and the setters of a value
-  (`set_tenant_quota`, `set_space_maintenance`);
+  (`set_tenant_quota`, `set_org_quota`, `set_tenant_org`, `set_space_maintenance`);
 - writes that set a whole document: `write_document` in replace mode (with or without
   `expected_sha256` / `create_only`: a repeat leaves the same content) and `memory_write`
   with `append=False`. A conditional write whose first attempt landed unseen answers

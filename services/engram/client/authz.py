@@ -20,6 +20,7 @@ ROLES = {
     "config_editor": authz_pb2.ROLE_CONFIG_EDITOR,
     "member": authz_pb2.ROLE_MEMBER,
     "admin": authz_pb2.ROLE_ADMIN,
+    "org_admin": authz_pb2.ROLE_ORG_ADMIN,
 }
 ROLE_NAMES = {number: name for name, number in ROLES.items()}
 ACTIONS = {

@@ -186,6 +186,8 @@ class Engram:
     charge = _blocking(EngramClient.charge)
     quota_usage = _blocking(EngramClient.quota_usage)
     set_tenant_quota = _blocking(EngramClient.set_tenant_quota)
+    set_org_quota = _blocking(EngramClient.set_org_quota)
+    set_tenant_org = _blocking(EngramClient.set_tenant_org)
     reconcile = _blocking(EngramClient.reconcile)
     # AuthzService
     authenticate = _blocking(EngramClient.authenticate)

@@ -140,6 +140,8 @@ class Who(StrEnum):
     # Role admin in the target's tenant, or a platform admin (never a service).
     TENANT_ADMIN = "tenant_admin"
     TENANT_ADMIN_OR_SERVICE = "tenant_admin_or_service"
+    # Role org_admin in a team of the target org, or a platform admin (never a service).
+    ORG_ADMIN = "org_admin"
     PLATFORM_ADMIN = "platform_admin"
     PLATFORM_ADMIN_OR_SERVICE = "platform_admin_or_service"
     SERVICE = "service"
@@ -166,6 +168,10 @@ def admits(who: Who, principal: Principal | None, target: Target) -> bool:
         )
     if who is Who.TENANT_ADMIN_OR_SERVICE:
         return principal.service or admits(Who.TENANT_ADMIN, principal, target)
+    if who is Who.ORG_ADMIN:
+        return not principal.service and (
+            principal.platform_admin or (own and principal.role >= Role.ORG_ADMIN)
+        )
     if who is Who.PLATFORM_ADMIN:
         return principal.platform_admin
     if who is Who.PLATFORM_ADMIN_OR_SERVICE:
@@ -243,6 +249,13 @@ ACTION_POLICY: dict[Action, dict[Target, Who]] = {
         Target.OTHER: Who.PLATFORM_ADMIN_OR_SERVICE,
         Target.INSTANCE: Who.PLATFORM_ADMIN_OR_SERVICE,
     },
+    # An org's ceiling: OWN is the org of the caller's own team, OTHER any other org.
+    Action.SET_ORG_QUOTA: {
+        Target.OWN: Who.ORG_ADMIN,
+        Target.OTHER: Who.PLATFORM_ADMIN,
+    },
+    # Which org a team belongs to binds it to that org's ceiling: the operator's call.
+    Action.SET_TENANT_ORG: _every(Who.PLATFORM_ADMIN, (Target.OWN, Target.OTHER)),
     Action.AUTHENTICATE: _every(Who.CREDENTIAL),
     Action.AUTHORIZE: _every(Who.ANYONE),
     # A token for oneself; one for another user or tenant acts as them and needs
@@ -299,6 +312,8 @@ RPC_ACTIONS: dict[str, Action] = {
     "/engram.v1.QuotaService/GetUsage": Action.TENANT_USAGE,
     "/engram.v1.QuotaService/SetTenantQuota": Action.SET_TENANT_QUOTA,
     "/engram.v1.QuotaService/Reconcile": Action.RECONCILE,
+    "/engram.v1.QuotaService/SetOrgQuota": Action.SET_ORG_QUOTA,
+    "/engram.v1.QuotaService/SetTenantOrg": Action.SET_TENANT_ORG,
     "/engram.v1.AuthzService/Authenticate": Action.AUTHENTICATE,
     "/engram.v1.AuthzService/Authorize": Action.AUTHORIZE,
     "/engram.v1.AuthzService/CreateToken": Action.CREATE_TOKEN,

@@ -19,6 +19,9 @@ class AuthorizedSpace:
     space: SpaceRef
     # Non-empty for changes that must leave an audit row (global mutations).
     audit_action: str = ""
+    # For a change to a global space: the tenant whose principal makes it, whose usage
+    # records the bytes as attribution only (the instance aggregate is what limits them).
+    attributed_tenant: str = ""
 
 
 class Authorizer(Protocol):

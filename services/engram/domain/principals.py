@@ -13,6 +13,9 @@ class Role(IntEnum):
     CONFIG_EDITOR = 2
     MEMBER = 3
     ADMIN = 4
+    # An admin of the team who also administers the org the team belongs to: sets the
+    # org's quota ceiling (QuotaService.SetOrgQuota).
+    ORG_ADMIN = 5
 
 
 class Action(StrEnum):
@@ -43,6 +46,8 @@ class Action(StrEnum):
     TENANT_USAGE = "tenant_usage"
     SET_TENANT_QUOTA = "set_tenant_quota"
     RECONCILE = "reconcile"
+    SET_ORG_QUOTA = "set_org_quota"
+    SET_TENANT_ORG = "set_tenant_org"
     AUTHENTICATE = "authenticate"
     AUTHORIZE = "authorize"
     CREATE_TOKEN = "create_token"

@@ -1,8 +1,12 @@
 """Quota arithmetic (ARCHITECTURE §2): which counters a charge touches and their limits.
 
 Usage is UTF-8 bytes of document contents. A charge applies to the space's counter and to
-its aggregate: the tenant's, or for global spaces the instance's. Growth is refused if any
-counter would pass its limit; shrinking always succeeds and never goes below zero.
+its aggregate: the tenant's, or for global spaces the instance's. A tenant that belongs to
+an org also charges the org's counter, limited by the org's ceiling (so each team's
+effective quota is the lesser of its own and the org's, and the org's teams together never
+pass the ceiling). A change to a global space by a tenant's principal is also recorded on
+that tenant's attribution counter, which has no limit. Growth is refused if any counter
+would pass its limit; shrinking always succeeds and never goes below zero.
 """
 
 from __future__ import annotations
@@ -11,13 +15,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from engram.domain.errors import InvalidArgument, QuotaExceeded
-from engram.domain.spaces import RESERVED_TENANT, SpaceRef, Visibility
+from engram.domain.spaces import RESERVED_TENANT, SpaceRef, Visibility, name_problem
 
 INSTANCE = RESERVED_TENANT
 
 SPACE_SUBCAP = "space_subcap"
 TENANT_TOTAL = "tenant_total"
 INSTANCE_TOTAL = "instance_total"
+ORG_CEILING = "org_ceiling"
+GLOBAL_ATTRIBUTION = "global_attribution"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +88,62 @@ def counters_for(
         space.id,
     )
     return space_counter, aggregate
+
+
+def org_counter_key(org: str) -> str:
+    """The counter of an org's teams together; also the org ceiling's key among overrides
+    (a tenant name cannot hold ':', so it never collides with a tenant's)."""
+    return f"org:{org}"
+
+
+def attribution_counter_key(tenant: str) -> str:
+    """The bytes of global spaces a tenant's changes account for (attribution only)."""
+    return f"global_by:{tenant}"
+
+
+def is_attribution_key(key: str) -> bool:
+    return key.startswith("global_by:")
+
+
+def charge_counters(
+    space: SpaceRef,
+    defaults: QuotaDefaults,
+    aggregate_override: int | None,
+    *,
+    org: str = "",
+    org_ceiling: int | None = None,
+    attributed_tenant: str = "",
+) -> tuple[Counter, ...]:
+    """Every counter a charge on `space` moves, in order: the space's, its aggregate's,
+    then the org's (a tenant in `org`; limited by `org_ceiling`, None = no ceiling) or,
+    for a global space changed by a tenant's principal, that tenant's attribution counter
+    (never limited: the instance aggregate is what bounds global spaces)."""
+    counters: tuple[Counter, ...] = counters_for(space, defaults, aggregate_override)
+    if space.is_global:
+        if attributed_tenant:
+            counters += (
+                Counter(
+                    attribution_counter_key(attributed_tenant),
+                    GLOBAL_ATTRIBUTION,
+                    None,
+                    attributed_tenant,
+                ),
+            )
+    elif org:
+        counters += (Counter(org_counter_key(org), ORG_CEILING, org_ceiling, org),)
+    return counters
+
+
+def effective_quota(own: int, org_ceiling: int | None) -> int:
+    """A tenant's effective quota: the lesser of its own and its org's ceiling."""
+    return own if org_ceiling is None else min(own, org_ceiling)
+
+
+def validate_org(org: str, *, field: str = "org") -> None:
+    """An org name follows a tenant's rules (non-empty, no separators, bounded)."""
+    problem = "is required" if not org else name_problem(org)
+    if problem:
+        raise InvalidArgument(f"{field} {problem}", field=field)
 
 
 def check_growth(counter: Counter, used: int, delta: int) -> None:

@@ -124,6 +124,12 @@ def validate_field(field: str, value: str, *, required: bool) -> None:
         raise InvalidSpaceRef(f"space.{field} {problem}", field=f"space.{field}")
 
 
+def name_problem(value: str) -> str:
+    """What is wrong with a tenant-like name (a qualifier's rules: no separators, no
+    control characters, NFC, bounded), or "" when nothing is."""
+    return _field_problem(value)
+
+
 def _field_problem(value: str) -> str:
     if utf8_len(value) > MAX_FIELD_BYTES:
         return f"is {utf8_len(value)} bytes; at most {MAX_FIELD_BYTES} are allowed"

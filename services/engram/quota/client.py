@@ -23,10 +23,22 @@ class GrpcQuotaGate:
             channel=channel, token=token, timeout=timeout, retries=RETRIES - 1
         )
 
-    async def charge(self, space: SpaceRef, delta_bytes: int, idempotency_key: str) -> None:
+    async def charge(
+        self,
+        space: SpaceRef,
+        delta_bytes: int,
+        idempotency_key: str,
+        *,
+        attributed_tenant: str = "",
+    ) -> None:
         """Raises the QuotaService's domain error (QuotaExceeded, PermissionDenied, ...);
         only Unavailable (the service or the link failed) is retried."""
-        await self._client.charge(delta_bytes, idempotency_key=idempotency_key, space=space)
+        await self._client.charge(
+            delta_bytes,
+            idempotency_key=idempotency_key,
+            space=space,
+            attributed_tenant=attributed_tenant,
+        )
 
     async def usage(self, space: SpaceRef) -> UsageReport:
         report = await self._client.quota_usage(tenant=space.tenant or "instance", space=space)
@@ -34,5 +46,6 @@ class GrpcQuotaGate:
             space_used_bytes=report.space_used_bytes,
             space_quota_bytes=report.space_quota_bytes,
             aggregate_used_bytes=report.tenant_used_bytes,
-            aggregate_quota_bytes=report.tenant_quota_bytes,
+            # The tenant's effective quota (its own, or its org's ceiling when lower).
+            aggregate_quota_bytes=report.tenant_effective_quota_bytes,
         )

@@ -87,6 +87,7 @@ class MongoUsageLedger:
         self._heads = database["usage_counters"]
         self._keys = database["usage_keys"]
         self._overrides = database["quota_overrides"]
+        self._org_members = database["org_members"]
         self._locks = KeyedLocks()
         # Concurrent charges share commands (see backends/mongo_batch.py).
         self._entry_inserts = GroupedWrites(self._entries)
@@ -101,6 +102,7 @@ class MongoUsageLedger:
         await ensure_indexes(self._heads, [IndexModel([("owner", ASCENDING)], name="owner")])
         await ensure_indexes(self._keys, [IndexModel([("at", ASCENDING)], name="at")])
         await ensure_indexes(self._entries, [IndexModel([("bucket", ASCENDING)], name="bucket")])
+        await ensure_indexes(self._org_members, [IndexModel([("org", ASCENDING)], name="org")])
 
     def _learn(self, counter: str, seq: int, value: int) -> None:
         known = self._known.get(counter)
@@ -367,15 +369,7 @@ class MongoUsageLedger:
         heads = asyncio.ensure_future(asyncio.gather(*(self._head(c.key) for c in counters)))
         pending: list[asyncio.Future[Any]] = [heads, *(c.key_recorded for c in charges)]
         await asyncio.wait(pending)
-        live: list[_Charge] = []
-        for charge in charges:
-            failure = charge.key_recorded.exception()
-            if failure is not None:
-                charge.result.set_exception(failure)
-            elif not charge.key_recorded.result():
-                charge.result.set_result(None)
-            else:
-                live.append(charge)
+        live = _settle_unrecorded(charges)
         failure = heads.exception()
         if failure is not None:
             for charge in live:
@@ -394,16 +388,7 @@ class MongoUsageLedger:
             if len(live) == 1:
                 live[0].result.set_exception(refused)
                 return
-            # The sum does not fit: one at a time, so exactly the charges that fit apply.
-            for charge in live:
-                try:
-                    values = await self._step_all(
-                        owner, counters, charge.delta, [None] * len(counters)
-                    )
-                except EngramError as error:
-                    charge.result.set_exception(error)
-                else:
-                    charge.result.set_result(values)
+            await self._commit_one_by_one(owner, counters, live)
             return
         except EngramError as error:
             for charge in live:
@@ -416,6 +401,18 @@ class MongoUsageLedger:
                 {key: apply_delta(value, -after) for key, value in values.items()}
             )
             after += charge.delta
+
+    async def _commit_one_by_one(
+        self, owner: str, counters: Sequence[Counter], live: list[_Charge]
+    ) -> None:
+        """The group's sum does not fit: one at a time, so exactly the charges that fit apply."""
+        for charge in live:
+            try:
+                values = await self._step_all(owner, counters, charge.delta, [None] * len(counters))
+            except EngramError as error:
+                charge.result.set_exception(error)
+            else:
+                charge.result.set_result(values)
 
     async def _record_key(self, idempotency_key: str) -> bool:
         """Takes the charge's key; False when a charge with that key was already recorded."""
@@ -466,3 +463,39 @@ class MongoUsageLedger:
                 {"quota_bytes": quota_bytes, "at": datetime.now(UTC)},
                 upsert=True,
             )
+
+    async def org_of(self, tenant: str) -> str | None:
+        with mongo_errors("reading an org membership"):
+            row = await self._org_members.find_one({"_id": tenant})
+        return str(row["org"]) if row else None
+
+    async def set_org(self, tenant: str, org: str | None) -> None:
+        with mongo_errors("setting an org membership"):
+            if org is None:
+                await self._org_members.delete_one({"_id": tenant})
+                return
+            await self._org_members.replace_one(
+                {"_id": tenant}, {"org": org, "at": datetime.now(UTC)}, upsert=True
+            )
+
+    async def org_members(self, org: str) -> list[str]:
+        with mongo_errors("listing an org's members"):
+            rows = await self._org_members.find({"org": org}, projection={"_id": 1}).to_list(
+                length=None
+            )
+        return sorted(str(row["_id"]) for row in rows)
+
+
+def _settle_unrecorded(charges: list[_Charge]) -> list[_Charge]:
+    """Settles the charges whose key could not be taken (an error, or a replay: None) and
+    returns the rest, the ones the group applies."""
+    live: list[_Charge] = []
+    for charge in charges:
+        failure = charge.key_recorded.exception()
+        if failure is not None:
+            charge.result.set_exception(failure)
+        elif not charge.key_recorded.result():
+            charge.result.set_result(None)
+        else:
+            live.append(charge)
+    return live

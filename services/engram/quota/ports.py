@@ -43,6 +43,18 @@ class UsageLedger(Protocol):
 
     async def set_override(self, owner: str, quota_bytes: int) -> None: ...
 
+    async def org_of(self, tenant: str) -> str | None:
+        """The org the tenant belongs to (None: none)."""
+        ...
+
+    async def set_org(self, tenant: str, org: str | None) -> None:
+        """Puts the tenant in `org` (None takes it out of its org)."""
+        ...
+
+    async def org_members(self, org: str) -> list[str]:
+        """The org's tenants, sorted."""
+        ...
+
 
 class StoredUsage(Protocol):
     """What the documents actually hold: the truth Reconcile corrects counters to."""

@@ -39,14 +39,17 @@ class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
         # The caller (storage) already authorized the change; here the space is only
         # validated and stamped.
         granted = await self._authorizer.authorize(principal, Action.USAGE, space)
-        outcome = await self._service.apply_charge(
-            granted.space, request.delta_bytes, request.idempotency_key
+        charged = await self._service.apply_charge(
+            granted.space,
+            request.delta_bytes,
+            request.idempotency_key,
+            attributed_tenant=request.attributed_tenant,
         )
-        keys = list(outcome.values)
         return quota_pb2.ChargeResponse(
-            applied=outcome.applied,
-            space_used_bytes=outcome.values.get(keys[0], 0),
-            tenant_used_bytes=outcome.values.get(keys[-1], 0),
+            applied=charged.applied,
+            space_used_bytes=charged.space_used_bytes,
+            tenant_used_bytes=charged.aggregate_used_bytes,
+            org_used_bytes=charged.org_used_bytes,
         )
 
     async def GetUsage(
@@ -68,6 +71,12 @@ class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
         response.tenant_used_bytes = tenant.used_bytes
         response.tenant_quota_bytes = tenant.quota_bytes
         response.tenant_quota_overridden = tenant.overridden
+        response.tenant_effective_quota_bytes = tenant.effective_quota_bytes
+        response.org = tenant.org
+        response.org_used_bytes = tenant.org_used_bytes
+        response.org_quota_set = tenant.org_quota_bytes is not None
+        response.org_quota_bytes = tenant.org_quota_bytes or 0
+        response.global_attributed_bytes = tenant.global_attributed_bytes
         return response
 
     async def SetTenantQuota(
@@ -90,4 +99,22 @@ class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
                 for d in report.drifts
             ],
             spaces_checked=report.spaces_checked,
+        )
+
+    async def SetOrgQuota(
+        self, request: quota_pb2.SetOrgQuotaRequest, context: Context
+    ) -> quota_pb2.SetOrgQuotaResponse:
+        org = await self._service.orgs.set_ceiling(
+            current_principal(), request.org, request.quota_bytes
+        )
+        return quota_pb2.SetOrgQuotaResponse(org=org, quota_bytes=request.quota_bytes)
+
+    async def SetTenantOrg(
+        self, request: quota_pb2.SetTenantOrgRequest, context: Context
+    ) -> quota_pb2.SetTenantOrgResponse:
+        used = await self._service.orgs.set_membership(
+            current_principal(), request.tenant, request.org
+        )
+        return quota_pb2.SetTenantOrgResponse(
+            tenant=request.tenant, org=request.org, org_used_bytes=used
         )

@@ -1,4 +1,5 @@
-"""SqliteUsageLedger: counters, overrides and applied idempotency keys in the embedded file.
+"""SqliteUsageLedger: counters, overrides (org ceilings among them), org memberships and
+applied idempotency keys in the embedded file.
 
 A charge is one writer transaction, so checking every limit and applying the delta to every
 counter is atomic: two concurrent charges can never together pass a limit.
@@ -25,6 +26,11 @@ CREATE TABLE IF NOT EXISTS quota_overrides (
     owner       TEXT    PRIMARY KEY,
     quota_bytes INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS org_members (
+    tenant TEXT PRIMARY KEY,
+    org    TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS org_members_by_org ON org_members (org);
 CREATE TABLE IF NOT EXISTS charge_keys (
     key   TEXT    PRIMARY KEY,
     at_us INTEGER NOT NULL
@@ -118,6 +124,37 @@ class SqliteUsageLedger:
             )
 
         await self._db.write(work)
+
+    async def org_of(self, tenant: str) -> str | None:
+        def work(connection: sqlite3.Connection) -> str | None:
+            row = connection.execute(
+                "SELECT org FROM org_members WHERE tenant = ?", (tenant,)
+            ).fetchone()
+            return str(row[0]) if row else None
+
+        return await self._db.read(work)
+
+    async def set_org(self, tenant: str, org: str | None) -> None:
+        def work(connection: sqlite3.Connection) -> None:
+            if org is None:
+                connection.execute("DELETE FROM org_members WHERE tenant = ?", (tenant,))
+                return
+            connection.execute(
+                "INSERT INTO org_members (tenant, org) VALUES (?, ?) "
+                "ON CONFLICT (tenant) DO UPDATE SET org = excluded.org",
+                (tenant, org),
+            )
+
+        await self._db.write(work)
+
+    async def org_members(self, org: str) -> list[str]:
+        def work(connection: sqlite3.Connection) -> list[str]:
+            rows = connection.execute(
+                "SELECT tenant FROM org_members WHERE org = ? ORDER BY tenant", (org,)
+            ).fetchall()
+            return [str(row[0]) for row in rows]
+
+        return await self._db.read(work)
 
 
 def _read(connection: sqlite3.Connection, keys: Sequence[str]) -> dict[str, int]:

@@ -396,7 +396,8 @@ class Settings(BaseSettings):
     """host:port of QuotaService; with it storage charges bytes there instead of
     in-process."""
     authz_addr: str | None = None
-    """host:port of AuthzService (reserved: no service calls it over gRPC yet)."""
+    """host:port of AuthzService; with it a service resolves personal access tokens there
+    (cached for auth_cache_seconds) instead of reading them from its own MongoDB."""
     search_addr: str | None = None
     """host:port of SearchService."""
     indexer_addr: str | None = None

@@ -222,31 +222,7 @@ class SearchService:
         depth = (
             max(self._options.candidate_depth, limit) if query.mode is SearchMode.HYBRID else limit
         )
-        legs: list[Awaitable[_Leg]] = []
-        # The semantic leg starts first: embedding the query is the long pole, and once
-        # the model runs (without the GIL) the BM25 leg overlaps it almost for free.
-        if query.mode is not SearchMode.LEXICAL:
-            legs.append(
-                self._caught_up_leg(
-                    VECTOR,
-                    IndexLeg.VECTOR,
-                    positions,
-                    budget,
-                    lambda: self._semantic(space_ids, query.text, depth, query.path_prefix),
-                )
-            )
-        if query.mode is not SearchMode.SEMANTIC:
-            legs.append(
-                self._caught_up_leg(
-                    KEYWORD,
-                    IndexLeg.KEYWORD,
-                    positions,
-                    budget,
-                    lambda: self._keyword.search(
-                        space_ids, query.text, limit=depth, path_prefix=query.path_prefix
-                    ),
-                )
-            )
+        legs = self._legs(query, space_ids, positions, budget, depth)
         answered = {leg.backend: leg for leg in await asyncio.gather(*legs)}
         reasons = [leg.reason for leg in answered.values() if leg.hits is None]
         if len(reasons) == len(answered):
@@ -297,6 +273,42 @@ class SearchService:
             vector_positions_behind=_behind(answered.get(VECTOR)),
             waited_seconds=max(leg.waited for leg in answered.values()),
         )
+
+    def _legs(
+        self,
+        query: SearchQuery,
+        space_ids: list[str],
+        positions: Sequence[IndexPosition],
+        budget: float,
+        depth: int,
+    ) -> list[Awaitable[_Leg]]:
+        """The query's legs, each answering once its index is caught up (or the wait ends)."""
+        legs: list[Awaitable[_Leg]] = []
+        # The semantic leg starts first: embedding the query is the long pole, and once
+        # the model runs (without the GIL) the BM25 leg overlaps it almost for free.
+        if query.mode is not SearchMode.LEXICAL:
+            legs.append(
+                self._caught_up_leg(
+                    VECTOR,
+                    IndexLeg.VECTOR,
+                    positions,
+                    budget,
+                    lambda: self._semantic(space_ids, query.text, depth, query.path_prefix),
+                )
+            )
+        if query.mode is not SearchMode.SEMANTIC:
+            legs.append(
+                self._caught_up_leg(
+                    KEYWORD,
+                    IndexLeg.KEYWORD,
+                    positions,
+                    budget,
+                    lambda: self._keyword.search(
+                        space_ids, query.text, limit=depth, path_prefix=query.path_prefix
+                    ),
+                )
+            )
+        return legs
 
     # --- steps -------------------------------------------------------------------------------
 

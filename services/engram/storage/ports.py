@@ -122,8 +122,16 @@ class DocumentRepository(Protocol):
 class QuotaGate(Protocol):
     """Byte accounting: the in-process QuotaService or a client of the remote one."""
 
-    async def charge(self, space: SpaceRef, delta_bytes: int, idempotency_key: str) -> None:
-        """Applies the delta or raises QuotaExceeded; shrinking always succeeds."""
+    async def charge(
+        self,
+        space: SpaceRef,
+        delta_bytes: int,
+        idempotency_key: str,
+        *,
+        attributed_tenant: str = "",
+    ) -> None:
+        """Applies the delta or raises QuotaExceeded; shrinking always succeeds.
+        `attributed_tenant`: for a global space, the tenant that made the change."""
         ...
 
     async def usage(self, space: SpaceRef) -> UsageReport: ...

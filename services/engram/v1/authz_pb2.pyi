@@ -32,6 +32,8 @@ class _RoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Role.ValueType],
     ROLE_CONFIG_EDITOR: _Role.ValueType  # 2
     ROLE_MEMBER: _Role.ValueType  # 3
     ROLE_ADMIN: _Role.ValueType  # 4
+    ROLE_ORG_ADMIN: _Role.ValueType  # 5
+    """An admin of the team who also administers the team's org (its ceiling)."""
 
 class Role(_Role, metaclass=_RoleEnumTypeWrapper):
     """Role is a principal's role in its team, in increasing order of power."""
@@ -41,6 +43,8 @@ ROLE_VIEWER: Role.ValueType  # 1
 ROLE_CONFIG_EDITOR: Role.ValueType  # 2
 ROLE_MEMBER: Role.ValueType  # 3
 ROLE_ADMIN: Role.ValueType  # 4
+ROLE_ORG_ADMIN: Role.ValueType  # 5
+"""An admin of the team who also administers the team's org (its ceiling)."""
 Global___Role: _TypeAlias = Role  # noqa: Y015
 
 class _Action:

@@ -26,12 +26,17 @@ class ChargeRequest(_message.Message):
     SPACE_FIELD_NUMBER: _builtins.int
     DELTA_BYTES_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    ATTRIBUTED_TENANT_FIELD_NUMBER: _builtins.int
     delta_bytes: _builtins.int
     """Positive grows usage (checked against limits); negative always succeeds
     and never drives a counter below zero.
     """
     idempotency_key: _builtins.str
     """A retried call with the same key applies once. Required."""
+    attributed_tenant: _builtins.str
+    """For a global space: the tenant whose principal made the change. Its bytes
+    are recorded against that tenant as attribution only (never a limit).
+    """
     @_builtins.property
     def space(self) -> _space_pb2.SpaceRef: ...
     def __init__(
@@ -40,10 +45,11 @@ class ChargeRequest(_message.Message):
         space: _space_pb2.SpaceRef | None = ...,
         delta_bytes: _builtins.int = ...,
         idempotency_key: _builtins.str = ...,
+        attributed_tenant: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delta_bytes", b"delta_bytes", "idempotency_key", b"idempotency_key", "space", b"space"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributed_tenant", b"attributed_tenant", "delta_bytes", b"delta_bytes", "idempotency_key", b"idempotency_key", "space", b"space"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -56,20 +62,24 @@ class ChargeResponse(_message.Message):
     APPLIED_FIELD_NUMBER: _builtins.int
     SPACE_USED_BYTES_FIELD_NUMBER: _builtins.int
     TENANT_USED_BYTES_FIELD_NUMBER: _builtins.int
+    ORG_USED_BYTES_FIELD_NUMBER: _builtins.int
     applied: _builtins.bool
     """False when the idempotency key had already been applied."""
     space_used_bytes: _builtins.int
     tenant_used_bytes: _builtins.int
+    org_used_bytes: _builtins.int
+    """The org's counter after the charge, when the space's tenant is in an org."""
     def __init__(
         self,
         *,
         applied: _builtins.bool = ...,
         space_used_bytes: _builtins.int = ...,
         tenant_used_bytes: _builtins.int = ...,
+        org_used_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "space_used_bytes", b"space_used_bytes", "tenant_used_bytes", b"tenant_used_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied", b"applied", "org_used_bytes", b"org_used_bytes", "space_used_bytes", b"space_used_bytes", "tenant_used_bytes", b"tenant_used_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -112,6 +122,12 @@ class QuotaServiceGetUsageResponse(_message.Message):
     SPACE_QUOTA_BYTES_FIELD_NUMBER: _builtins.int
     SPACE_DOCUMENT_COUNT_FIELD_NUMBER: _builtins.int
     TENANT_QUOTA_OVERRIDDEN_FIELD_NUMBER: _builtins.int
+    ORG_FIELD_NUMBER: _builtins.int
+    ORG_USED_BYTES_FIELD_NUMBER: _builtins.int
+    ORG_QUOTA_BYTES_FIELD_NUMBER: _builtins.int
+    ORG_QUOTA_SET_FIELD_NUMBER: _builtins.int
+    TENANT_EFFECTIVE_QUOTA_BYTES_FIELD_NUMBER: _builtins.int
+    GLOBAL_ATTRIBUTED_BYTES_FIELD_NUMBER: _builtins.int
     tenant: _builtins.str
     tenant_used_bytes: _builtins.int
     tenant_quota_bytes: _builtins.int
@@ -121,6 +137,21 @@ class QuotaServiceGetUsageResponse(_message.Message):
     space_document_count: _builtins.int
     tenant_quota_overridden: _builtins.bool
     """True when tenant_quota_bytes comes from SetTenantQuota, not the default."""
+    org: _builtins.str
+    """The org the tenant belongs to (empty: none)."""
+    org_used_bytes: _builtins.int
+    """The bytes the org's teams use together."""
+    org_quota_bytes: _builtins.int
+    """The org's ceiling; meaningful when org_quota_set."""
+    org_quota_set: _builtins.bool
+    tenant_effective_quota_bytes: _builtins.int
+    """What the tenant may use: the lesser of tenant_quota_bytes and the org's
+    ceiling (tenant_quota_bytes when no ceiling applies).
+    """
+    global_attributed_bytes: _builtins.int
+    """Bytes of global spaces the tenant's changes account for (attribution
+    only: they count towards the instance, not towards the tenant's quota).
+    """
     def __init__(
         self,
         *,
@@ -131,10 +162,16 @@ class QuotaServiceGetUsageResponse(_message.Message):
         space_quota_bytes: _builtins.int = ...,
         space_document_count: _builtins.int = ...,
         tenant_quota_overridden: _builtins.bool = ...,
+        org: _builtins.str = ...,
+        org_used_bytes: _builtins.int = ...,
+        org_quota_bytes: _builtins.int = ...,
+        org_quota_set: _builtins.bool = ...,
+        tenant_effective_quota_bytes: _builtins.int = ...,
+        global_attributed_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["space_document_count", b"space_document_count", "space_quota_bytes", b"space_quota_bytes", "space_used_bytes", b"space_used_bytes", "tenant", b"tenant", "tenant_quota_bytes", b"tenant_quota_bytes", "tenant_quota_overridden", b"tenant_quota_overridden", "tenant_used_bytes", b"tenant_used_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["global_attributed_bytes", b"global_attributed_bytes", "org", b"org", "org_quota_bytes", b"org_quota_bytes", "org_quota_set", b"org_quota_set", "org_used_bytes", b"org_used_bytes", "space_document_count", b"space_document_count", "space_quota_bytes", b"space_quota_bytes", "space_used_bytes", b"space_used_bytes", "tenant", b"tenant", "tenant_effective_quota_bytes", b"tenant_effective_quota_bytes", "tenant_quota_bytes", b"tenant_quota_bytes", "tenant_quota_overridden", b"tenant_quota_overridden", "tenant_used_bytes", b"tenant_used_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -231,6 +268,101 @@ class ReconcileResponse(_message.Message):
 Global___ReconcileResponse: _TypeAlias = ReconcileResponse  # noqa: Y015
 
 @_typing.final
+class SetOrgQuotaRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORG_FIELD_NUMBER: _builtins.int
+    QUOTA_BYTES_FIELD_NUMBER: _builtins.int
+    org: _builtins.str
+    """The org (empty = the caller's team's org)."""
+    quota_bytes: _builtins.int
+    """0 refuses every write that grows a team of the org."""
+    def __init__(
+        self,
+        *,
+        org: _builtins.str = ...,
+        quota_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["org", b"org", "quota_bytes", b"quota_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetOrgQuotaRequest: _TypeAlias = SetOrgQuotaRequest  # noqa: Y015
+
+@_typing.final
+class SetOrgQuotaResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ORG_FIELD_NUMBER: _builtins.int
+    QUOTA_BYTES_FIELD_NUMBER: _builtins.int
+    org: _builtins.str
+    quota_bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        org: _builtins.str = ...,
+        quota_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["org", b"org", "quota_bytes", b"quota_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetOrgQuotaResponse: _TypeAlias = SetOrgQuotaResponse  # noqa: Y015
+
+@_typing.final
+class SetTenantOrgRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    ORG_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    org: _builtins.str
+    """Empty takes the tenant out of its org."""
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        org: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["org", b"org", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetTenantOrgRequest: _TypeAlias = SetTenantOrgRequest  # noqa: Y015
+
+@_typing.final
+class SetTenantOrgResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    ORG_FIELD_NUMBER: _builtins.int
+    ORG_USED_BYTES_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    org: _builtins.str
+    org_used_bytes: _builtins.int
+    """The org's usage after the tenant's bytes were counted in."""
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        org: _builtins.str = ...,
+        org_used_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["org", b"org", "org_used_bytes", b"org_used_bytes", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetTenantOrgResponse: _TypeAlias = SetTenantOrgResponse  # noqa: Y015
+
+@_typing.final
 class UsageDrift(_message.Message):
     """UsageDrift is one counter Reconcile corrected."""
 
@@ -240,7 +372,7 @@ class UsageDrift(_message.Message):
     RECORDED_BYTES_FIELD_NUMBER: _builtins.int
     ACTUAL_BYTES_FIELD_NUMBER: _builtins.int
     counter: _builtins.str
-    """"space:<space_id>", "tenant:<tenant>" or "instance"."""
+    """"space:<space_id>", "tenant:<tenant>", "org:<org>" or "instance"."""
     recorded_bytes: _builtins.int
     actual_bytes: _builtins.int
     def __init__(

@@ -56,6 +56,16 @@ class QuotaServiceStub:
                 request_serializer=engram_dot_v1_dot_quota__pb2.ReconcileRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_quota__pb2.ReconcileResponse.FromString,
                 _registered_method=True)
+        self.SetOrgQuota = channel.unary_unary(
+                '/engram.v1.QuotaService/SetOrgQuota',
+                request_serializer=engram_dot_v1_dot_quota__pb2.SetOrgQuotaRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_quota__pb2.SetOrgQuotaResponse.FromString,
+                _registered_method=True)
+        self.SetTenantOrg = channel.unary_unary(
+                '/engram.v1.QuotaService/SetTenantOrg',
+                request_serializer=engram_dot_v1_dot_quota__pb2.SetTenantOrgRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_quota__pb2.SetTenantOrgResponse.FromString,
+                _registered_method=True)
 
 
 class QuotaServiceServicer:
@@ -93,6 +103,22 @@ class QuotaServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetOrgQuota(self, request, context):
+        """Sets an org's ceiling: every team (tenant) of the org may use at most the
+        lesser of its own quota and the ceiling, and the org's teams together at
+        most the ceiling. Org admins of a team of the org, or platform admins.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetTenantOrg(self, request, context):
+        """Puts a tenant in an org, or takes it out (empty org). Platform admins only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QuotaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -115,6 +141,16 @@ def add_QuotaServiceServicer_to_server(servicer, server):
                     servicer.Reconcile,
                     request_deserializer=engram_dot_v1_dot_quota__pb2.ReconcileRequest.FromString,
                     response_serializer=engram_dot_v1_dot_quota__pb2.ReconcileResponse.SerializeToString,
+            ),
+            'SetOrgQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetOrgQuota,
+                    request_deserializer=engram_dot_v1_dot_quota__pb2.SetOrgQuotaRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_quota__pb2.SetOrgQuotaResponse.SerializeToString,
+            ),
+            'SetTenantOrg': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTenantOrg,
+                    request_deserializer=engram_dot_v1_dot_quota__pb2.SetTenantOrgRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_quota__pb2.SetTenantOrgResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -227,6 +263,60 @@ class QuotaService:
             '/engram.v1.QuotaService/Reconcile',
             engram_dot_v1_dot_quota__pb2.ReconcileRequest.SerializeToString,
             engram_dot_v1_dot_quota__pb2.ReconcileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetOrgQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.QuotaService/SetOrgQuota',
+            engram_dot_v1_dot_quota__pb2.SetOrgQuotaRequest.SerializeToString,
+            engram_dot_v1_dot_quota__pb2.SetOrgQuotaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTenantOrg(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.QuotaService/SetTenantOrg',
+            engram_dot_v1_dot_quota__pb2.SetTenantOrgRequest.SerializeToString,
+            engram_dot_v1_dot_quota__pb2.SetTenantOrgResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -47,6 +47,13 @@ class QuotaServiceStub:
     """
     Reconcile: _grpc.UnaryUnaryMultiCallable[_quota_pb2.ReconcileRequest, _quota_pb2.ReconcileResponse]
     """Recomputes a tenant's counters from stored documents and corrects drift."""
+    SetOrgQuota: _grpc.UnaryUnaryMultiCallable[_quota_pb2.SetOrgQuotaRequest, _quota_pb2.SetOrgQuotaResponse]
+    """Sets an org's ceiling: every team (tenant) of the org may use at most the
+    lesser of its own quota and the ceiling, and the org's teams together at
+    most the ceiling. Org admins of a team of the org, or platform admins.
+    """
+    SetTenantOrg: _grpc.UnaryUnaryMultiCallable[_quota_pb2.SetTenantOrgRequest, _quota_pb2.SetTenantOrgResponse]
+    """Puts a tenant in an org, or takes it out (empty org). Platform admins only."""
 
 @_typing.type_check_only
 class QuotaServiceAsyncStub(QuotaServiceStub):
@@ -67,6 +74,13 @@ class QuotaServiceAsyncStub(QuotaServiceStub):
     """
     Reconcile: _aio.UnaryUnaryMultiCallable[_quota_pb2.ReconcileRequest, _quota_pb2.ReconcileResponse]  # type: ignore[assignment]
     """Recomputes a tenant's counters from stored documents and corrects drift."""
+    SetOrgQuota: _aio.UnaryUnaryMultiCallable[_quota_pb2.SetOrgQuotaRequest, _quota_pb2.SetOrgQuotaResponse]  # type: ignore[assignment]
+    """Sets an org's ceiling: every team (tenant) of the org may use at most the
+    lesser of its own quota and the ceiling, and the org's teams together at
+    most the ceiling. Org admins of a team of the org, or platform admins.
+    """
+    SetTenantOrg: _aio.UnaryUnaryMultiCallable[_quota_pb2.SetTenantOrgRequest, _quota_pb2.SetTenantOrgResponse]  # type: ignore[assignment]
+    """Puts a tenant in an org, or takes it out (empty org). Platform admins only."""
 
 class QuotaServiceServicer(metaclass=_abc_1.ABCMeta):
     """QuotaService keeps byte usage per space, per tenant and for the instance,
@@ -108,5 +122,24 @@ class QuotaServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_quota_pb2.ReconcileResponse, _abc.Awaitable[_quota_pb2.ReconcileResponse]]:
         """Recomputes a tenant's counters from stored documents and corrects drift."""
+
+    @_abc_1.abstractmethod
+    def SetOrgQuota(
+        self,
+        request: _quota_pb2.SetOrgQuotaRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_quota_pb2.SetOrgQuotaResponse, _abc.Awaitable[_quota_pb2.SetOrgQuotaResponse]]:
+        """Sets an org's ceiling: every team (tenant) of the org may use at most the
+        lesser of its own quota and the ceiling, and the org's teams together at
+        most the ceiling. Org admins of a team of the org, or platform admins.
+        """
+
+    @_abc_1.abstractmethod
+    def SetTenantOrg(
+        self,
+        request: _quota_pb2.SetTenantOrgRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_quota_pb2.SetTenantOrgResponse, _abc.Awaitable[_quota_pb2.SetTenantOrgResponse]]:
+        """Puts a tenant in an org, or takes it out (empty org). Platform admins only."""
 
 def add_QuotaServiceServicer_to_server(servicer: QuotaServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -199,8 +199,9 @@ class StorageCore:
         """Charges growth first and refunds it if the write does not land; credits shrinkage
         after the write (a credit never fails, so it cannot strand a write)."""
         key = uuid.uuid4().hex
+        attributed = granted.attributed_tenant
         if delta > 0:
-            await self.quota.charge(granted.space, delta, key)
+            await self.quota.charge(granted.space, delta, key, attributed_tenant=attributed)
         committed = False
         try:
             if len(changes) == 1:
@@ -210,15 +211,22 @@ class StorageCore:
             committed = True
         finally:
             if not committed and delta > 0:
-                await asyncio.shield(self.quota.charge(granted.space, -delta, f"{key}:refund"))
+                await asyncio.shield(
+                    self.quota.charge(
+                        granted.space, -delta, f"{key}:refund", attributed_tenant=attributed
+                    )
+                )
         self.notifier.changed()
         if delta < 0:
-            await self.credit(granted.space, -delta)
+            await self.credit(granted.space, -delta, attributed)
         return stored
 
-    async def credit(self, space: SpaceRef, size_bytes: int) -> None:
+    async def credit(self, space: SpaceRef, size_bytes: int, attributed_tenant: str = "") -> None:
+        """Refunds `size_bytes` (a global space's change stays attributed to its tenant)."""
         if size_bytes > 0:
-            await self.quota.charge(space, -size_bytes, uuid.uuid4().hex)
+            await self.quota.charge(
+                space, -size_bytes, uuid.uuid4().hex, attributed_tenant=attributed_tenant
+            )
 
     async def record_audit(
         self, granted: AuthorizedSpace, principal: Principal, path: str, delta: int

@@ -333,7 +333,7 @@ class DocumentWrites:
             ) from None
         self._core.notifier.changed()
         size = deleted.size_bytes
-        await self._core.credit(granted.space, size)
+        await self._core.credit(granted.space, size, granted.attributed_tenant)
         await self._core.record_audit(granted, principal, path, -size)
         return Deletion(deleted, size)
 

@@ -31,6 +31,8 @@ const (
 	Role_ROLE_CONFIG_EDITOR Role = 2
 	Role_ROLE_MEMBER        Role = 3
 	Role_ROLE_ADMIN         Role = 4
+	// An admin of the team who also administers the team's org (its ceiling).
+	Role_ROLE_ORG_ADMIN Role = 5
 )
 
 // Enum value maps for Role.
@@ -41,6 +43,7 @@ var (
 		2: "ROLE_CONFIG_EDITOR",
 		3: "ROLE_MEMBER",
 		4: "ROLE_ADMIN",
+		5: "ROLE_ORG_ADMIN",
 	}
 	Role_value = map[string]int32{
 		"ROLE_UNSPECIFIED":   0,
@@ -48,6 +51,7 @@ var (
 		"ROLE_CONFIG_EDITOR": 2,
 		"ROLE_MEMBER":        3,
 		"ROLE_ADMIN":         4,
+		"ROLE_ORG_ADMIN":     5,
 	}
 )
 
@@ -1308,14 +1312,15 @@ const file_engram_v1_authz_proto_rawDesc = "" +
 	"\x04path\x18\x06 \x01(\tR\x04path\x12\x1f\n" +
 	"\vbytes_delta\x18\a \x01(\x03R\n" +
 	"bytesDelta\x12*\n" +
-	"\x02at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x02at*f\n" +
+	"\x02at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\x02at*z\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_VIEWER\x10\x01\x12\x16\n" +
 	"\x12ROLE_CONFIG_EDITOR\x10\x02\x12\x0f\n" +
 	"\vROLE_MEMBER\x10\x03\x12\x0e\n" +
 	"\n" +
-	"ROLE_ADMIN\x10\x04*\xb2\x01\n" +
+	"ROLE_ADMIN\x10\x04\x12\x12\n" +
+	"\x0eROLE_ORG_ADMIN\x10\x05*\xb2\x01\n" +
 	"\x06Action\x12\x16\n" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vACTION_READ\x10\x01\x12\x0f\n" +

@@ -29,8 +29,11 @@ type ChargeRequest struct {
 	DeltaBytes int64 `protobuf:"varint,2,opt,name=delta_bytes,json=deltaBytes,proto3" json:"delta_bytes,omitempty"`
 	// A retried call with the same key applies once. Required.
 	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// For a global space: the tenant whose principal made the change. Its bytes
+	// are recorded against that tenant as attribution only (never a limit).
+	AttributedTenant string `protobuf:"bytes,4,opt,name=attributed_tenant,json=attributedTenant,proto3" json:"attributed_tenant,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ChargeRequest) Reset() {
@@ -84,14 +87,23 @@ func (x *ChargeRequest) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *ChargeRequest) GetAttributedTenant() string {
+	if x != nil {
+		return x.AttributedTenant
+	}
+	return ""
+}
+
 type ChargeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// False when the idempotency key had already been applied.
 	Applied         bool  `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
 	SpaceUsedBytes  int64 `protobuf:"varint,2,opt,name=space_used_bytes,json=spaceUsedBytes,proto3" json:"space_used_bytes,omitempty"`
 	TenantUsedBytes int64 `protobuf:"varint,3,opt,name=tenant_used_bytes,json=tenantUsedBytes,proto3" json:"tenant_used_bytes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The org's counter after the charge, when the space's tenant is in an org.
+	OrgUsedBytes  int64 `protobuf:"varint,4,opt,name=org_used_bytes,json=orgUsedBytes,proto3" json:"org_used_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChargeResponse) Reset() {
@@ -141,6 +153,13 @@ func (x *ChargeResponse) GetSpaceUsedBytes() int64 {
 func (x *ChargeResponse) GetTenantUsedBytes() int64 {
 	if x != nil {
 		return x.TenantUsedBytes
+	}
+	return 0
+}
+
+func (x *ChargeResponse) GetOrgUsedBytes() int64 {
+	if x != nil {
+		return x.OrgUsedBytes
 	}
 	return 0
 }
@@ -210,6 +229,19 @@ type QuotaServiceGetUsageResponse struct {
 	SpaceDocumentCount int64 `protobuf:"varint,6,opt,name=space_document_count,json=spaceDocumentCount,proto3" json:"space_document_count,omitempty"`
 	// True when tenant_quota_bytes comes from SetTenantQuota, not the default.
 	TenantQuotaOverridden bool `protobuf:"varint,7,opt,name=tenant_quota_overridden,json=tenantQuotaOverridden,proto3" json:"tenant_quota_overridden,omitempty"`
+	// The org the tenant belongs to (empty: none).
+	Org string `protobuf:"bytes,8,opt,name=org,proto3" json:"org,omitempty"`
+	// The bytes the org's teams use together.
+	OrgUsedBytes int64 `protobuf:"varint,9,opt,name=org_used_bytes,json=orgUsedBytes,proto3" json:"org_used_bytes,omitempty"`
+	// The org's ceiling; meaningful when org_quota_set.
+	OrgQuotaBytes int64 `protobuf:"varint,10,opt,name=org_quota_bytes,json=orgQuotaBytes,proto3" json:"org_quota_bytes,omitempty"`
+	OrgQuotaSet   bool  `protobuf:"varint,11,opt,name=org_quota_set,json=orgQuotaSet,proto3" json:"org_quota_set,omitempty"`
+	// What the tenant may use: the lesser of tenant_quota_bytes and the org's
+	// ceiling (tenant_quota_bytes when no ceiling applies).
+	TenantEffectiveQuotaBytes int64 `protobuf:"varint,12,opt,name=tenant_effective_quota_bytes,json=tenantEffectiveQuotaBytes,proto3" json:"tenant_effective_quota_bytes,omitempty"`
+	// Bytes of global spaces the tenant's changes account for (attribution
+	// only: they count towards the instance, not towards the tenant's quota).
+	GlobalAttributedBytes int64 `protobuf:"varint,13,opt,name=global_attributed_bytes,json=globalAttributedBytes,proto3" json:"global_attributed_bytes,omitempty"`
 	unknownFields         protoimpl.UnknownFields
 	sizeCache             protoimpl.SizeCache
 }
@@ -291,6 +323,48 @@ func (x *QuotaServiceGetUsageResponse) GetTenantQuotaOverridden() bool {
 		return x.TenantQuotaOverridden
 	}
 	return false
+}
+
+func (x *QuotaServiceGetUsageResponse) GetOrg() string {
+	if x != nil {
+		return x.Org
+	}
+	return ""
+}
+
+func (x *QuotaServiceGetUsageResponse) GetOrgUsedBytes() int64 {
+	if x != nil {
+		return x.OrgUsedBytes
+	}
+	return 0
+}
+
+func (x *QuotaServiceGetUsageResponse) GetOrgQuotaBytes() int64 {
+	if x != nil {
+		return x.OrgQuotaBytes
+	}
+	return 0
+}
+
+func (x *QuotaServiceGetUsageResponse) GetOrgQuotaSet() bool {
+	if x != nil {
+		return x.OrgQuotaSet
+	}
+	return false
+}
+
+func (x *QuotaServiceGetUsageResponse) GetTenantEffectiveQuotaBytes() int64 {
+	if x != nil {
+		return x.TenantEffectiveQuotaBytes
+	}
+	return 0
+}
+
+func (x *QuotaServiceGetUsageResponse) GetGlobalAttributedBytes() int64 {
+	if x != nil {
+		return x.GlobalAttributedBytes
+	}
+	return 0
 }
 
 type SetTenantQuotaRequest struct {
@@ -496,10 +570,230 @@ func (x *ReconcileResponse) GetSpacesChecked() int64 {
 	return 0
 }
 
+type SetOrgQuotaRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The org (empty = the caller's team's org).
+	Org string `protobuf:"bytes,1,opt,name=org,proto3" json:"org,omitempty"`
+	// 0 refuses every write that grows a team of the org.
+	QuotaBytes    int64 `protobuf:"varint,2,opt,name=quota_bytes,json=quotaBytes,proto3" json:"quota_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetOrgQuotaRequest) Reset() {
+	*x = SetOrgQuotaRequest{}
+	mi := &file_engram_v1_quota_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetOrgQuotaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetOrgQuotaRequest) ProtoMessage() {}
+
+func (x *SetOrgQuotaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_quota_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetOrgQuotaRequest.ProtoReflect.Descriptor instead.
+func (*SetOrgQuotaRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_quota_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SetOrgQuotaRequest) GetOrg() string {
+	if x != nil {
+		return x.Org
+	}
+	return ""
+}
+
+func (x *SetOrgQuotaRequest) GetQuotaBytes() int64 {
+	if x != nil {
+		return x.QuotaBytes
+	}
+	return 0
+}
+
+type SetOrgQuotaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Org           string                 `protobuf:"bytes,1,opt,name=org,proto3" json:"org,omitempty"`
+	QuotaBytes    int64                  `protobuf:"varint,2,opt,name=quota_bytes,json=quotaBytes,proto3" json:"quota_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetOrgQuotaResponse) Reset() {
+	*x = SetOrgQuotaResponse{}
+	mi := &file_engram_v1_quota_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetOrgQuotaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetOrgQuotaResponse) ProtoMessage() {}
+
+func (x *SetOrgQuotaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_quota_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetOrgQuotaResponse.ProtoReflect.Descriptor instead.
+func (*SetOrgQuotaResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_quota_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SetOrgQuotaResponse) GetOrg() string {
+	if x != nil {
+		return x.Org
+	}
+	return ""
+}
+
+func (x *SetOrgQuotaResponse) GetQuotaBytes() int64 {
+	if x != nil {
+		return x.QuotaBytes
+	}
+	return 0
+}
+
+type SetTenantOrgRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Empty takes the tenant out of its org.
+	Org           string `protobuf:"bytes,2,opt,name=org,proto3" json:"org,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTenantOrgRequest) Reset() {
+	*x = SetTenantOrgRequest{}
+	mi := &file_engram_v1_quota_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantOrgRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantOrgRequest) ProtoMessage() {}
+
+func (x *SetTenantOrgRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_quota_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantOrgRequest.ProtoReflect.Descriptor instead.
+func (*SetTenantOrgRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_quota_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SetTenantOrgRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *SetTenantOrgRequest) GetOrg() string {
+	if x != nil {
+		return x.Org
+	}
+	return ""
+}
+
+type SetTenantOrgResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Org    string                 `protobuf:"bytes,2,opt,name=org,proto3" json:"org,omitempty"`
+	// The org's usage after the tenant's bytes were counted in.
+	OrgUsedBytes  int64 `protobuf:"varint,3,opt,name=org_used_bytes,json=orgUsedBytes,proto3" json:"org_used_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTenantOrgResponse) Reset() {
+	*x = SetTenantOrgResponse{}
+	mi := &file_engram_v1_quota_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantOrgResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantOrgResponse) ProtoMessage() {}
+
+func (x *SetTenantOrgResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_quota_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantOrgResponse.ProtoReflect.Descriptor instead.
+func (*SetTenantOrgResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_quota_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SetTenantOrgResponse) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *SetTenantOrgResponse) GetOrg() string {
+	if x != nil {
+		return x.Org
+	}
+	return ""
+}
+
+func (x *SetTenantOrgResponse) GetOrgUsedBytes() int64 {
+	if x != nil {
+		return x.OrgUsedBytes
+	}
+	return 0
+}
+
 // UsageDrift is one counter Reconcile corrected.
 type UsageDrift struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "space:<space_id>", "tenant:<tenant>" or "instance".
+	// "space:<space_id>", "tenant:<tenant>", "org:<org>" or "instance".
 	Counter       string `protobuf:"bytes,1,opt,name=counter,proto3" json:"counter,omitempty"`
 	RecordedBytes int64  `protobuf:"varint,2,opt,name=recorded_bytes,json=recordedBytes,proto3" json:"recorded_bytes,omitempty"`
 	ActualBytes   int64  `protobuf:"varint,3,opt,name=actual_bytes,json=actualBytes,proto3" json:"actual_bytes,omitempty"`
@@ -509,7 +803,7 @@ type UsageDrift struct {
 
 func (x *UsageDrift) Reset() {
 	*x = UsageDrift{}
-	mi := &file_engram_v1_quota_proto_msgTypes[8]
+	mi := &file_engram_v1_quota_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -521,7 +815,7 @@ func (x *UsageDrift) String() string {
 func (*UsageDrift) ProtoMessage() {}
 
 func (x *UsageDrift) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_quota_proto_msgTypes[8]
+	mi := &file_engram_v1_quota_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -534,7 +828,7 @@ func (x *UsageDrift) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageDrift.ProtoReflect.Descriptor instead.
 func (*UsageDrift) Descriptor() ([]byte, []int) {
-	return file_engram_v1_quota_proto_rawDescGZIP(), []int{8}
+	return file_engram_v1_quota_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UsageDrift) GetCounter() string {
@@ -562,19 +856,21 @@ var File_engram_v1_quota_proto protoreflect.FileDescriptor
 
 const file_engram_v1_quota_proto_rawDesc = "" +
 	"\n" +
-	"\x15engram/v1/quota.proto\x12\tengram.v1\x1a\x15engram/v1/space.proto\"\x84\x01\n" +
+	"\x15engram/v1/quota.proto\x12\tengram.v1\x1a\x15engram/v1/space.proto\"\xb1\x01\n" +
 	"\rChargeRequest\x12)\n" +
 	"\x05space\x18\x01 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\x12\x1f\n" +
 	"\vdelta_bytes\x18\x02 \x01(\x03R\n" +
 	"deltaBytes\x12'\n" +
-	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"\x80\x01\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\x12+\n" +
+	"\x11attributed_tenant\x18\x04 \x01(\tR\x10attributedTenant\"\xa6\x01\n" +
 	"\x0eChargeResponse\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\bR\aapplied\x12(\n" +
 	"\x10space_used_bytes\x18\x02 \x01(\x03R\x0espaceUsedBytes\x12*\n" +
-	"\x11tenant_used_bytes\x18\x03 \x01(\x03R\x0ftenantUsedBytes\"`\n" +
+	"\x11tenant_used_bytes\x18\x03 \x01(\x03R\x0ftenantUsedBytes\x12$\n" +
+	"\x0eorg_used_bytes\x18\x04 \x01(\x03R\forgUsedBytes\"`\n" +
 	"\x1bQuotaServiceGetUsageRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12)\n" +
-	"\x05space\x18\x02 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\"\xd0\x02\n" +
+	"\x05space\x18\x02 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\"\xcd\x04\n" +
 	"\x1cQuotaServiceGetUsageResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12*\n" +
 	"\x11tenant_used_bytes\x18\x02 \x01(\x03R\x0ftenantUsedBytes\x12,\n" +
@@ -582,7 +878,14 @@ const file_engram_v1_quota_proto_rawDesc = "" +
 	"\x10space_used_bytes\x18\x04 \x01(\x03R\x0espaceUsedBytes\x12*\n" +
 	"\x11space_quota_bytes\x18\x05 \x01(\x03R\x0fspaceQuotaBytes\x120\n" +
 	"\x14space_document_count\x18\x06 \x01(\x03R\x12spaceDocumentCount\x126\n" +
-	"\x17tenant_quota_overridden\x18\a \x01(\bR\x15tenantQuotaOverridden\"P\n" +
+	"\x17tenant_quota_overridden\x18\a \x01(\bR\x15tenantQuotaOverridden\x12\x10\n" +
+	"\x03org\x18\b \x01(\tR\x03org\x12$\n" +
+	"\x0eorg_used_bytes\x18\t \x01(\x03R\forgUsedBytes\x12&\n" +
+	"\x0forg_quota_bytes\x18\n" +
+	" \x01(\x03R\rorgQuotaBytes\x12\"\n" +
+	"\rorg_quota_set\x18\v \x01(\bR\vorgQuotaSet\x12?\n" +
+	"\x1ctenant_effective_quota_bytes\x18\f \x01(\x03R\x19tenantEffectiveQuotaBytes\x126\n" +
+	"\x17global_attributed_bytes\x18\r \x01(\x03R\x15globalAttributedBytes\"P\n" +
 	"\x15SetTenantQuotaRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1f\n" +
 	"\vquota_bytes\x18\x02 \x01(\x03R\n" +
@@ -595,17 +898,34 @@ const file_engram_v1_quota_proto_rawDesc = "" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"i\n" +
 	"\x11ReconcileResponse\x12-\n" +
 	"\x06drifts\x18\x01 \x03(\v2\x15.engram.v1.UsageDriftR\x06drifts\x12%\n" +
-	"\x0espaces_checked\x18\x02 \x01(\x03R\rspacesChecked\"p\n" +
+	"\x0espaces_checked\x18\x02 \x01(\x03R\rspacesChecked\"G\n" +
+	"\x12SetOrgQuotaRequest\x12\x10\n" +
+	"\x03org\x18\x01 \x01(\tR\x03org\x12\x1f\n" +
+	"\vquota_bytes\x18\x02 \x01(\x03R\n" +
+	"quotaBytes\"H\n" +
+	"\x13SetOrgQuotaResponse\x12\x10\n" +
+	"\x03org\x18\x01 \x01(\tR\x03org\x12\x1f\n" +
+	"\vquota_bytes\x18\x02 \x01(\x03R\n" +
+	"quotaBytes\"?\n" +
+	"\x13SetTenantOrgRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03org\x18\x02 \x01(\tR\x03org\"f\n" +
+	"\x14SetTenantOrgResponse\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03org\x18\x02 \x01(\tR\x03org\x12$\n" +
+	"\x0eorg_used_bytes\x18\x03 \x01(\x03R\forgUsedBytes\"p\n" +
 	"\n" +
 	"UsageDrift\x12\x18\n" +
 	"\acounter\x18\x01 \x01(\tR\acounter\x12%\n" +
 	"\x0erecorded_bytes\x18\x02 \x01(\x03R\rrecordedBytes\x12!\n" +
-	"\factual_bytes\x18\x03 \x01(\x03R\vactualBytes2\xc9\x02\n" +
+	"\factual_bytes\x18\x03 \x01(\x03R\vactualBytes2\xe8\x03\n" +
 	"\fQuotaService\x12=\n" +
 	"\x06Charge\x12\x18.engram.v1.ChargeRequest\x1a\x19.engram.v1.ChargeResponse\x12[\n" +
 	"\bGetUsage\x12&.engram.v1.QuotaServiceGetUsageRequest\x1a'.engram.v1.QuotaServiceGetUsageResponse\x12U\n" +
 	"\x0eSetTenantQuota\x12 .engram.v1.SetTenantQuotaRequest\x1a!.engram.v1.SetTenantQuotaResponse\x12F\n" +
-	"\tReconcile\x12\x1b.engram.v1.ReconcileRequest\x1a\x1c.engram.v1.ReconcileResponseB\x8e\x01\n" +
+	"\tReconcile\x12\x1b.engram.v1.ReconcileRequest\x1a\x1c.engram.v1.ReconcileResponse\x12L\n" +
+	"\vSetOrgQuota\x12\x1d.engram.v1.SetOrgQuotaRequest\x1a\x1e.engram.v1.SetOrgQuotaResponse\x12O\n" +
+	"\fSetTenantOrg\x12\x1e.engram.v1.SetTenantOrgRequest\x1a\x1f.engram.v1.SetTenantOrgResponseB\x8e\x01\n" +
 	"\rcom.engram.v1B\n" +
 	"QuotaProtoP\x01Z,engram.dev/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
 	"Engram::V1b\x06proto3"
@@ -622,7 +942,7 @@ func file_engram_v1_quota_proto_rawDescGZIP() []byte {
 	return file_engram_v1_quota_proto_rawDescData
 }
 
-var file_engram_v1_quota_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_engram_v1_quota_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_engram_v1_quota_proto_goTypes = []any{
 	(*ChargeRequest)(nil),                // 0: engram.v1.ChargeRequest
 	(*ChargeResponse)(nil),               // 1: engram.v1.ChargeResponse
@@ -632,26 +952,34 @@ var file_engram_v1_quota_proto_goTypes = []any{
 	(*SetTenantQuotaResponse)(nil),       // 5: engram.v1.SetTenantQuotaResponse
 	(*ReconcileRequest)(nil),             // 6: engram.v1.ReconcileRequest
 	(*ReconcileResponse)(nil),            // 7: engram.v1.ReconcileResponse
-	(*UsageDrift)(nil),                   // 8: engram.v1.UsageDrift
-	(*SpaceRef)(nil),                     // 9: engram.v1.SpaceRef
+	(*SetOrgQuotaRequest)(nil),           // 8: engram.v1.SetOrgQuotaRequest
+	(*SetOrgQuotaResponse)(nil),          // 9: engram.v1.SetOrgQuotaResponse
+	(*SetTenantOrgRequest)(nil),          // 10: engram.v1.SetTenantOrgRequest
+	(*SetTenantOrgResponse)(nil),         // 11: engram.v1.SetTenantOrgResponse
+	(*UsageDrift)(nil),                   // 12: engram.v1.UsageDrift
+	(*SpaceRef)(nil),                     // 13: engram.v1.SpaceRef
 }
 var file_engram_v1_quota_proto_depIdxs = []int32{
-	9, // 0: engram.v1.ChargeRequest.space:type_name -> engram.v1.SpaceRef
-	9, // 1: engram.v1.QuotaServiceGetUsageRequest.space:type_name -> engram.v1.SpaceRef
-	8, // 2: engram.v1.ReconcileResponse.drifts:type_name -> engram.v1.UsageDrift
-	0, // 3: engram.v1.QuotaService.Charge:input_type -> engram.v1.ChargeRequest
-	2, // 4: engram.v1.QuotaService.GetUsage:input_type -> engram.v1.QuotaServiceGetUsageRequest
-	4, // 5: engram.v1.QuotaService.SetTenantQuota:input_type -> engram.v1.SetTenantQuotaRequest
-	6, // 6: engram.v1.QuotaService.Reconcile:input_type -> engram.v1.ReconcileRequest
-	1, // 7: engram.v1.QuotaService.Charge:output_type -> engram.v1.ChargeResponse
-	3, // 8: engram.v1.QuotaService.GetUsage:output_type -> engram.v1.QuotaServiceGetUsageResponse
-	5, // 9: engram.v1.QuotaService.SetTenantQuota:output_type -> engram.v1.SetTenantQuotaResponse
-	7, // 10: engram.v1.QuotaService.Reconcile:output_type -> engram.v1.ReconcileResponse
-	7, // [7:11] is the sub-list for method output_type
-	3, // [3:7] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	13, // 0: engram.v1.ChargeRequest.space:type_name -> engram.v1.SpaceRef
+	13, // 1: engram.v1.QuotaServiceGetUsageRequest.space:type_name -> engram.v1.SpaceRef
+	12, // 2: engram.v1.ReconcileResponse.drifts:type_name -> engram.v1.UsageDrift
+	0,  // 3: engram.v1.QuotaService.Charge:input_type -> engram.v1.ChargeRequest
+	2,  // 4: engram.v1.QuotaService.GetUsage:input_type -> engram.v1.QuotaServiceGetUsageRequest
+	4,  // 5: engram.v1.QuotaService.SetTenantQuota:input_type -> engram.v1.SetTenantQuotaRequest
+	6,  // 6: engram.v1.QuotaService.Reconcile:input_type -> engram.v1.ReconcileRequest
+	8,  // 7: engram.v1.QuotaService.SetOrgQuota:input_type -> engram.v1.SetOrgQuotaRequest
+	10, // 8: engram.v1.QuotaService.SetTenantOrg:input_type -> engram.v1.SetTenantOrgRequest
+	1,  // 9: engram.v1.QuotaService.Charge:output_type -> engram.v1.ChargeResponse
+	3,  // 10: engram.v1.QuotaService.GetUsage:output_type -> engram.v1.QuotaServiceGetUsageResponse
+	5,  // 11: engram.v1.QuotaService.SetTenantQuota:output_type -> engram.v1.SetTenantQuotaResponse
+	7,  // 12: engram.v1.QuotaService.Reconcile:output_type -> engram.v1.ReconcileResponse
+	9,  // 13: engram.v1.QuotaService.SetOrgQuota:output_type -> engram.v1.SetOrgQuotaResponse
+	11, // 14: engram.v1.QuotaService.SetTenantOrg:output_type -> engram.v1.SetTenantOrgResponse
+	9,  // [9:15] is the sub-list for method output_type
+	3,  // [3:9] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_quota_proto_init() }
@@ -666,7 +994,7 @@ func file_engram_v1_quota_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_quota_proto_rawDesc), len(file_engram_v1_quota_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,8 @@ const (
 	QuotaService_GetUsage_FullMethodName       = "/engram.v1.QuotaService/GetUsage"
 	QuotaService_SetTenantQuota_FullMethodName = "/engram.v1.QuotaService/SetTenantQuota"
 	QuotaService_Reconcile_FullMethodName      = "/engram.v1.QuotaService/Reconcile"
+	QuotaService_SetOrgQuota_FullMethodName    = "/engram.v1.QuotaService/SetOrgQuota"
+	QuotaService_SetTenantOrg_FullMethodName   = "/engram.v1.QuotaService/SetTenantOrg"
 )
 
 // QuotaServiceClient is the client API for QuotaService service.
@@ -42,6 +44,12 @@ type QuotaServiceClient interface {
 	SetTenantQuota(ctx context.Context, in *SetTenantQuotaRequest, opts ...grpc.CallOption) (*SetTenantQuotaResponse, error)
 	// Recomputes a tenant's counters from stored documents and corrects drift.
 	Reconcile(ctx context.Context, in *ReconcileRequest, opts ...grpc.CallOption) (*ReconcileResponse, error)
+	// Sets an org's ceiling: every team (tenant) of the org may use at most the
+	// lesser of its own quota and the ceiling, and the org's teams together at
+	// most the ceiling. Org admins of a team of the org, or platform admins.
+	SetOrgQuota(ctx context.Context, in *SetOrgQuotaRequest, opts ...grpc.CallOption) (*SetOrgQuotaResponse, error)
+	// Puts a tenant in an org, or takes it out (empty org). Platform admins only.
+	SetTenantOrg(ctx context.Context, in *SetTenantOrgRequest, opts ...grpc.CallOption) (*SetTenantOrgResponse, error)
 }
 
 type quotaServiceClient struct {
@@ -92,6 +100,26 @@ func (c *quotaServiceClient) Reconcile(ctx context.Context, in *ReconcileRequest
 	return out, nil
 }
 
+func (c *quotaServiceClient) SetOrgQuota(ctx context.Context, in *SetOrgQuotaRequest, opts ...grpc.CallOption) (*SetOrgQuotaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetOrgQuotaResponse)
+	err := c.cc.Invoke(ctx, QuotaService_SetOrgQuota_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *quotaServiceClient) SetTenantOrg(ctx context.Context, in *SetTenantOrgRequest, opts ...grpc.CallOption) (*SetTenantOrgResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTenantOrgResponse)
+	err := c.cc.Invoke(ctx, QuotaService_SetTenantOrg_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // QuotaServiceServer is the server API for QuotaService service.
 // All implementations must embed UnimplementedQuotaServiceServer
 // for forward compatibility.
@@ -109,6 +137,12 @@ type QuotaServiceServer interface {
 	SetTenantQuota(context.Context, *SetTenantQuotaRequest) (*SetTenantQuotaResponse, error)
 	// Recomputes a tenant's counters from stored documents and corrects drift.
 	Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error)
+	// Sets an org's ceiling: every team (tenant) of the org may use at most the
+	// lesser of its own quota and the ceiling, and the org's teams together at
+	// most the ceiling. Org admins of a team of the org, or platform admins.
+	SetOrgQuota(context.Context, *SetOrgQuotaRequest) (*SetOrgQuotaResponse, error)
+	// Puts a tenant in an org, or takes it out (empty org). Platform admins only.
+	SetTenantOrg(context.Context, *SetTenantOrgRequest) (*SetTenantOrgResponse, error)
 	mustEmbedUnimplementedQuotaServiceServer()
 }
 
@@ -130,6 +164,12 @@ func (UnimplementedQuotaServiceServer) SetTenantQuota(context.Context, *SetTenan
 }
 func (UnimplementedQuotaServiceServer) Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reconcile not implemented")
+}
+func (UnimplementedQuotaServiceServer) SetOrgQuota(context.Context, *SetOrgQuotaRequest) (*SetOrgQuotaResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetOrgQuota not implemented")
+}
+func (UnimplementedQuotaServiceServer) SetTenantOrg(context.Context, *SetTenantOrgRequest) (*SetTenantOrgResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetTenantOrg not implemented")
 }
 func (UnimplementedQuotaServiceServer) mustEmbedUnimplementedQuotaServiceServer() {}
 func (UnimplementedQuotaServiceServer) testEmbeddedByValue()                      {}
@@ -224,6 +264,42 @@ func _QuotaService_Reconcile_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _QuotaService_SetOrgQuota_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetOrgQuotaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QuotaServiceServer).SetOrgQuota(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QuotaService_SetOrgQuota_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QuotaServiceServer).SetOrgQuota(ctx, req.(*SetOrgQuotaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _QuotaService_SetTenantOrg_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTenantOrgRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(QuotaServiceServer).SetTenantOrg(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: QuotaService_SetTenantOrg_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(QuotaServiceServer).SetTenantOrg(ctx, req.(*SetTenantOrgRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // QuotaService_ServiceDesc is the grpc.ServiceDesc for QuotaService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -246,6 +322,14 @@ var QuotaService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reconcile",
 			Handler:    _QuotaService_Reconcile_Handler,
+		},
+		{
+			MethodName: "SetOrgQuota",
+			Handler:    _QuotaService_SetOrgQuota_Handler,
+		},
+		{
+			MethodName: "SetTenantOrg",
+			Handler:    _QuotaService_SetTenantOrg_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file engram/v1/quota.proto.
  */
 export const file_engram_v1_quota: GenFile = /*@__PURE__*/
-  fileDesc("ChVlbmdyYW0vdjEvcXVvdGEucHJvdG8SCWVuZ3JhbS52MSJhCg1DaGFyZ2VSZXF1ZXN0EiIKBXNwYWNlGAEgASgLMhMuZW5ncmFtLnYxLlNwYWNlUmVmEhMKC2RlbHRhX2J5dGVzGAIgASgDEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCSJWCg5DaGFyZ2VSZXNwb25zZRIPCgdhcHBsaWVkGAEgASgIEhgKEHNwYWNlX3VzZWRfYnl0ZXMYAiABKAMSGQoRdGVuYW50X3VzZWRfYnl0ZXMYAyABKAMiUQobUXVvdGFTZXJ2aWNlR2V0VXNhZ2VSZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCRIiCgVzcGFjZRgCIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZiLZAQocUXVvdGFTZXJ2aWNlR2V0VXNhZ2VSZXNwb25zZRIOCgZ0ZW5hbnQYASABKAkSGQoRdGVuYW50X3VzZWRfYnl0ZXMYAiABKAMSGgoSdGVuYW50X3F1b3RhX2J5dGVzGAMgASgDEhgKEHNwYWNlX3VzZWRfYnl0ZXMYBCABKAMSGQoRc3BhY2VfcXVvdGFfYnl0ZXMYBSABKAMSHAoUc3BhY2VfZG9jdW1lbnRfY291bnQYBiABKAMSHwoXdGVuYW50X3F1b3RhX292ZXJyaWRkZW4YByABKAgiPAoVU2V0VGVuYW50UXVvdGFSZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCRITCgtxdW90YV9ieXRlcxgCIAEoAyI9ChZTZXRUZW5hbnRRdW90YVJlc3BvbnNlEg4KBnRlbmFudBgBIAEoCRITCgtxdW90YV9ieXRlcxgCIAEoAyIiChBSZWNvbmNpbGVSZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCSJSChFSZWNvbmNpbGVSZXNwb25zZRIlCgZkcmlmdHMYASADKAsyFS5lbmdyYW0udjEuVXNhZ2VEcmlmdBIWCg5zcGFjZXNfY2hlY2tlZBgCIAEoAyJLCgpVc2FnZURyaWZ0Eg8KB2NvdW50ZXIYASABKAkSFgoOcmVjb3JkZWRfYnl0ZXMYAiABKAMSFAoMYWN0dWFsX2J5dGVzGAMgASgDMskCCgxRdW90YVNlcnZpY2USPQoGQ2hhcmdlEhguZW5ncmFtLnYxLkNoYXJnZVJlcXVlc3QaGS5lbmdyYW0udjEuQ2hhcmdlUmVzcG9uc2USWwoIR2V0VXNhZ2USJi5lbmdyYW0udjEuUXVvdGFTZXJ2aWNlR2V0VXNhZ2VSZXF1ZXN0GicuZW5ncmFtLnYxLlF1b3RhU2VydmljZUdldFVzYWdlUmVzcG9uc2USVQoOU2V0VGVuYW50UXVvdGESIC5lbmdyYW0udjEuU2V0VGVuYW50UXVvdGFSZXF1ZXN0GiEuZW5ncmFtLnYxLlNldFRlbmFudFF1b3RhUmVzcG9uc2USRgoJUmVjb25jaWxlEhsuZW5ncmFtLnYxLlJlY29uY2lsZVJlcXVlc3QaHC5lbmdyYW0udjEuUmVjb25jaWxlUmVzcG9uc2ViBnByb3RvMw", [file_engram_v1_space]);
+  fileDesc("ChVlbmdyYW0vdjEvcXVvdGEucHJvdG8SCWVuZ3JhbS52MSJ8Cg1DaGFyZ2VSZXF1ZXN0EiIKBXNwYWNlGAEgASgLMhMuZW5ncmFtLnYxLlNwYWNlUmVmEhMKC2RlbHRhX2J5dGVzGAIgASgDEhcKD2lkZW1wb3RlbmN5X2tleRgDIAEoCRIZChFhdHRyaWJ1dGVkX3RlbmFudBgEIAEoCSJuCg5DaGFyZ2VSZXNwb25zZRIPCgdhcHBsaWVkGAEgASgIEhgKEHNwYWNlX3VzZWRfYnl0ZXMYAiABKAMSGQoRdGVuYW50X3VzZWRfYnl0ZXMYAyABKAMSFgoOb3JnX3VzZWRfYnl0ZXMYBCABKAMiUQobUXVvdGFTZXJ2aWNlR2V0VXNhZ2VSZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCRIiCgVzcGFjZRgCIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZiL1AgocUXVvdGFTZXJ2aWNlR2V0VXNhZ2VSZXNwb25zZRIOCgZ0ZW5hbnQYASABKAkSGQoRdGVuYW50X3VzZWRfYnl0ZXMYAiABKAMSGgoSdGVuYW50X3F1b3RhX2J5dGVzGAMgASgDEhgKEHNwYWNlX3VzZWRfYnl0ZXMYBCABKAMSGQoRc3BhY2VfcXVvdGFfYnl0ZXMYBSABKAMSHAoUc3BhY2VfZG9jdW1lbnRfY291bnQYBiABKAMSHwoXdGVuYW50X3F1b3RhX292ZXJyaWRkZW4YByABKAgSCwoDb3JnGAggASgJEhYKDm9yZ191c2VkX2J5dGVzGAkgASgDEhcKD29yZ19xdW90YV9ieXRlcxgKIAEoAxIVCg1vcmdfcXVvdGFfc2V0GAsgASgIEiQKHHRlbmFudF9lZmZlY3RpdmVfcXVvdGFfYnl0ZXMYDCABKAMSHwoXZ2xvYmFsX2F0dHJpYnV0ZWRfYnl0ZXMYDSABKAMiPAoVU2V0VGVuYW50UXVvdGFSZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCRITCgtxdW90YV9ieXRlcxgCIAEoAyI9ChZTZXRUZW5hbnRRdW90YVJlc3BvbnNlEg4KBnRlbmFudBgBIAEoCRITCgtxdW90YV9ieXRlcxgCIAEoAyIiChBSZWNvbmNpbGVSZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCSJSChFSZWNvbmNpbGVSZXNwb25zZRIlCgZkcmlmdHMYASADKAsyFS5lbmdyYW0udjEuVXNhZ2VEcmlmdBIWCg5zcGFjZXNfY2hlY2tlZBgCIAEoAyI2ChJTZXRPcmdRdW90YVJlcXVlc3QSCwoDb3JnGAEgASgJEhMKC3F1b3RhX2J5dGVzGAIgASgDIjcKE1NldE9yZ1F1b3RhUmVzcG9uc2USCwoDb3JnGAEgASgJEhMKC3F1b3RhX2J5dGVzGAIgASgDIjIKE1NldFRlbmFudE9yZ1JlcXVlc3QSDgoGdGVuYW50GAEgASgJEgsKA29yZxgCIAEoCSJLChRTZXRUZW5hbnRPcmdSZXNwb25zZRIOCgZ0ZW5hbnQYASABKAkSCwoDb3JnGAIgASgJEhYKDm9yZ191c2VkX2J5dGVzGAMgASgDIksKClVzYWdlRHJpZnQSDwoHY291bnRlchgBIAEoCRIWCg5yZWNvcmRlZF9ieXRlcxgCIAEoAxIUCgxhY3R1YWxfYnl0ZXMYAyABKAMy6AMKDFF1b3RhU2VydmljZRI9CgZDaGFyZ2USGC5lbmdyYW0udjEuQ2hhcmdlUmVxdWVzdBoZLmVuZ3JhbS52MS5DaGFyZ2VSZXNwb25zZRJbCghHZXRVc2FnZRImLmVuZ3JhbS52MS5RdW90YVNlcnZpY2VHZXRVc2FnZVJlcXVlc3QaJy5lbmdyYW0udjEuUXVvdGFTZXJ2aWNlR2V0VXNhZ2VSZXNwb25zZRJVCg5TZXRUZW5hbnRRdW90YRIgLmVuZ3JhbS52MS5TZXRUZW5hbnRRdW90YVJlcXVlc3QaIS5lbmdyYW0udjEuU2V0VGVuYW50UXVvdGFSZXNwb25zZRJGCglSZWNvbmNpbGUSGy5lbmdyYW0udjEuUmVjb25jaWxlUmVxdWVzdBocLmVuZ3JhbS52MS5SZWNvbmNpbGVSZXNwb25zZRJMCgtTZXRPcmdRdW90YRIdLmVuZ3JhbS52MS5TZXRPcmdRdW90YVJlcXVlc3QaHi5lbmdyYW0udjEuU2V0T3JnUXVvdGFSZXNwb25zZRJPCgxTZXRUZW5hbnRPcmcSHi5lbmdyYW0udjEuU2V0VGVuYW50T3JnUmVxdWVzdBofLmVuZ3JhbS52MS5TZXRUZW5hbnRPcmdSZXNwb25zZWIGcHJvdG8z", [file_engram_v1_space]);
 
 /**
  * @generated from message engram.v1.ChargeRequest
@@ -37,6 +37,14 @@ export type ChargeRequest = Message<"engram.v1.ChargeRequest"> & {
    * @generated from field: string idempotency_key = 3;
    */
   idempotencyKey: string;
+
+  /**
+   * For a global space: the tenant whose principal made the change. Its bytes
+   * are recorded against that tenant as attribution only (never a limit).
+   *
+   * @generated from field: string attributed_tenant = 4;
+   */
+  attributedTenant: string;
 };
 
 /**
@@ -66,6 +74,13 @@ export type ChargeResponse = Message<"engram.v1.ChargeResponse"> & {
    * @generated from field: int64 tenant_used_bytes = 3;
    */
   tenantUsedBytes: bigint;
+
+  /**
+   * The org's counter after the charge, when the space's tenant is in an org.
+   *
+   * @generated from field: int64 org_used_bytes = 4;
+   */
+  orgUsedBytes: bigint;
 };
 
 /**
@@ -143,6 +158,48 @@ export type QuotaServiceGetUsageResponse = Message<"engram.v1.QuotaServiceGetUsa
    * @generated from field: bool tenant_quota_overridden = 7;
    */
   tenantQuotaOverridden: boolean;
+
+  /**
+   * The org the tenant belongs to (empty: none).
+   *
+   * @generated from field: string org = 8;
+   */
+  org: string;
+
+  /**
+   * The bytes the org's teams use together.
+   *
+   * @generated from field: int64 org_used_bytes = 9;
+   */
+  orgUsedBytes: bigint;
+
+  /**
+   * The org's ceiling; meaningful when org_quota_set.
+   *
+   * @generated from field: int64 org_quota_bytes = 10;
+   */
+  orgQuotaBytes: bigint;
+
+  /**
+   * @generated from field: bool org_quota_set = 11;
+   */
+  orgQuotaSet: boolean;
+
+  /**
+   * What the tenant may use: the lesser of tenant_quota_bytes and the org's
+   * ceiling (tenant_quota_bytes when no ceiling applies).
+   *
+   * @generated from field: int64 tenant_effective_quota_bytes = 12;
+   */
+  tenantEffectiveQuotaBytes: bigint;
+
+  /**
+   * Bytes of global spaces the tenant's changes account for (attribution
+   * only: they count towards the instance, not towards the tenant's quota).
+   *
+   * @generated from field: int64 global_attributed_bytes = 13;
+   */
+  globalAttributedBytes: bigint;
 };
 
 /**
@@ -242,13 +299,114 @@ export const ReconcileResponseSchema: GenMessage<ReconcileResponse> = /*@__PURE_
   messageDesc(file_engram_v1_quota, 7);
 
 /**
+ * @generated from message engram.v1.SetOrgQuotaRequest
+ */
+export type SetOrgQuotaRequest = Message<"engram.v1.SetOrgQuotaRequest"> & {
+  /**
+   * The org (empty = the caller's team's org).
+   *
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * 0 refuses every write that grows a team of the org.
+   *
+   * @generated from field: int64 quota_bytes = 2;
+   */
+  quotaBytes: bigint;
+};
+
+/**
+ * Describes the message engram.v1.SetOrgQuotaRequest.
+ * Use `create(SetOrgQuotaRequestSchema)` to create a new message.
+ */
+export const SetOrgQuotaRequestSchema: GenMessage<SetOrgQuotaRequest> = /*@__PURE__*/
+  messageDesc(file_engram_v1_quota, 8);
+
+/**
+ * @generated from message engram.v1.SetOrgQuotaResponse
+ */
+export type SetOrgQuotaResponse = Message<"engram.v1.SetOrgQuotaResponse"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: int64 quota_bytes = 2;
+   */
+  quotaBytes: bigint;
+};
+
+/**
+ * Describes the message engram.v1.SetOrgQuotaResponse.
+ * Use `create(SetOrgQuotaResponseSchema)` to create a new message.
+ */
+export const SetOrgQuotaResponseSchema: GenMessage<SetOrgQuotaResponse> = /*@__PURE__*/
+  messageDesc(file_engram_v1_quota, 9);
+
+/**
+ * @generated from message engram.v1.SetTenantOrgRequest
+ */
+export type SetTenantOrgRequest = Message<"engram.v1.SetTenantOrgRequest"> & {
+  /**
+   * @generated from field: string tenant = 1;
+   */
+  tenant: string;
+
+  /**
+   * Empty takes the tenant out of its org.
+   *
+   * @generated from field: string org = 2;
+   */
+  org: string;
+};
+
+/**
+ * Describes the message engram.v1.SetTenantOrgRequest.
+ * Use `create(SetTenantOrgRequestSchema)` to create a new message.
+ */
+export const SetTenantOrgRequestSchema: GenMessage<SetTenantOrgRequest> = /*@__PURE__*/
+  messageDesc(file_engram_v1_quota, 10);
+
+/**
+ * @generated from message engram.v1.SetTenantOrgResponse
+ */
+export type SetTenantOrgResponse = Message<"engram.v1.SetTenantOrgResponse"> & {
+  /**
+   * @generated from field: string tenant = 1;
+   */
+  tenant: string;
+
+  /**
+   * @generated from field: string org = 2;
+   */
+  org: string;
+
+  /**
+   * The org's usage after the tenant's bytes were counted in.
+   *
+   * @generated from field: int64 org_used_bytes = 3;
+   */
+  orgUsedBytes: bigint;
+};
+
+/**
+ * Describes the message engram.v1.SetTenantOrgResponse.
+ * Use `create(SetTenantOrgResponseSchema)` to create a new message.
+ */
+export const SetTenantOrgResponseSchema: GenMessage<SetTenantOrgResponse> = /*@__PURE__*/
+  messageDesc(file_engram_v1_quota, 11);
+
+/**
  * UsageDrift is one counter Reconcile corrected.
  *
  * @generated from message engram.v1.UsageDrift
  */
 export type UsageDrift = Message<"engram.v1.UsageDrift"> & {
   /**
-   * "space:<space_id>", "tenant:<tenant>" or "instance".
+   * "space:<space_id>", "tenant:<tenant>", "org:<org>" or "instance".
    *
    * @generated from field: string counter = 1;
    */
@@ -270,7 +428,7 @@ export type UsageDrift = Message<"engram.v1.UsageDrift"> & {
  * Use `create(UsageDriftSchema)` to create a new message.
  */
 export const UsageDriftSchema: GenMessage<UsageDrift> = /*@__PURE__*/
-  messageDesc(file_engram_v1_quota, 8);
+  messageDesc(file_engram_v1_quota, 12);
 
 /**
  * QuotaService keeps byte usage per space, per tenant and for the instance,
@@ -320,6 +478,28 @@ export const QuotaService: GenService<{
     methodKind: "unary";
     input: typeof ReconcileRequestSchema;
     output: typeof ReconcileResponseSchema;
+  },
+  /**
+   * Sets an org's ceiling: every team (tenant) of the org may use at most the
+   * lesser of its own quota and the ceiling, and the org's teams together at
+   * most the ceiling. Org admins of a team of the org, or platform admins.
+   *
+   * @generated from rpc engram.v1.QuotaService.SetOrgQuota
+   */
+  setOrgQuota: {
+    methodKind: "unary";
+    input: typeof SetOrgQuotaRequestSchema;
+    output: typeof SetOrgQuotaResponseSchema;
+  },
+  /**
+   * Puts a tenant in an org, or takes it out (empty org). Platform admins only.
+   *
+   * @generated from rpc engram.v1.QuotaService.SetTenantOrg
+   */
+  setTenantOrg: {
+    methodKind: "unary";
+    input: typeof SetTenantOrgRequestSchema;
+    output: typeof SetTenantOrgResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_engram_v1_quota, 0);

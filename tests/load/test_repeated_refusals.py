@@ -32,7 +32,7 @@ from tests.support.dev_server import DevServer, dev_server
 from tests.support.grpc_helpers import CallFailure, import_sync, space
 from tests.support.tokens import bearer, mint
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.load
 
 MIB = 1024 * 1024
 REPEATS = 20
