@@ -8,8 +8,10 @@ had here), which scans in Python, so the data stays small.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
+import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from engram.domain.chunks import Chunk, IndexedDocument, ModelInfo, chunk_id
 from engram.domain.errors import InvalidArgument
 from engram.indexes.ports import IndexModelMismatch, IndexUnavailable, VectorIndex, Vectors
 from engram.indexes.vector import numpy_index
+from engram.indexes.vector.edge_index import EdgeTuning, EdgeVectorIndex
 from engram.indexes.vector.numpy_index import NumpyVectorIndex
 from engram.indexes.vector.qdrant_index import QdrantVectorIndex, point_id
 
@@ -35,15 +38,35 @@ MODEL = ModelInfo("test-model", DIM)
 OTHER = ModelInfo("other:model/v2", 4)
 
 IndexFactory = Callable[[], VectorIndex]
+# Edge with an HNSW index built after a few points and optimized at once, so the suite's
+# small data goes through the graph and the quantized vectors, not only the plain scan.
+SMALL = EdgeTuning(full_scan_threshold_kb=1, indexing_threshold_kb=1, optimize_delay_seconds=0.0)
 
 
-@pytest.fixture(params=["numpy", "qdrant-local"])
+ADAPTERS = ["edge", "numpy", "qdrant-local", "qdrant-server"]
+
+
+@pytest.fixture(params=ADAPTERS)
 def index_factory(request: pytest.FixtureRequest, tmp_path: Path) -> IndexFactory:
     """Builds an unopened index over the same on-disk state each time it is called."""
+    server = os.environ.get("ENGRAM_TEST_QDRANT_URL")
+    if request.param == "qdrant-server" and not server:
+        pytest.skip("no Qdrant server here: set ENGRAM_TEST_QDRANT_URL to run on one")
+    # A server is shared: each test gets collections and an alias of its own.
+    unique = f"engram-test-{uuid.uuid4().hex[:12]}"
 
     def make() -> VectorIndex:
+        if request.param == "edge":
+            return EdgeVectorIndex(tmp_path / "vectors", tuning=SMALL)
         if request.param == "numpy":
             return NumpyVectorIndex(tmp_path / "vectors")
+        if request.param == "qdrant-server":
+            assert server is not None
+            return QdrantVectorIndex(
+                AsyncQdrantClient(url=server, check_compatibility=False),
+                alias=unique,
+                collection_prefix=f"{unique}-",
+            )
         return QdrantVectorIndex(AsyncQdrantClient(path=str(tmp_path / "qdrant")))
 
     return make
@@ -403,6 +426,95 @@ async def test_numpy_ignores_a_half_created_collection(tmp_path: Path) -> None:
         ]
     finally:
         await reopened.close()
+
+
+# --- EdgeVectorIndex specifics --------------------------------------------------------------
+
+
+async def test_edge_ignores_half_created_and_half_dropped_collections(tmp_path: Path) -> None:
+    root = tmp_path / "v"
+    index = EdgeVectorIndex(root, tuning=SMALL)
+    await index.open()
+    await index.ensure_collection(MODEL)
+    await index.close()
+    # A crash before the model file was written, and a drop that crashed after renaming the
+    # collection away.
+    (root / "edge" / "half-made" / "shard").mkdir(parents=True)
+    shutil.copytree(next((root / "edge").glob("test-model-*")), root / "edge" / ".dropped-1")
+    reopened = EdgeVectorIndex(root, tuning=SMALL)
+    await reopened.open()
+    try:
+        assert await reopened.collections() == [MODEL]
+        assert [p.name for p in (root / "edge").iterdir()] == [
+            next((root / "edge").glob("test-model-*")).name
+        ]
+    finally:
+        await reopened.close()
+
+
+async def test_edge_refuses_a_second_owner_and_says_why(tmp_path: Path) -> None:
+    owner = EdgeVectorIndex(tmp_path / "v", tuning=SMALL)
+    await owner.open()
+    try:
+        await owner.ensure_collection(MODEL)
+        second = EdgeVectorIndex(tmp_path / "v", tuning=SMALL)
+        with pytest.raises(IndexUnavailable, match="open in another process"):
+            await second.open()
+        with pytest.raises(IndexUnavailable, match="not open"):
+            await second.search(["s1"], unit_vectors(1, 1)[0], limit=3)
+    finally:
+        await owner.close()
+
+
+async def test_edge_migrates_the_exact_index_it_finds(tmp_path: Path) -> None:
+    root = tmp_path / "v"
+    legacy = NumpyVectorIndex(root)
+    await legacy.open()
+    await legacy.ensure_collection(MODEL)
+    await legacy.ensure_collection(OTHER)
+    await legacy.activate(MODEL.model_id)
+    stored = {
+        n: await put(legacy, f"s{n % 3}", f"notes/d{n}.md", 3, seed=300 + n) for n in range(9)
+    }
+    other, _ = await put(legacy, "s1", "x.md", 2, seed=400, model=OTHER)
+    await legacy.close()
+
+    index = EdgeVectorIndex(root, tuning=SMALL)
+    await index.open()
+    try:
+        assert await index.active_model() == MODEL
+        assert await index.collections() == sorted([MODEL, OTHER], key=lambda m: m.model_id)
+        for n, (chunks, vectors) in stored.items():
+            assert await index.chunks_of(f"s{n % 3}", f"notes/d{n}.md") == chunks
+            hits = await index.search([f"s{n % 3}"], vectors[1], limit=1, path_prefix="notes")
+            assert hits[0].chunk == chunks[1]
+        assert await index.chunks_of("s1", "x.md", model_id=OTHER.model_id) == other
+        assert not (root / "collections").exists()
+    finally:
+        await index.close()
+
+
+async def test_edge_ranks_like_exact_search_through_its_hnsw_index(tmp_path: Path) -> None:
+    index = EdgeVectorIndex(tmp_path / "v", tuning=SMALL)
+    await index.open()
+    try:
+        await index.ensure_collection(MODEL)
+        await index.activate(MODEL.model_id)
+        stored: list[tuple[Chunk, Vectors]] = []
+        for n in range(40):
+            chunks, vectors = await put(index, f"s{n % 2}", f"d{n}.md", 10, seed=500 + n)
+            stored.extend(zip(chunks, vectors, strict=True))
+        await index.optimize()
+        query = unit_vectors(1, 998)[0]
+        hits = await index.search(["s0"], query, limit=5)
+        expected = sorted(
+            ((float(v @ query), c.chunk_id) for c, v in stored if c.space_id == "s0"),
+            reverse=True,
+        )[:5]
+        assert [h.chunk.chunk_id for h in hits] == [cid for _, cid in expected]
+        assert [h.score for h in hits] == pytest.approx([score for score, _ in expected], abs=1e-4)
+    finally:
+        await index.close()
 
 
 # --- QdrantVectorIndex specifics ------------------------------------------------------------

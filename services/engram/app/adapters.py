@@ -28,6 +28,7 @@ from engram.indexes.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexes.keyword.tantivy_index import TantivyKeywordIndex
 from engram.indexes.ports import VectorIndex
 from engram.indexes.progress import SCHEMA as INDEX_PROGRESS_SCHEMA
+from engram.indexes.vector.edge_index import EdgeVectorIndex
 from engram.indexes.vector.numpy_index import NumpyVectorIndex
 from engram.maintenance.dream_watermarks import SCHEMA as DREAM_WATERMARK_SCHEMA
 from engram.maintenance.sqlite_stores import SCHEMA as MAINTENANCE_SCHEMA
@@ -97,9 +98,10 @@ def opensearch_index(url: str, settings: Settings) -> OpenSearchKeywordIndex:
     )
 
 
-def embedded_vector_index(settings: Settings) -> NumpyVectorIndex:
-    """`engram dev`'s vector index under the data directory."""
-    return NumpyVectorIndex(settings.data_dir / VECTOR_DIR)
+def embedded_vector_index(settings: Settings) -> EdgeVectorIndex:
+    """`engram dev`'s vector index under the data directory: Qdrant Edge, in this process
+    (an earlier exact index found there is migrated when it opens)."""
+    return EdgeVectorIndex(settings.data_dir / VECTOR_DIR)
 
 
 def vector_index(choice: VectorChoice) -> VectorIndex:
