@@ -43,7 +43,7 @@ import shutil
 import uuid
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -84,7 +84,7 @@ class EdgeTuning:
     m: int = 16
     ef_construct: int = 128
     payload_m: int = 16
-    hnsw_ef: int = 128
+    hnsw_ef: int = 64
     oversampling: float = 2.0
     full_scan_threshold_kb: int = 2_000
     indexing_threshold_kb: int = 10_000
@@ -92,11 +92,12 @@ class EdgeTuning:
 
 
 def shard_config(dimension: int, tuning: EdgeTuning) -> qe.EdgeConfig:
-    """A collection's shard: HNSW + int8 quantization in RAM, original vectors and payload
-    memory-mapped from disk, the WAL on."""
+    """A collection's shard: the HNSW graph and the int8 vectors in RAM; the original
+    vectors (read only to rescore a query's candidates) and the payload memory-mapped from
+    disk; the WAL on."""
     return qe.EdgeConfig(
         vectors=qe.EdgeVectorParams(
-            size=dimension, distance=qe.Distance.Cosine, memory=qe.Memory.Cached
+            size=dimension, distance=qe.Distance.Cosine, memory=qe.Memory.Cold
         ),
         hnsw_config=qe.HnswIndexConfig(
             m=tuning.m,
@@ -362,15 +363,18 @@ class EdgeVectorIndex:
             for point in points
         ]
 
-    def search_params(self, *, hnsw_ef: int | None = None, exact: bool = False) -> qe.SearchParams:
-        """The search settings every query uses (the bench varies `hnsw_ef`)."""
+    def search_params(self) -> qe.SearchParams:
+        """The search settings every query uses."""
         return qe.SearchParams(
-            hnsw_ef=hnsw_ef or self._tuning.hnsw_ef,
-            exact=exact,
+            hnsw_ef=self._tuning.hnsw_ef,
             quantization=qe.QuantizationSearchParams(
                 rescore=True, oversampling=self._tuning.oversampling
             ),
         )
+
+    def retune_search(self, *, hnsw_ef: int, oversampling: float) -> None:
+        """Changes the search-time settings (no rebuild; bench/scale_bench.py's ef curve)."""
+        self._tuning = replace(self._tuning, hnsw_ef=hnsw_ef, oversampling=oversampling)
 
     async def chunks_of(
         self, space_id: str, path: str, *, model_id: str | None = None
@@ -559,8 +563,13 @@ def _create_payload_indexes(shard: qe.EdgeShard) -> None:
     shard.update(
         qe.UpdateOperation.create_field_index("space_id", qe.KeywordIndexParams(is_tenant=True))
     )
-    for field in ("path", PATH_SCOPES_FIELD, "document_id"):
-        shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
+    # Filters of replace/delete and path_prefix; read from disk, kept off the RSS.
+    for field in ("path", PATH_SCOPES_FIELD):
+        shard.update(
+            qe.UpdateOperation.create_field_index(
+                field, qe.KeywordIndexParams(memory=qe.Memory.Cold)
+            )
+        )
 
 
 def _space_condition(space_id: str) -> qe.FieldCondition:
