@@ -428,6 +428,62 @@ async def test_numpy_ignores_a_half_created_collection(tmp_path: Path) -> None:
         await reopened.close()
 
 
+async def test_numpy_follows_another_process_writes_and_collections(tmp_path: Path) -> None:
+    root = tmp_path / "v"
+    writer = NumpyVectorIndex(root)
+    await writer.open()
+    await writer.ensure_collection(MODEL)
+    await writer.activate(MODEL.model_id)
+    old, _ = await put(writer, "s1", "gone.md", 2, seed=600)
+    reader = NumpyVectorIndex(root, follow_seconds=0.02)
+    await reader.open()
+    try:
+        chunks, vectors = await put(writer, "s1", "new.md", 3, seed=601)
+        await writer.delete_chunks("s1", "gone.md")
+        await put(writer, "s9", "x.md", 2, seed=602)
+        await writer.delete_space("s9")
+
+        async def seen() -> list[Chunk]:
+            for _ in range(200):
+                hits = await reader.search(["s1", "s9"], vectors[2], limit=10)
+                if [h.chunk for h in hits][:1] == [chunks[2]] and len(hits) == 3:
+                    return [h.chunk for h in hits]
+                await asyncio.sleep(0.02)
+            raise AssertionError("the reader never saw the writer's vectors")
+
+        assert sorted(await seen(), key=lambda c: c.chunk_index) == chunks
+        assert await reader.chunks_of("s1", "gone.md") == []
+        assert old != chunks
+        # A model switch made by the writer: new collection, then the alias.
+        await writer.ensure_collection(OTHER)
+        other, v4 = await put(writer, "s1", "new.md", 1, seed=603, model=OTHER)
+        await writer.activate(OTHER.model_id)
+        for _ in range(200):
+            if await reader.active_model() == OTHER:
+                break
+            await asyncio.sleep(0.02)
+        assert (await reader.search(["s1"], v4[0], limit=1))[0].chunk == other[0]
+    finally:
+        await reader.close()
+        await writer.close()
+
+
+async def test_numpy_follower_that_falls_behind_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(numpy_index, "STALE_AFTER_SECONDS", 0.05)
+    reader = NumpyVectorIndex(tmp_path / "v", follow_seconds=60)
+    await reader.open()
+    try:
+        await reader.ensure_collection(MODEL)
+        await reader.activate(MODEL.model_id)
+        await asyncio.sleep(0.1)
+        with pytest.raises(IndexUnavailable, match="has not read other processes' writes"):
+            await reader.search(["s1"], unit_vectors(1, 1)[0], limit=3)
+    finally:
+        await reader.close()
+
+
 # --- EdgeVectorIndex specifics --------------------------------------------------------------
 
 

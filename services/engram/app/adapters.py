@@ -43,6 +43,9 @@ from engram.workspace.agent_state import SCHEMA as AGENT_STATE_SCHEMA
 DATABASE_FILE = "engram.db"
 KEYWORD_DIR = "keyword"
 VECTOR_DIR = "vectors"
+# How often a process sharing ENGRAM_VECTOR_DIR reads the others' writes (the vector leg's
+# freshness across processes: about this plus a search).
+VECTOR_FOLLOW_SECONDS = 0.2
 
 
 async def open_sqlite(settings: Settings, stack: contextlib.AsyncExitStack) -> SqliteDatabase:
@@ -110,7 +113,9 @@ def vector_index(choice: VectorChoice) -> VectorIndex:
 
     match choice:
         case EmbeddedVectors(directory):
-            return NumpyVectorIndex(directory)
+            # Shared by processes (indexer, search, maintenance): each follows the others'
+            # writes. Qdrant Edge cannot be shared: one process owns a shard.
+            return NumpyVectorIndex(directory, follow_seconds=VECTOR_FOLLOW_SECONDS)
         case QdrantServer(url, api_key):
             return QdrantVectorIndex.connect(url, api_key=api_key)
         case QdrantLocal(path):
