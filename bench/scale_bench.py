@@ -54,7 +54,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -238,10 +238,10 @@ class EdgeSink:
     """The Edge loader: points straight into the adapter's shard (`import_points`), on one
     event loop kept across batches; `build` runs the optimizer (HNSW, quantization)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, tuning: EdgeTuning) -> None:
         self._runner = asyncio.Runner()
         # The background optimizer waits for `build`: the load is timed apart from it.
-        self._index = EdgeVectorIndex(root, tuning=EdgeTuning(optimize_delay_seconds=1e9))
+        self._index = EdgeVectorIndex(root, tuning=replace(tuning, optimize_delay_seconds=1e9))
         self._runner.run(self._start())
 
     async def _start(self) -> None:
@@ -271,7 +271,20 @@ class EdgeSink:
         return built
 
 
-def fast_load(layout: Layout, data_dir: Path, engine: str = "numpy") -> dict[str, float]:
+def edge_tuning(args: argparse.Namespace) -> EdgeTuning:
+    """The adapter's defaults, or the graph settings given on the command line."""
+    defaults = EdgeTuning()
+    return replace(
+        defaults,
+        m=args.m or defaults.m,
+        payload_m=args.m or defaults.payload_m,
+        ef_construct=args.ef_construct or defaults.ef_construct,
+    )
+
+
+def fast_load(
+    layout: Layout, data_dir: Path, engine: str = "numpy", tuning: EdgeTuning | None = None
+) -> dict[str, float]:
     """Writes both embedded indexes of `layout` under data_dir (keyword/, vectors/)."""
     vocab = Vocab()
     shutil.rmtree(data_dir, ignore_errors=True)
@@ -285,7 +298,7 @@ def fast_load(layout: Layout, data_dir: Path, engine: str = "numpy") -> dict[str
     writer = index.writer(heap_size=200_000_000, num_threads=1)
 
     vector_root = data_dir / "vectors"
-    edge = EdgeSink(vector_root) if engine == "edge" else None
+    edge = EdgeSink(vector_root, tuning or EdgeTuning()) if engine == "edge" else None
     collection = (
         vector_root / numpy_index.COLLECTIONS_DIR / numpy_index.collection_dir_name(MODEL.model_id)
     )
@@ -517,12 +530,16 @@ async def timed(
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     layout = Layout.of(args.chunks)
     vocab = Vocab()
-    data_dir = corpus_dir(args.work_dir, args.chunks, args.engine)
+    data_dir = corpus_dir(args.work_dir, args.chunks, args.engine, (args.m, args.ef_construct))
     gc.collect()
     result: dict[str, Any] = {
         "chunks": args.chunks,
         "spaces": len(layout.sizes),
         "engine": args.engine,
+        "graph": f"m {args.m or EdgeTuning().m} ef_construct "
+        f"{args.ef_construct or EdgeTuning().ef_construct}"
+        if args.engine == "edge"
+        else "",
     }
     result["sizes"] = {
         "big": layout.sizes[0],
@@ -535,7 +552,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     await asyncio.to_thread(page_in, data_dir / "keyword")
     keyword = TantivyKeywordIndex(data_dir / "keyword")
     vector: NumpyVectorIndex | EdgeVectorIndex = (
-        EdgeVectorIndex(data_dir / "vectors")
+        EdgeVectorIndex(data_dir / "vectors", tuning=edge_tuning(args))
         if args.engine == "edge"
         else NumpyVectorIndex(data_dir / "vectors")
     )
@@ -1000,15 +1017,19 @@ async def indexing(args: argparse.Namespace) -> None:
 # --- the driver ---------------------------------------------------------------------------------
 
 
-def corpus_dir(work_dir: Path, chunks: int, engine: str = "numpy") -> Path:
+def corpus_dir(
+    work_dir: Path, chunks: int, engine: str = "numpy", graph: tuple[int, int] = (0, 0)
+) -> Path:
     suffix = "" if engine == "numpy" else f"-{engine}"
+    if any(graph):
+        suffix += f"-m{graph[0]}-efc{graph[1]}"
     return work_dir / f"corpus-v{CORPUS_VERSION}-{chunks}{suffix}"
 
 
 def child(args: argparse.Namespace, command: str, chunks: int) -> dict[str, Any]:
     line = [sys.executable, str(SELF), command, "--chunks", str(chunks)]
     line += ["--work-dir", str(args.work_dir), "--count", str(args.count), "--cap", str(args.cap)]
-    line += ["--engine", args.engine]
+    line += ["--engine", args.engine, "--m", str(args.m), "--ef-construct", str(args.ef_construct)]
     if args.profile:
         line.append("--profile")
     done = subprocess.run(line, stdout=subprocess.PIPE, text=True, check=True)
@@ -1020,7 +1041,10 @@ def child(args: argparse.Namespace, command: str, chunks: int) -> dict[str, Any]
 
 
 def ensure_loaded(args: argparse.Namespace, chunks: int) -> dict[str, Any] | None:
-    marker = corpus_dir(args.work_dir, chunks, args.engine) / "bench-loaded.json"
+    marker = (
+        corpus_dir(args.work_dir, chunks, args.engine, (args.m, args.ef_construct))
+        / "bench-loaded.json"
+    )
     if marker.exists():
         loaded: dict[str, Any] = json.loads(marker.read_text())
         return loaded
@@ -1066,7 +1090,8 @@ def report(results: list[dict[str, Any]]) -> None:
         load = r.get("load") or {}
         after = r["memory_after_open"]
         print(
-            f"{r['engine']} {r['chunks']:,} chunks (big space {r['sizes']['big']:,}): vector"
+            f"{r['engine']} {r.get('graph', '')} {r['chunks']:,} chunks"
+            f" (big space {r['sizes']['big']:,}): vector"
             f" open {r['open_seconds']['vector']:.2f} s, RSS after open anon/file"
             f" {after['anon_mib']:.0f}/{after['file_mib']:.0f} MiB, vector disk"
             f" {r.get('vector_disk_mib', 0):.0f} MiB, load {load.get('vector', 0):.1f} s,"
@@ -1100,6 +1125,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the searches")
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument("--engine", choices=ENGINES, default="edge", help="the vector index")
+    parser.add_argument("--m", type=int, default=0, help="(edge) HNSW m and payload_m")
+    parser.add_argument("--ef-construct", type=int, default=0, help="(edge) HNSW ef_construct")
     parser.add_argument("--indexers", type=int, nargs="+", default=[1, 2], help="(indexing)")
     parser.add_argument("--docs", type=int, default=150, help="(indexing) 4-chunk documents")
     parser.add_argument(
@@ -1116,8 +1143,8 @@ def main() -> None:
         asyncio.run(check(args.work_dir))
     elif args.command == "load":
         started = time.perf_counter()
-        data_dir = corpus_dir(args.work_dir, args.chunks, args.engine)
-        timings = fast_load(Layout.of(args.chunks), data_dir, args.engine)
+        data_dir = corpus_dir(args.work_dir, args.chunks, args.engine, (args.m, args.ef_construct))
+        timings = fast_load(Layout.of(args.chunks), data_dir, args.engine, edge_tuning(args))
         loaded = {"load_seconds": time.perf_counter() - started, **timings, **memory()}
         (data_dir / "bench-loaded.json").write_text(json.dumps(loaded))
         print(json.dumps(loaded))
@@ -1131,8 +1158,13 @@ def main() -> None:
             print(f"{chunks:,} chunks loaded: {loaded}")
             result = child(args, "measure", chunks)
             result["load"] = loaded
-            vectors = corpus_dir(args.work_dir, chunks, args.engine) / "vectors"
-            result["disk_mib"] = disk_mib(corpus_dir(args.work_dir, chunks, args.engine))
+            vectors = (
+                corpus_dir(args.work_dir, chunks, args.engine, (args.m, args.ef_construct))
+                / "vectors"
+            )
+            result["disk_mib"] = disk_mib(
+                corpus_dir(args.work_dir, chunks, args.engine, (args.m, args.ef_construct))
+            )
             result["vector_disk_mib"] = disk_mib(vectors)
             results.append(result)
         report(results)

@@ -416,6 +416,42 @@ async def test_search_restarted_finds_the_indexers_vectors(
     assert answer.results[0].vector_rank == 1
 
 
+async def test_a_running_search_finds_the_indexers_new_vectors(
+    system: Any, channels: dict[str, grpc.aio.Channel]
+) -> None:
+    """Search and indexer are separate processes sharing ENGRAM_VECTOR_DIR: a document
+    written after search started is found in semantic mode, undegraded, without a restart
+    (the search process follows the indexer's writes; bench/load.py measures how fast)."""
+    await storage_pb2_grpc.StorageServiceStub(channels["storage"]).WriteDocument(
+        write_request("zoo/otters.md", "Sea otters hold hands while they sleep.", ref=NOTES),
+        metadata=ANN,
+    )
+
+    async def indexed() -> set[str] | None:
+        found = await search_paths(channels["search"], "sea otters sleep")
+        return found if "zoo/otters.md" in found else None
+
+    await eventually(indexed, 90, "indexed through NATS")
+
+    async def semantic() -> search_pb2.SearchResponse | None:
+        answer = await search_pb2_grpc.SearchServiceStub(channels["search"]).Search(
+            search_pb2.SearchRequest(
+                spaces=[NOTES],
+                query="which marine mammals link paws when resting",
+                limit=3,
+                mode=search_pb2.SEARCH_MODE_SEMANTIC,
+            ),
+            metadata=ANN,
+            timeout=30,
+        )
+        found = answer.results and answer.results[0].path == "zoo/otters.md"
+        return answer if found else None
+
+    answer = await eventually(semantic, 10, "the search process sees the new vectors")
+    assert not answer.degraded, answer.degraded_reasons
+    assert answer.results[0].vector_rank == 1
+
+
 def test_sigterm_stops_every_process_cleanly(system: Any) -> None:
     grace = float(system.plan.specs["storage"].env["ENGRAM_SHUTDOWN_GRACE_SECONDS"])
     started = time.monotonic()

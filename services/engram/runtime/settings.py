@@ -197,8 +197,9 @@ class Settings(BaseSettings):
     """Qdrant local mode (a directory; one process only, brute-force scans: tests and tiny
     single-host setups). ENGRAM_QDRANT_URL wins when both are set."""
     vector_dir: Path | None = None
-    """The embedded vector index, for indexer and search on one host: several processes may
-    share the directory; a reader sees the others' writes when it reopens it."""
+    """The embedded vector index shared by indexer, search and maintenance processes on one
+    host (exact search; each process follows the others' writes within ~0.2 s, and a search
+    that cannot answers degraded). `engram dev` uses Qdrant Edge instead (one process)."""
 
     # --- embeddings (ARCHITECTURE §4) --------------------------------------------------------
     embedder_provider: Literal["local", "openai", "ollama"] = "local"

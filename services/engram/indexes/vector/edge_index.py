@@ -84,7 +84,7 @@ class EdgeTuning:
     m: int = 16
     ef_construct: int = 128
     payload_m: int = 16
-    hnsw_ef: int = 64
+    hnsw_ef: int = 128
     oversampling: float = 2.0
     full_scan_threshold_kb: int = 2_000
     indexing_threshold_kb: int = 10_000
