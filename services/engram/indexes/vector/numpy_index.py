@@ -312,6 +312,8 @@ class NumpyVectorIndex:
         self._follow_seconds = follow_seconds
         self._follower: asyncio.Task[None] | None = None
         self._followed_at = 0.0
+        # Bumped by this process's own alias moves: a catch-up that raced one keeps it.
+        self._alias_moves = 0
         self._alias = alias
         self._collections: dict[str, _Collection] = {}
         self._active: str | None = None
@@ -406,6 +408,7 @@ class NumpyVectorIndex:
                 _atomic_write_json, self._root / ALIAS_FILE, {self._alias: model_id}
             )
             self._active = model_id
+            self._alias_moves += 1
 
     async def collections(self) -> list[ModelInfo]:
         self._check_open()
@@ -422,6 +425,7 @@ class NumpyVectorIndex:
                     _atomic_write_json, self._root / ALIAS_FILE, {self._alias: None}
                 )
                 self._active = None
+                self._alias_moves += 1
             await collection.database.close()
             # Renamed first, so a crash mid-delete never leaves a half collection to load.
             doomed = collection.directory.with_name(f".dropped-{uuid.uuid4().hex}")
@@ -613,6 +617,7 @@ class NumpyVectorIndex:
         """Loads collections and alias moves other processes made, then the paths their
         writes changed since this process last looked."""
         async with self._admin_lock:
+            moves = self._alias_moves
             known = {c.directory.name for c in self._collections.values()}
             directories = await asyncio.to_thread(_collection_dirs, self._root)
             for directory in directories:
@@ -625,10 +630,15 @@ class NumpyVectorIndex:
                 if collection.directory.name not in present:
                     del self._collections[model_id]
                     await collection.database.close()
+            # Read before the changes: an alias moved after this read is seen at the next
+            # catch-up, by which time the collection it names holds what was written before.
             alias = await asyncio.to_thread(self._read_alias)
-            self._active = alias if alias in self._collections else None
         for collection in list(self._collections.values()):
             await self._apply_changes(collection)
+        # The alias moves only after its collection caught up, so a search never reads a
+        # newly active collection without the writes made before the move.
+        if moves == self._alias_moves:
+            self._active = alias if alias in self._collections else None
 
     async def _apply_changes(self, collection: _Collection) -> None:
         seen = collection.seen
