@@ -107,8 +107,13 @@ async def eventually(probe: Callable[[], Awaitable[T | None]], within: float, wh
 
 
 async def search_paths(channel: grpc.aio.Channel, query: str) -> set[str]:
+    """Paths BM25 finds (lexical: the vector leg would add nearest neighbours of any text)."""
     answer = await search_pb2_grpc.SearchServiceStub(channel).Search(
-        search_pb2.SearchRequest(spaces=[NOTES], query=query, limit=10), metadata=ANN, timeout=10
+        search_pb2.SearchRequest(
+            spaces=[NOTES], query=query, limit=10, mode=search_pb2.SEARCH_MODE_LEXICAL
+        ),
+        metadata=ANN,
+        timeout=10,
     )
     return {hit.path for hit in answer.results}
 
