@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 STAMP := $(VENV)/.installed
 # protoc plugins (protoc-gen-mypy) and tools run from the virtualenv.
 export PATH := $(BIN):$(PATH)
-CACHE ?= $(HOME)/.cache/engram
+CACHE ?= $(or $(ENGRAM_CACHE_DIR),$(HOME)/.cache/engram)
 BUF_VERSION := 1.75.0
 BUF := $(CACHE)/buf-$(BUF_VERSION)/node_modules/.bin/buf
 # Built from the Go module proxy (tests/deploy reads this version to find the binary).
@@ -17,6 +17,27 @@ HELM := $(CACHE)/bin/helm-v$(HELM_VERSION)/helm
 HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=v$(HELM_VERSION) \
   $(foreach pkg,pkg/lint/rules pkg/chartutil,-X helm.sh/helm/v3/$(pkg).k8sVersionMajor=1 \
   -X helm.sh/helm/v3/$(pkg).k8sVersionMinor=37)
+# The Go and TypeScript clients' code generators (make clients), pinned and cached like buf:
+# protoc-gen-go and protoc-gen-go-grpc from the Go module proxy, protoc-gen-es (and google.rpc's
+# .proto files, for the error details) from npm. buf runs them as local plugins.
+PROTOC_GEN_GO_VERSION := 1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := 1.6.2
+PROTOC_GEN_ES_VERSION := 2.17.0
+GOOGLE_PROTO_FILES_VERSION := 6.0.1
+PROTOC_GEN_GO := $(CACHE)/bin/protoc-gen-go-v$(PROTOC_GEN_GO_VERSION)/protoc-gen-go
+PROTOC_GEN_GO_GRPC := $(CACHE)/bin/protoc-gen-go-grpc-v$(PROTOC_GEN_GO_GRPC_VERSION)/protoc-gen-go-grpc
+PROTOC_GEN_ES_DIR := $(CACHE)/protoc-gen-es-$(PROTOC_GEN_ES_VERSION)
+PROTOC_GEN_ES := $(PROTOC_GEN_ES_DIR)/node_modules/.bin/protoc-gen-es
+CLIENT_GENERATORS := $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC) $(PROTOC_GEN_ES)
+CLIENT_GENERATE := BUF=$(BUF) PROTOC_GEN_GO=$(PROTOC_GEN_GO) \
+  PROTOC_GEN_GO_GRPC=$(PROTOC_GEN_GO_GRPC) PROTOC_GEN_ES=$(PROTOC_GEN_ES) clients/generate.sh
+# The Go client's modules live in the module cache the backends' builds share; its compiled
+# packages in a build cache of their own (the backends' is dropped after each build), so the
+# conformance test builds offline, in seconds (tests/e2e/test_polyglot_clients.py reads these).
+GO_ENV := GOMODCACHE=$(CACHE)/go/mod GOCACHE=$(CACHE)/go/clients-build GOTOOLCHAIN=local \
+  GOFLAGS='-modcacherw -buildvcs=false' CGO_ENABLED=0
+GO_CLIENT_STAMP := $(CACHE)/go/clients-build/.engram-go-client
+TS_CLIENT_STAMP := clients/ts/node_modules/.engram-installed
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
@@ -49,6 +70,46 @@ protos-check: $(STAMP) $(BUF) ## Fail if the committed generated code is stale; 
 	diff -r -x __pycache__ $(CACHE)/protos-check/engram/v1 services/engram/v1 \
 	  || (echo "generated code is stale: run 'make protos' and commit" && exit 1)
 
+$(PROTOC_GEN_GO):
+	@command -v go >/dev/null || { echo "the Go client's generators are built with Go: install Go first"; exit 1; }
+	$(GO_ENV) GOBIN=$(dir $@) go install google.golang.org/protobuf/cmd/protoc-gen-go@v$(PROTOC_GEN_GO_VERSION)
+
+$(PROTOC_GEN_GO_GRPC):
+	@command -v go >/dev/null || { echo "the Go client's generators are built with Go: install Go first"; exit 1; }
+	$(GO_ENV) GOBIN=$(dir $@) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v$(PROTOC_GEN_GO_GRPC_VERSION)
+
+$(PROTOC_GEN_ES):
+	mkdir -p $(PROTOC_GEN_ES_DIR)
+	cd $(PROTOC_GEN_ES_DIR) && npm install --silent --no-audit --no-fund \
+	  @bufbuild/protoc-gen-es@$(PROTOC_GEN_ES_VERSION) google-proto-files@$(GOOGLE_PROTO_FILES_VERSION)
+
+# The Go module's dependencies into the module cache and its packages compiled once, so that
+# `go build` runs offline afterwards (GOPROXY=off in the tests): a cache, not a vendor/ tree,
+# keeps 15 MB (700 files) of third-party Go source out of the repository.
+$(GO_CLIENT_STAMP): clients/go/go.mod clients/go/go.sum
+	cd clients/go && $(GO_ENV) go mod download && $(GO_ENV) go build ./...
+	touch $@
+
+$(TS_CLIENT_STAMP): clients/ts/package.json clients/ts/package-lock.json
+	cd clients/ts && npm ci --silent --no-audit --no-fund
+	touch $@
+
+clients-install: $(CLIENT_GENERATORS) $(GO_CLIENT_STAMP) $(TS_CLIENT_STAMP) ## Code generators and dependencies of the Go and TypeScript clients (cached)
+
+clients: $(CLIENT_GENERATORS) ## Regenerate the Go and TypeScript clients' code (clients/go/gen, clients/ts/src/gen)
+	$(CLIENT_GENERATE) clients
+
+clients-check: $(CLIENT_GENERATORS) ## Fail if the Go or TypeScript clients' generated code is stale
+	rm -rf $(CACHE)/clients-check && mkdir -p $(CACHE)/clients-check
+	$(CLIENT_GENERATE) $(CACHE)/clients-check
+	diff -r $(CACHE)/clients-check/go/gen clients/go/gen \
+	  && diff -r $(CACHE)/clients-check/ts/src/gen clients/ts/src/gen \
+	  || (echo "generated client code is stale: run 'make clients' and commit" && exit 1)
+
+clients-lint: $(GO_CLIENT_STAMP) ## gofmt and go vet on the Go client (offline; tsc runs in its test)
+	@test -z "$$(gofmt -l clients/go)" || { gofmt -l clients/go; echo "run gofmt -w clients/go"; exit 1; }
+	cd clients/go && $(GO_ENV) GOPROXY=off go vet ./...
+
 format: $(STAMP) ## Format the code
 	$(BIN)/ruff format services tests bench
 	$(BIN)/ruff check --fix services tests bench
@@ -72,7 +133,9 @@ helm-lint: $(HELM) ## helm lint --strict on helm/engram, default and production-
 	$(HELM) lint --strict helm/engram
 	$(HELM) lint --strict helm/engram --values helm/engram/ci/production-values.yaml
 
-backends-install: ## Download and build NATS, FerretDB and OpenSearch (cached; tests never build)
+backends-install: backends-build clients-install ## Build NATS, FerretDB, OpenSearch and the Go/TypeScript clients' pieces (cached; tests never build)
+
+backends-build: ## Download and build NATS, FerretDB and OpenSearch (cached)
 	$(PYTHON) deploy/local/backends.py provision --check-npm
 
 # Setup steps share nothing (pip, Go/Maven, npm), so they overlap; then the static checks run
@@ -82,7 +145,7 @@ test: ## Install, build the backends and helm, then run the checks and every sui
 	$(MAKE) --no-print-directory -j3 $(STAMP) backends-install $(BUF) $(HELM)
 	$(MAKE) --no-print-directory -j2 suites checks
 
-checks: protos-check lint typecheck ## buf lint/breaking, generated code fresh, ruff, mypy --strict
+checks: protos-check clients-check clients-lint lint typecheck ## buf lint/breaking, generated code fresh, ruff, gofmt/vet, mypy --strict
 
 # Two pytest sessions side by side (each with its own real backends): most of a suite's time
 # is waiting on servers, indexes and child processes, not CPU. PYTEST_ARGS runs one session.
@@ -128,4 +191,4 @@ bench: $(STAMP) ## Run the benchmarks (figures go to bench/RESULTS.md by hand)
 
 all: protos format lint typecheck test ## Everything
 
-.PHONY: suites-services suites-system help install install-check helm-install helm-lint protos protos-check format lint typecheck backends-install checks suites test test-fresh run backends backends-stop cluster-local settings-doc bench all
+.PHONY: clients clients-check clients-install clients-lint backends-build suites-services suites-system help install install-check helm-install helm-lint protos protos-check format lint typecheck backends-install checks suites test test-fresh run backends backends-stop cluster-local settings-doc bench all

@@ -3,7 +3,11 @@ valid 100 MiB import. For each: the outcome, the server's CPU time, its peak RSS
 reset through /proc/<pid>/clear_refs before the call) and the latency of health checks sent
 every 10 ms while the import runs.
 
-    .venv/bin/python bench/import_bench.py [--valid-mib 100]
+With `--repeat N` (issue 29) each refused archive is sent N times in a row instead, and the
+server's RSS after each call is printed: the curve shows memory that accumulates across
+refusals, which a single call cannot.
+
+    .venv/bin/python bench/import_bench.py [--valid-mib 100] [--repeat 20]
 """
 
 from __future__ import annotations
@@ -121,9 +125,31 @@ async def measure(
     )
 
 
-async def main(valid_mib: int) -> None:
+async def repeat_curve(
+    server: Server, port: int, name: str, pieces: Sequence[bytes], n: int
+) -> None:
+    """Sends the archive `n` times; prints RSS (MiB) after each refusal."""
+    ref = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name=name)
+    curve: list[float] = []
+    outcome = ""
+    cpu = server.cpu_seconds()
+    for _ in range(n):
+        outcome = await asyncio.to_thread(run_import, port, pieces, MEMBER, ref)
+        curve.append(server.status("VmRSS") / MIB)
+    cpu = server.cpu_seconds() - cpu
+    print(
+        f"{name:26} {outcome[:40]:40} x{n}: RSS after 1st {curve[0]:.0f} MiB, after last "
+        f"{curve[-1]:.0f} MiB ({curve[-1] - curve[0]:+.0f}), server cpu {cpu / n:.2f} s/call",
+        flush=True,
+    )
+    print("  curve (MiB): " + " ".join(f"{rss:.0f}" for rss in curve), flush=True)
+
+
+async def main(valid_mib: int, repeat: int) -> None:
     print("generating archives ...", flush=True)
     attacks = {name: list(make()) for name, make in hostile_archives.ATTACKS.items()}
+    attacks["bomb_300x1mib"] = list(hostile_archives.many_documents())
+    attacks["credential_after_64mib"] = list(hostile_archives.credential_after())
     valid = list(hostile_archives.valid_archive(valid_mib * MIB))
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
@@ -148,6 +174,10 @@ async def main(valid_mib: int) -> None:
                 await asyncio.sleep(2)
                 server = Server(process.pid)
                 print(f"server RSS at start {server.status('VmRSS') / MIB:.0f} MiB", flush=True)
+                if repeat:
+                    for name, pieces in attacks.items():
+                        await repeat_curve(server, port, name, pieces, repeat)
+                    return
                 for name, pieces in attacks.items():
                     await measure(server, channel, port, name, pieces)
                 denied = [b"\x1f" * MIB] * 128
@@ -169,4 +199,6 @@ async def main(valid_mib: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--valid-mib", type=int, default=100)
-    asyncio.run(main(parser.parse_args().valid_mib))
+    parser.add_argument("--repeat", type=int, default=0, help="send each refusal N times")
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.valid_mib, arguments.repeat))

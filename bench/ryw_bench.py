@@ -25,14 +25,13 @@ import time
 import uuid
 from pathlib import Path
 
-import grpc
 from benchlib import free_port, percentile
 from search_bench import server_env, server_process
 
-from engram.v1 import search_pb2, search_pb2_grpc, space_pb2, storage_pb2, storage_pb2_grpc
+from engram.client import AsyncClient, Space
 
-SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="ryw-bench")
-MODES = {"lexical": search_pb2.SEARCH_MODE_LEXICAL, "hybrid": search_pb2.SEARCH_MODE_HYBRID}
+SPACE = Space(name="ryw-bench")
+MODES = ("lexical", "hybrid")
 
 
 def body(token: str) -> str:
@@ -43,8 +42,7 @@ def body(token: str) -> str:
 
 
 async def pairs(
-    storage: storage_pb2_grpc.StorageServiceStub,
-    search: search_pb2_grpc.SearchServiceStub,
+    client: AsyncClient,
     *,
     count: int,
     cap: float,
@@ -61,16 +59,12 @@ async def pairs(
         mode = list(MODES)[i % len(MODES)]
         token = f"tok{run}x{i:05d}"
         started = time.perf_counter()
-        written = await storage.WriteDocument(
-            storage_pb2.WriteDocumentRequest(
-                space=SPACE, path=f"bench/{run}-{i}.md", content=body(token)
-            )
-        )
+        written = await client.write_document(f"bench/{run}-{i}.md", body(token))
         wrote = time.perf_counter()
-        request = search_pb2.SearchRequest(spaces=[SPACE], query=token, limit=5, mode=MODES[mode])
-        if with_position:
-            request.min_positions.append(written.position)
-        answer = await search.Search(request, timeout=60)
+        positions = [written.position] if with_position and written.position else []
+        answer = await client.with_options(timeout=60).search(
+            token, limit=5, mode=mode, min_positions=positions
+        )
         searched = time.perf_counter()
         row = rows[mode]
         row["write"].append((wrote - started) * 1000)
@@ -117,18 +111,14 @@ async def main(args: argparse.Namespace) -> None:
         ]
         async with (
             server_process(command, server_env(), Path(work) / "server.log", port) as addr,
-            grpc.aio.insecure_channel(addr) as channel,
+            AsyncClient(addr, space=SPACE) as client,
         ):
-            storage = storage_pb2_grpc.StorageServiceStub(channel)
-            search = search_pb2_grpc.SearchServiceStub(channel)
             # Warm-up: the first write loads the model's caches and the first search its.
-            await pairs(storage, search, count=4, cap=60, with_position=True)
+            await pairs(client, count=4, cap=60, with_position=True)
             positioned = await pairs(
-                storage, search, count=args.pairs, cap=args.time_cap, with_position=True
+                client, count=args.pairs, cap=args.time_cap, with_position=True
             )
-            bare = await pairs(
-                storage, search, count=args.pairs, cap=args.time_cap, with_position=False
-            )
+            bare = await pairs(client, count=args.pairs, cap=args.time_cap, with_position=False)
     report("search with the write's position (min_positions)", positioned)
     report("search without a position (immediately after the write)", bare)
 

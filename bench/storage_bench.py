@@ -39,12 +39,12 @@ import grpc
 import psutil
 from benchlib import closed_loop, free_port, spawn
 
-from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
+from engram.client import AsyncClient, Space
 
 ROOT = Path(__file__).resolve().parents[1]
 GHZ_VERSION = "v0.120.0"
 GHZ = Path.home() / ".cache" / "engram" / "bin" / "ghz"
-SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="bench")
+SPACE = Space(name="bench")
 BODY = "# Daily note\n\n" + "The agent remembered something useful about the user. " * 8
 
 
@@ -194,10 +194,8 @@ async def started_server(
 async def run(
     addr: str, token: str, *, count: int, time_cap: float, meter: CpuMeter | None = None
 ) -> list[tuple[str, ...]]:
-    metadata = (("authorization", f"Bearer {token}"),) if token else ()
     rows: list[tuple[str, ...]] = []
-    async with grpc.aio.insecure_channel(addr) as channel:
-        stub = storage_pb2_grpc.StorageServiceStub(channel)
+    async with AsyncClient(addr, token=token, space=SPACE) as client:
         run_id = f"{time.time_ns():x}"
         # Every write's content is new: a phase that rewrote an earlier phase's content
         # would be skipped by the service as unchanged and measure reads, not writes.
@@ -205,22 +203,14 @@ async def run(
 
         def writer(prefix: str) -> Callable[[int], Awaitable[object]]:
             async def write(i: int) -> object:
-                return await stub.WriteDocument(
-                    storage_pb2.WriteDocumentRequest(
-                        space=SPACE,
-                        path=f"{run_id}/{prefix}/{i % 500:04d}.md",
-                        content=f"{BODY}\nrevision {next(written)}\n",
-                    ),
-                    metadata=metadata,
+                return await client.write_document(
+                    f"{run_id}/{prefix}/{i % 500:04d}.md", f"{BODY}\nrevision {next(written)}\n"
                 )
 
             return write
 
         async def read(i: int) -> object:
-            return await stub.ReadDocument(
-                storage_pb2.ReadDocumentRequest(space=SPACE, path=f"{run_id}/c1/{i % 500:04d}.md"),
-                metadata=metadata,
-            )
+            return await client.read_document(f"{run_id}/c1/{i % 500:04d}.md")
 
         for _ in range(50):  # warm up connections and caches
             await writer("warm")(_)

@@ -3,6 +3,7 @@
     python bench/workspace_bench.py                       # starts `engram dev`, load from ghz
     python bench/workspace_bench.py --client python       # asyncio client instead of ghz
     python bench/workspace_bench.py --addr HOST:PORT [--token T]   # a server already running
+    python bench/workspace_bench.py --mcp                 # hosted `engram mcp` vs direct calls
 
 It starts `engram dev` on a fresh data directory, seeds one workspace (SeedWorkspace), loads
 a modest corpus of notes into it (`--docs` documents of ~3 chunks of synthetic English,
@@ -385,7 +386,20 @@ async def main() -> None:
     parser.add_argument("--client", choices=("ghz", "python"), default="ghz")
     parser.add_argument("--addr", help="measure a server already running (its limits apply)")
     parser.add_argument("--token", default="")
+    parser.add_argument(
+        "--mcp",
+        action="store_true",
+        help="hosted engram mcp against the direct WorkspaceService call, and 50 agents "
+        "(bench/mcp_bench.py; --count there defaults to 300)",
+    )
+    parser.add_argument("--agents", type=int, default=50, help="--mcp: concurrent agents")
+    parser.add_argument("--seconds", type=float, default=30.0, help="--mcp: the agents' run")
     args = parser.parse_args()
+    if args.mcp:
+        import mcp_bench
+
+        await mcp_bench.run(args)
+        return
     if args.client == "ghz" and not GHZ.exists():
         print(f"no ghz at {GHZ} (`python bench/storage_bench.py` installs it): --client python")
         args.client = "python"

@@ -79,10 +79,12 @@ async def test_hygiene_jobs_are_the_six_named_jobs_on_one_interval(tmp_path: Pat
     ]
     defaults = SpaceSettings()
     assert all(job.interval(defaults) == timedelta(hours=6) for job in jobs)
-    # Log retention is off unless a space turns it on; the rest run on every space.
-    assert [job.name for job in jobs if not job.scheduled(defaults)] == ["log_retention"]
-    archive = SpaceSettings(log_retention=LogRetention.ARCHIVE)
-    assert all(job.scheduled(archive) for job in jobs)
+    # Seed 000's hygiene is on by default: log retention archives past 60 daily logs, and
+    # every job runs on every space unless a space turns retention off.
+    assert defaults.log_retention is LogRetention.ARCHIVE and defaults.max_daily_logs == 60
+    assert all(job.scheduled(defaults) for job in jobs)
+    off = SpaceSettings(log_retention=LogRetention.OFF)
+    assert [job.name for job in jobs if not job.scheduled(off)] == ["log_retention"]
 
 
 # --- log retention -----------------------------------------------------------------------------
@@ -99,12 +101,18 @@ async def test_log_retention_archives_old_logs_and_they_stay_searchable(tmp_path
                 engram, SPACE, log_path(days_ago), f"# Log\n\n[09:00:00] marker{days_ago}x\n"
             )
         await write(engram, SPACE, "daily/2026-03-07-cli.md", "[10:00:00] session log marker3cli\n")
+        # An imported OpenClaw/Minara journal is a log of its day too; memory/ notes are not.
+        await write(engram, SPACE, "memory/2026-03-01.md", "[08:00:00] imported marker9x\n")
+        await write(engram, SPACE, "memory/projects.md", "# Projects\n")
         await write(engram, SPACE, "MEMORY.md", "# Memory\n")
 
         report = await job.run(SPACE, settings)
 
-        # Newest two logs stay (today's and 2 days ago); the other four move.
-        assert report.counts == {"logs_checked": 6, "logs_archived": 4, "logs_skipped": 0}
+        # Newest two logs stay (today's and 2 days ago); the other five move.
+        assert report.counts == {"logs_checked": 7, "logs_archived": 5, "logs_skipped": 0}
+        assert await content_of(engram, SPACE, "archive/memory/2026-03-01.md") is not None
+        assert await content_of(engram, SPACE, "memory/2026-03-01.md") is None
+        assert await content_of(engram, SPACE, "memory/projects.md") == "# Projects\n"
         for days_ago in (0, 2):
             assert await content_of(engram, SPACE, log_path(days_ago)) is not None
         for days_ago in (3, 4, 5):
@@ -130,7 +138,7 @@ async def test_log_retention_deletes_by_age_and_does_nothing_when_off(tmp_path: 
         job = LogRetentionJob(deps, INTERVAL)
         for days_ago in (5, 31, 45):
             await write(engram, SPACE, log_path(days_ago), f"entry {days_ago}\n")
-        off = await job.run(SPACE, SpaceSettings())
+        off = await job.run(SPACE, SpaceSettings(log_retention=LogRetention.OFF))
         assert off.counts == {} and "off" in off.message
         assert await content_of(engram, SPACE, log_path(45)) is not None
 
@@ -218,7 +226,11 @@ async def test_embedding_backfill_requeues_what_the_indexes_miss(tmp_path: Path)
 
         report = await job.run(SPACE, SpaceSettings())
 
-        assert report.counts == {"documents_checked": 5, "documents_requeued": 4}
+        assert report.counts == {
+            "documents_checked": 5,
+            "documents_requeued": 4,
+            "documents_pending": 0,
+        }
         assert sorted(line.split(":")[0] for line in report.details) == [
             "a.md",
             "b.md",
@@ -233,7 +245,11 @@ async def test_embedding_backfill_requeues_what_the_indexes_miss(tmp_path: Path)
         assert await keyword.chunks_of(SPACE.id, "ghost.md") == []
 
         again = await second_run_changes_nothing(engram, job, SpaceSettings())
-        assert again.counts == {"documents_checked": 5, "documents_requeued": 0}
+        assert again.counts == {
+            "documents_checked": 5,
+            "documents_requeued": 0,
+            "documents_pending": 0,
+        }
 
 
 # --- usage reconcile ---------------------------------------------------------------------------
@@ -314,6 +330,43 @@ async def test_duplicate_report_groups_identical_documents_and_changes_nothing(
             "documents_checked": 6,
             "duplicate_groups": 1,
             "duplicate_documents": 2,
+            "near_duplicate_groups": 0,
+            "near_duplicate_documents": 0,
         }
         assert report.details == ("a.md = copies/a.md",)
+        await second_run_changes_nothing(engram, job, SpaceSettings())
+
+
+RUNBOOK = (
+    "# Deploy runbook\n\nBuild the release with make release, push the image to the "
+    "registry, then roll it out with helm upgrade and watch the dashboards for ten minutes. "
+    "If errors rise, roll back with make rollback and page the on-call engineer."
+)
+
+
+async def test_duplicate_report_suggests_merging_near_duplicates_and_merges_nothing(
+    tmp_path: Path,
+) -> None:
+    """Seed 000's deduplication: documents nearly alike (an edited copy) are reported with a
+    merge suggestion, the longest kept; unrelated notes, daily logs and short notes are not."""
+    edited = RUNBOOK.replace("ten minutes", "fifteen minutes") + " Note the release in #ops."
+    async with engram_dev(tmp_path) as engram:
+        await write(engram, SPACE, "runbooks/deploy.md", RUNBOOK)
+        await write(engram, SPACE, "notes/deploy-copy.md", edited)
+        await write(engram, SPACE, "notes/lunch.md", "Lunch at the Thai place on Friday " * 3)
+        await write(engram, SPACE, log_path(3), RUNBOOK)  # a dated record: not counted
+        await write(engram, SPACE, "short-a.md", "Roll back with make rollback.")
+        await write(engram, SPACE, "short-b.md", "Roll back with make rollback now.")
+        job = DuplicateReportJob(maintenance_deps(engram), INTERVAL)
+
+        report = await job.run(SPACE, SpaceSettings())
+
+        assert report.counts["near_duplicate_groups"] == 1
+        assert report.counts["near_duplicate_documents"] == 2
+        (line,) = [line for line in report.details if "~" in line]
+        assert line.startswith("notes/deploy-copy.md ~ runbooks/deploy.md (similarity >= 0.")
+        assert line.endswith(
+            "suggest merging runbooks/deploy.md into notes/deploy-copy.md, then deleting it "
+            "(not done: the operator's call)"
+        )
         await second_run_changes_nothing(engram, job, SpaceSettings())

@@ -81,7 +81,7 @@ async def mongo_builder(
         return mongo_deps(
             database,
             server_settings(tmp_path / "engram", **settings),
-            reindex=JetStreamReindexQueue(publisher),
+            reindex=JetStreamReindexQueue(publisher, durable="indexer"),
             keyword=keyword,
             vector=vector,
             clock=clock,

@@ -28,7 +28,6 @@ from engram.indexer.sources import (
 from engram.quota.service import QuotaService
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.service import StorageService, WriteMode
-from engram.v1 import storage_pb2_grpc
 from tests.support.backends import RealBackends
 from tests.support.settings import server_settings
 from tests.support.tokens import TEST_JWT_SECRET, service_token
@@ -98,9 +97,7 @@ async def grpc_subject(tmp_path: Path, *, with_catalog: bool) -> AsyncIterator[S
     ) as engram:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
             catalog = RepositoryDocumentSource(engram.core.repository) if with_catalog else None
-            source = StorageClientDocumentSource(
-                storage_pb2_grpc.StorageServiceStub(channel), service_token(), catalog=catalog
-            )
+            source = StorageClientDocumentSource(channel, service_token(), catalog=catalog)
             yield Subject(source, engram.storage, lists_every_space=with_catalog)
 
 

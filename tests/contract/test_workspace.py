@@ -82,7 +82,7 @@ async def ws(tmp_path: Path) -> AsyncIterator[Workspace]:
 # --- memory_write ------------------------------------------------------------------------------
 
 
-async def test_memory_appends_on_new_lines_and_replaces_when_asked(ws: Workspace) -> None:
+async def test_memory_appends_on_new_lines_and_is_append_only(ws: Workspace) -> None:
     first = await ws.write("Ann prefers tea.", target=workspace_pb2.MEMORY_TARGET_MEMORY)
     assert (first.status, first.path, first.append) == ("written", "MEMORY.md", True)
     assert first.content_length == len(b"Ann prefers tea.\n")
@@ -92,9 +92,35 @@ async def test_memory_appends_on_new_lines_and_replaces_when_asked(ws: Workspace
     )
     assert second.version == 2 and second.size_bytes == first.size_bytes + second.content_length
     assert await ws.read("MEMORY.md") == "Ann prefers tea.\nDeploys on Fridays are off.\n"
-    replaced = await ws.write("# Memory\n", target=workspace_pb2.MEMORY_TARGET_MEMORY, append=False)
-    assert replaced.append is False and replaced.content_length == len(b"# Memory\n")
-    assert await ws.read("MEMORY.md") == "# Memory\n"
+    # Seed 004: the agent never rewrites MEMORY.md (by target or by path); the operator
+    # does through StorageService, and HEARTBEAT.md and notes stay replaceable.
+    for fields in (
+        {"target": workspace_pb2.MEMORY_TARGET_MEMORY},
+        {"target": workspace_pb2.MEMORY_TARGET_PATH, "path": "MEMORY.md"},
+    ):
+        failure = await fails(
+            ws.write("# Memory\n", append=False, **fields),
+            grpc.StatusCode.PERMISSION_DENIED,
+            "MEMORY_APPEND_ONLY",
+        )
+        assert "ENGRAM_WORKSPACE_MEMORY_APPEND_ONLY" in failure.message
+    assert await ws.read("MEMORY.md") == "Ann prefers tea.\nDeploys on Fridays are off.\n"
+    note = await ws.write(
+        "# Plan\n", target=workspace_pb2.MEMORY_TARGET_PATH, path="notes/p.md", append=False
+    )
+    assert note.append is False
+    beat = await ws.write("all quiet", target=workspace_pb2.MEMORY_TARGET_HEARTBEAT, append=False)
+    assert beat.path == "HEARTBEAT.md"
+
+
+async def test_a_space_policy_may_let_the_agent_replace_memory(tmp_path: Path) -> None:
+    async with start_workspace(tmp_path, workspace_memory_append_only=False) as ws:
+        await ws.write("Ann prefers tea.", target=workspace_pb2.MEMORY_TARGET_MEMORY)
+        replaced = await ws.write(
+            "# Memory\n", target=workspace_pb2.MEMORY_TARGET_MEMORY, append=False
+        )
+        assert replaced.append is False and replaced.content_length == len(b"# Memory\n")
+        assert await ws.read("MEMORY.md") == "# Memory\n"
 
 
 async def test_append_starts_a_new_line_after_an_operator_edit(ws: Workspace) -> None:
@@ -135,6 +161,37 @@ async def test_a_session_gets_its_own_journal(ws: Workspace) -> None:
     )
     assert logged.path == written.path
     assert (await ws.read(written.path)).endswith("[10:15:00] from the phone\n[10:15:00] again\n")
+
+
+async def test_read_by_date_finds_the_days_log_in_the_callers_time_zone(ws: Workspace) -> None:
+    def by_date(day: str, **fields: Any) -> Any:
+        return ws.stub.MemoryRead(
+            workspace_pb2.MemoryReadRequest(space=OK_SPACE, date=day, **fields)
+        )
+
+    await ws.write("today's entry")
+    await ws.write("phone entry", session="phone")
+    await ws.storage.WriteDocument(
+        write_request("memory/2026-11-30.md", "imported yesterday\n", ref=OK_SPACE)
+    )
+    today = await by_date("today")
+    assert today.path == "daily/2026-12-01.md" and "today's entry" in today.content
+    assert (await by_date("2026-12-01")).path == "daily/2026-12-01.md"
+    assert (await by_date("today", session="phone")).path == "daily/2026-12-01-phone.md"
+    # No daily/ log that day: the imported memory/ journal.
+    assert (await by_date("yesterday")).path == "memory/2026-11-30.md"
+    # 10:15 UTC is 23:15 in Auckland (UTC+13): its today is still the 1st; Honolulu's
+    # yesterday is the 30th too, Kiritimati's (UTC+14) today the 2nd.
+    assert (await by_date("today", time_zone="Pacific/Auckland")).path == "daily/2026-12-01.md"
+    missing = await fails(
+        by_date("today", time_zone="Pacific/Kiritimati"), grpc.StatusCode.NOT_FOUND
+    )
+    assert "2026-12-02" in missing.message
+    for bad in ("tomorrow", "2026-13-01", "20261201"):
+        refused = await fails(by_date(bad), grpc.StatusCode.INVALID_ARGUMENT)
+        assert "YYYY-MM-DD" in refused.message
+    both = workspace_pb2.MemoryReadRequest(space=OK_SPACE, path="MEMORY.md", date="today")
+    await fails(ws.stub.MemoryRead(both), grpc.StatusCode.INVALID_ARGUMENT)
 
 
 async def test_daily_log_rolls_over_at_local_midnight(ws: Workspace) -> None:
@@ -530,6 +587,90 @@ async def prompt(ws: Workspace, **fields: Any) -> workspace_pb2.GetSystemPromptR
     return await ws.stub.GetSystemPrompt(
         workspace_pb2.GetSystemPromptRequest(space=OK_SPACE, **fields)
     )
+
+
+SEED_FILES = {
+    "AGENTS.md": "Follow the runbook.",
+    "SOUL.md": "Be kind.",
+    "USER.md": "Ann, SRE.",
+    "IDENTITY.md": "I am Orbit.",
+    "MEMORY.md": "Ann prefers tea.",
+    "HEARTBEAT.md": "Open loop: the Apollo review.",
+    "daily/2026-11-30.md": "yesterday's work",
+}
+SEED_004_ORDER = [
+    ("Core Values", "SOUL.md", "Be kind."),
+    ("Agent Instructions", "AGENTS.md", "Follow the runbook."),
+    ("Identity", "IDENTITY.md", "I am Orbit."),
+    ("User Context", "USER.md", "Ann, SRE."),
+    ("Long-Term Memory", "MEMORY.md", "Ann prefers tea."),
+    ("Heartbeat", "HEARTBEAT.md", "Open loop: the Apollo review."),
+    ("Today's Notes", "daily/2026-12-01.md", "today's work"),
+    ("Yesterday's Notes", "daily/2026-11-30.md", "yesterday's work"),
+]
+
+
+async def assert_seed_004_layout(answer: workspace_pb2.GetSystemPromptResponse) -> None:
+    assert [(s.name, s.path) for s in answer.sections] == [
+        (name, path) for name, path, _ in SEED_004_ORDER
+    ]
+    # Section by section: each heading, then its file's text, in this order.
+    at = 0
+    for name, _, text in SEED_004_ORDER:
+        heading = answer.prompt.index(f"## {name}\n", at)
+        at = answer.prompt.index(text, heading)
+
+
+async def test_the_seed_004_layout_carries_heartbeat_in_its_order(ws: Workspace) -> None:
+    for path, text in SEED_FILES.items():
+        await ws.storage.WriteDocument(write_request(path, text, ref=OK_SPACE))
+    await ws.write("today's work")
+    await assert_seed_004_layout(await prompt(ws, layout=workspace_pb2.PROMPT_LAYOUT_SEED_004))
+    group = await prompt(ws, layout=workspace_pb2.PROMPT_LAYOUT_SEED_004, group_context=True)
+    assert "MEMORY.md" not in [s.path for s in group.sections]
+    assert "HEARTBEAT.md" in [s.path for s in group.sections]
+    # Seed 000's layout (the default here) is today's order, without HEARTBEAT.md.
+    for answer in (await prompt(ws), await prompt(ws, layout=workspace_pb2.PROMPT_LAYOUT_SEED_000)):
+        assert [s.path for s in answer.sections][:5] == [
+            "AGENTS.md",
+            "SOUL.md",
+            "USER.md",
+            "IDENTITY.md",
+            "MEMORY.md",
+        ]
+        assert "HEARTBEAT.md" not in [s.path for s in answer.sections]
+
+
+async def test_a_deployment_may_default_to_the_seed_004_layout(tmp_path: Path) -> None:
+    async with start_workspace(tmp_path, workspace_prompt_layout="004") as ws:
+        for path, text in SEED_FILES.items():
+            await ws.storage.WriteDocument(write_request(path, text, ref=OK_SPACE))
+        await ws.write("today's work")
+        await assert_seed_004_layout(await prompt(ws))
+        named = await prompt(ws, layout=workspace_pb2.PROMPT_LAYOUT_SEED_000)
+        assert named.sections[0].path == "AGENTS.md"
+
+
+async def test_openclaw_journals_under_memory_reach_the_prompt(ws: Workspace) -> None:
+    """Imported OpenClaw/Minara journals, memory/YYYY-MM-DD[-session].md, are daily logs of
+    their day; other documents under memory/ are not."""
+    files = {
+        "memory/2026-12-01.md": "imported today",
+        "memory/2026-12-01-telegram.md": "from telegram today",
+        "memory/2026-11-30.md": "imported yesterday",
+        "memory/2026-11-20.md": "too old",
+        "memory/projects.md": "not a journal",
+    }
+    for path, text in files.items():
+        await ws.storage.WriteDocument(write_request(path, text, ref=OK_SPACE))
+    await ws.write("today's work")
+    sections = [(s.name, s.path) for s in (await prompt(ws)).sections]
+    assert sections == [
+        ("Today's Notes", "daily/2026-12-01.md"),
+        ("Today's Notes", "memory/2026-12-01.md"),
+        ("Today's Notes", "memory/2026-12-01-telegram.md"),
+        ("Yesterday's Notes", "memory/2026-11-30.md"),
+    ]
 
 
 async def test_prompt_order_with_and_without_group_context(ws: Workspace) -> None:

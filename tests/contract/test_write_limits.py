@@ -1,10 +1,12 @@
 """Workspace write limits per agent, over the rate-limit stores (SQLite and FerretDB): the
-minute and the hour window, the refusal's message and wait, and racing writers never
-admitted past the limit."""
+sliding minute and hour windows (never more than the limit in any span, across clock-window
+boundaries too), the refusal's message and true wait, and racing writers (two replicas)
+never admitted past the limit."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -64,25 +66,72 @@ async def refused(limiter: WorkspaceWriteLimiter, who: Principal, space: str) ->
     return caught.value
 
 
-async def test_the_minute_window_refuses_with_the_setting_and_the_wait(
+async def test_the_minute_window_refuses_with_the_setting_and_the_true_wait(
     store: RateLimitStore,
 ) -> None:
     clock = Clock()
     limiter = WorkspaceWriteLimiter(store, WriteLimits(per_minute=3), clock=clock)
     for _ in range(3):
         await limiter.check(ANN, "s1")
+        clock.now += 10
+    clock.now -= 5  # 25 s after the first write
     error = await refused(limiter, ANN, "s1")
     assert error.reason == "RATE_LIMITED"
     assert "3 per minute" in error.message
     assert "ENGRAM_WORKSPACE_WRITES_PER_MINUTE" in error.message
-    assert error.retry_after_seconds == 30
+    assert error.retry_after_seconds == 35  # until the first write is a minute old
     await limiter.check(ANN, "s2")  # another space is another agent
     await limiter.check(BOB, "s1")  # another principal too
-    clock.now += 30
-    await limiter.check(ANN, "s1")  # the next minute starts from zero
+    clock.now += 34.9
+    await refused(limiter, ANN, "s1")
+    clock.now += 0.1
+    await limiter.check(ANN, "s1")  # the first write left the window: one more fits
+    await refused(limiter, ANN, "s1")
 
 
-async def test_the_hour_window_refuses_until_the_hour_ends(store: RateLimitStore) -> None:
+async def test_a_clock_minute_boundary_lets_nothing_more_through(store: RateLimitStore) -> None:
+    """20 writes just before a minute boundary: just after it, fixed windows would admit 20
+    more; the sliding window refuses until the first is a minute old."""
+    clock = Clock()
+    clock.now += 29.5  # 10:00:59.5
+    limiter = WorkspaceWriteLimiter(store, WriteLimits(per_minute=20), clock=clock)
+    for _ in range(20):
+        await limiter.check(ANN, "s1")
+    clock.now += 1.0  # 10:01:00.5
+    error = await refused(limiter, ANN, "s1")
+    assert error.retry_after_seconds == 59.0
+
+
+async def test_no_sixty_second_span_ever_admits_more_than_the_limit(
+    store: RateLimitStore,
+) -> None:
+    """Two replicas (two limiters on one store) try 300 writes of one agent at random times
+    over four and a half minutes, crossing four minute boundaries; every admitted write is
+    checked against every 60 s span starting at an admitted write."""
+    clock = Clock()
+    replicas = [
+        WorkspaceWriteLimiter(store, WriteLimits(per_minute=20, per_hour=200), clock=clock)
+        for _ in range(2)
+    ]
+    shuffle = random.Random(31)
+    admitted: list[float] = []
+    for attempt in range(300):
+        clock.now += shuffle.uniform(0, 1.8)
+        try:
+            await replicas[attempt % 2].check(ANN, "s1")
+        except RateLimited as error:
+            assert error.retry_after_seconds is not None and 0 < error.retry_after_seconds <= 60
+            continue
+        admitted.append(clock.now)
+    for first in admitted:
+        assert sum(first <= at < first + 60 for at in admitted) <= 20
+    # Sliding windows still let the full rate through: 20 per 60 s over the run.
+    assert len(admitted) >= 20 * int((admitted[-1] - admitted[0]) // 60)
+
+
+async def test_the_hour_window_refuses_until_its_oldest_write_is_an_hour_old(
+    store: RateLimitStore,
+) -> None:
     clock = Clock()
     limiter = WorkspaceWriteLimiter(store, WriteLimits(per_minute=2, per_hour=5), clock=clock)
     for _ in range(2):
@@ -93,10 +142,11 @@ async def test_the_hour_window_refuses_until_the_hour_ends(store: RateLimitStore
         await limiter.check(ANN, "s1")
     clock.now += 60
     await limiter.check(ANN, "s1")  # the fifth; the minute-refused one did not count
+    clock.now += 1
     error = await refused(limiter, ANN, "s1")
     assert "5 per hour" in error.message and "ENGRAM_WORKSPACE_WRITES_PER_HOUR" in error.message
-    assert error.retry_after_seconds == 3600 - 150
-    clock.now += 3600 - 150
+    assert error.retry_after_seconds == 3600 - 121
+    clock.now += 3600 - 121
     await limiter.check(ANN, "s1")
 
 
@@ -146,7 +196,7 @@ async def test_on_sqlite_a_write_the_hour_refuses_uses_no_minute_slot(tmp_path: 
             assert "2 per hour" in (await refused(limiter, ANN, "s1")).message
         minute = await database.read(
             lambda connection: connection.execute(
-                "SELECT count FROM rate_windows WHERE key LIKE '%/minute'"
+                "SELECT count(*) FROM rate_log WHERE key LIKE '%/minute'"
             ).fetchall()
         )
         assert minute == [(2,)]

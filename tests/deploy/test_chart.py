@@ -37,7 +37,7 @@ SECRET_VALUES = {
     "qdrant": {"url": "http://qdrant:6333", "apiKey": "qdrant-key"},
     "auth": {"jwtSecret": "jwt-secret", "serviceToken": "service-token", "jwks": '{"keys": []}'},
     "embedder": {"provider": "openai", "openaiApiKey": "openai-key"},
-    "mcp": {"enabled": True, "token": "mcp-token"},
+    "mcp": {"enabled": True, "hosted": False, "token": "mcp-token"},
     "dreaming": {"llmApiKey": "llm-key"},
 }
 # Settings the chart sets itself from typed values (config may not set them).
@@ -198,12 +198,18 @@ def test_each_service_runs_engram_serve_with_its_own_config(
             "--port",
             "8765",
         ]
+        # Hosted: each request's own token and space; the space below is /mcp's, its tenant
+        # the caller's.
         assert argv[8:] == [
             "--session", "slack",
+            "--hosted", "--issuer", "https://id.example.com",
+            "--resource-url", f"http://engram-mcp.{NAMESPACE}.svc:8765/mcp",
             "--visibility", "bot", "--name", "memory", "--project", "support",
-            "--bot", "triage", "--tenant", "acme",
+            "--bot", "triage",
         ]  # fmt: skip
         assert found["mcp"].env["ENGRAM_ADDR"] == f"engram-workspace.{NAMESPACE}.svc:50051"
+        assert found["mcp"].env["ENGRAM_AUTHZ_ADDR"] == f"engram-authz.{NAMESPACE}.svc:50051"
+        assert "ENGRAM_TOKEN" not in found["mcp"].env
 
 
 def test_grpc_readiness_and_backend_independent_liveness(default_docs: list[Manifest]) -> None:
@@ -294,7 +300,12 @@ def test_hpa_for_storage_search_indexer_and_a_pdb_for_every_service(
     docs: list[Manifest] = request.getfixturevalue(f"{which}_docs")
     deployments = of_kind(docs, "Deployment")
     hpas = of_kind(docs, "HorizontalPodAutoscaler")
-    assert set(hpas) == {"storage", "search", "indexer"}
+    # The hosted MCP server (production values) scales too: no token or state is per pod
+    # but its sessions, which the Service keeps on one replica (ClientIP affinity).
+    hosted_mcp = {"mcp"} if which == "production" else set()
+    assert set(hpas) == {"storage", "search", "indexer", *hosted_mcp}
+    if hosted_mcp:
+        assert of_kind(docs, "Service")["mcp"]["spec"]["sessionAffinity"] == "ClientIP"
     for name, hpa in hpas.items():
         target = hpa["spec"]["scaleTargetRef"]
         assert (target["kind"], target["name"]) == (
@@ -338,7 +349,10 @@ def test_config_change_rolls_the_pods(helm: Helm, tmp_path: Path) -> None:
 def test_tls_mounts_the_secret_and_probes_readiness_over_http(helm: Helm, tmp_path: Path) -> None:
     """Kubernetes' gRPC probe speaks plaintext only: with TLS on, readiness is /readyz."""
     tls = {"tls": {"enabled": True, "existingSecret": "engram-tls", "mtls": True}}
-    docs = helm.render(overrides={**tls, "mcp": {"enabled": True}}, tmp=tmp_path)
+    docs = helm.render(
+        overrides={**tls, "mcp": {"enabled": True, "issuer": "https://id.example.com"}},
+        tmp=tmp_path,
+    )
     found = processes(docs)
     for name, deployment in of_kind(docs, "Deployment").items():
         container = _container(deployment)
@@ -414,9 +428,11 @@ def test_clients_reach_public_services_only(
     assert not production.allows(
         Peer(labels={"engram-client": "true"}), _pod_peer(production_docs, "storage"), 50051
     )
-    # The MCP server calls the workspace service, nothing else.
+    # The hosted MCP server calls the workspace service and authz (the callers' tokens),
+    # nothing else.
     mcp = _pod_peer(production_docs, "mcp")
     assert production.allows(mcp, _pod_peer(production_docs, "workspace"), 50051)
+    assert production.allows(mcp, _pod_peer(production_docs, "authz"), 50051)
     assert not production.allows(mcp, _pod_peer(production_docs, "storage"), 50051)
 
 
@@ -561,6 +577,8 @@ def test_each_process_environment_is_valid_settings(
             r"grpc.*(maximum|65535)",
         ),
         ({"mcp": {"space": {"visibility": "public", "name": "x"}}}, r"visibility"),
+        ({"mcp": {"enabled": True}}, r"mcp\.issuer: the URL of the server issuing"),
+        ({"mcp": {"issuer": "id.example.com"}}, r"issuer"),
         (
             {"config": {"ENGRAM_JWT_SECRET": "x"}},
             r"config\.ENGRAM_JWT_SECRET cannot be set there: set auth\.jwtSecret",
@@ -587,6 +605,8 @@ def test_each_process_environment_is_valid_settings(
         "config-name",
         "port",
         "visibility",
+        "hosted-mcp-without-issuer",
+        "issuer-not-a-url",
         "secret-in-config",
         "owned-port",
         "hpa-no-target",

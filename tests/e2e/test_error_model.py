@@ -226,13 +226,13 @@ async def test_storage_source_reports_the_storage_services_errors(
     channel: grpc.aio.Channel,
 ) -> None:
     stub = storage_pb2_grpc.StorageServiceStub(channel)
-    source = StorageClientDocumentSource(stub, service_token("indexer"))
+    source = StorageClientDocumentSource(channel, service_token("indexer"))
     assert await source.current(ANN_NOTES, "missing.md") is None
     await stub.WriteDocument(write_request("kept.md", "# kept\n"), metadata=bearer(mint("ann")))
     found = await source.current(ANN_NOTES, "kept.md")
     assert found is not None and found.content == "# kept\n"
 
-    stranger = StorageClientDocumentSource(stub, mint("eve", "globex", "admin"))
+    stranger = StorageClientDocumentSource(channel, mint("eve", "globex", "admin"))
     with pytest.raises(PermissionDenied) as denied:
         await stranger.current(ANN_NOTES, "kept.md")
     assert denied.value.rule == "tenant_mismatch"

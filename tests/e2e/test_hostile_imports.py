@@ -10,12 +10,7 @@ latency) are measured by bench/import_bench.py, not asserted here.
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -23,8 +18,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
 from tests.support import hostile_archives
+from tests.support.dev_server import DevServer, dev_server
 from tests.support.grpc_helpers import CallFailure, import_sync, space
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
+from tests.support.tokens import bearer, mint
 
 pytestmark = pytest.mark.e2e
 
@@ -33,68 +29,10 @@ MEMBER = bearer(mint("ann", "acme", "member"))
 VIEWER_OF_OTHER = bearer(mint("eve", "globex", "viewer"))
 
 
-class DevServer:
-    def __init__(self, process: subprocess.Popen[str], port: int) -> None:
-        self.process = process
-        self.port = port
-
-    def _status(self, field: str) -> int:
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError(f"no {field} in /proc status")
-
-    def rss(self) -> int:
-        return self._status("VmRSS")
-
-    def reset_peak(self) -> None:
-        Path(f"/proc/{self.process.pid}/clear_refs").write_text("5")
-
-    def peak(self) -> int:
-        return self._status("VmHWM")
-
-
-def start_dev_server(data_dir: Path, **env: str) -> DevServer:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    process = subprocess.Popen(
-        [sys.executable, "-m", "engram", "dev", "--auth", "--port", str(port)]
-        + ["--data-dir", str(data_dir)],
-        env={
-            **os.environ,
-            "ENGRAM_METRICS_PORT": "0",
-            "ENGRAM_JWT_SECRET": TEST_JWT_SECRET,
-            "ENGRAM_ACCESS_LOG": "false",
-            **env,
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert process.stdout is not None
-    for line in process.stdout:
-        if "serving on" in line:
-            break
-    else:
-        raise AssertionError("engram dev did not start")
-    return DevServer(process, port)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
-    running = start_dev_server(tmp_path_factory.mktemp("hostile") / "state")
-    try:
+    with dev_server(tmp_path_factory.mktemp("hostile") / "state") as running:
         yield running
-    finally:
-        running.process.terminate()
-        try:
-            running.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            running.process.kill()
-            running.process.wait()
-        if running.process.stdout is not None:
-            running.process.stdout.close()
 
 
 async def import_stream(

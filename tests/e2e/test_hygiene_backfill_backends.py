@@ -4,8 +4,9 @@ re-queued documents travel JetStream like any reindex and the indexes converge."
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 
 import grpc
@@ -14,9 +15,10 @@ import pytest
 from engram.app.parts import Indexing
 from engram.app.production import open_indexer, storage_on_mongo
 from engram.backends.mongo import connect
+from engram.domain.chunks import Chunk
 from engram.domain.maintenance import SpaceSettings
 from engram.domain.spaces import parse_space_id
-from engram.events.jetstream import JetStreamPublisher
+from engram.events.jetstream import STREAM, JetStreamPublisher
 from engram.indexer.jetstream_consumer import JetStreamReindexQueue
 from engram.maintenance.hygiene import EmbeddingBackfillJob
 from engram.maintenance.ports import MaintenanceDeps
@@ -56,7 +58,9 @@ async def production_deps(
         yield mongo_deps(
             database,
             deployment.storage_settings(),
-            reindex=JetStreamReindexQueue(publisher),
+            reindex=JetStreamReindexQueue(
+                publisher, durable=deployment.indexer_settings.indexer_durable
+            ),
             keyword=indexing.keyword,
             vector=indexing.vector,
         )
@@ -93,7 +97,11 @@ async def test_backfill_requeues_index_gaps_through_jetstream(deployment: Deploy
 
         report = await job.run(SPACE, SpaceSettings())
 
-        assert report.counts == {"documents_checked": 3, "documents_requeued": 3}
+        assert report.counts == {
+            "documents_checked": 3,
+            "documents_requeued": 3,
+            "documents_pending": 0,
+        }
         assert any(
             line.startswith("b.md: missing from the keyword index") for line in report.details
         )
@@ -102,4 +110,69 @@ async def test_backfill_requeues_index_gaps_through_jetstream(deployment: Deploy
             expected = await expected_chunks(deployment, path)
             assert await deps.vector.chunks_of(SPACE_ID, path) == expected
         again = await job.run(SPACE, SpaceSettings())
-        assert again.counts == {"documents_checked": 3, "documents_requeued": 0}
+        assert again.counts == {
+            "documents_checked": 3,
+            "documents_requeued": 0,
+            "documents_pending": 0,
+        }
+
+
+async def test_backfill_leaves_what_jetstream_still_holds_for_the_indexer(
+    deployment: Deployment,
+) -> None:
+    """A bulk load the indexer has not got through (its keyword writes held back) is left
+    to its own events: backfill re-queues none of it, and each document is indexed once."""
+    paths = [f"bulk/{i:04d}.md" for i in range(200)]
+    async with (
+        storage_on_mongo(deployment.storage_settings()) as storage_server,
+        open_indexer(deployment.indexer_settings) as indexer,
+        grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as storage_channel,
+        grpc.aio.insecure_channel(f"127.0.0.1:{indexer.server.port}") as indexer_channel,
+        production_deps(deployment, indexer.indexing) as deps,
+    ):
+        keyword = indexer.indexing.keyword
+        replace_chunks = keyword.replace_chunks
+        held = asyncio.Event()
+        writes: dict[str, int] = {}
+
+        async def held_back(space_id: str, path: str, chunks: Sequence[Chunk]) -> None:
+            await held.wait()
+            writes[path] = writes.get(path, 0) + 1
+            await replace_chunks(space_id, path, chunks)
+
+        keyword.replace_chunks = held_back  # type: ignore[method-assign]
+        storage = storage_pb2_grpc.StorageServiceStub(storage_channel)
+        status = indexer_pb2_grpc.IndexerServiceStub(indexer_channel)
+        for path in paths:
+            await storage.WriteDocument(
+                write_request(path, "A short note about the deploy."), metadata=MEMBER
+            )
+
+        async def all_in_the_stream() -> bool:
+            js = await probe.jetstream()
+            info = await js.consumer_info(STREAM, deployment.indexer_settings.indexer_durable)
+            return (info.num_pending or 0) + (info.num_ack_pending or 0) == len(paths)
+
+        probe = JetStreamPublisher(deployment.common["nats_url"], name="backfill-test-probe")
+        try:
+            await eventually(all_in_the_stream, 60, "every change event in JetStream")
+        finally:
+            await probe.close()
+        job = EmbeddingBackfillJob(deps, timedelta(hours=24))
+
+        report = await job.run(SPACE, SpaceSettings())
+
+        assert report.counts == {
+            "documents_checked": len(paths),
+            "documents_requeued": 0,
+            "documents_pending": len(paths),
+        }
+        held.set()
+
+        async def all_written() -> bool:
+            return len(writes) == len(paths)
+
+        await eventually(all_written, 120, "every document indexed")
+        # Quiescent: the backlog is empty and the last document's chunks are all there.
+        await eventually(lambda: converged(deployment, status, paths[-1]), 60, "backlog empty")
+        assert writes == dict.fromkeys(paths, 1)

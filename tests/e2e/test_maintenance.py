@@ -403,7 +403,8 @@ async def test_space_settings_round_trip(served: Served) -> None:
     get = maintenance_pb2.GetSpaceMaintenanceRequest(space=space("notes"))
     defaults = (await served.stub.GetSpaceMaintenance(get)).settings
     assert not defaults.dream_enabled
-    assert defaults.log_retention == maintenance_pb2.LOG_RETENTION_OFF
+    # Seed 000's hygiene by default: archive past 60 daily logs.
+    assert defaults.log_retention == maintenance_pb2.LOG_RETENTION_ARCHIVE
     assert (defaults.max_daily_logs, defaults.stale_after_days) == (60, 90)
     chosen = maintenance_pb2.SpaceMaintenance(
         dream_enabled=True,
@@ -476,7 +477,7 @@ async def test_engram_jobs_cli(served: Served) -> None:
     assert "usage_snapshot (on demand)" in listed and "always_fails" not in listed
     assert "always_fails" in await cli("jobs")
     shown = await cli("jobs", "settings", "--name", "notes")
-    assert "dream: off" in shown and "log retention: off" in shown
+    assert "dream: off" in shown and "log retention: archive" in shown
     changed = await cli(
         "jobs",
         "settings",

@@ -5,6 +5,7 @@ memory tools, writes, finds what it wrote, and gets the server's refusals as too
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import socket
 import subprocess
@@ -49,7 +50,9 @@ def stdio(engram: EmbeddedEngram, *extra: str) -> Client:
     """An SDK client that launches `engram mcp` and talks to it over stdin/stdout. Enter it in
     the test itself: the SDK's task group must open and close in one task."""
     command = mcp_command(engram, *extra)
-    params = StdioServerParameters(command=command[0], args=command[1:])
+    # The test's own environment (the SDK passes only a few variables by default), so the
+    # server runs the code under test (PYTHONPATH included) rather than an installed copy.
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
     return Client(params, read_timeout_seconds=60)
 
 
@@ -112,7 +115,14 @@ async def assert_tools_listed_with_schemas(client: Client) -> None:
     assert search.output_schema is not None
     assert set(search.output_schema["required"]) == {"query", "results", "result_count"}
     hit = search.output_schema["$defs"]["MemorySearchHit"]
-    assert set(hit["required"]) == {"content", "score", "document_id", "path", "is_hybrid_match"}
+    assert set(hit["required"]) == {
+        "content",
+        "score",
+        "relevance",
+        "document_id",
+        "path",
+        "is_hybrid_match",
+    }
 
     write = listed["memory_write"]
     assert write.input_schema["required"] == ["content"]
@@ -122,7 +132,8 @@ async def assert_tools_listed_with_schemas(client: Client) -> None:
     assert set(write.output_schema["required"]) == {"status", "path", "append", "content_length"}
 
     read = listed["memory_read"]
-    assert read.input_schema["required"] == ["path"]
+    assert "required" not in read.input_schema  # a path, or a date
+    assert set(read.input_schema["properties"]) == {"path", "date"}
     assert read.output_schema is not None
     assert set(read.output_schema["required"]) == {"path", "content", "word_count", "updated_at"}
 
@@ -167,7 +178,7 @@ async def assert_protected_file_refused(client: Client) -> None:
     )
     assert refused.is_error
     message = text_of(refused)
-    assert "PERMISSION_DENIED" in message and "[PROTECTED_FILE]" in message
+    assert message.startswith("PERMISSION_DENIED: ") and message.endswith("[PROTECTED_FILE]")
     assert "Traceback" not in message
     empty = await client.call_tool("memory_write", {"content": ""})
     assert empty.is_error and "INVALID_ARGUMENT" in text_of(empty)
@@ -224,3 +235,70 @@ def test_bad_options_are_refused_before_serving() -> None:
         timeout=60,
     )
     assert ran.returncode == 2 and "visibility 'secret'" in ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--time-zone", "Mars/Olympus"], "--time-zone: unknown time_zone 'Mars/Olympus'"),
+        (["--session", "my phone"], "--session: session 'my phone' must be"),
+        (["--read-wait-ms", "-1"], "--read-wait-ms must be 0..60000"),
+        (["--hosted", "--issuer", "https://id.example.com"], "add --transport http"),
+        (["--hosted", "--transport", "http"], "--hosted needs --issuer"),
+        (
+            ["--hosted", "--transport", "http", "--issuer", "id.example.com"],
+            "--hosted needs --issuer",
+        ),
+        (
+            ["--hosted", "-t", "http", "--issuer", "https://id.example.com", "--token", "t"],
+            "drop --token",
+        ),
+    ],
+)
+def test_every_option_is_checked_at_start(options: list[str], message: str) -> None:
+    ran = subprocess.run(
+        [sys.executable, "-m", "engram", "mcp", *options],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 2 and message in ran.stderr, ran.stderr
+
+
+async def test_an_unknown_fact_finds_nothing_and_a_stored_one_is_found(
+    engram: EmbeddedEngram,
+) -> None:
+    """On a freshly seeded workspace the templates talk about the user, but not about a dog:
+    memory_search (with its default min_relevance) answers nothing, so the agent can say it
+    does not remember; once the fact is stored, the same question finds it."""
+    from engram.client import EngramClient, Space
+    from engram.domain.workspace import DEFAULT_MIN_RELEVANCE
+
+    space = Space(visibility="private", name="agent-mcp")
+    question = "what is the name of the user's dog?"
+    async with EngramClient(f"127.0.0.1:{engram.port}", space=space, timeout=20) as direct:
+        seeded = await direct.seed_workspace()
+        assert "USER.md" in seeded.created_paths
+        async with asyncio.timeout(60):  # until both indexes hold the templates
+            while True:
+                everything = await direct.memory_search(question, min_relevance=0.0)
+                if any(hit.is_hybrid_match for hit in everything.results):
+                    break
+                await asyncio.sleep(0.25)
+    # The templates rank (the best scores 1.0), but none is likely relevant.
+    assert everything.results[0].score > 0.5
+    assert max(hit.relevance for hit in everything.results) < DEFAULT_MIN_RELEVANCE
+    async with stdio(engram) as client:
+        unknown = await call(client, "memory_search", {"query": question})
+        assert unknown["results"] == [] and unknown["result_count"] == 0, unknown
+        fact = "The user's dog is a beagle called Biscuit; he turns four in June."
+        await call(client, "memory_write", {"content": fact, "target": "memory"})
+        async with asyncio.timeout(60):  # indexing is asynchronous
+            while True:
+                found = await call(client, "memory_search", {"query": question})
+                if found["results"]:
+                    break
+                await asyncio.sleep(0.25)
+        best = found["results"][0]
+        assert "Biscuit" in best["content"] and best["path"] == "MEMORY.md"
+        assert DEFAULT_MIN_RELEVANCE <= best["relevance"] <= 1

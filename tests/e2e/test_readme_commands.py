@@ -9,6 +9,7 @@ them starts to pass (remove it from the list) as well as when any other line fai
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from engram.app.embedded import EmbeddedEngram
 from tests.support.readme_commands import (
     CommandLine,
     commands_of,
@@ -210,3 +212,42 @@ def test_the_extraction_finds_what_bash_would_run() -> None:
     assert starts_a_server(CommandLine(1, "engram watch --from-start", ""))
     assert not starts_a_server(CommandLine(1, "engram watch --count 2", ""))
     assert not starts_a_server(CommandLine(1, "engram -v bot --bot b ls", ""))
+
+
+def integration_snippets(markdown: str) -> list[str]:
+    """The README's ```python fences that use engram.integrations, each whole."""
+    snippets: list[str] = []
+    current: list[str] | None = None
+    for raw in markdown.splitlines():
+        if current is None:
+            if raw.strip() == "```python":
+                current = []
+        elif raw.strip() == "```":
+            if any("engram.integrations" in line for line in current):
+                snippets.append("\n".join(current) + "\n")
+            current = None
+        else:
+            current.append(raw)
+    return snippets
+
+
+async def test_the_integration_snippets_run(engram: EmbeddedEngram) -> None:
+    """Each engram.integrations snippet runs as written, against a running engram."""
+    snippets = integration_snippets(README.read_text(encoding="utf-8"))
+    assert len(snippets) == 2, "README shows the Anthropic and LangGraph snippets"
+    outputs = []
+    for snippet in snippets:
+        assert "127.0.0.1:50051" in snippet
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            snippet.replace("127.0.0.1:50051", f"127.0.0.1:{engram.port}"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(COMMAND_SECONDS):
+            out, err = await process.communicate()
+        assert process.returncode == 0, err.decode()
+        outputs.append(out.decode())
+    assert "/memories/prefs.md" in outputs[0]
+    assert "('users', 'ann') prefs {'drink': 'green tea'}" in outputs[1]

@@ -92,6 +92,40 @@ async def test_search_answers_with_every_field(stub: search_pb2_grpc.SearchServi
     assert response.results[1].score < 1.0
 
 
+async def test_relevance_tells_a_stored_answer_from_none(
+    stub: search_pb2_grpc.SearchServiceStub,
+) -> None:
+    found = await stub.Search(request("ERR_4021 build failure", limit=3))
+    top = found.results[0]
+    assert top.path == "incidents/build.md" and 0 < top.relevance <= 1
+    unrelated = await stub.Search(request("tax deadlines for a limited company", limit=3))
+    # The best unrelated chunk still has the best rank score, but not the relevance.
+    assert unrelated.results and unrelated.results[0].score >= 0.5
+    assert max(r.relevance for r in unrelated.results) < top.relevance
+    # The gate: nothing unless a result reaches min_relevance; else every result.
+    floor = max(r.relevance for r in unrelated.results) + 1e-6
+    assert not (
+        await stub.Search(
+            request("tax deadlines for a limited company", limit=3, min_relevance=floor)
+        )
+    ).results
+    gated = await stub.Search(request("ERR_4021 build failure", limit=3, min_relevance=floor))
+    assert [r.chunk_id for r in gated.results] == [r.chunk_id for r in found.results]
+
+
+async def test_fusion_can_be_chosen_and_documents_collapsed(
+    stub: search_pb2_grpc.SearchServiceStub,
+) -> None:
+    for fusion in (search_pb2.SEARCH_FUSION_RRF, search_pb2.SEARCH_FUSION_CONVEX):
+        answer = await stub.Search(request("ERR_4021", limit=2, fusion=fusion))
+        assert answer.results[0].path == "incidents/build.md" and answer.results[0].score == 1.0
+    collapsed = await stub.Search(
+        request("dog tennis risotto build", limit=5, collapse_documents=True)
+    )
+    documents = [r.document_id for r in collapsed.results]
+    assert len(documents) == len(set(documents)) >= 2
+
+
 async def test_modes_and_multiple_spaces(stub: search_pb2_grpc.SearchServiceStub) -> None:
     team = space("team", space_pb2.VISIBILITY_PROJECT, project="p1")
     lexical = await stub.Search(
@@ -123,6 +157,9 @@ async def test_health_lists_search(channel: grpc.aio.Channel) -> None:
         ({"limit": -3}, "limit"),
         ({"mode": 99}, "mode"),
         ({"min_score": 2.0}, "min_score"),
+        ({"min_relevance": -0.1}, "min_relevance"),
+        ({"min_relevance": 1.5}, "min_relevance"),
+        ({"fusion": 99}, "fusion"),
         ({"bm25_weight": -0.5}, "bm25_weight"),
         ({"vector_weight": math.nan}, "vector_weight"),
         ({"rrf_k": -1.0}, "rrf_k"),
@@ -196,7 +233,16 @@ async def cli(engram: EmbeddedEngram, *args: str, ok: bool = True) -> str:
 
 
 async def test_cli_prints_a_table(engram: EmbeddedEngram) -> None:
-    text = await cli(engram, "ERR_4021", "--space", "private:notes", "--space", "project:p1/team")
+    text = await cli(
+        engram,
+        "ERR_4021",
+        "--space",
+        "private:notes",
+        "--space",
+        "project:p1/team",
+        "--fusion",
+        "rrf",
+    )
     assert "incidents/build.md" in text and "runbook.md" in text
     assert "#1" in text and "#2" in text and "0.992" in text
     assert "private:notes" in text and "project:p1/team" in text, "several spaces: labelled"

@@ -65,7 +65,7 @@ async def test_workspace_reaches_storage_and_search_over_mtls(
             async with EngramClient(
                 f"127.0.0.1:{workspace.port}", token=token, space=AGENT, tls=agent_tls, retries=0
             ) as agent:
-                written = await agent.memory_write("over mTLS", target="memory", append=False)
+                written = await agent.memory_write("over mTLS", target="notes/tls.md", append=False)
                 assert (await agent.memory_read(written.path)).content == "over mTLS"
         async with workspace_on_mongo(without_cert) as refused:
             async with EngramClient(

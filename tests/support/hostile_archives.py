@@ -116,6 +116,59 @@ def empty_entries(count: int = 100_000) -> Iterator[bytes]:
     return gzip_stream(tar())
 
 
+def many_documents(count: int = 300, size: int = MIB) -> Iterator[bytes]:
+    """`count` valid documents of `size` bytes of one repeated phrase: 318 KB of gzip that
+    expands past the 256 MiB import limit once 256 of them are read (issue 29's archive)."""
+    body = (b"lorem ipsum " * (size // 12 + 1))[:size]
+
+    def tar() -> Iterator[bytes]:
+        for index in range(count):
+            yield tar_header(f"bomb/{index}.md".encode(), size)
+            yield body + b"\x00" * (padded(size) - size)
+        yield from _end()
+
+    return gzip_stream(tar(), level=9)
+
+
+# An AWS access key id of the published shape (the credential scan refuses it).
+CREDENTIAL = b"AKIAQ3EGUK5EXAMPLE7Z"
+
+
+def credential_after(clean: int = 64, size: int = MIB) -> Iterator[bytes]:
+    """`clean` valid documents of `size` bytes, then one carrying a credential: refused
+    with everything before it read and held."""
+    body = (b"notes on the deploy " * (size // 20 + 1))[:size]
+
+    def tar() -> Iterator[bytes]:
+        for index in range(clean):
+            yield tar_header(f"clean/{index}.md".encode(), size)
+            yield body + b"\x00" * (padded(size) - size)
+        leaked = b"the key is " + CREDENTIAL + b"\n"
+        yield tar_header(b"leak.md", len(leaked))
+        yield leaked + b"\x00" * (padded(len(leaked)) - len(leaked))
+        yield from _end()
+
+    return gzip_stream(tar(), level=9)
+
+
+def repeated_paragraphs(count: int, size: int = MIB, *, prefix: str = "doc") -> Iterator[bytes]:
+    """`count` valid documents of `size` bytes, each one paragraph repeated: every chunk
+    of them has the same text, so the indexer embeds it once (a large space that is cheap
+    to index)."""
+    paragraph = (b"the quarterly plan covers billing, search and the agent runtime. " * 8)[
+        :440
+    ] + b"\n\n"
+    body = (paragraph * (size // len(paragraph) + 1))[:size]
+
+    def tar() -> Iterator[bytes]:
+        for index in range(count):
+            yield tar_header(f"{prefix}/{index}.md".encode(), size)
+            yield body + b"\x00" * (padded(size) - size)
+        yield from _end()
+
+    return gzip_stream(tar(), level=9)
+
+
 ATTACKS = {
     "pax_120k_digits": pax_digits,
     "pax_declares_1gib": pax_declaring,

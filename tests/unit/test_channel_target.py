@@ -64,9 +64,9 @@ def test_the_client_refuses_a_bad_list_as_invalid_argument() -> None:
 def test_the_cli_refuses_a_bad_list_with_an_error_line(capsys: pytest.CaptureFixture[str]) -> None:
     import typer
 
-    from engram.cli.client import channel
+    from engram.cli.client import engram_client
 
-    with pytest.raises(typer.Exit) as exited, channel("storage-0:50051,storage-1:50051"):
+    with pytest.raises(typer.Exit) as exited, engram_client("storage-0:50051,storage-1:50051", ""):
         pass
     assert exited.value.exit_code == 2
     assert "not an IP literal" in capsys.readouterr().err

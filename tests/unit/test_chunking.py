@@ -319,3 +319,22 @@ def test_append_stability_of_one_line(text: str, line: str, sized: tuple[int, in
 )
 def test_append_stability_at_production_size(text: str, appended: str) -> None:
     _assert_append_stable(text, appended, SIZE, OVERLAP)
+
+
+def test_a_section_starts_a_new_chunk() -> None:
+    template = (
+        "# MEMORY.md\n\nCurated, durable memory.\n\n## Facts\n\n## Preferences\n\n## Decisions\n"
+    )
+    fact = "The user's dog is a beagle called Biscuit.\n"
+    chunks = chunk_text(template + fact, size=500, overlap=50)
+    # Headings with nothing under them stay with the next section's text; no overlap.
+    assert chunks == [
+        "# MEMORY.md\n\nCurated, durable memory.\n\n",
+        "## Facts\n\n## Preferences\n\n## Decisions\n" + fact,
+    ]
+    # A heading in a fenced code block is not a section, nor is one whose line is unfinished.
+    fenced = "Intro text.\n```\n# not a heading\n```\nmore"
+    assert chunk_text(fenced, size=500, overlap=50) == [fenced]
+    assert chunk_text("Intro text.\n## Unfinished", size=500, overlap=50) == [
+        "Intro text.\n## Unfinished"
+    ]

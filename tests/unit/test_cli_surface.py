@@ -110,7 +110,10 @@ def test_listing_tree() -> None:
 
 
 def test_import_counts_name_every_outcome() -> None:
-    result = SimpleNamespace(entries=[SimpleNamespace(outcome=o) for o in (1, 1, 5, 3, 2, 4, 6, 9)])
+    outcomes = ("created", "created", "unchanged", "skipped", "overwritten", "renamed")
+    result = SimpleNamespace(
+        entries=[SimpleNamespace(outcome=o) for o in (*outcomes, "unsupported", "unspecified")]
+    )
     assert import_counts(result) == {
         "created": 2,
         "overwritten": 1,
@@ -118,7 +121,7 @@ def test_import_counts_name_every_outcome() -> None:
         "renamed": 1,
         "unchanged": 1,
         "unsupported": 1,
-        "outcome_9": 1,
+        "unspecified": 1,
     }
 
 

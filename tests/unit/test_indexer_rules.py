@@ -144,12 +144,13 @@ async def test_the_vector_index_comes_from_settings(tmp_path: Path) -> None:
 
 def test_cli_space_arguments() -> None:
     from engram.cli.indexer_commands import space_refs
+    from engram.client.mapping import space_to_proto
 
     refs = space_refs(["notes", "v1:project:acme:p1:::shared"], "bot", "p9", "b1", "", "")
-    assert refs[0] == space_pb2.SpaceRef(
+    assert space_to_proto(refs[0]) == space_pb2.SpaceRef(
         visibility=space_pb2.VISIBILITY_BOT, name="notes", project="p9", bot="b1"
     )
-    assert refs[1] == space_pb2.SpaceRef(
+    assert space_to_proto(refs[1]) == space_pb2.SpaceRef(
         visibility=space_pb2.VISIBILITY_PROJECT, tenant="acme", project="p1", name="shared"
     )
     with pytest.raises(typer.Exit):

@@ -74,7 +74,8 @@ def test_readers_follow_the_wiring() -> None:
     # One service's tuning, through the component built from it.
     assert read["workspace_writes_per_minute"] == ["workspace", "dev"]
     assert read["search_candidate_depth"] == ["search", "dev"]
-    assert read["indexer_durable"] == ["indexer"]
+    # Maintenance too: backfill asks the indexer's consumer what is still pending.
+    assert read["indexer_durable"] == ["indexer", "maintenance"]
     assert read["maintenance_tick_seconds"] == ["maintenance", "dev"]
 
 

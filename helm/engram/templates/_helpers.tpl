@@ -106,7 +106,7 @@ annotations:
   "search" (list)
   "workspace" (list "storage" "search")
   "maintenance" (ternary (list "quota") (list) (.root.Values.storage.remoteQuota | default false))
-  "mcp" (list "workspace") -}}
+  "mcp" (ternary (list "workspace" "authz") (list "workspace") (eq .root.Values.mcp.hosted true)) -}}
 {{- index $c .component | toJson -}}
 {{- end -}}
 
@@ -129,7 +129,7 @@ annotations:
 {{- if has "qdrant" $backends -}}{{- $_ := set $env "ENGRAM_QDRANT_API_KEY" $keys.qdrantApiKey -}}{{- end -}}
 {{- if has "embedder" $backends -}}{{- $_ := set $env "ENGRAM_OPENAI_API_KEY" $keys.openaiApiKey -}}{{- end -}}
 {{- if and $callees (ne .component "mcp") -}}{{- $_ := set $env "ENGRAM_SERVICE_TOKEN" $keys.serviceToken -}}{{- end -}}
-{{- if eq .component "mcp" -}}{{- $_ := set $env "ENGRAM_TOKEN" $keys.mcpToken -}}{{- end -}}
+{{- if and (eq .component "mcp") (ne .root.Values.mcp.hosted true) -}}{{- $_ := set $env "ENGRAM_TOKEN" $keys.mcpToken -}}{{- end -}}
 {{- if eq .component "maintenance" -}}{{- $_ := set $env "ENGRAM_LLM_API_KEY" $keys.llmApiKey -}}{{- end -}}
 {{- $env | toJson -}}
 {{- end -}}
@@ -168,7 +168,7 @@ annotations:
 {{- $_ := set $s "ENGRAM_EMBEDDER_PROVIDER" $v.embedder.provider -}}
 {{- end -}}
 {{- range $callee := include "engram.callees" . | fromJsonArray -}}
-{{- if eq $.component "mcp" -}}
+{{- if and (eq $.component "mcp") (eq $callee "workspace") -}}
 {{- $_ := set $s "ENGRAM_ADDR" (include "engram.address" (dict "root" $.root "component" $callee)) -}}
 {{- else -}}
 {{- $_ := set $s (printf "ENGRAM_%s_ADDR" (upper $callee)) (include "engram.address" (dict "root" $.root "component" $callee)) -}}
@@ -246,4 +246,16 @@ annotations:
     - pod-template-hash
 {{- end }}
 {{- end -}}
+{{- end -}}
+
+{{/* Whether a component's replicas follow an HPA (mcp: only hosted, one token per pod otherwise). */}}
+{{- define "engram.autoscaled" -}}
+{{- $values := index .root.Values .component -}}
+{{- if and $values.autoscaling $values.autoscaling.enabled (or (ne .component "mcp") (eq $values.hosted true)) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The hosted MCP endpoint's public URL (its RFC 9728 resource). */}}
+{{- define "engram.mcpResourceUrl" -}}
+{{- $values := .root.Values.mcp -}}
+{{- $values.resourceUrl | default (printf "http://%s.%s.svc:%v/mcp" (include "engram.componentName" .) .root.Release.Namespace $values.service.port) -}}
 {{- end -}}

@@ -1,25 +1,41 @@
 """The four memory tools as Model Context Protocol tools, answered by WorkspaceService.
 
-Each tool calls the workspace through `EngramClient`; its JSON output is one of the pydantic
-models below (the tool's output schema). A failed call comes back to the model as an MCP tool
-error carrying the server's message, e.g. `PERMISSION_DENIED: ... [PROTECTED_FILE]`.
+Each tool calls the workspace through `EngramClient`, as the call's caller (engram.agent_mcp
+.callers); its JSON output is one of the pydantic models below (the tool's output schema). A
+failed call comes back to the model as an MCP tool error `CODE: message [REASON]`, e.g.
+`PERMISSION_DENIED: ... [PROTECTED_FILE]`; arguments are strict (no coercion: `"3"` is not an
+integer, `"false"` not a boolean) and a refused one names its field the same way.
+
+Read your writes: each MCP session remembers where the indexes must be for its own writes to
+be found, and memory_search waits (bounded) until they are, reporting the wait.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC
-from typing import Annotated
+from typing import Annotated, Any
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.context import ServerRequestContext
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+from mcp.types import ListResourcesResult, PaginatedRequestParams, ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 import engram
-from engram.client import EngramClient, TreeNode, explain
-from engram.domain.errors import EngramError
+from engram.agent_mcp import resources
+from engram.agent_mcp.callers import Bound, Callers, ProcessCaller
+from engram.agent_mcp.resources import Lister
+from engram.client import EngramClient, Space, TreeNode, explain
+from engram.domain.errors import EngramError, InvalidArgument
+from engram.domain.positions import IndexPosition
+from engram.runtime.ttl_cache import TtlCache
+
+# One line per tool call naming its caller and space (hosted: each agent's principal).
+audit = logging.getLogger("engram.mcp.audit")
 
 INSTRUCTIONS = """\
 Engram is your persistent memory across conversations. Search it (memory_search) before
@@ -33,22 +49,26 @@ SEARCH_DESCRIPTION = """\
 Search your long-term memory (MEMORY.md, daily logs and every note) by meaning and keywords.
 You MUST call this before answering questions about prior work, decisions, dates, people,
 preferences or todos - do not answer those from assumption. Returns the best-matching
-passages first, each with its path and a score between 0 and 1; if nothing relevant comes
-back, say you do not remember rather than guessing."""
+passages first, each with its path and its relevance (the probability, 0 to 1, that it is
+relevant). When no passage is likely relevant the result is empty: nothing relevant is
+stored, so say you do not remember rather than guessing."""
 
 WRITE_DESCRIPTION = """\
 Save something to memory. target "memory" (MEMORY.md) is for durable facts, preferences and
 decisions; "daily_log" (the default) adds a timestamped entry to today's daily/YYYY-MM-DD.md
 for what happened, was done or was said; "heartbeat" writes HEARTBEAT.md; any other value is
 a relative .md path for a topic note (e.g. "projects/apollo.md"). Appends by default;
-append=false replaces the whole document, so read it first. Call it when the user states a
+append=false replaces the whole document, so read it first (MEMORY.md only grows: it cannot
+be replaced). Call it when the user states a
 preference, makes a decision, asks you to remember something, or a piece of work is done.
 IDENTITY.md, SOUL.md, AGENTS.md and USER.md are protected: writing them fails."""
 
 READ_DESCRIPTION = """\
 Read one memory document in full by its path (e.g. "MEMORY.md", "daily/2026-12-01.md", or a
-path returned by memory_search or memory_tree). Use it when a search hit needs its
-surrounding context, or to see a document before replacing it."""
+path returned by memory_search or memory_tree), or a day's daily log by date ("today",
+"yesterday" or YYYY-MM-DD, in your time zone) with no path. Use it when a search hit needs
+its surrounding context, to recall what happened on a day, or to see a document before
+replacing it."""
 
 TREE_DESCRIPTION = """\
 List the memory workspace as a tree: files, and directories ending with "/". Starts at path
@@ -65,7 +85,11 @@ class MemoryWriteResult(BaseModel):
 
 class MemorySearchHit(BaseModel):
     content: str = Field(description="The matching passage.")
-    score: float = Field(description="Relevance between 0 and 1.")
+    score: float = Field(description="Rank score between 0 and 1 (1 = this query's best).")
+    relevance: float = Field(
+        description="Probability between 0 and 1 that the passage is relevant, comparable "
+        "across queries."
+    )
     document_id: str
     path: str = Field(description="The document the passage comes from.")
     is_hybrid_match: bool = Field(description="Found by both keyword and semantic search.")
@@ -75,6 +99,12 @@ class MemorySearchResult(BaseModel):
     query: str
     results: list[MemorySearchHit] = Field(description="Best match first.")
     result_count: int
+    waited_ms: int = Field(
+        0, description="How long the search waited for this session's own writes to be indexed."
+    )
+    writes_pending: int = Field(
+        0, description="This session's writes not yet searchable when the wait ended (0: all)."
+    )
 
 
 class MemoryReadResult(BaseModel):
@@ -111,11 +141,155 @@ def _tool_errors() -> Iterator[None]:
         raise ToolError(explain(error)) from None
 
 
-def build_server(client: EngramClient, *, time_zone: str = "", session: str = "") -> MCPServer:
-    """An MCP server whose four memory tools call WorkspaceService through `client`
-    (in its default space); `time_zone` dates the daily logs (default UTC), and `session`
-    sends daily-log entries to this surface's own journal, daily/YYYY-MM-DD-<session>.md."""
-    server: MCPServer = MCPServer(
+# --- strict arguments --------------------------------------------------------------------------
+
+_EXPECTED = {
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "float_type": "a number",
+}
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def _argument_message(detail: ErrorDetails) -> tuple[str, str]:
+    name = ".".join(str(part) for part in detail["loc"]) or "arguments"
+    kind, context = detail["type"], detail.get("ctx") or {}
+    if kind == "missing":
+        return name, f"{name} is required"
+    if kind in _EXPECTED:
+        got = _json_kind(detail.get("input"))
+        return name, f"{name} must be {_EXPECTED[kind]}, not {got}"
+    if kind == "greater_than_equal":
+        return name, f"{name} must be at least {context['ge']}"
+    if kind == "less_than_equal":
+        return name, f"{name} must be at most {context['le']}"
+    return name, f"{name}: {detail['msg']}"
+
+
+def argument_error(error: ValidationError) -> InvalidArgument:
+    """A tool's refused arguments as engram's INVALID_ARGUMENT naming the first bad field
+    (never pydantic's own text)."""
+    field, message = _argument_message(error.errors()[0])
+    return InvalidArgument(message, field=field)
+
+
+class EngramMCPServer(MCPServer):
+    """MCPServer whose argument refusals read like every other engram error, and whose
+    resources/list lists the caller's documents (`documents`)."""
+
+    documents: Lister | None = None
+
+    async def _handle_list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
+    ) -> ListResourcesResult:
+        # The SDK lists only resources registered up front; a workspace's documents depend
+        # on the caller, so the listing needs the request's context.
+        listed = await self.list_resources()
+        if self.documents is not None:
+            listed += await self.documents(Context(request_context=ctx, mcp_server=self))
+        return ListResourcesResult(resources=listed)
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as error:
+            if isinstance(error.__cause__, ValidationError):
+                raise ToolError(explain(argument_error(error.__cause__))) from None
+            if type(error.__cause__) is ToolError:
+                # The tool's own `CODE: message [REASON]`, without the SDK's "Error executing
+                # tool <name>: " in front.
+                raise ToolError(str(error.__cause__)) from None
+            raise
+
+
+# --- read your writes -------------------------------------------------------------------------
+
+
+# The writes remembered for read-your-writes: per MCP session, caller and space, for an
+# hour after a session's last write, and for at most this many of them.
+SESSION_WRITES_TTL = 3600.0
+MAX_SESSION_WRITES = 10_000
+
+WritesKey = tuple[str, str, Space]
+
+
+class SessionWrites:
+    """The index positions of each MCP session's own writes, per caller and space (the
+    latest per path), forgotten once a search finds the indexes past them."""
+
+    def __init__(self) -> None:
+        self._writes: TtlCache[WritesKey, dict[str, IndexPosition]] = TtlCache(
+            ttl=SESSION_WRITES_TTL, size=MAX_SESSION_WRITES
+        )
+
+    def remember(self, key: WritesKey, position: IndexPosition | None) -> None:
+        if position is not None:
+            written = self._writes.get(key) or {}
+            written[position.path] = position
+            self._writes.put(key, written)
+
+    def pending(self, key: WritesKey) -> list[IndexPosition]:
+        return list((self._writes.get(key) or {}).values())
+
+    def caught_up(self, key: WritesKey, positions: list[IndexPosition]) -> None:
+        written = self._writes.get(key) or {}
+        for position in positions:
+            if written.get(position.path) == position:
+                del written[position.path]
+
+
+def _writes_key(ctx: Context[Any, Any], bound: Bound) -> WritesKey:
+    """The MCP session (its Mcp-Session-Id over HTTP; stdio has one), caller and space."""
+    headers = ctx.headers or {}
+    return headers.get("mcp-session-id", ""), bound.caller, bound.space
+
+
+def _bind(callers: Callers, ctx: Context[Any, Any], tool: str) -> Bound:
+    """The call's caller, with one audit line per call naming it (hosted: per principal)."""
+    with _tool_errors():
+        bound = callers.bind(ctx.request_context.request)
+    audit.info(
+        "%s by %s in %s/%s",
+        tool,
+        bound.caller,
+        bound.space.visibility,
+        bound.space.name,
+        extra={"tool": tool, "caller": bound.caller, "space": bound.space.name},
+    )
+    return bound
+
+
+def build_server(
+    client: EngramClient,
+    *,
+    time_zone: str = "",
+    session: str = "",
+    callers: Callers | None = None,
+    read_wait_ms: int = 5000,
+) -> MCPServer:
+    """An MCP server whose four memory tools call WorkspaceService through `client`: as the
+    process's own caller in its default space, or as each request's caller (`callers`,
+    hosted). `time_zone` dates the daily logs (default UTC), `session` sends daily-log
+    entries to this surface's own journal, daily/YYYY-MM-DD-<session>.md, and memory_search
+    waits at most `read_wait_ms` for the session's own writes to be indexed (0: no wait)."""
+    who: Callers = callers or ProcessCaller(client)
+    writes = SessionWrites()
+    server = EngramMCPServer(
         "engram",
         title="Engram memory",
         instructions=INSTRUCTIONS,
@@ -131,17 +305,46 @@ def build_server(client: EngramClient, *, time_zone: str = "", session: str = ""
         annotations=reads,
     )
     async def memory_search(
-        query: Annotated[str, Field(description="What to look for, in natural language.")],
-        limit: Annotated[int, Field(ge=1, le=20, description="Results to return, 1-20.")] = 5,
+        query: Annotated[
+            str, Field(strict=True, description="What to look for, in natural language.")
+        ],
+        ctx: Context[Any, Any],
+        limit: Annotated[
+            int, Field(strict=True, ge=1, le=20, description="Results to return, 1-20.")
+        ] = 5,
+        min_relevance: Annotated[
+            float | None,
+            Field(
+                strict=True,
+                ge=0,
+                le=1,
+                description="Answer nothing unless a passage is at least this likely "
+                "relevant (0-1); omit for the server's default, 0 to always get passages.",
+            ),
+        ] = None,
     ) -> MemorySearchResult:
+        bound = _bind(who, ctx, "memory_search")
+        key = _writes_key(ctx, bound)
+        pending = writes.pending(key) if read_wait_ms > 0 else []
         with _tool_errors():
-            found = await client.memory_search(query, limit=limit)
+            found = await bound.client.memory_search(
+                query,
+                limit=limit,
+                space=bound.space,
+                min_positions=pending,
+                max_wait_ms=read_wait_ms if pending else 0,
+                min_relevance=min_relevance,
+            )
+        behind = max(found.keyword_positions_behind, found.vector_positions_behind)
+        if pending and behind == 0:
+            writes.caught_up(key, pending)
         return MemorySearchResult(
             query=found.query,
             results=[
                 MemorySearchHit(
                     content=hit.content,
                     score=hit.score,
+                    relevance=hit.relevance,
                     document_id=hit.document_id,
                     path=hit.path,
                     is_hybrid_match=hit.is_hybrid_match,
@@ -149,6 +352,8 @@ def build_server(client: EngramClient, *, time_zone: str = "", session: str = ""
                 for hit in found.results
             ],
             result_count=found.result_count,
+            waited_ms=found.waited_ms,
+            writes_pending=behind,
         )
 
     @server.tool(
@@ -160,19 +365,34 @@ def build_server(client: EngramClient, *, time_zone: str = "", session: str = ""
         ),
     )
     async def memory_write(
-        content: Annotated[str, Field(description="What to write (Markdown).")],
+        content: Annotated[str, Field(strict=True, description="What to write (Markdown).")],
+        ctx: Context[Any, Any],
         target: Annotated[
             str,
-            Field(description='"memory", "daily_log", "heartbeat", or a relative .md path.'),
+            Field(
+                strict=True,
+                description='"memory", "daily_log", "heartbeat", or a relative .md path.',
+            ),
         ] = "daily_log",
         append: Annotated[
-            bool, Field(description="Append (default) or, when false, replace the document.")
+            bool,
+            Field(
+                strict=True,
+                description="Append (default) or, when false, replace the document.",
+            ),
         ] = True,
     ) -> MemoryWriteResult:
+        bound = _bind(who, ctx, "memory_write")
         with _tool_errors():
-            written = await client.memory_write(
-                content, target=target, append=append, time_zone=time_zone, session=session
+            written = await bound.client.memory_write(
+                content,
+                target=target,
+                append=append,
+                time_zone=time_zone,
+                session=session,
+                space=bound.space,
             )
+        writes.remember(_writes_key(ctx, bound), written.position)
         return MemoryWriteResult(
             status=written.status,
             path=written.path,
@@ -184,10 +404,25 @@ def build_server(client: EngramClient, *, time_zone: str = "", session: str = ""
         name="memory_read", title="Read memory", description=READ_DESCRIPTION, annotations=reads
     )
     async def memory_read(
-        path: Annotated[str, Field(description='Document path, e.g. "MEMORY.md".')],
+        ctx: Context[Any, Any],
+        path: Annotated[
+            str,
+            Field(strict=True, description='Document path, e.g. "MEMORY.md" (or give date).'),
+        ] = "",
+        date: Annotated[
+            str,
+            Field(
+                strict=True,
+                description='Instead of a path: "today", "yesterday" or YYYY-MM-DD, to read '
+                "that day's daily log.",
+            ),
+        ] = "",
     ) -> MemoryReadResult:
+        bound = _bind(who, ctx, "memory_read")
         with _tool_errors():
-            document = await client.memory_read(path)
+            document = await bound.client.memory_read(
+                path, space=bound.space, date=date, time_zone=time_zone, session=session
+            )
         updated = document.updated_at
         return MemoryReadResult(
             path=document.path,
@@ -202,13 +437,24 @@ def build_server(client: EngramClient, *, time_zone: str = "", session: str = ""
         name="memory_tree", title="List memory", description=TREE_DESCRIPTION, annotations=reads
     )
     async def memory_tree(
+        ctx: Context[Any, Any],
         path: Annotated[
-            str, Field(description='Directory to list, e.g. "daily"; empty for the root.')
+            str,
+            Field(strict=True, description='Directory to list, e.g. "daily"; empty for the root.'),
         ] = "",
-        depth: Annotated[int, Field(ge=1, le=10, description="Levels to descend, 1-10.")] = 1,
+        depth: Annotated[
+            int, Field(strict=True, ge=1, le=10, description="Levels to descend, 1-10.")
+        ] = 1,
     ) -> MemoryTreeResult:
+        bound = _bind(who, ctx, "memory_tree")
         with _tool_errors():
-            nodes = await client.memory_tree(path, depth=depth)
+            nodes = await bound.client.memory_tree(path, depth=depth, space=bound.space)
         return MemoryTreeResult(path=path, depth=depth, tree=[_tree(node) for node in nodes])
 
+    server.documents = resources.register(
+        server, lambda ctx, what: _bind(who, ctx, what), time_zone=time_zone
+    )
     return server
+
+
+__all__ = ["EngramMCPServer", "SessionWrites", "argument_error", "build_server"]

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from engram.authz.tokens import ROLE_NAMES, ClaimMapping, RemoteJwksConfig
 from engram.domain.errors import MissingSetting
+from engram.domain.fusion import FusionMethod
+from engram.domain.prompt import PromptLayout
 from engram.domain.quotas import QuotaDefaults
 from engram.domain.spaces import Visibility
 from engram.events.sqlite_feed import FeedOptions
@@ -27,6 +29,7 @@ from engram.runtime.channels import ChannelConfig, ClientTls
 from engram.runtime.settings import Settings
 from engram.search.service import SearchOptions
 from engram.storage.service import DocumentLimits
+from engram.workspace.service import WorkspacePolicy
 from engram.workspace.write_limits import WriteLimits
 
 
@@ -193,6 +196,9 @@ class Components:
     search: SearchOptions
     query_cache_size: int
     workspace_writes: WriteLimits
+    workspace_policy: WorkspacePolicy
+    # memory_search's min_relevance when a request names none (ENGRAM_WORKSPACE_MIN_RELEVANCE).
+    workspace_min_relevance: float
     # ENGRAM_WORKSPACE_TEMPLATES: replaces the packaged seed templates by name.
     workspace_templates: Path | None
     # Channels to the other services (ENGRAM_*_ADDR): TLS and keepalive.
@@ -300,13 +306,19 @@ class Components:
                 candidate_depth=settings.search_candidate_depth,
                 backend_timeout_seconds=settings.search_backend_timeout_seconds,
                 max_wait_seconds=settings.search_max_wait_seconds,
+                fusion=FusionMethod(settings.search_fusion),
             ),
             query_cache_size=settings.search_query_cache_size,
             workspace_writes=WriteLimits(
                 per_minute=settings.workspace_writes_per_minute,
                 per_hour=settings.workspace_writes_per_hour,
             ),
+            workspace_policy=WorkspacePolicy(
+                memory_append_only=settings.workspace_memory_append_only,
+                prompt_layout=PromptLayout(settings.workspace_prompt_layout),
+            ),
             workspace_templates=settings.workspace_templates,
+            workspace_min_relevance=settings.workspace_min_relevance,
             channels=channel_config(settings),
         )
 

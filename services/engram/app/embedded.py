@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from engram.app import registry
 from engram.app.adapters import (
@@ -220,11 +220,11 @@ async def embedded_engram(
             sole_owner=True,
             progress=progress,
         )
-        reindex = OutboxReindexQueue(core.repository, core.relay)
+        outbox = SqliteOutbox(core.database)
+        reindex = OutboxReindexQueue(core.repository, core.relay, outbox)
         index_handler = OutboxIndexHandler(
             indexing.worker, max_attempts=components.indexing.max_attempts
         )
-        outbox = SqliteOutbox(core.database)
 
         async def backlog() -> int:
             # Per event: the batch under way counts down as its documents are indexed.
@@ -279,6 +279,7 @@ async def embedded_engram(
                 vector=indexing.vector,
                 principal=MAINTENANCE,
                 clock=clock,
+                max_indexing_lag=timedelta(seconds=settings.backfill_max_indexing_lag_seconds),
             ),
             MaintenanceStores(
                 SqliteLeaseStore(core.database, clock=clock),

@@ -197,4 +197,6 @@ def build_workspace(
         agents,
         load_templates(components.workspace_templates),
         clock=clock,
+        policy=components.workspace_policy,
+        min_relevance=components.workspace_min_relevance,
     )

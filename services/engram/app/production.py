@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from engram.app import registry
 from engram.app.adapters import (
@@ -91,7 +92,6 @@ from engram.search.reopen import open_or_keep_trying
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.ports import QuotaGate
 from engram.storage.service import StorageService
-from engram.v1 import storage_pb2_grpc
 from engram.workspace.agent_state import MongoAgentState
 from engram.workspace.remote import RemoteDocuments, RemoteSearch
 
@@ -330,7 +330,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
             MongoDocumentRepository(database, retention=components.version_retention)
         )
         source = StorageClientDocumentSource(
-            storage_pb2_grpc.StorageServiceStub(channel),
+            channel,
             storage_client.service_token.get_secret_value(),
             catalog=catalog,
         )
@@ -352,7 +352,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
         service = IndexerService(
             PolicyAuthorizer(),
             source,
-            JetStreamReindexQueue(publisher),
+            JetStreamReindexQueue(publisher, durable=components.consumer.durable),
             indexing.models,
             vector,
             backlog=consumer.backlog,
@@ -520,11 +520,12 @@ async def open_maintenance(
             storage=built.storage,
             repository=built.repository,
             quota=quota,
-            reindex=JetStreamReindexQueue(publisher),
+            reindex=JetStreamReindexQueue(publisher, durable=settings.indexer_durable),
             keyword=keyword,
             vector=vector,
             principal=MAINTENANCE,
             clock=utc_now,
+            max_indexing_lag=timedelta(seconds=settings.backfill_max_indexing_lag_seconds),
         )
         leases = MongoLeaseStore(database)
         runs = MongoJobRunStore(database)

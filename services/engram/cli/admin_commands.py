@@ -1,9 +1,9 @@
 """Client commands for identity and quotas: token create|list|revoke, quota
 show|set|reconcile, audit."""
 
-import time
-from functools import partial
-from typing import Annotated, Any, cast
+from datetime import UTC, datetime
+from itertools import islice
+from typing import Annotated, Any
 
 import typer
 
@@ -12,22 +12,25 @@ from engram.cli.client import (
     JsonOption,
     TokenOption,
     call,
-    channel,
     compact_time,
     console,
     emit,
+    engram_client,
     fail,
     format_size,
-    metadata,
+    jsonable,
     parse_size,
     space_label,
-    timestamp,
     typer_app,
 )
 
-# Role numbers of authz.proto.
-ROLES = {"viewer": 1, "config_editor": 2, "member": 3, "admin": 4}
-ROLE_NAMES = {number: name for name, number in ROLES.items()}
+ROLES = ("viewer", "config_editor", "member", "admin")
+
+
+def record(value: Any, fields: tuple[str, ...]) -> dict[str, Any]:
+    """A client result's `--json` fields, unset times as ""."""
+    found: dict[str, Any] = jsonable(value)
+    return {name: "" if found[name] is None else found[name] for name in fields}
 
 
 token_app = typer_app(help="Personal access tokens.", no_args_is_help=True)
@@ -46,34 +49,23 @@ def token_create(
     as_json: JsonOption = False,
 ) -> None:
     """Create a personal access token (tenant admins). It is shown once."""
-    from engram.v1 import authz_pb2, authz_pb2_grpc
-
     if role not in ROLES:
         fail(f"--role must be one of {', '.join(ROLES)}")
-    request = authz_pb2.CreateTokenRequest(
-        user=user,
-        role=cast("authz_pb2.Role.ValueType", ROLES[role]),
-        ttl_seconds=days * 86400,
-        description=description,
-        tenant=tenant,
-    )
-    with channel(addr) as opened:
-        stub = authz_pb2_grpc.AuthzServiceStub(opened)
-        created = call(partial(stub.CreateToken, request, metadata=metadata(token)))
-    if as_json:
-        emit(
-            {
-                "token_id": created.token_id,
-                "token": created.token,
-                "expires_at": timestamp(created.expires_at),
-            }
+    with engram_client(addr, token) as client:
+        created = call(
+            lambda: client.create_token(
+                user=user,
+                role=role,
+                ttl_seconds=days * 86400,
+                description=description,
+                tenant=tenant,
+            )
         )
+    if as_json:
+        emit(record(created, ("token_id", "token", "expires_at")))
         return
-    console.print(
-        f"token id [bold]{created.token_id}[/], expires "
-        f"{created.expires_at.ToDatetime().date().isoformat()}",
-        highlight=False,
-    )
+    expires = created.expires_at.date().isoformat() if created.expires_at else "-"
+    console.print(f"token id [bold]{created.token_id}[/], expires {expires}", highlight=False)
     console.print("store it now; it is not shown again:", style="dim")
     typer.echo(created.token)
 
@@ -90,42 +82,25 @@ def token_list(
     from rich import box
     from rich.table import Table
 
-    from engram.v1 import authz_pb2, authz_pb2_grpc
-
-    tokens: list[Any] = []
-    page = ""
-    with channel(addr) as opened:
-        stub = authz_pb2_grpc.AuthzServiceStub(opened)
-        while True:
-            request = authz_pb2.ListTokensRequest(
-                tenant=tenant, user=user, page_size=1000, page_token=page
-            )
-            response = call(partial(stub.ListTokens, request, metadata=metadata(token)))
-            tokens.extend(response.tokens)
-            page = response.next_page_token
-            if not page:
-                break
-    tokens.sort(key=lambda info: (info.created_at.seconds, info.created_at.nanos, info.token_id))
+    with engram_client(addr, token) as client:
+        found = client.iter_tokens(tenant=tenant, user=user, page_size=1000)
+        tokens = call(lambda: list(found))
+    epoch = datetime.fromtimestamp(0, UTC)
+    tokens.sort(key=lambda info: (info.created_at or epoch, info.token_id))
     if as_json:
-        emit(
-            {
-                "tokens": [
-                    {
-                        "token_id": info.token_id,
-                        "tenant": info.tenant,
-                        "user": info.user,
-                        "role": ROLE_NAMES.get(info.role, "unspecified"),
-                        "description": info.description,
-                        "created_at": timestamp(info.created_at),
-                        "expires_at": timestamp(info.expires_at),
-                        "created_by": info.created_by,
-                        "revoked": info.revoked,
-                        "revoked_at": timestamp(info.revoked_at),
-                    }
-                    for info in tokens
-                ]
-            }
+        fields = (
+            "token_id",
+            "tenant",
+            "user",
+            "role",
+            "description",
+            "created_at",
+            "expires_at",
+            "created_by",
+            "revoked",
+            "revoked_at",
         )
+        emit({"tokens": [record(info, fields) for info in tokens]})
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("id", no_wrap=True)
@@ -134,17 +109,14 @@ def token_list(
     table.add_column("expires", no_wrap=True)
     table.add_column("state", no_wrap=True)
     table.add_column("description", overflow="fold")
-    now = time.time()
+    now = datetime.now(UTC)
     for info in tokens:
-        state = (
-            "revoked"
-            if info.revoked
-            else ("expired" if info.expires_at.seconds < now else "active")
-        )
+        expired = info.expires_at is not None and info.expires_at < now
+        state = "revoked" if info.revoked else ("expired" if expired else "active")
         table.add_row(
             info.token_id,
             info.user,
-            ROLE_NAMES.get(info.role, "?"),
+            info.role or "?",
             compact_time(info.expires_at)[:10],
             state,
             info.description,
@@ -161,17 +133,8 @@ def token_revoke(
     as_json: JsonOption = False,
 ) -> None:
     """Revoke a personal access token."""
-    from engram.v1 import authz_pb2, authz_pb2_grpc
-
-    with channel(addr) as opened:
-        stub = authz_pb2_grpc.AuthzServiceStub(opened)
-        call(
-            partial(
-                stub.RevokeToken,
-                authz_pb2.RevokeTokenRequest(token_id=token_id),
-                metadata=metadata(token),
-            )
-        )
+    with engram_client(addr, token) as client:
+        call(lambda: client.revoke_token(token_id))
     if as_json:
         emit({"token_id": token_id, "revoked": True})
         return
@@ -190,17 +153,8 @@ def quota_show(
     """Show a tenant's usage and limit."""
     from rich.table import Table
 
-    from engram.v1 import quota_pb2, quota_pb2_grpc
-
-    with channel(addr) as opened:
-        stub = quota_pb2_grpc.QuotaServiceStub(opened)
-        usage = call(
-            partial(
-                stub.GetUsage,
-                quota_pb2.QuotaServiceGetUsageRequest(tenant=tenant),
-                metadata=metadata(token),
-            )
-        )
+    with engram_client(addr, token) as client:
+        usage = call(lambda: client.quota_usage(tenant=tenant))
     source = "override" if usage.tenant_quota_overridden else "default"
     if as_json:
         emit(
@@ -233,21 +187,12 @@ def quota_set(
     as_json: JsonOption = False,
 ) -> None:
     """Set a tenant's aggregate limit (platform admins)."""
-    from engram.v1 import quota_pb2, quota_pb2_grpc
-
     try:
         quota_bytes = parse_size(size)
     except ValueError as error:
         fail(str(error))
-    with channel(addr) as opened:
-        stub = quota_pb2_grpc.QuotaServiceStub(opened)
-        call(
-            partial(
-                stub.SetTenantQuota,
-                quota_pb2.SetTenantQuotaRequest(tenant=tenant, quota_bytes=quota_bytes),
-                metadata=metadata(token),
-            )
-        )
+    with engram_client(addr, token) as client:
+        call(lambda: client.set_tenant_quota(tenant, quota_bytes))
     if as_json:
         emit({"tenant": tenant, "quota_bytes": quota_bytes})
         return
@@ -264,29 +209,10 @@ def quota_reconcile(
     """Recompute a tenant's usage counters from its documents and correct drift."""
     from rich.table import Table
 
-    from engram.v1 import quota_pb2, quota_pb2_grpc
-
-    with channel(addr) as opened:
-        stub = quota_pb2_grpc.QuotaServiceStub(opened)
-        report = call(
-            partial(
-                stub.Reconcile, quota_pb2.ReconcileRequest(tenant=tenant), metadata=metadata(token)
-            )
-        )
+    with engram_client(addr, token) as client:
+        report = call(lambda: client.reconcile(tenant))
     if as_json:
-        emit(
-            {
-                "spaces_checked": report.spaces_checked,
-                "drifts": [
-                    {
-                        "counter": drift.counter,
-                        "recorded_bytes": drift.recorded_bytes,
-                        "actual_bytes": drift.actual_bytes,
-                    }
-                    for drift in report.drifts
-                ],
-            }
-        )
+        emit(jsonable(report))
         return
     if not report.drifts:
         console.print(f"no drift ({report.spaces_checked} spaces checked)")
@@ -307,44 +233,21 @@ def audit(
     from rich import box
     from rich.table import Table
 
-    from engram.v1 import authz_pb2, authz_pb2_grpc
-
-    events: list[Any] = []
-    page = ""
-    with channel(addr) as opened:
-        stub = authz_pb2_grpc.AuthzServiceStub(opened)
-        while len(events) < limit:
-            response = call(
-                partial(
-                    stub.ListAuditEvents,
-                    authz_pb2.ListAuditEventsRequest(
-                        page_size=min(500, limit - len(events)), page_token=page
-                    ),
-                    metadata=metadata(token),
-                )
-            )
-            events.extend(response.events)
-            page = response.next_page_token
-            if not page:
-                break
+    with engram_client(addr, token) as client:
+        found = client.iter_audit_events(page_size=min(500, limit))
+        events = call(lambda: list(islice(found, limit)))
     if as_json:
-        emit(
-            {
-                "events": [
-                    {
-                        "event_id": event.event_id,
-                        "at": timestamp(event.at),
-                        "action": event.action,
-                        "subject": event.subject,
-                        "tenant": event.tenant,
-                        "space_id": event.space_id,
-                        "path": event.path,
-                        "bytes_delta": event.bytes_delta,
-                    }
-                    for event in events
-                ]
-            }
+        fields = (
+            "event_id",
+            "at",
+            "action",
+            "subject",
+            "tenant",
+            "space_id",
+            "path",
+            "bytes_delta",
         )
+        emit({"events": [record(event, fields) for event in events]})
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("at (UTC)", no_wrap=True)

@@ -1,5 +1,5 @@
-"""What every client command shares: the global options, the channel, the space flags,
-JSON output and error printing.
+"""What every client command shares: the global options, the engram.client it calls, the
+space flags, JSON output and error printing.
 
 Start-up cost matters here (every `engram ...` pays it): this module imports typer and
 nothing heavy. grpc, the generated messages, rich's renderables and pydantic are imported
@@ -24,12 +24,11 @@ from engram.runtime.sizes import format_size as format_size
 from engram.runtime.sizes import parse_size as parse_size
 
 if TYPE_CHECKING:
-    import grpc
-    from google.protobuf.timestamp_pb2 import Timestamp
     from rich.console import Console
 
+    from engram.client import Client, Space
+    from engram.domain.errors import EngramError
     from engram.runtime.channels import ClientTls
-    from engram.v1 import space_pb2
 
 T = TypeVar("T")
 
@@ -96,6 +95,11 @@ def typer_app(**options: Any) -> typer.Typer:
     return typer.Typer(rich_markup_mode=None, pretty_exceptions_enable=False, **options)
 
 
+# Visibilities whose spaces belong to a project: without --project they take the current
+# directory's project key (engram.cli.project_key).
+PROJECT_VISIBILITIES = ("bot", "project")
+
+
 @dataclass(frozen=True)
 class SpaceFlags:
     visibility: str
@@ -105,20 +109,28 @@ class SpaceFlags:
     user: str = ""
     tenant: str = ""
 
-    def to_proto(self) -> "space_pb2.SpaceRef":
-        from engram.v1 import space_pb2
+    def __post_init__(self) -> None:
+        if self.visibility in PROJECT_VISIBILITIES and not self.project:
+            from engram.cli.project_key import current_project_key
 
-        visibility = VISIBILITIES.get(self.visibility)
-        if visibility is None:
+            object.__setattr__(self, "project", current_project_key())
+
+    def to_space(self) -> "Space":
+        """The space as engram.client takes it."""
+        from engram.client import Space
+        from engram.domain.errors import InvalidSpaceRef
+
+        try:
+            return Space(
+                visibility=self.visibility,
+                name=self.name,
+                project=self.project,
+                bot=self.bot,
+                user=self.user,
+                tenant=self.tenant,
+            )
+        except InvalidSpaceRef:
             fail(f"--visibility must be one of {', '.join(VISIBILITIES)}")
-        return space_pb2.SpaceRef(
-            visibility=cast("space_pb2.Visibility.ValueType", visibility),
-            name=self.name,
-            project=self.project,
-            bot=self.bot,
-            user=self.user,
-            tenant=self.tenant,
-        )
 
     @property
     def label(self) -> str:
@@ -143,10 +155,6 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def metadata(token: str) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {token}"),) if token else ()
-
-
 def emit(document: Any) -> None:
     """One JSON document (or one JSON line of a stream) on stdout."""
     typer.echo(json.dumps(document, ensure_ascii=False, separators=(",", ":")))
@@ -169,23 +177,11 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def timestamp(value: "Timestamp") -> str:
-    """A protobuf Timestamp as ISO 8601 UTC (`2026-01-02T03:04:05Z`); "" when unset."""
-    if not value.seconds and not value.nanos:
-        return ""
-    return value.ToDatetime().isoformat(timespec="seconds") + "Z"
-
-
-def compact_time(value: "Timestamp | datetime | None") -> str:
+def compact_time(value: datetime | None) -> str:
     """`2026-01-02 03:04` in UTC (16 columns, for tables that must fit 80)."""
     if value is None:
         return "-"
-    if isinstance(value, datetime):
-        moment = value.astimezone(UTC) if value.tzinfo else value
-    else:
-        if not value.seconds and not value.nanos:
-            return "-"
-        moment = value.ToDatetime()
+    moment = value.astimezone(UTC) if value.tzinfo else value
     return moment.strftime("%Y-%m-%d %H:%M")
 
 
@@ -237,41 +233,45 @@ def command_defaults(command: Any, values: Mapping[str, object]) -> dict[str, An
 
 
 @contextmanager
-def channel(addr: str) -> "Iterator[grpc.Channel]":
-    """A channel to `addr`, with TLS as the global flags say (`engram --tls --ca ca.pem ...`)."""
-    from engram.runtime.channels import ChannelConfig, open_sync_channel
+def engram_client(addr: str, token: str, space: "Space | None" = None) -> "Iterator[Client]":
+    """The blocking engram.client for this invocation: `addr`, the bearer `token`, TLS as
+    the global flags say, and the space a command addresses."""
+    from engram.client import Client
+    from engram.domain.errors import EngramError
 
+    tls = _client_tls.get()
     try:
-        opened = open_sync_channel(addr, ChannelConfig(tls=_client_tls.get(), keepalive_seconds=0))
-    except (OSError, ValueError) as error:  # a TLS file unreadable, an address list refused
+        if tls is not None:
+            tls.credentials()  # a TLS file that cannot be read is a usage error, said now
+        opened = Client(addr, token=token, space=space, tls=tls or False)
+    except OSError as error:
         fail(str(error))
+    except EngramError as error:  # an address list refused
+        fail(error.message)
     with opened:
         yield opened
 
 
-def explain(error: "grpc.RpcError") -> str:
-    """`CODE: message [reason]` from a failed call, without a traceback."""
-    from engram.runtime.errors import received_status
+def explain_error(error: "EngramError") -> str:
+    """`CODE: message [REASON]` for a failed client call, with a hint when no server answered."""
+    from engram.client import explain as explained
 
-    received = received_status(error)
-    suffix = f" [{received.reason}]" if received.reason else ""
-    return f"{received.code.name}: {received.message}{suffix}"
+    text = explained(error)
+    if error.metadata.get("code") == "UNAVAILABLE":
+        # No engram ErrorInfo: the server itself did not answer.
+        text += " (is the server running? see --addr, --tls, --ca)"
+    return text
 
 
 def call(function: Callable[[], T]) -> T:
-    """Runs one RPC; prints the server's message (not a traceback) and exits on failure."""
-    import grpc
+    """Runs one client call; prints the server's message (not a traceback) and exits 1 on
+    failure."""
+    from engram.domain.errors import EngramError
 
     try:
         return function()
-    except grpc.RpcError as error:
-        from engram.runtime.errors import received_status
-
-        received = received_status(error)
-        if received.code == grpc.StatusCode.UNAVAILABLE and not received.reason:
-            # No engram ErrorInfo: the server itself did not answer.
-            fail(f"{explain(error)} (is the server running? see --addr, --tls, --ca)", code=1)
-        fail(explain(error), code=1)
+    except EngramError as error:
+        fail(explain_error(error), code=1)
 
 
 def read_input(path: str | None, *, allow_empty: bool = False) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import grpc
 from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
@@ -15,7 +14,6 @@ from rich.tree import Tree
 from engram.cli.memory_commands import add_tree_nodes, hits_table
 from engram.client import EngramClient, SearchResults, Space
 from engram.domain.errors import NotFound
-from engram.v1 import indexer_pb2, indexer_pb2_grpc
 
 # The space every CLI command uses when none is named, so `engram ls` shows the demo's work.
 DEMO_SPACE = Space()
@@ -67,7 +65,7 @@ async def run_demo(address: str, console: Console, *, token: str = "") -> None:
         tree = Tree("[bold]memory_tree[/] (depth 2)")
         add_tree_nodes(tree, await client.memory_tree(depth=2))
         console.print(tree)
-        waited = await _wait_until_indexed(address, token)
+        waited = await _wait_until_indexed(client)
         if waited is None:
             console.print(
                 f"[yellow]not indexed yet[/] after {INDEX_WAIT_SECONDS:.0f} s "
@@ -121,19 +119,14 @@ async def _memory_md(client: EngramClient) -> str:
         return ""
 
 
-async def _wait_until_indexed(address: str, token: str) -> float | None:
+async def _wait_until_indexed(client: EngramClient) -> float | None:
     """Seconds until the indexer's backlog was empty, or None after INDEX_WAIT_SECONDS."""
-    metadata = (("authorization", f"Bearer {token}"),) if token else ()
     start = time.monotonic()
     deadline = start + INDEX_WAIT_SECONDS
     pause = POLL_FIRST_SECONDS
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = indexer_pb2_grpc.IndexerServiceStub(channel)
-        while time.monotonic() < deadline:
-            request = indexer_pb2.GetIndexStatusRequest()
-            status = await stub.GetIndexStatus(request, metadata=metadata)
-            if status.backlog == 0:
-                return time.monotonic() - start
-            await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, POLL_MAX_SECONDS)
+    while time.monotonic() < deadline:
+        if (await client.index_status()).backlog == 0:
+            return time.monotonic() - start
+        await asyncio.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, POLL_MAX_SECONDS)
     return None

@@ -19,7 +19,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -36,18 +35,15 @@ from engram.cli.client import (
     UserOption,
     VisibilityOption,
     call,
-    channel,
     console,
+    engram_client,
     err_console,
-    explain,
+    explain_error,
     fail,
-    metadata,
 )
 
 if TYPE_CHECKING:
-    import grpc
-
-    from engram.v1 import document_pb2, storage_pb2
+    from engram.client import Client, Document, DocumentWrite
 
 # Start-up cost: like every command module this one imports nothing heavy at import time
 # (grpc, the generated messages, rich, tenacity are imported where they are used).
@@ -442,38 +438,23 @@ class CallFailed(Exception):
 
 
 class Remote:
-    """The StorageService calls pull and push make, on one channel; a failed call raises
-    CallFailed, so the callers need nothing of grpc."""
+    """The StorageService calls pull and push make, through one blocking engram.client; a
+    failed call raises CallFailed, so the callers need nothing of grpc."""
 
-    def __init__(self, opened: "grpc.Channel", space: SpaceFlags, token: str) -> None:
-        from engram.v1 import storage_pb2, storage_pb2_grpc
-
-        self._pb = storage_pb2
-        self._stub = storage_pb2_grpc.StorageServiceStub(opened)
-        self._space = space.to_proto()
-        self._metadata = metadata(token)
+    def __init__(self, client: "Client") -> None:
+        self._client = client
 
     def list_paths(self) -> Iterator[str]:
         """Every document path of the space (a failure ends the command)."""
-        page = ""
-        while True:
-            request = self._pb.ListDocumentsRequest(
-                space=self._space, recursive=True, page_size=LIST_PAGE, page_token=page
-            )
-            response = call(partial(self._stub.ListDocuments, request, metadata=self._metadata))
-            for entry in response.entries:
-                if not entry.is_dir:
-                    yield entry.path
-            page = response.next_page_token
-            if not page:
-                return
+        entries = self._client.iter_documents(recursive=True, page_size=LIST_PAGE)
+        for entry in call(lambda: list(entries)):
+            if not entry.is_dir:
+                yield entry.path
 
-    def read(self, path: str) -> "document_pb2.Document":
-        request = self._pb.ReadDocumentRequest(space=self._space, path=path)
-        response: storage_pb2.ReadDocumentResponse = self._call(self._stub.ReadDocument, request)
-        return response.document
+    def read(self, path: str) -> "Document":
+        return self._call(lambda: self._client.read_document(path))
 
-    def try_read(self, path: str) -> "document_pb2.Document | CallFailed":
+    def try_read(self, path: str) -> "Document | CallFailed":
         """The document, or why not (for a worker thread: nothing raised)."""
         try:
             return self.read(path)
@@ -482,7 +463,7 @@ class Remote:
 
     def write(
         self, path: str, content: str, *, expected_sha256: str = "", create_only: bool = False
-    ) -> "storage_pb2.WriteDocumentResponse":
+    ) -> "DocumentWrite":
         from tenacity import (
             Retrying,
             retry_if_exception,
@@ -490,14 +471,6 @@ class Remote:
             wait_random_exponential,
         )
 
-        request = self._pb.WriteDocumentRequest(
-            space=self._space,
-            path=path,
-            content=content,
-            mode=self._pb.WRITE_MODE_REPLACE,
-            expected_sha256=expected_sha256,
-            create_only=create_only,
-        )
         # Parallel writes to one space may lose a race on the server (WRITE_CONTENTION, not
         # an etag conflict): retried a few times, with jitter.
         for attempt in Retrying(
@@ -507,27 +480,26 @@ class Remote:
             reraise=True,
         ):
             with attempt:
-                response: storage_pb2.WriteDocumentResponse = self._call(
-                    self._stub.WriteDocument, request
+                written: DocumentWrite = self._call(
+                    lambda: self._client.write_document(
+                        path, content, expected_sha256=expected_sha256, create_only=create_only
+                    )
                 )
-        return response
+        return written
 
     def delete(self, path: str, expected_sha256: str) -> None:
-        request = self._pb.DeleteDocumentRequest(
-            space=self._space, path=path, expected_sha256=expected_sha256
-        )
-        self._call(self._stub.DeleteDocument, request)
+        self._call(lambda: self._client.delete_document(path, expected_sha256=expected_sha256))
 
-    def _call(self, method: Callable[..., Any], request: object) -> Any:
-        import grpc
-
-        from engram.runtime.errors import received_status
+    def _call(self, function: Callable[[], R]) -> R:
+        from engram.domain.errors import EngramError
+        from engram.runtime.errors import status_code_for
 
         try:
-            return method(request, metadata=self._metadata)
-        except grpc.RpcError as error:
-            received = received_status(error)
-            raise CallFailed(received.code.name, received.reason, explain(error)) from None
+            return function()
+        except EngramError as error:
+            raise CallFailed(
+                status_code_for(error).name, error.info_reason, explain_error(error)
+            ) from None
 
 
 def _contention(error: BaseException) -> bool:
@@ -586,7 +558,7 @@ def _pull_one(
     directory: Path,
     state: SyncState,
     doc_path: str,
-    document: "document_pb2.Document",
+    document: "Document",
     *,
     force: bool,
 ) -> FileResult:
@@ -823,8 +795,8 @@ def register(app: typer.Typer) -> None:
         )
         space = state.space
         report = Report("pull", directory, space)
-        with channel(addr) as opened:
-            remote = Remote(opened, space, token)
+        with engram_client(addr, token, space.to_space()) as client:
+            remote = Remote(client)
             try:
                 pull_into(remote, directory, state, report, force=force)
             finally:
@@ -872,8 +844,8 @@ def register(app: typer.Typer) -> None:
         )
         space = state.space
         report = Report("push", directory, space)
-        with channel(addr) as opened:
-            remote = Remote(opened, space, token)
+        with engram_client(addr, token, space.to_space()) as client:
+            remote = Remote(client)
             try:
                 push_from(
                     remote, directory, state, report, delete=delete, force=force, dry_run=dry_run

@@ -1,5 +1,6 @@
 """Client commands for MaintenanceService: `engram jobs` (runs), `jobs run`, `jobs settings`."""
 
+from itertools import islice
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -16,26 +17,19 @@ from engram.cli.client import (
     UserOption,
     VisibilityOption,
     call,
-    channel,
     console,
     emit,
+    engram_client,
     fail,
-    metadata,
-    timestamp,
+    jsonable,
     typer_app,
 )
 from engram.cli.indexer_commands import space_refs
 
 if TYPE_CHECKING:
-    import grpc
+    from engram.client import JobRun, SpaceMaintenance
 
-    from engram.v1 import maintenance_pb2, maintenance_pb2_grpc
-
-# JobOutcome and LogRetention numbers of maintenance.proto.
-OUTCOMES = {1: "running", 2: "succeeded", 3: "failed"}
-FAILED = 3
-RETENTIONS = {"off": 1, "archive": 2, "delete": 3}
-RETENTION_NAMES = {value: name for name, value in RETENTIONS.items()}
+RETENTIONS = ("off", "archive", "delete")
 # Runs fetched per call while listing.
 PAGE = 200
 
@@ -47,44 +41,33 @@ jobs = typer_app(
 )
 
 
-def _stub(opened: "grpc.Channel") -> "maintenance_pb2_grpc.MaintenanceServiceStub":
-    from engram.v1 import maintenance_pb2_grpc
-
-    return maintenance_pb2_grpc.MaintenanceServiceStub(opened)
-
-
-def _duration(run: "maintenance_pb2.JobRun") -> str:
-    if not run.HasField("finished_at"):
+def _duration(run: "JobRun") -> str:
+    if run.finished_at is None or run.started_at is None:
         return "-"
-    seconds = run.finished_at.ToNanoseconds() / 1e9 - run.started_at.ToNanoseconds() / 1e9
-    return f"{seconds:.1f}s"
+    return f"{(run.finished_at - run.started_at).total_seconds():.1f}s"
 
 
-def _counts(run: "maintenance_pb2.JobRun") -> str:
+def _counts(run: "JobRun") -> str:
     return ", ".join(f"{name}={value}" for name, value in sorted(run.counts.items()))
 
 
-def run_record(run: "maintenance_pb2.JobRun") -> dict[str, Any]:
+def run_record(run: "JobRun") -> dict[str, Any]:
     """A job run's `--json` fields."""
+    record: dict[str, Any] = jsonable(run)
+    fields = ("run_id", "job", "space_id", "outcome", "on_demand", "started_at", "finished_at")
     return {
-        "run_id": run.run_id,
-        "job": run.job,
-        "space_id": run.space_id,
-        "outcome": OUTCOMES.get(run.outcome, "unspecified"),
+        **{name: record[name] or "" for name in fields},
         "on_demand": run.on_demand,
-        "started_at": timestamp(run.started_at),
-        "finished_at": timestamp(run.finished_at),
         "counts": dict(run.counts),
         "message": run.message,
         "details": list(run.details),
     }
 
 
-def print_run(run: "maintenance_pb2.JobRun") -> None:
-    outcome = OUTCOMES.get(run.outcome, "?")
-    colour = {"succeeded": "green", "failed": "red"}.get(outcome, "yellow")
+def print_run(run: "JobRun") -> None:
+    colour = {"succeeded": "green", "failed": "red"}.get(run.outcome, "yellow")
     console.print(
-        f"[bold]{run.job}[/] on {run.space_id}: [{colour}]{outcome}[/] in {_duration(run)}",
+        f"[bold]{run.job}[/] on {run.space_id}: [{colour}]{run.outcome}[/] in {_duration(run)}",
         highlight=False,
     )
     if run.counts:
@@ -122,22 +105,12 @@ def list_runs(
     """List maintenance job runs, newest first."""
     if ctx.invoked_subcommand is not None:
         return
-    from engram.v1 import maintenance_pb2
-
-    request = maintenance_pb2.ListJobRunsRequest(job=job)
-    if space is not None:
-        (ref,) = space_refs([space], visibility, project, bot, user, tenant)
-        request.space.CopyFrom(ref)
-    runs: list[maintenance_pb2.JobRun] = []
-    with channel(addr) as opened:
-        stub = _stub(opened)
-        while len(runs) < limit:
-            request.page_size = min(PAGE, limit - len(runs))
-            response = call(lambda: stub.ListJobRuns(request, metadata=metadata(token)))
-            runs.extend(response.runs)
-            if not response.next_page_token:
-                break
-            request.page_token = response.next_page_token
+    ref = space_refs([space], visibility, project, bot, user, tenant)[0] if space else None
+    with engram_client(addr, token) as client:
+        found = client.iter_job_runs(
+            job=job, all_spaces=ref is None, page_size=min(PAGE, limit), space=ref
+        )
+        runs: list[JobRun] = call(lambda: list(islice(found, limit)))
     if as_json:
         emit({"runs": [run_record(run) for run in runs]})
         return
@@ -147,9 +120,9 @@ def list_runs(
     # One line per run (a table would wrap the space ids on a terminal).
     for run in runs:
         fields = [
-            run.started_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"),
+            run.started_at.strftime("%Y-%m-%d %H:%M:%S") if run.started_at else "-",
             run.job + (" (on demand)" if run.on_demand else ""),
-            OUTCOMES.get(run.outcome, "?"),
+            run.outcome,
             _duration(run),
             run.space_id,
             _counts(run),
@@ -172,20 +145,14 @@ def run_job(
     as_json: JsonOption = False,
 ) -> None:
     """Run one job on one space now (tenant admin) and print what it did."""
-    from engram.v1 import maintenance_pb2
-
-    request = maintenance_pb2.RunJobRequest(
-        job=job,
-        space=SpaceFlags(visibility, name, project, bot, user, tenant).to_proto(),
-    )
-    with channel(addr) as opened:
-        stub = _stub(opened)
-        response = call(lambda: stub.RunJob(request, metadata=metadata(token)))
+    space = SpaceFlags(visibility, name, project, bot, user, tenant).to_space()
+    with engram_client(addr, token, space) as client:
+        run = call(lambda: client.run_job(job))
     if as_json:
-        emit(run_record(response.run))
+        emit(run_record(run))
     else:
-        print_run(response.run)
-    if response.run.outcome == FAILED:
+        print_run(run)
+    if run.outcome == "failed":
         raise typer.Exit(1)
 
 
@@ -228,51 +195,34 @@ def settings(
     as_json: JsonOption = False,
 ) -> None:
     """Show a space's maintenance settings; with any option, change them (tenant admin)."""
-    from engram.v1 import maintenance_pb2
+    import dataclasses
 
-    space = SpaceFlags(visibility, name, project, bot, user, tenant).to_proto()
+    space = SpaceFlags(visibility, name, project, bot, user, tenant).to_space()
     if log_retention is not None and log_retention not in RETENTIONS:
         fail(f"--log-retention must be one of {', '.join(RETENTIONS)}")
-    with channel(addr) as opened:
-        stub = _stub(opened)
-        current = call(
-            lambda: stub.GetSpaceMaintenance(
-                maintenance_pb2.GetSpaceMaintenanceRequest(space=space),
-                metadata=metadata(token),
-            )
-        ).settings
-        changes = (dream, log_retention, retention_days, max_daily_logs, stale_after_days)
-        if any(change is not None for change in changes):
-            if dream is not None:
-                current.dream_enabled = dream
-            if log_retention is not None:
-                current.log_retention = maintenance_pb2.LogRetention.ValueType(
-                    RETENTIONS[log_retention]
-                )
-            if retention_days is not None:
-                current.log_retention_days = retention_days
-            if max_daily_logs is not None:
-                current.max_daily_logs = max_daily_logs
-            if stale_after_days is not None:
-                current.stale_after_days = stale_after_days
-            request = maintenance_pb2.SetSpaceMaintenanceRequest(space=space, settings=current)
-            current = call(
-                lambda: stub.SetSpaceMaintenance(request, metadata=metadata(token))
-            ).settings
+    asked = {
+        "dream_enabled": dream,
+        "log_retention": log_retention,
+        "log_retention_days": retention_days,
+        "max_daily_logs": max_daily_logs,
+        "stale_after_days": stale_after_days,
+    }
+    changes: dict[str, Any] = {field: value for field, value in asked.items() if value is not None}
+    with engram_client(addr, token, space) as client:
+        current = call(client.get_space_maintenance)
+        if changes:
+            wanted = dataclasses.replace(current, **changes)
+            current = call(lambda: client.set_space_maintenance(wanted))
     if as_json:
-        emit(
-            {
-                "dream_enabled": current.dream_enabled,
-                "log_retention": RETENTION_NAMES.get(current.log_retention, "off"),
-                "log_retention_days": current.log_retention_days,
-                "max_daily_logs": current.max_daily_logs,
-                "stale_after_days": current.stale_after_days,
-            }
-        )
+        emit(jsonable(current))
         return
+    print_settings(current)
+
+
+def print_settings(current: "SpaceMaintenance") -> None:
     console.print(
         f"dream: {'on' if current.dream_enabled else 'off'}\n"
-        f"log retention: {RETENTION_NAMES.get(current.log_retention, 'off')}"
+        f"log retention: {current.log_retention}"
         f" (days: {current.log_retention_days or 'no limit'},"
         f" max daily logs: {current.max_daily_logs})\n"
         f"stale after: {current.stale_after_days} days",

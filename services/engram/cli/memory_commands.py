@@ -64,12 +64,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _space(visibility: str, name: str, project: str, bot: str, user: str, tenant: str) -> "Space":
-    from engram.client import Space
-
-    try:
-        return Space(visibility, name, project, bot, user, tenant)
-    except EngramError as error:  # an unknown visibility
-        fail(error.message)
+    # SpaceFlags: a bot or project space without --project takes the directory's key.
+    return SpaceFlags(visibility, name, project, bot, user, tenant).to_space()
 
 
 def _failed(error: EngramError) -> NoReturn:
@@ -274,6 +270,7 @@ def hits_table(found: "SearchResults", title: str = "") -> "Table":
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("path", no_wrap=True)
     table.add_column("score", justify="right", no_wrap=True)
+    table.add_column("relevance", justify="right", no_wrap=True)
     table.add_column("hybrid", justify="center", no_wrap=True)
     table.add_column("text")
     for number, hit in enumerate(found.results, start=1):
@@ -281,6 +278,7 @@ def hits_table(found: "SearchResults", title: str = "") -> "Table":
             str(number),
             Text(hit.path),
             f"{hit.score:.3f}",
+            f"{hit.relevance:.3f}",
             "yes" if hit.is_hybrid_match else "",
             Text(snippet(hit.content)),
         )
@@ -291,6 +289,16 @@ def hits_table(found: "SearchResults", title: str = "") -> "Table":
 def search(
     query: Annotated[str, typer.Argument(help="What to look for.")],
     limit: Annotated[int, typer.Option("--limit", "-l", help="Results, 1 to 20.")] = 5,
+    min_relevance: Annotated[
+        float | None,
+        typer.Option(
+            "--min-relevance",
+            min=0.0,
+            max=1.0,
+            help="No hits unless one is at least this likely relevant (default: the "
+            "server's, 0.025; 0 always shows hits).",
+        ),
+    ] = None,
     visibility: VisibilityOption = "private",
     name: NameOption = "default",
     project: ProjectOption = "",
@@ -303,7 +311,12 @@ def search(
 ) -> None:
     """Search the workspace by keywords and meaning together (memory_search)."""
     space = _space(visibility, name, project, bot, user, tenant)
-    found = _run(addr, token, space, lambda client: client.memory_search(query, limit=limit))
+    found = _run(
+        addr,
+        token,
+        space,
+        lambda client: client.memory_search(query, limit=limit, min_relevance=min_relevance),
+    )
     if as_json:
         emit(jsonable(found))
         return

@@ -17,15 +17,15 @@ from engram.cli.client import (
     UserOption,
     VisibilityOption,
     call,
-    channel,
     console,
     emit,
+    engram_client,
     fail,
-    metadata,
     space_label,
 )
 
 if TYPE_CHECKING:
+    from engram.client import SearchResults
     from engram.v1 import space_pb2
 
 # SearchMode numbers of search.proto.
@@ -86,106 +86,133 @@ def snippet(text: str) -> str:
     return flat if len(flat) <= SNIPPET_CHARS else flat[: SNIPPET_CHARS - 1] + "…"
 
 
-def register(app: typer.Typer) -> None:
-    @app.command()
-    def search(
-        query: Annotated[str, typer.Argument(help="What to look for.")],
-        space: Annotated[
-            list[str] | None, typer.Option("--space", "-s", help=SPACE_HELP, show_default=False)
-        ] = None,
-        mode: Annotated[str, typer.Option("--mode", "-m", help="|".join(MODES))] = "hybrid",
-        limit: Annotated[int, typer.Option("--limit", "-l", help="Results, 1 to 100.")] = 5,
-        path_prefix: Annotated[
-            str, typer.Option("--path", help="Only under this directory (or this document).")
-        ] = "",
-        min_score: Annotated[
-            float, typer.Option("--min-score", help="Drop results scoring below this (0..1).")
-        ] = 0.0,
-        bm25_weight: Annotated[
-            float, typer.Option("--bm25-weight", help="RRF weight of BM25 (0 = 1.0).")
-        ] = 0.0,
-        vector_weight: Annotated[
-            float, typer.Option("--vector-weight", help="RRF weight of vectors (0 = 1.0).")
-        ] = 0.0,
-        rrf_k: Annotated[float, typer.Option("--rrf-k", help="RRF k (0 = 60).")] = 0.0,
-        full: Annotated[
-            bool, typer.Option("--full", help="Print each result's whole chunk after the table.")
-        ] = False,
-        visibility: VisibilityOption = "private",
-        name: NameOption = "default",
-        project: ProjectOption = "",
-        bot: BotOption = "",
-        user: UserOption = "",
-        tenant: TenantOption = "",
-        addr: AddrOption = "127.0.0.1:50051",
-        token: TokenOption = "",
-        as_json: JsonOption = False,
-    ) -> None:
-        """Search spaces (default: the -v/-n space, private:default) by keywords and meaning
-        together."""
-        from rich.table import Table
-        from rich.text import Text
+def search(
+    query: Annotated[str, typer.Argument(help="What to look for.")],
+    space: Annotated[
+        list[str] | None, typer.Option("--space", "-s", help=SPACE_HELP, show_default=False)
+    ] = None,
+    mode: Annotated[str, typer.Option("--mode", "-m", help="|".join(MODES))] = "hybrid",
+    limit: Annotated[int, typer.Option("--limit", "-l", help="Results, 1 to 100.")] = 5,
+    path_prefix: Annotated[
+        str, typer.Option("--path", help="Only under this directory (or this document).")
+    ] = "",
+    min_score: Annotated[
+        float, typer.Option("--min-score", help="Drop results scoring below this (0..1).")
+    ] = 0.0,
+    bm25_weight: Annotated[
+        float, typer.Option("--bm25-weight", help="RRF weight of BM25 (0 = 1.0).")
+    ] = 0.0,
+    vector_weight: Annotated[
+        float, typer.Option("--vector-weight", help="RRF weight of vectors (0 = 1.0).")
+    ] = 0.0,
+    rrf_k: Annotated[float, typer.Option("--rrf-k", help="RRF k (0 = 60).")] = 0.0,
+    min_relevance: Annotated[
+        float,
+        typer.Option(
+            "--min-relevance",
+            help="No results unless one is at least this likely relevant (0..1).",
+        ),
+    ] = 0.0,
+    fusion: Annotated[
+        str, typer.Option("--fusion", help="convex|rrf (default: the server's).")
+    ] = "",
+    collapse: Annotated[
+        bool, typer.Option("--collapse", help="At most one result per document.")
+    ] = False,
+    full: Annotated[
+        bool, typer.Option("--full", help="Print each result's whole chunk after the table.")
+    ] = False,
+    visibility: VisibilityOption = "private",
+    name: NameOption = "default",
+    project: ProjectOption = "",
+    bot: BotOption = "",
+    user: UserOption = "",
+    tenant: TenantOption = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    token: TokenOption = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Search spaces (default: the -v/-n space, private:default) by keywords and meaning
+    together."""
+    from engram.client.mapping import space_from_proto
 
-        from engram.v1 import search_pb2, search_pb2_grpc
-
-        if mode not in MODES:
-            fail(f"--mode must be one of {', '.join(MODES)}")
-        spaces = (
-            [parse_space(spec, tenant=tenant) for spec in space]
-            if space
-            else [SpaceFlags(visibility, name, project, bot, user, tenant).to_proto()]
-        )
-        request = search_pb2.SearchRequest(
-            spaces=spaces,
-            query=query,
-            limit=limit,
-            mode=cast("search_pb2.SearchMode.ValueType", MODES[mode]),
-            path_prefix=path_prefix,
-            min_score=min_score,
-            bm25_weight=bm25_weight,
-            vector_weight=vector_weight,
-            rrf_k=rrf_k,
-        )
-        with channel(addr) as opened:
-            stub = search_pb2_grpc.SearchServiceStub(opened)
-            response = call(lambda: stub.Search(request, metadata=metadata(token)))
-        if as_json:
-            emit(search_record(response))
-            return
-        several_spaces = len({result.space_id for result in response.results}) > 1
-        # Paths and numbers stay whole; the snippet wraps to make room for them.
-        table = Table()
-        table.add_column("#", justify="right", no_wrap=True)
-        table.add_column("path", no_wrap=True)
-        for column in ("chunk", "score", "bm25", "vector"):
-            table.add_column(column, justify="right", no_wrap=True)
-        table.add_column("text")
-        for number, result in enumerate(response.results, start=1):
-            where = Text(result.path)
-            if several_spaces:
-                where.append(f"\n{space_label(result.space_id)}", style="dim")
-            table.add_row(
-                str(number),
-                where,
-                str(result.chunk_index),
-                f"{result.score:.3f}",
-                f"#{result.bm25_rank}" if result.bm25_rank else "-",
-                f"#{result.vector_rank}" if result.vector_rank else "-",
-                snippet(result.content),
+    if mode not in MODES:
+        fail(f"--mode must be one of {', '.join(MODES)}")
+    if fusion not in ("", "convex", "rrf"):
+        fail("--fusion must be convex or rrf")
+    spaces = (
+        [space_from_proto(parse_space(spec, tenant=tenant)) for spec in space]
+        if space
+        else [SpaceFlags(visibility, name, project, bot, user, tenant).to_space()]
+    )
+    with engram_client(addr, token) as client:
+        response = call(
+            lambda: client.search(
+                query,
+                spaces=spaces,
+                limit=limit,
+                mode=mode,
+                path_prefix=path_prefix,
+                min_score=min_score,
+                bm25_weight=bm25_weight,
+                vector_weight=vector_weight,
+                rrf_k=rrf_k,
+                min_relevance=min_relevance,
+                fusion=fusion,
+                collapse_documents=collapse,
             )
-        if response.results:
-            console.print(table)
-        for reason in response.degraded_reasons:
-            console.print(f"[yellow]degraded:[/] {reason}", highlight=False)
-        console.print(f"[dim]{response.result_count} result(s) for {response.query!r}[/]")
-        if full:
-            for number, result in enumerate(response.results, start=1):
-                console.rule(f"#{number} {result.path} (chunk {result.chunk_index})")
-                console.print(result.content, highlight=False, markup=False)
+        )
+    if as_json:
+        emit(search_record(response))
+        return
+    render_search(response, full=full)
 
 
-def search_record(response: Any) -> dict[str, Any]:
-    """A SearchResponse's `--json` fields."""
+def render_search(response: "SearchResults", *, full: bool) -> None:
+    """The results as a table (paths and numbers whole, the snippet wrapped), then any
+    degradation, the count and, with `full`, each whole chunk."""
+    from rich.table import Table
+    from rich.text import Text
+
+    several_spaces = len({result.space_id for result in response.results}) > 1
+    # Paths and numbers stay whole; the snippet wraps to make room for them.
+    table = Table()
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("path", no_wrap=True)
+    for column in ("chunk", "score", "relevance", "bm25", "vector"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("text")
+    for number, result in enumerate(response.results, start=1):
+        where = Text(result.path)
+        if several_spaces:
+            where.append(f"\n{space_label(result.space_id)}", style="dim")
+        table.add_row(
+            str(number),
+            where,
+            str(result.chunk_index),
+            f"{result.score:.3f}",
+            f"{result.relevance:.3f}",
+            f"#{result.bm25_rank}" if result.bm25_rank else "-",
+            f"#{result.vector_rank}" if result.vector_rank else "-",
+            snippet(result.content),
+        )
+    if response.results:
+        console.print(table)
+    for reason in response.degraded_reasons:
+        console.print(f"[yellow]degraded:[/] {reason}", highlight=False)
+    console.print(f"[dim]{response.result_count} result(s) for {response.query!r}[/]")
+    if full:
+        for number, result in enumerate(response.results, start=1):
+            console.rule(f"#{number} {result.path} (chunk {result.chunk_index})")
+            console.print(result.content, highlight=False, markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(search)
+
+
+def search_record(response: "SearchResults") -> dict[str, Any]:
+    """A search's `--json` fields."""
     return {
         "query": response.query,
         "result_count": response.result_count,
@@ -205,6 +232,7 @@ def search_record(response: Any) -> dict[str, Any]:
                 "bm25_rank": result.bm25_rank,
                 "vector_rank": result.vector_rank,
                 "is_hybrid_match": result.is_hybrid_match,
+                "relevance": result.relevance,
                 "content": result.content,
             }
             for result in response.results

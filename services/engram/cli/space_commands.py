@@ -1,7 +1,6 @@
 """Client commands for erasing and administering spaces: purge, spaces, spaces delete."""
 
-from functools import partial
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -17,14 +16,13 @@ from engram.cli.client import (
     UserOption,
     VisibilityOption,
     call,
-    channel,
     compact_time,
     console,
     emit,
+    engram_client,
     fail,
     format_size,
-    metadata,
-    timestamp,
+    jsonable,
     typer_app,
 )
 
@@ -50,35 +48,13 @@ def spaces_list(
         return
     from rich.table import Table
 
-    from engram.v1 import storage_pb2, storage_pb2_grpc
-
-    summaries: list[Any] = []
-    page = ""
-    with channel(addr) as opened:
-        stub = storage_pb2_grpc.StorageServiceStub(opened)
-        while True:
-            request = storage_pb2.ListSpacesRequest(
-                tenant=tenant, page_size=1000, page_token=page, **{"global": global_}
-            )
-            response = call(partial(stub.ListSpaces, request, metadata=metadata(token)))
-            summaries.extend(response.spaces)
-            page = response.next_page_token
-            if not page:
-                break
+    with engram_client(addr, token) as client:
+        found = client.iter_spaces(tenant=tenant, global_spaces=global_, page_size=1000)
+        summaries = call(lambda: list(found))
     if as_json:
-        emit(
-            {
-                "spaces": [
-                    {
-                        "space_id": summary.space_id,
-                        "document_count": summary.document_count,
-                        "used_bytes": summary.used_bytes,
-                        "last_write_at": timestamp(summary.last_write_at),
-                    }
-                    for summary in summaries
-                ]
-            }
-        )
+        fields = ("space_id", "document_count", "used_bytes", "last_write_at")
+        records = [jsonable(summary) for summary in summaries]
+        emit({"spaces": [{f: record[f] or "" for f in fields} for record in records]})
         return
     table = Table("space id", "documents", "size", "last write (UTC)")
     for summary in summaries:
@@ -108,24 +84,13 @@ def spaces_delete(
     as_json: JsonOption = False,
 ) -> None:
     """Erase a whole space for good: every document, every kept version, every chunk."""
-    from engram.v1 import storage_pb2, storage_pb2_grpc
-
     flags = SpaceFlags(
         visibility=visibility, name=name, project=project, bot=bot, user=user, tenant=tenant
     )
-    request = storage_pb2.DeleteSpaceRequest(space=flags.to_proto(), confirm_space_id=confirm)
-    with channel(addr) as opened:
-        stub = storage_pb2_grpc.StorageServiceStub(opened)
-        response = call(partial(stub.DeleteSpace, request, metadata=metadata(token)))
+    with engram_client(addr, token, flags.to_space()) as client:
+        response = call(lambda: client.delete_space(confirm_space_id=confirm))
     if as_json:
-        emit(
-            {
-                "space_id": response.space_id,
-                "documents_erased": response.documents_erased,
-                "versions_erased": response.versions_erased,
-                "refunded_bytes": response.refunded_bytes,
-            }
-        )
+        emit(jsonable(response))
         return
     console.print(
         f"deleted [bold]{response.space_id}[/]: {response.documents_erased} document(s), "
@@ -135,8 +100,47 @@ def spaces_delete(
     )
 
 
+def where(
+    visibility: VisibilityOption = "private",
+    name: NameOption = "default",
+    project: ProjectOption = "",
+    bot: BotOption = "",
+    user: UserOption = "",
+    tenant: TenantOption = "",
+    addr: AddrOption = "127.0.0.1:50051",
+    as_json: JsonOption = False,
+) -> None:
+    """Print the space a command would use here (a bot or project space without --project
+    takes this directory's project key) and the server it would ask."""
+    from engram.cli.project_key import current_project_key, workspace_root
+
+    flags = SpaceFlags(
+        visibility=visibility, name=name, project=project, bot=bot, user=user, tenant=tenant
+    )
+    root = workspace_root()
+    record = {
+        "space": flags.label,
+        "visibility": flags.visibility,
+        "tenant": flags.tenant,
+        "project": flags.project,
+        "bot": flags.bot,
+        "user": flags.user,
+        "name": flags.name,
+        "addr": addr,
+        "workspace_root": str(root),
+        "project_key": current_project_key(),
+    }
+    if as_json:
+        emit(record)
+        return
+    for key, value in record.items():
+        if value or key in ("space", "name", "visibility"):
+            typer.echo(f"{key:<15} {value}")
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(spaces_app, name="spaces")
+    app.command()(where)
 
     @app.command()
     def purge(
@@ -153,8 +157,6 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOption = False,
     ) -> None:
         """Erase a document for good, with every kept version (tenant admins)."""
-        from engram.v1 import storage_pb2, storage_pb2_grpc
-
         if not yes and not typer.confirm(
             f"Erase {path} and every kept version of it for good?", default=False
         ):
@@ -162,19 +164,10 @@ def register(app: typer.Typer) -> None:
         flags = SpaceFlags(
             visibility=visibility, name=name, project=project, bot=bot, user=user, tenant=tenant
         )
-        request = storage_pb2.PurgeDocumentRequest(space=flags.to_proto(), path=path)
-        with channel(addr) as opened:
-            stub = storage_pb2_grpc.StorageServiceStub(opened)
-            response = call(partial(stub.PurgeDocument, request, metadata=metadata(token)))
+        with engram_client(addr, token, flags.to_space()) as client:
+            response = call(lambda: client.purge_document(path))
         if as_json:
-            emit(
-                {
-                    "path": path,
-                    "purged": response.purged,
-                    "versions_erased": response.versions_erased,
-                    "refunded_bytes": response.refunded_bytes,
-                }
-            )
+            emit({"path": path, **jsonable(response)})
             return
         if not response.purged:
             console.print(f"nothing stored at {path}; nothing erased", highlight=False)

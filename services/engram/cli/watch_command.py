@@ -1,6 +1,7 @@
 """`engram watch`: print a space's changes as they happen (WatchSpace), resuming by itself."""
 
 import json
+from datetime import UTC
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -16,37 +17,26 @@ from engram.cli.client import (
     UserOption,
     VisibilityOption,
     call,
-    channel,
+    engram_client,
     err_console,
-    explain,
-    metadata,
+    jsonable,
 )
 
 if TYPE_CHECKING:
-    from tenacity import RetryCallState
-
-    from engram.v1 import storage_pb2
-
-# ChangeKind numbers of storage.proto.
-KINDS = {1: "written", 2: "deleted", 3: "purged", 4: "space_deleted"}
+    from engram.client import SpaceChange
+    from engram.domain.errors import EngramError
 
 
-def change_record(change: "storage_pb2.SpaceChange") -> dict[str, Any]:
+def change_record(change: "SpaceChange") -> dict[str, Any]:
     """One `--json` line."""
-    return {
-        "cursor": change.cursor,
-        "kind": KINDS.get(change.kind, "unspecified"),
-        "path": change.path,
-        "version": change.version,
-        "sha256": change.sha256,
-        "size_bytes": change.size_bytes,
-        "at": change.at.ToDatetime().isoformat() + "Z",
-        "document_id": change.document_id,
-        "event_id": change.event_id,
-    }
+    record: dict[str, Any] = jsonable(change)
+    # To the microsecond, as the server stamped it.
+    at = change.at.astimezone(UTC).replace(tzinfo=None) if change.at else None
+    record["at"] = at.isoformat() + "Z" if at else ""
+    return record
 
 
-def change_line(change: "storage_pb2.SpaceChange") -> str:
+def change_line(change: "SpaceChange") -> str:
     record = change_record(change)
     target = record["path"] or "(the whole space)"
     return (
@@ -55,28 +45,29 @@ def change_line(change: "storage_pb2.SpaceChange") -> str:
     )
 
 
-def _worth_resuming(error: BaseException, *, connected: bool) -> bool:
-    """UNAVAILABLE from a server that answered before (restarting) or that says why (NATS
-    away), or a stream that ended: resume from the cursor. A server that never answered (a
-    wrong --addr) fails at once."""
-    import grpc
-
-    from engram.runtime.errors import received_status
-
-    if isinstance(error, ConnectionError):
-        return True
-    if not isinstance(error, grpc.RpcError):
-        return False
-    received = received_status(error)
-    return received.code == grpc.StatusCode.UNAVAILABLE and (connected or bool(received.reason))
+def _say_resuming(error: "EngramError") -> None:
+    err_console.print(f"[yellow]{error.message}; resuming from the last cursor[/]", highlight=False)
 
 
-def _say_resuming(state: "RetryCallState") -> None:
-    import grpc
-
-    error = state.outcome.exception() if state.outcome else None
-    reason = explain(error) if isinstance(error, grpc.RpcError) else "the stream ended"
-    err_console.print(f"[yellow]{reason}; resuming from the last cursor[/]", highlight=False)
+def _follow(space: SpaceFlags, addr: str, token: str, options: dict[str, Any]) -> None:
+    """Prints changes until `count` of them (0: until interrupted); remembers the cursor."""
+    seen = 0
+    with engram_client(addr, token, space.to_space()) as client:
+        events = client.watch_space(
+            cursor=options["cursor"], from_start=options["from_start"], on_resume=_say_resuming
+        )
+        for event in events:
+            if event.change is None:
+                if not options["as_json"]:
+                    err_console.print("[dim]caught up; watching for changes[/]")
+                continue
+            options["cursor"] = event.change.cursor
+            seen += 1
+            record = change_record(event.change)
+            typer.echo(json.dumps(record) if options["as_json"] else change_line(event.change))
+            if options["count"] and seen >= options["count"]:
+                events.close()
+                return
 
 
 def register(app: typer.Typer) -> None:
@@ -105,48 +96,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the space's changes as they happen (written, deleted, purged). Resumes by
         itself from the last cursor when the server goes away; Ctrl-C prints that cursor."""
-        from tenacity import Retrying, retry_if_exception, wait_exponential
-
-        from engram.v1 import storage_pb2, storage_pb2_grpc
-
         space = SpaceFlags(
             visibility=visibility, name=name, project=project, bot=bot, user=user, tenant=tenant
-        ).to_proto()
-        position: dict[str, Any] = {"cursor": cursor, "seen": 0, "connected": False}
-
-        def follow() -> None:
-            with channel(addr) as opened:
-                stub = storage_pb2_grpc.StorageServiceStub(opened)
-                request = storage_pb2.WatchSpaceRequest(
-                    space=space,
-                    cursor=position["cursor"],
-                    from_start=from_start and not position["cursor"],
-                )
-                for response in stub.WatchSpace(request, metadata=metadata(token)):
-                    position["connected"] = True
-                    if response.caught_up:
-                        if not as_json:
-                            err_console.print("[dim]caught up; watching for changes[/]")
-                        continue
-                    change = response.change
-                    position["cursor"] = change.cursor
-                    position["seen"] += 1
-                    typer.echo(
-                        json.dumps(change_record(change)) if as_json else change_line(change)
-                    )
-                    if count and position["seen"] >= count:
-                        return
-            # The server ended the stream without an error (it never does on its own).
-            raise ConnectionError("the stream ended")
-
-        resuming = Retrying(
-            retry=retry_if_exception(lambda e: _worth_resuming(e, connected=position["connected"])),
-            wait=wait_exponential(multiplier=0.2, max=5.0),
-            before_sleep=_say_resuming,
-            reraise=True,
         )
+        options: dict[str, Any] = {
+            "cursor": cursor,
+            "from_start": from_start,
+            "as_json": as_json,
+            "count": count,
+        }
         try:
-            call(lambda: resuming(follow))
+            call(lambda: _follow(space, addr, token, options))
         except KeyboardInterrupt:
-            if position["cursor"]:
-                err_console.print(f"stopped; resume with --cursor {position['cursor']}")
+            if options["cursor"]:
+                err_console.print(f"stopped; resume with --cursor {options['cursor']}")

@@ -5,16 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 
 from engram.domain.errors import EngramError, RateLimited
-from engram.runtime.errors import from_rpc_error, status_code_for
+
+# engram.runtime.errors (and the google.rpc details it decodes) are imported when a call
+# fails, not with the client: a CLI command that succeeds never pays for them.
 
 
 def domain_error(error: grpc.RpcError, peer: str) -> EngramError:
     """The domain error a failed call to `peer` ("WorkspaceService.MemoryWrite") stands for;
     a RateLimited one carries the RetryInfo delay as `retry_after_seconds`."""
+    from engram.runtime.errors import from_rpc_error
+
     rebuilt = from_rpc_error(error, peer)
     if isinstance(rebuilt, RateLimited) and rebuilt.retry_after_seconds is None:
         rebuilt.retry_after_seconds = _retry_delay(error)
@@ -22,6 +24,9 @@ def domain_error(error: grpc.RpcError, peer: str) -> EngramError:
 
 
 def _retry_delay(error: grpc.RpcError) -> float | None:
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
     call: Any = error
     try:
         status = rpc_status.from_call(call)
@@ -36,4 +41,6 @@ def _retry_delay(error: grpc.RpcError) -> float | None:
 
 def explain(error: EngramError) -> str:
     """`CODE: message [REASON]`, the one line a user (or a model) is shown for an error."""
+    from engram.runtime.errors import status_code_for
+
     return f"{status_code_for(error).name}: {error.message} [{error.info_reason}]"

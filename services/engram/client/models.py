@@ -106,6 +106,11 @@ class SearchHit:
     chunk_index: int = 0
     bm25_score: float = 0.0
     vector_score: float = 0.0
+    # 1-based rank in each index's list (0 = not in it).
+    bm25_rank: int = 0
+    vector_rank: int = 0
+    # Calibrated probability in [0, 1] that the hit is relevant, comparable across queries.
+    relevance: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,20 +1,23 @@
-"""Engram: the blocking face of EngramClient, for scripts and code without an event loop.
+"""Engram (also `Client`): the blocking face of EngramClient, for scripts and code without
+an event loop.
 
 It runs one EngramClient on a private event loop in a daemon thread and waits for each
-call, so the methods, arguments, results, retries and errors are EngramClient's own.
-Calls may come from any thread; they share one channel. Close it (or use `with`) to stop
-the thread.
+call, so the methods, arguments, results, retries and errors are EngramClient's own: each
+method below is EngramClient's, wrapped once (`_blocking` for a call, `_blocking_iter` for
+the iterators, which become plain iterators). Calls may come from any thread; they share one
+channel. Close it (or use `with`) to stop the thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 from engram.client.aio import DEFAULT_ADDR, EngramClient
+from engram.client.base import DEFAULT_STREAM_TIMEOUT, DEFAULT_TIMEOUT
 from engram.client.models import Space
 from engram.runtime.channels import Addresses, ClientTls
 
@@ -33,6 +36,54 @@ def _blocking(
     return call
 
 
+def _blocking_iter(
+    method: Callable[Concatenate[EngramClient, P], AsyncIterator[R]],
+) -> Callable[Concatenate[Engram, P], Generator[R, None, None]]:
+    def call(engram: Engram, /, *args: P.args, **kwargs: P.kwargs) -> Generator[R, None, None]:
+        stream = method(engram.client, *args, **kwargs)
+        try:
+            while True:
+                try:
+                    yield engram._run(_next(stream))
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not engram._runner.closed:
+                engram._run(_close(stream))
+
+    call.__name__ = method.__name__
+    call.__doc__ = method.__doc__
+    return call
+
+
+async def _next(stream: AsyncIterator[R]) -> R:
+    return await anext(stream)
+
+
+async def _close(stream: AsyncIterator[Any]) -> None:
+    closing = getattr(stream, "aclose", None)
+    if closing is not None:
+        await closing()
+
+
+class _Runner:
+    """The private loop and its thread, shared by a client and its `with_options` copies."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="engram-client", daemon=True
+        )
+        self.thread.start()
+        self.closed = False
+
+    def stop(self) -> None:
+        self.closed = True
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+
+
 class Engram:
     """Blocking client: `with Engram(addr, token=..., space=Space(name="agent-1")) as m:`."""
 
@@ -43,34 +94,54 @@ class Engram:
         token: str = "",
         space: Space | None = None,
         retries: int = 3,
-        timeout: float = 30.0,
+        timeout: float = DEFAULT_TIMEOUT,
+        stream_timeout: float = DEFAULT_STREAM_TIMEOUT,
         tls: bool | ClientTls = False,
     ) -> None:
         self.client = EngramClient(
-            addr, token=token, space=space, retries=retries, timeout=timeout, tls=tls
+            addr,
+            token=token,
+            space=space,
+            retries=retries,
+            timeout=timeout,
+            stream_timeout=stream_timeout,
+            tls=tls,
         )
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="engram-client", daemon=True
+        self._runner = _Runner()
+
+    def with_options(
+        self,
+        *,
+        timeout: float | None = None,
+        stream_timeout: float | None = None,
+        retries: int | None = None,
+        space: Space | None = None,
+    ) -> Engram:
+        """This client with other defaults, on the same channel and thread (see
+        EngramClient.with_options); closing either closes both."""
+        changed = object.__new__(Engram)
+        changed.client = self.client.with_options(
+            timeout=timeout, stream_timeout=stream_timeout, retries=retries, space=space
         )
-        self._thread.start()
-        self._closed = False
+        changed._runner = self._runner
+        return changed
+
+    @property
+    def space(self) -> Space:
+        return self.client.space
 
     def _run(self, work: Coroutine[Any, Any, R]) -> R:
-        if self._closed:
+        if self._runner.closed:
             work.close()
             raise RuntimeError("this Engram client is closed")
-        return asyncio.run_coroutine_threadsafe(work, self._loop).result()
+        return asyncio.run_coroutine_threadsafe(work, self._runner.loop).result()
 
     def close(self) -> None:
         """Closes the channel and stops the loop's thread; idempotent."""
-        if self._closed:
+        if self._runner.closed:
             return
         self._run(self.client.close())
-        self._closed = True
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._runner.stop()
 
     def __enter__(self) -> Self:
         return self
@@ -83,6 +154,7 @@ class Engram:
     ) -> None:
         self.close()
 
+    # WorkspaceService
     memory_write = _blocking(EngramClient.memory_write)
     memory_read = _blocking(EngramClient.memory_read)
     memory_tree = _blocking(EngramClient.memory_tree)
@@ -91,8 +163,46 @@ class Engram:
     system_prompt = _blocking(EngramClient.system_prompt)
     seed_workspace = _blocking(EngramClient.seed_workspace)
     complete_bootstrap = _blocking(EngramClient.complete_bootstrap)
+    # StorageService
     read_document = _blocking(EngramClient.read_document)
     write_document = _blocking(EngramClient.write_document)
     delete_document = _blocking(EngramClient.delete_document)
     list_documents = _blocking(EngramClient.list_documents)
+    iter_documents = _blocking_iter(EngramClient.iter_documents)
+    list_document_versions = _blocking(EngramClient.list_document_versions)
+    iter_document_versions = _blocking_iter(EngramClient.iter_document_versions)
+    get_usage = _blocking(EngramClient.get_usage)
+    export_chunks = _blocking_iter(EngramClient.export_chunks)
+    export_space = _blocking(EngramClient.export_space)
+    import_space = _blocking(EngramClient.import_space)
+    purge_document = _blocking(EngramClient.purge_document)
+    delete_space = _blocking(EngramClient.delete_space)
+    list_spaces = _blocking(EngramClient.list_spaces)
+    iter_spaces = _blocking_iter(EngramClient.iter_spaces)
+    watch_space = _blocking_iter(EngramClient.watch_space)
+    # SearchService
     search = _blocking(EngramClient.search)
+    # QuotaService
+    charge = _blocking(EngramClient.charge)
+    quota_usage = _blocking(EngramClient.quota_usage)
+    set_tenant_quota = _blocking(EngramClient.set_tenant_quota)
+    reconcile = _blocking(EngramClient.reconcile)
+    # AuthzService
+    authenticate = _blocking(EngramClient.authenticate)
+    authorize = _blocking(EngramClient.authorize)
+    create_token = _blocking(EngramClient.create_token)
+    revoke_token = _blocking(EngramClient.revoke_token)
+    list_tokens = _blocking(EngramClient.list_tokens)
+    iter_tokens = _blocking_iter(EngramClient.iter_tokens)
+    list_audit_events = _blocking(EngramClient.list_audit_events)
+    iter_audit_events = _blocking_iter(EngramClient.iter_audit_events)
+    record_audit_event = _blocking(EngramClient.record_audit_event)
+    # IndexerService
+    reindex = _blocking(EngramClient.reindex)
+    index_status = _blocking(EngramClient.index_status)
+    # MaintenanceService
+    list_job_runs = _blocking(EngramClient.list_job_runs)
+    iter_job_runs = _blocking_iter(EngramClient.iter_job_runs)
+    run_job = _blocking(EngramClient.run_job)
+    get_space_maintenance = _blocking(EngramClient.get_space_maintenance)
+    set_space_maintenance = _blocking(EngramClient.set_space_maintenance)

@@ -1,8 +1,13 @@
 """Splitting a document into the chunks the keyword and vector indexes hold (ARCHITECTURE §4).
 
-The chunker is a greedy left-to-right scan. A chunk starting at `s` ends at the last
-paragraph break (`"\\n\\n"`) inside the window `text[s : s + size]`, else the last line
-break, else the last sentence end (`". "`), else at a hard cut after `size` characters
+The chunker is a greedy left-to-right scan. A chunk starting at `s` ends before the first
+Markdown heading line inside its window that follows some text of its own (a section starts
+a new chunk, so a fact appended under `## Decisions` is not diluted by the sections before
+it; the next chunk starts at the heading, without overlap). The heading's whole line, up to
+its line break, must lie in the window, so an append cannot turn an earlier line into one.
+Otherwise it ends at the last paragraph break (`"\\n\\n"`) inside the window
+`text[s : s + size]`, else the last line break, else the last sentence end (`". "`), else at
+a hard cut after `size` characters
 (moved back, if needed, so it never splits a base character from its combining marks).
 A separator only counts if it leaves the chunk at least `_min_fill(size, overlap)`
 characters long, so chunks do not degenerate into slivers. The next chunk starts about
@@ -22,10 +27,11 @@ stripped or rewritten); chunks made only of whitespace are dropped.
 
 from __future__ import annotations
 
+import bisect
 import unicodedata
 
 from engram.domain.chunks import Chunk, chunk_id
-from engram.domain.headings import heading_trails
+from engram.domain.headings import heading_lines, heading_trails
 
 DEFAULT_CHUNK_SIZE = 500
 DEFAULT_CHUNK_OVERLAP = 50
@@ -50,9 +56,13 @@ def chunk_spans(
     _check(size, overlap)
     spans: list[tuple[int, int]] = []
     n = len(text)
+    headings = heading_lines(text) if "#" in text else []
     start = 0
     while start < n:
-        if n - start <= size:
+        section = _section_end(text, start, size, headings)
+        if section is not None:
+            end = section
+        elif n - start <= size:
             end = n
         else:
             end = _chunk_end(text, start, size, overlap)
@@ -60,8 +70,35 @@ def chunk_spans(
             spans.append((start, end))
         if end == n:
             break
-        start = _next_start(text, start, end, overlap)
+        start = end if section is not None else _next_start(text, start, end, overlap)
     return spans
+
+
+def _section_end(text: str, start: int, size: int, headings: list[int]) -> int | None:
+    """The offset of the first heading line after `start` whose line ends inside the window
+    and which follows some non-heading text of the chunk; None when there is none."""
+    limit = min(start + size, len(text))
+    i = bisect.bisect_right(headings, start)
+    while i < len(headings) and headings[i] < limit:
+        at = headings[i]
+        if text.find("\n", at, limit) < 0:
+            return None
+        if _has_body(text[start:at], headings, start):
+            return at
+        i += 1
+    return None
+
+
+def _has_body(chunk: str, headings: list[int], start: int) -> bool:
+    """Whether `chunk` (at `start`) holds a non-blank line that is not a heading."""
+    first = bisect.bisect_left(headings, start)
+    inside = set(headings[first : bisect.bisect_left(headings, start + len(chunk))])
+    offset = start
+    for line in chunk.split("\n"):
+        if line.strip() and offset not in inside:
+            return True
+        offset += len(line) + 1
+    return False
 
 
 def chunk_text(

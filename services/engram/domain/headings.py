@@ -41,6 +41,11 @@ def heading_trails(text: str, starts: Sequence[int]) -> list[str]:
     return result
 
 
+def heading_lines(text: str) -> list[int]:
+    """The offsets of the ATX heading lines of `text` (fenced code excluded), ascending."""
+    return _trail_changes(text)[0]
+
+
 def _trail_changes(text: str) -> tuple[list[int], list[str]]:
     """Each heading's line offset and the trail in force after it."""
     offsets: list[int] = []

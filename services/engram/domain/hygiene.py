@@ -33,7 +33,7 @@ class DailyLog:
 
 
 def daily_logs(paths: Iterable[str]) -> list[DailyLog]:
-    """The daily logs (`daily/YYYY-MM-DD[-session].md`) among `paths`."""
+    """The daily logs (`daily/` or `memory/YYYY-MM-DD[-session].md`) among `paths`."""
     found = []
     for path in paths:
         parsed = parse_daily_log_path(path)
@@ -78,7 +78,9 @@ def archive_completes(archived: str, log: str) -> bool:
 def counts_for_staleness(path: str) -> bool:
     """Daily logs and archived documents are dated records, not knowledge that goes out of
     date: log retention handles them, and they never count as stale."""
-    return not path.startswith((f"{ARCHIVE_DIR}/", f"{DAILY_DIR}/"))
+    return not path.startswith((f"{ARCHIVE_DIR}/", f"{DAILY_DIR}/")) and (
+        parse_daily_log_path(path) is None
+    )
 
 
 def stale_cutoff(now: datetime, stale_after_days: int) -> datetime:

@@ -31,7 +31,9 @@ class SpaceSettings:
     them with SetSpaceMaintenance)."""
 
     dream_enabled: bool = False
-    log_retention: LogRetention = LogRetention.OFF
+    # Seed 000's hygiene, on by default: the newest 60 daily logs stay, older ones move to
+    # archive/daily/ (still read, listed and searched).
+    log_retention: LogRetention = LogRetention.ARCHIVE
     max_daily_logs: int = DEFAULT_MAX_DAILY_LOGS
     # 0 = no age limit.
     log_retention_days: int = 0

@@ -1,6 +1,10 @@
 """The agent's system prompt, assembled from its workspace files. Pure: no I/O, no clock.
 
-Sections, in this order and only for files that exist and are not blank:
+Two layouts (`PromptLayout`), seed 000's by default. Seed 004's puts the identity block first
+(`## Core Values` SOUL.md, `## Agent Instructions` AGENTS.md, `## Identity` IDENTITY.md), then
+the memory snapshot: `## User Context` USER.md, `## Long-Term Memory` MEMORY.md (not in a group
+context), `## Heartbeat` HEARTBEAT.md, then the notes as below. Seed 000's sections, in this
+order and only for files that exist and are not blank:
 `## Agent Instructions` (AGENTS.md), `## Core Values` (SOUL.md), `## User Context` (USER.md),
 `## Identity` (IDENTITY.md), `## Long-Term Memory` (MEMORY.md, never in a group context),
 `## Today's Notes` and `## Yesterday's Notes` (the daily logs of both formats; each file under
@@ -19,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
+from enum import StrEnum
 
 from engram.domain.workspace import parse_daily_log_path
 
@@ -27,8 +32,9 @@ SOUL = "SOUL.md"
 USER = "USER.md"
 IDENTITY = "IDENTITY.md"
 MEMORY = "MEMORY.md"
+HEARTBEAT = "HEARTBEAT.md"
 BOOTSTRAP = "BOOTSTRAP.md"
-IDENTITY_PATHS = (AGENTS, SOUL, USER, IDENTITY, MEMORY, BOOTSTRAP)
+IDENTITY_PATHS = (AGENTS, SOUL, USER, IDENTITY, MEMORY, HEARTBEAT, BOOTSTRAP)
 
 TODAY_NOTES = "Today's Notes"
 YESTERDAY_NOTES = "Yesterday's Notes"
@@ -39,14 +45,36 @@ DEFAULT_MAX_FILE_CHARS = 20_000
 # Of a file over the cap: this share of it from the head, the rest from the tail.
 _HEAD_SHARE = 0.7
 
-# The stable identity block, in prompt order: heading, file.
-_FILE_SECTIONS = (
-    ("Agent Instructions", AGENTS),
-    ("Core Values", SOUL),
-    ("User Context", USER),
-    ("Identity", IDENTITY),
-    ("Long-Term Memory", MEMORY),
-)
+
+class PromptLayout(StrEnum):
+    """The order of the sections (the seeds disagree; a space picks one)."""
+
+    # Seed 000: AGENTS, SOUL, USER, IDENTITY, MEMORY, then the logs (HEARTBEAT.md not read).
+    SEED_000 = "000"
+    # Seed 004: the identity block (SOUL, AGENTS, IDENTITY), then the memory snapshot: USER,
+    # MEMORY, HEARTBEAT, then the recent journal entries.
+    SEED_004 = "004"
+
+
+HEARTBEAT_SECTION = "Heartbeat"
+# The files before the logs, in prompt order, per layout: heading, file.
+_FILE_SECTIONS = {
+    PromptLayout.SEED_000: (
+        ("Agent Instructions", AGENTS),
+        ("Core Values", SOUL),
+        ("User Context", USER),
+        ("Identity", IDENTITY),
+        ("Long-Term Memory", MEMORY),
+    ),
+    PromptLayout.SEED_004: (
+        ("Core Values", SOUL),
+        ("Agent Instructions", AGENTS),
+        ("Identity", IDENTITY),
+        ("User Context", USER),
+        ("Long-Term Memory", MEMORY),
+        (HEARTBEAT_SECTION, HEARTBEAT),
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +117,7 @@ def assemble_prompt(
     group_context: bool,
     previous_soul_sha256: str | None,
     max_file_chars: int = DEFAULT_MAX_FILE_CHARS,
+    layout: PromptLayout = PromptLayout.SEED_000,
 ) -> AssembledPrompt:
     """The system prompt from whichever of IDENTITY_PATHS exist and the daily logs.
 
@@ -109,7 +138,7 @@ def assemble_prompt(
     if soul_changed:
         blocks.append(_block(SOUL_NOTICE, _soul_notice(previous_soul_sha256 or "", current_soul)))
 
-    for name, path in _FILE_SECTIONS:
+    for name, path in _FILE_SECTIONS[layout]:
         if path == MEMORY and group_context:
             continue
         file = files.get(path)

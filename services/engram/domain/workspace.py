@@ -5,18 +5,23 @@ One agent workspace is one space. `memory_write` targets MEMORY.md, today's dail
 (`daily/YYYY-MM-DD.md`, or `daily/YYYY-MM-DD-<session>.md` for one surface's journal, in the
 caller's IANA time zone), HEARTBEAT.md, or a canonical custom `.md` path. The identity files
 are never writable through the workspace tools: a prompt-injection defence.
+
+Journals written elsewhere are recognised too: OpenClaw/Minara keep them as
+`memory/YYYY-MM-DD[-session].md`, and those count as daily logs of their day beside `daily/`
+(in the prompt, dreaming and log retention), so imported logs are not left out.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import date, datetime, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from engram.domain.errors import InvalidArgument, ProtectedFile, quoted
+from engram.domain.errors import InvalidArgument, PermissionDenied, ProtectedFile, quoted
 from engram.domain.paths import validate_document_path
 from engram.domain.principals import Principal
 
@@ -36,7 +41,10 @@ MAX_QUERY_CHARS = 4096
 MAX_TIME_ZONE_CHARS = 64
 
 _SESSION = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_DAILY_LOG = re.compile(r"daily/(\d{4}-\d{2}-\d{2})(?:-([A-Za-z0-9_-]{1,64}))?\.md")
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+# Where daily logs live: engram's own `daily/`, and the OpenClaw/Minara `memory/` layout.
+JOURNAL_DIRS = ("daily", "memory")
+_DAILY_LOG = re.compile(r"(?:daily|memory)/(\d{4}-\d{2}-\d{2})(?:-([A-Za-z0-9_-]{1,64}))?\.md")
 # A zone key: the IANA database's names only (no path tricks: ZoneInfo reads files).
 _ZONE_KEY = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*")
 
@@ -80,6 +88,20 @@ def search_limit(limit: int) -> int:
             field="limit",
         )
     return limit
+
+
+# memory_search's default floor on relevance (bench/RESULTS.md, issue 32: it empties most
+# searches for things never stored and costs almost no found answer).
+DEFAULT_MIN_RELEVANCE = 0.025
+
+
+def min_relevance(value: float) -> float:
+    """A memory_search floor on relevance: 0..1 (0 keeps every hit)."""
+    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise InvalidArgument(
+            f"min_relevance must be between 0 and 1, got {value!r}", field="min_relevance"
+        )
+    return value
 
 
 def search_query(query: str) -> str:
@@ -134,12 +156,45 @@ def check_writable(path: str) -> str:
     return path
 
 
+def memory_append_only() -> PermissionDenied:
+    """The refusal of an agent's replace of MEMORY.md (append-only by the space's policy)."""
+    return PermissionDenied(
+        f"{MEMORY_PATH} is append-only for the workspace tools: append to it (append=true); "
+        "an operator rewrites it through StorageService, dreaming adds to it "
+        "(ENGRAM_WORKSPACE_MEMORY_APPEND_ONLY)",
+        rule="memory_append_only",
+    )
+
+
 # --- targets ---------------------------------------------------------------------------------
 
 
 def local_now(now: datetime, zone: tzinfo) -> datetime:
     """`now` (aware) in `zone`."""
     return now.astimezone(zone)
+
+
+def log_day(spec: str, today: date) -> date:
+    """The day `spec` names for read-by-date: "today", "yesterday" or YYYY-MM-DD."""
+    if spec == "today":
+        return today
+    if spec == "yesterday":
+        return today - timedelta(days=1)
+    try:
+        if not _ISO_DAY.fullmatch(spec):
+            raise ValueError(spec)
+        return date.fromisoformat(spec)
+    except ValueError:
+        raise InvalidArgument(
+            f"date {quoted(spec)} must be today, yesterday or a date as YYYY-MM-DD",
+            field="date",
+        ) from None
+
+
+def log_paths_of(day: date, session: str = "") -> list[str]:
+    """Where `day`'s log (or `session`'s journal) may live: daily/, then memory/."""
+    suffix = f"-{session}" if session else ""
+    return [f"{directory}/{day.isoformat()}{suffix}.md" for directory in JOURNAL_DIRS]
 
 
 def daily_log_path(day: date, session: str = "") -> str:
@@ -149,7 +204,8 @@ def daily_log_path(day: date, session: str = "") -> str:
 
 
 def parse_daily_log_path(path: str) -> tuple[date, str] | None:
-    """(date, session or "") of a daily log path in either format; None for any other path."""
+    """(date, session or "") of a daily log path (`daily/` or `memory/`, with or without a
+    session); None for any other path."""
     match = _DAILY_LOG.fullmatch(path)
     if match is None:
         return None

@@ -85,6 +85,10 @@ class JetStreamPublisher:
         self._client: Client | None = None
         self._stream_ready = False
 
+    async def jetstream(self) -> JetStreamContext:
+        """The JetStream context of this publisher's connection (the stream made sure of)."""
+        return await self._jetstream()
+
     async def _jetstream(self) -> JetStreamContext:
         if self._client is None:
             self._client = await connect_nats(self._url, name=self._name)

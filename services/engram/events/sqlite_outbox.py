@@ -12,7 +12,7 @@ from datetime import datetime
 
 from google.protobuf.message import DecodeError
 
-from engram.backends.sqlite import SqliteDatabase, to_micros
+from engram.backends.sqlite import SqliteDatabase, from_micros, to_micros
 from engram.events.ports import OutboxMessage
 from engram.v1 import events_pb2
 
@@ -68,6 +68,18 @@ class SqliteOutbox:
                     f"SELECT COUNT(*) FROM outbox WHERE published = 0{where}", seqs
                 ).fetchone()[0]
             )
+
+        return await self._db.read(work)
+
+    async def oldest_pending(self) -> datetime | None:
+        """When the oldest event not yet published (handed to the indexer and done) was
+        recorded; None when every event is published."""
+
+        def work(connection: sqlite3.Connection) -> datetime | None:
+            row = connection.execute(
+                "SELECT created_us FROM outbox WHERE published = 0 ORDER BY seq LIMIT 1"
+            ).fetchone()
+            return None if row is None else from_micros(int(row[0]))
 
         return await self._db.read(work)
 

@@ -31,6 +31,7 @@ import logging
 import random
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import nats.errors
@@ -83,6 +84,8 @@ OUTAGE_RETRIES = Counter(
 SERVER_DELIVERY_SLACK = 3
 
 _NATS_ERRORS = (nats.errors.Error, OSError)
+# Messages past the ack floor looked at to find the oldest one still in the stream.
+_PENDING_PROBES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,10 +438,40 @@ class JetStreamIndexConsumer:
 
 
 class JetStreamReindexQueue:
-    """Queues reindex requests as events on `engram.docs.reindex`."""
+    """Queues reindex requests as events on `engram.docs.reindex`; what is pending is what
+    the indexer's durable consumer (`durable`) has not acknowledged."""
 
-    def __init__(self, publisher: JetStreamPublisher) -> None:
+    def __init__(self, publisher: JetStreamPublisher, *, durable: str) -> None:
         self._publisher = publisher
+        self._durable = durable
+
+    async def oldest_pending(self) -> datetime | None:
+        """The write time of the first message past the consumer's ack floor (the oldest
+        one not acknowledged: pending or in flight); None when the consumer has nothing
+        left, or does not exist yet."""
+        try:
+            js = await self._publisher.jetstream()
+            try:
+                info = await js.consumer_info(STREAM, self._durable)
+            except NotFoundError:
+                return None
+            if not (info.num_pending or info.num_ack_pending):
+                return None
+            floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
+            # Bounded: messages past the floor may have been removed (acknowledged out of
+            # order or purged); the first one still there is the oldest not acknowledged.
+            for seq in range(int(floor or 0) + 1, int(floor or 0) + 1 + _PENDING_PROBES):
+                try:
+                    message = await js.get_msg(STREAM, seq)
+                except NotFoundError:
+                    continue
+                try:
+                    return read_event(message.data or b"").at
+                except UndecodableEvent:
+                    return message.time
+        except _NATS_ERRORS as error:
+            raise Unavailable(f"cannot read the indexer's queue: {type(error).__name__}") from None
+        return None
 
     async def enqueue(self, documents: Sequence[tuple[SpaceRef, str]]) -> None:
         messages = [

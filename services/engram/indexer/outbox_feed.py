@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 
 from engram.domain.errors import EngramError, Unavailable
 from engram.domain.spaces import SpaceRef
 from engram.events.ports import OutboxMessage
 from engram.events.relay import OutboxRelay
+from engram.events.sqlite_outbox import SqliteOutbox
 from engram.indexer.service import reindex_events
 from engram.indexer.worker import (
     DEAD_LETTERS,
@@ -111,10 +113,17 @@ class OutboxIndexHandler:
 class OutboxReindexQueue:
     """Queues reindex requests in the embedded outbox, the same durable path as changes."""
 
-    def __init__(self, repository: SqliteDocumentRepository, relay: OutboxRelay) -> None:
+    def __init__(
+        self, repository: SqliteDocumentRepository, relay: OutboxRelay, outbox: SqliteOutbox
+    ) -> None:
         self._repository = repository
         self._relay = relay
+        self._outbox = outbox
 
     async def enqueue(self, documents: Sequence[tuple[SpaceRef, str]]) -> None:
         await self._repository.record_events(reindex_events(documents))
         self._relay.changed()
+
+    async def oldest_pending(self) -> datetime | None:
+        # The relay marks events published only after the indexer's handler returned.
+        return await self._outbox.oldest_pending()

@@ -41,6 +41,12 @@ class ReindexQueue(Protocol):
         """Queues the documents for indexing, durably."""
         ...
 
+    async def oldest_pending(self) -> datetime | None:
+        """When the oldest change event the indexer has not finished (queued or in flight)
+        was written; None when nothing is pending. A document written at or after it may
+        simply not be indexed yet."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class IndexStatus:

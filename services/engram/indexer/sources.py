@@ -10,17 +10,20 @@ as a service principal, and lists documents for backfills from the MongoDB catal
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Protocol
 
+import grpc
+
+from engram.client import Document, EngramClient
 from engram.domain.documents import StoredDocument
 from engram.domain.errors import InvalidArgument, NotFound
 from engram.domain.spaces import SpaceRef, parse_space_id
-from engram.runtime.errors import remote_errors
-from engram.v1 import document_pb2, storage_pb2, storage_pb2_grpc
-from engram.wire import from_timestamp, space_to_proto
 
 # ListDocuments page size for a space backfill through StorageService.
 LIST_PAGE = 1000
+# What a document without a recorded time reports (as an unset protobuf Timestamp).
+EPOCH = datetime.fromtimestamp(0, UTC)
 
 
 class DocumentSource(Protocol):
@@ -58,7 +61,8 @@ class RepositoryDocumentSource:
 
 
 class StorageClientDocumentSource:
-    """Reads documents through StorageService.ReadDocument with a service-principal token.
+    """Reads documents through StorageService.ReadDocument (engram.client) with a
+    service-principal token.
 
     Listing every space has no RPC; it comes from `catalog` (the MongoDB repository). A
     single space without a catalog is listed through ListDocuments.
@@ -66,27 +70,21 @@ class StorageClientDocumentSource:
 
     def __init__(
         self,
-        stub: storage_pb2_grpc.StorageServiceAsyncStub,
+        channel: grpc.aio.Channel,
         token: str,
         *,
         catalog: DocumentSource | None = None,
         timeout_seconds: float = 10.0,
     ) -> None:
-        self._stub = stub
-        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._client = EngramClient(channel=channel, token=token, timeout=timeout_seconds)
         self._catalog = catalog
-        self._timeout = timeout_seconds
 
     async def current(self, space: SpaceRef, path: str) -> StoredDocument | None:
-        request = storage_pb2.ReadDocumentRequest(space=space_to_proto(space), path=path)
         try:
-            with remote_errors("StorageService.ReadDocument"):
-                response = await self._stub.ReadDocument(
-                    request, metadata=self._metadata, timeout=self._timeout
-                )
+            document = await self._client.read_document(path, space=space)
         except NotFound:
             return None
-        return document_from_proto(response.document)
+        return stored_document(document)
 
     async def documents(self, space_id: str | None = None) -> AsyncIterator[tuple[SpaceRef, str]]:
         if self._catalog is not None:
@@ -98,34 +96,23 @@ class StorageClientDocumentSource:
                 "listing every space needs the document catalog (ENGRAM_MONGO_URI)", field="all"
             )
         space = parse_space_id(space_id)
-        token = ""
-        while True:
-            request = storage_pb2.ListDocumentsRequest(
-                space=space_to_proto(space), recursive=True, page_size=LIST_PAGE, page_token=token
-            )
-            with remote_errors("StorageService.ListDocuments"):
-                response = await self._stub.ListDocuments(
-                    request, metadata=self._metadata, timeout=self._timeout
-                )
-            for entry in response.entries:
-                if not entry.is_dir:
-                    yield space, entry.path
-            token = response.next_page_token
-            if not token:
-                return
+        entries = self._client.iter_documents(recursive=True, page_size=LIST_PAGE, space=space)
+        async for entry in entries:
+            if not entry.is_dir:
+                yield space, entry.path
 
 
-def document_from_proto(message: document_pb2.Document) -> StoredDocument:
+def stored_document(document: Document) -> StoredDocument:
     return StoredDocument(
-        space=parse_space_id(message.space_id),
-        path=message.path,
-        content=message.content,
-        sha256=message.sha256,
-        size_bytes=message.size_bytes,
-        word_count=message.word_count,
-        version=message.version,
-        document_id=message.document_id,
-        created_at=from_timestamp(message.created_at),
-        updated_at=from_timestamp(message.updated_at),
-        updated_by=message.updated_by,
+        space=parse_space_id(document.space_id),
+        path=document.path,
+        content=document.content,
+        sha256=document.sha256,
+        size_bytes=document.size_bytes,
+        word_count=document.word_count,
+        version=document.version,
+        document_id=document.document_id,
+        created_at=document.created_at or EPOCH,
+        updated_at=document.updated_at or EPOCH,
+        updated_by=document.updated_by,
     )

@@ -43,7 +43,7 @@ from engram.domain.maintenance import JobReport, SpaceSettings
 from engram.domain.policy import decide
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
-from engram.domain.workspace import DAILY_DIR, MEMORY_PATH
+from engram.domain.workspace import JOURNAL_DIRS, MEMORY_PATH
 from engram.maintenance.chat import ChatModel
 from engram.maintenance.dream_watermarks import WatermarkStore
 from engram.storage.service import StorageService, WriteMode
@@ -181,21 +181,24 @@ class DreamJob:
         return JobReport(counts=counts, message=message, details=details)
 
     async def _daily_logs(self, space: SpaceRef) -> list[str]:
+        """The logs of `daily/` and of `memory/` (the OpenClaw/Minara layout)."""
         paths: list[str] = []
-        token = ""
-        while True:
-            page = await self._storage.list_directory(
-                self._principal,
-                space,
-                DAILY_DIR,
-                recursive=False,
-                page_size=LIST_PAGE,
-                page_token=token,
-            )
-            paths.extend(item.path for item in page.items if not item.is_dir)
-            token = page.next_page_token
-            if not token:
-                return dream_logs(paths)
+        for directory in JOURNAL_DIRS:
+            token = ""
+            while True:
+                page = await self._storage.list_directory(
+                    self._principal,
+                    space,
+                    directory,
+                    recursive=False,
+                    page_size=LIST_PAGE,
+                    page_token=token,
+                )
+                paths.extend(item.path for item in page.items if not item.is_dir)
+                token = page.next_page_token
+                if not token:
+                    break
+        return dream_logs(paths)
 
     async def _excerpts(
         self, space: SpaceRef, logs: list[str], watermark: Watermark

@@ -14,7 +14,8 @@ OUTCOMES: dict[JobOutcome, maintenance_pb2.JobOutcome.ValueType] = {
     JobOutcome.FAILED: maintenance_pb2.JOB_OUTCOME_FAILED,
 }
 RETENTION_FROM_PROTO: dict[int, LogRetention] = {
-    maintenance_pb2.LOG_RETENTION_UNSPECIFIED: LogRetention.OFF,
+    # Unset is the default, seed 000's: keep 60 daily logs, archive the older ones.
+    maintenance_pb2.LOG_RETENTION_UNSPECIFIED: LogRetention.ARCHIVE,
     maintenance_pb2.LOG_RETENTION_OFF: LogRetention.OFF,
     maintenance_pb2.LOG_RETENTION_ARCHIVE: LogRetention.ARCHIVE,
     maintenance_pb2.LOG_RETENTION_DELETE: LogRetention.DELETE,

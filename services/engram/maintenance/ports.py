@@ -65,6 +65,9 @@ class MaintenanceDeps:
     # The maintenance worker's own identity: a service principal.
     principal: Principal
     clock: Callable[[], datetime]
+    # Embedding backfill: a pending change event older than this means the indexer is
+    # stopped or stuck (ENGRAM_BACKFILL_MAX_INDEXING_LAG_SECONDS).
+    max_indexing_lag: timedelta = timedelta(seconds=900)
 
 
 class SpaceSource(Protocol):

@@ -16,6 +16,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import grpc
@@ -58,6 +59,52 @@ class _CallState:
         self.error: BaseException | None = None
         # Health and reflection: no credentials, no access log, no metrics.
         self.anonymous = method.startswith(UNAUTHENTICATED_PREFIXES)
+
+
+@dataclass(frozen=True, slots=True)
+class _Status(grpc.Status):
+    """A status without details (grpc.Status is an interface with these three fields)."""
+
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str | bytes], ...] = ()
+
+
+class _Call:
+    """One call as a handler wrapper drives it: `begin` and the handler run inside
+    `ServerInterceptor.call`'s block, `refuse` after it (see there why)."""
+
+    __slots__ = ("_chain", "_context", "_request", "metadata", "state", "span", "status")
+
+    def __init__(
+        self,
+        chain: ServerInterceptor,
+        method: str,
+        context: grpc.aio.ServicerContext[Any, Any],
+        request: Any,
+    ) -> None:
+        self._chain = chain
+        self._context = context
+        self._request = request
+        self.metadata = tuple(context.invocation_metadata() or ())
+        self.state = _CallState(method)
+        self.span: Any = None
+        # The status a failure ends the call with, once it failed.
+        self.status: grpc.Status | None = None
+
+    async def begin(self) -> None:
+        """Request id, principal and rate limit, before the handler reads anything."""
+        await self._chain.begin(self._context, self.state, self.metadata, self._request)
+        self._request = None  # the handler has it; nothing here keeps it past the call
+        if self.span is not None:
+            self.span.set_attribute("engram.request_id", request_id_var.get())
+
+    async def refuse(self) -> None:
+        """Ends a failed call with its status (raises grpc's AbortError); nothing when the
+        call did not fail."""
+        status, self.status = self.status, None
+        if status is not None:
+            await self._context.abort_with_status(status)
 
 
 class _Undecodable:
@@ -131,22 +178,29 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
     @contextlib.asynccontextmanager
     async def call(
         self, method: str, context: grpc.aio.ServicerContext[Any, Any], request: Any
-    ) -> AsyncIterator[None]:
-        """Around one call's handler: begin, map a failure to its status, finish."""
-        state = _CallState(method)
-        metadata = tuple(context.invocation_metadata() or ())
+    ) -> AsyncIterator[_Call]:
+        """Around one call: its span, then `begin` and the handler inside the block, a
+        failure mapped to its status, finish.
+
+        A failure is not raised from here: the status it maps to is kept on the `_Call`,
+        and the wrapper aborts with it once this block has closed. An abort raised inside
+        the block would carry the failure as its context, with the traceback's frames of
+        the handler and everything they held (a refused import's decompressed entries) -
+        and grpc keeps the last abort of a server, and a cycle through those frames lives
+        until a full collection (issue 29). The failure and its frames are freed as soon as
+        the block ends."""
+        call = _Call(self, method, context, request)
+        state = call.state
         traced = tracing_enabled() and not state.anonymous
-        with server_span(method, metadata) if traced else _NO_SPAN as span:
+        with server_span(method, call.metadata) if traced else _NO_SPAN as span:
+            call.span = span
             try:
-                await self.begin(context, state, metadata, request)
-                if span is not None:
-                    span.set_attribute("engram.request_id", request_id_var.get())
-                yield
+                yield call
             except grpc.aio.AbortError:
                 state.code = _code_of(context)
                 raise
             except Exception as error:  # noqa: BLE001 - the one place unexpected errors are mapped
-                await self.fail(error, context, state)
+                call.status = self.failure(error, state)
             finally:
                 self.finish(state, context)
                 if span is not None:
@@ -175,23 +229,22 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         if self._limiter is not None:
             await self._limiter.check(principal, state.method, request)
 
-    async def fail(
-        self, error: BaseException, context: grpc.aio.ServicerContext[Any, Any], state: _CallState
-    ) -> None:
-        """Aborts with the status for `error`; unexpected errors become a bare INTERNAL."""
+    def failure(self, error: BaseException, state: _CallState) -> grpc.Status:
+        """The status `error` ends the call with; unexpected errors become a bare INTERNAL
+        (logged here, with their traceback)."""
         if isinstance(error, EngramError):
             state.code = status_code_for(error)
             state.reason = error.info_reason
-            await context.abort_with_status(to_grpc_status(error))
+            return to_grpc_status(error)
         if isinstance(error, NotImplementedError):
             # A generated servicer base method (e.g. grpc.health.v1.Health/List here).
             state.code = grpc.StatusCode.UNIMPLEMENTED
-            await context.abort(state.code, f"{state.method} is not implemented by this server")
+            return _Status(state.code, f"{state.method} is not implemented by this server")
         state.code = grpc.StatusCode.INTERNAL
         state.error = error
         INTERNAL_ERRORS.labels(state.method).inc()
         log.error("unexpected error", exc_info=error, extra={"method": state.method})
-        await context.abort(
+        return _Status(
             grpc.StatusCode.INTERNAL,
             f"internal error; quote request id {request_id_var.get()} when reporting it",
         )
@@ -231,16 +284,20 @@ def _wrap(
     )
 
     async def coroutine(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        async with chain.call(method, context, request):
+        async with chain.call(method, context, request) as call:
+            await call.begin()
             return await inner(decode(request), context)
-        return None  # not reached: a failure aborts the call
+        await call.refuse()  # reached only when the call failed
+        return None
 
     async def generator(
         request: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
-        async with chain.call(method, context, request):
+        async with chain.call(method, context, request) as call:
+            await call.begin()
             async for response in inner(decode(request), context):
                 yield response
+        await call.refuse()
 
     # A streaming handler is either an async generator or a coroutine that writes through
     # context.write (grpc.health's Watch); each keeps its shape.

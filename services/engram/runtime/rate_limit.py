@@ -36,7 +36,41 @@ CREATE TABLE IF NOT EXISTS rate_windows (
     count INTEGER NOT NULL,
     PRIMARY KEY (key, window)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rate_log (
+    key TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    t REAL NOT NULL,
+    PRIMARY KEY (key, n)
+) WITHOUT ROWID;
 """
+
+# A sliding-window limit: at most `limit` calls of `key` in any `seconds`-long span.
+Sliding = tuple[str, int, float]
+# A call a sliding limit refused: the index of the limit, and the seconds until it admits.
+Refusal = tuple[int, float]
+# Claims of one log entry tried before a racing writer's refusal is assumed (each lost claim
+# means another call was admitted meanwhile).
+MAX_CLAIMS = 64
+
+
+def sliding_wait(
+    recent: Sequence[tuple[int, float]], limit: int, seconds: float, now: float
+) -> float:
+    """The wait before one more call, given the log's latest entries (n, t), newest first:
+    0 while fewer than `limit` calls lie in the last `seconds`; otherwise until the oldest of
+    the latest `limit` calls is `seconds` old."""
+    if len(recent) < limit:
+        return 0.0
+    return max(0.0, recent[limit - 1][1] + seconds - now)
+
+
+def next_entry(recent: Sequence[tuple[int, float]], now: float) -> tuple[int, float]:
+    """The log entry (n, t) that records one more call: the next number, and a time never
+    before the previous entry's (entries are ordered in time as in number, so any `limit`+1
+    consecutive entries span at least `seconds`, whatever the replicas' clocks did)."""
+    if not recent:
+        return 0, now
+    return recent[0][0] + 1, max(now, recent[0][1])
 
 
 class RateLimitStore(Protocol):
@@ -48,6 +82,13 @@ class RateLimitStore(Protocol):
         """Counts one call in each (key, window, limit), in order; returns the index of the
         first one already full (None when every one admitted the call). Windows before the
         full one have counted the call (on SQLite none has: one transaction)."""
+        ...
+
+    async def admit(self, limits: Sequence[Sliding], now: float) -> Refusal | None:
+        """Records one call at `now` in the log of each sliding limit (key, limit, seconds),
+        unless one of them already holds `limit` calls in the last `seconds`: then nothing is
+        recorded (on MongoDB, limits before a refusal found only by a racing writer keep the
+        call, which only ever admits less) and the refusal says which and for how long."""
         ...
 
 
@@ -145,14 +186,43 @@ class SqliteRateLimitStore:
         result: int | None = await self._database.write(count)
         return result
 
+    async def admit(self, limits: Sequence[Sliding], now: float) -> Refusal | None:
+        """Every log in one write transaction: a refused call is recorded in none."""
+
+        def record(connection: sqlite3.Connection) -> Refusal | None:
+            latest = []
+            for index, (key, limit, seconds) in enumerate(limits):
+                recent = connection.execute(
+                    "SELECT n, t FROM rate_log WHERE key = ? ORDER BY n DESC LIMIT ?",
+                    (key, limit),
+                ).fetchall()
+                wait = sliding_wait(recent, limit, seconds, now)
+                if wait > 0:
+                    return index, wait
+                latest.append(recent)
+            for (key, limit, _), recent in zip(limits, latest, strict=True):
+                n, t = next_entry(recent, now)
+                connection.execute("INSERT INTO rate_log (key, n, t) VALUES (?, ?, ?)", (key, n, t))
+                connection.execute(
+                    "DELETE FROM rate_log WHERE key = ? AND n <= ?", (key, n - limit)
+                )
+            return None
+
+        result: Refusal | None = await self._database.write(record)
+        return result
+
 
 class MongoRateLimitStore:
     """MongoDB (and FerretDB, whose updates are not atomic): call n of a window inserts the
     unique `_id` `<key>:<window>:<n>`, so however many replicas race, at most `limit`
     inserts succeed per window."""
 
-    def __init__(self, database: Any, collection: str = "rate_windows") -> None:
+    def __init__(
+        self, database: Any, collection: str = "rate_windows", log: str = "rate_log"
+    ) -> None:
         self._collection = database[collection]
+        self._log = database[log]
+        self._log_indexed = False
 
     async def hit(self, key: str, window: int, limit: int) -> bool:
         from pymongo.errors import DuplicateKeyError  # noqa: PLC0415 - production only
@@ -180,4 +250,42 @@ class MongoRateLimitStore:
         for index, (key, window, limit) in enumerate(hits):
             if not await self.hit(key, window, limit):
                 return index
+        return None
+
+    async def _recent(self, key: str, limit: int) -> list[tuple[int, float]]:
+        cursor = self._log.find({"k": key}, {"n": 1, "t": 1}).sort("n", -1).limit(limit)
+        return [(int(entry["n"]), float(entry["t"])) async for entry in cursor]
+
+    async def admit(self, limits: Sequence[Sliding], now: float) -> Refusal | None:
+        """Entry n of a key's log is the unique `_id` `<key>:<n>`, claimed by one insert: of
+        racing replicas one wins each number, the others read the log again and check the
+        limit against the new entries (FerretDB has no atomic conditional update)."""
+        from pymongo.errors import DuplicateKeyError  # noqa: PLC0415 - production only
+
+        from engram.backends.mongo import mongo_errors  # noqa: PLC0415 - production only
+
+        with mongo_errors("recording a rate-limited call"):
+            if not self._log_indexed:
+                await self._log.create_index([("k", 1), ("n", -1)])
+                self._log_indexed = True
+            for index, (key, limit, seconds) in enumerate(limits):
+                wait = sliding_wait(await self._recent(key, limit), limit, seconds, now)
+                if wait > 0:
+                    return index, wait
+            for index, (key, limit, seconds) in enumerate(limits):
+                for _ in range(MAX_CLAIMS):
+                    recent = await self._recent(key, limit)
+                    wait = sliding_wait(recent, limit, seconds, now)
+                    if wait > 0:
+                        return index, wait
+                    n, t = next_entry(recent, now)
+                    try:
+                        await self._log.insert_one({"_id": f"{key}:{n}", "k": key, "n": n, "t": t})
+                    except DuplicateKeyError:
+                        continue
+                    if n % limit == 0:
+                        await self._log.delete_many({"k": key, "n": {"$lte": n - limit}})
+                    break
+                else:
+                    return index, seconds / limit
         return None

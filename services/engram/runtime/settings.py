@@ -267,6 +267,9 @@ class Settings(BaseSettings):
     # --- search (ARCHITECTURE §4) ------------------------------------------------------------
     search_candidate_depth: int = Field(default=50, ge=1, le=1000)
     """Candidates each index returns for fusion (at least the request's limit is fetched)."""
+    search_fusion: Literal["convex", "rrf"] = "convex"
+    """Hybrid fusion when a request names none: a convex combination of normalised scores,
+    or weighted reciprocal rank fusion (bench/RESULTS.md, issue 32, compares them)."""
     search_backend_timeout_seconds: float = Field(default=1.0, gt=0)
     """Deadline of each backend leg (query embedding + vector search; BM25 search); one
     that fails or overruns degrades the answer to the other."""
@@ -320,6 +323,17 @@ class Settings(BaseSettings):
     replicas share them; 0 = no limit."""
     workspace_writes_per_hour: int = Field(default=200, ge=0)
     """Workspace writes per agent per hour; 0 = no limit."""
+    workspace_memory_append_only: bool = True
+    """The workspace tools only append to MEMORY.md (seed 004: the operator and dreaming
+    change it, the agent rewrites only HEARTBEAT.md); false lets an agent replace it."""
+    workspace_prompt_layout: Literal["000", "004"] = "000"
+    """The assembled prompt's order when a request names none: "000" (AGENTS, SOUL, USER,
+    IDENTITY, MEMORY, logs) or "004" (SOUL, AGENTS, IDENTITY, then USER, MEMORY, HEARTBEAT,
+    logs)."""
+    workspace_min_relevance: float = Field(default=0.025, ge=0, le=1)
+    """memory_search's default min_relevance (a request's own value wins): unless one hit is
+    at least this likely relevant the answer is empty, so a question about something never
+    stored returns nothing (0 = always answer)."""
     workspace_templates: Path | None = None
     """A directory of templates (AGENTS.md, SOUL.md, ...) replacing the packaged ones by
     name."""
@@ -371,6 +385,10 @@ class Settings(BaseSettings):
     """How often the maintenance worker runs each hygiene job (log retention, version
     pruning, embedding backfill, usage reconcile, staleness and duplicate reports) on a
     space, counted from the job's last success there."""
+    backfill_max_indexing_lag_seconds: float = Field(default=900.0, ge=0)
+    """Embedding backfill leaves alone a document written after the oldest change event the
+    indexer has not finished (it is late, not missing), unless that event is older than this:
+    then the indexer is taken as stopped or stuck, and backfill re-queues those too."""
 
     # --- other services (distributed mode) ---------------------------------------------------
     storage_addr: str | None = None

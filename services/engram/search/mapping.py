@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engram.domain.errors import InvalidArgument
-from engram.domain.fusion import DEFAULT_RRF_K, DEFAULT_WEIGHT
+from engram.domain.fusion import DEFAULT_RRF_K, DEFAULT_WEIGHT, FusionMethod
 from engram.search.service import SearchHit, SearchMode, SearchOutcome, SearchQuery
 from engram.v1 import search_pb2
 from engram.wire import position_from_proto, requested_space
@@ -13,6 +13,11 @@ MODES = {
     search_pb2.SEARCH_MODE_HYBRID: SearchMode.HYBRID,
     search_pb2.SEARCH_MODE_LEXICAL: SearchMode.LEXICAL,
     search_pb2.SEARCH_MODE_SEMANTIC: SearchMode.SEMANTIC,
+}
+FUSIONS = {
+    search_pb2.SEARCH_FUSION_UNSPECIFIED: None,
+    search_pb2.SEARCH_FUSION_RRF: FusionMethod.RRF,
+    search_pb2.SEARCH_FUSION_CONVEX: FusionMethod.CONVEX,
 }
 
 
@@ -32,6 +37,11 @@ def search_query(
         raise InvalidArgument(
             "mode must be SEARCH_MODE_HYBRID, _LEXICAL or _SEMANTIC", field="mode"
         )
+    if request.fusion not in FUSIONS:
+        raise InvalidArgument(
+            "fusion must be SEARCH_FUSION_RRF or SEARCH_FUSION_CONVEX (or unspecified)",
+            field="fusion",
+        )
     return SearchQuery(
         spaces=[
             requested_space(space, field=f"spaces[{index}]")
@@ -44,6 +54,9 @@ def search_query(
         vector_weight=request.vector_weight or DEFAULT_WEIGHT,
         rrf_k=request.rrf_k or DEFAULT_RRF_K,
         min_score=request.min_score,
+        min_relevance=request.min_relevance,
+        fusion=FUSIONS[request.fusion],
+        collapse_documents=request.collapse_documents,
         path_prefix=request.path_prefix,
         min_positions=[position_from_proto(p) for p in request.min_positions],
         max_wait_seconds=wait_seconds(request.max_wait_ms),
@@ -66,6 +79,7 @@ def hit_to_proto(hit: SearchHit) -> search_pb2.SearchResult:
         bm25_rank=hit.bm25_rank,
         vector_rank=hit.vector_rank,
         is_hybrid_match=hit.is_hybrid_match,
+        relevance=hit.relevance,
     )
 
 

@@ -6,7 +6,10 @@
 3. The keyword leg (BM25) and the semantic leg (embed the query with the active vector
    model's embedder, then vector search) run concurrently, each filtered to the authorized
    space ids inside its backend and each under its own deadline.
-4. The lists are fused by weighted RRF (`engram.domain.fusion`). A leg that failed or
+4. The lists are fused (`engram.domain.fusion`: a convex combination of normalised scores
+   by default, or weighted RRF), each hit getting its calibrated relevance
+   (`engram.domain.relevance`); hits below `min_score` or `min_relevance` are dropped, and
+   with `collapse_documents` only each document's best chunk is kept. A leg that failed or
    overran is left out and the answer is marked degraded; if no leg answered the request
    fails with UNAVAILABLE.
 
@@ -34,10 +37,19 @@ from prometheus_client import Counter, Histogram
 
 from engram.domain.chunks import Chunk, ModelInfo, ScoredChunk
 from engram.domain.errors import EngramError, InvalidArgument, InvalidSpaceRef, PermissionDenied
-from engram.domain.fusion import DEFAULT_RRF_K, DEFAULT_WEIGHT, FusionParams, RankedHit, fuse
+from engram.domain.fusion import (
+    DEFAULT_RRF_K,
+    DEFAULT_WEIGHT,
+    FusedHit,
+    FusionMethod,
+    FusionParams,
+    RankedHit,
+    fuse,
+)
 from engram.domain.ports import Authorizer
 from engram.domain.positions import IndexLeg, IndexPosition, merge_positions
 from engram.domain.principals import Action, Principal
+from engram.domain.relevance import answers
 from engram.domain.spaces import SpaceRef
 from engram.indexes.ports import (
     IndexModelMismatch,
@@ -107,6 +119,8 @@ class SearchOptions:
     backend_timeout_seconds: float = 1.0
     # The longest a search waits for its min_positions.
     max_wait_seconds: float = 10.0
+    # Hybrid fusion when the request names none (measured in bench/RESULTS.md).
+    fusion: FusionMethod = FusionMethod.CONVEX
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +135,12 @@ class SearchQuery:
     vector_weight: float = DEFAULT_WEIGHT
     rrf_k: float = DEFAULT_RRF_K
     min_score: float = 0.0
+    # An answer none of whose hits is at least this likely relevant is empty (0 = off).
+    min_relevance: float = 0.0
+    # None = the service's default fusion (SearchOptions.fusion).
+    fusion: FusionMethod | None = None
+    # At most one hit (its best chunk) per document.
+    collapse_documents: bool = False
     path_prefix: str = ""
     # Answer once the indexes hold these writes (or the wait budget is spent).
     min_positions: Sequence[IndexPosition] = ()
@@ -139,6 +159,8 @@ class SearchHit:
     bm25_rank: int
     vector_rank: int
     is_hybrid_match: bool
+    # Calibrated probability in [0, 1] that the chunk is relevant (comparable across queries).
+    relevance: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +212,7 @@ class SearchService:
 
     async def search(self, principal: Principal, query: SearchQuery) -> SearchOutcome:
         space_ids = await self._authorize(principal, query.spaces)
-        limit, params = _validate(query)
+        limit, params = _validate(query, self._options.fusion)
         positions = merge_positions(query.min_positions, space_ids)
         budget = self._wait_budget(query)
         # Fusion needs a deeper candidate list from each leg; a single leg's fused order is
@@ -235,14 +257,23 @@ class SearchService:
         allowed = set(space_ids)
         keyword_hits = _inside(answered.get(KEYWORD), allowed)
         vector_hits = _inside(answered.get(VECTOR), allowed)
-        fused = fuse(
-            _ranked(keyword_hits),
-            _ranked(vector_hits),
-            params,
-            limit=limit,
-            min_score=query.min_score,
-        )
         chunks = _chunks_by_id(keyword_hits, vector_hits)
+        fused = _kept(
+            fuse(
+                _ranked(keyword_hits),
+                _ranked(vector_hits),
+                params,
+                # Collapsing drops hits, so it chooses among all the candidates.
+                limit=len(chunks) if query.collapse_documents else limit,
+                min_score=query.min_score,
+                query=query.text,
+                depth=depth,
+                texts=_texts(chunks),
+            ),
+            chunks,
+            query,
+            limit,
+        )
         hits = [
             SearchHit(
                 chunk=chunks[hit.chunk_id],
@@ -252,6 +283,7 @@ class SearchService:
                 bm25_rank=hit.bm25_rank,
                 vector_rank=hit.vector_rank,
                 is_hybrid_match=hit.is_hybrid_match,
+                relevance=hit.relevance,
             )
             for hit in fused
         ]
@@ -408,7 +440,41 @@ class SearchService:
         return model
 
 
-def _validate(query: SearchQuery) -> tuple[int, FusionParams]:
+def _texts(chunks: dict[str, Chunk]) -> dict[str, str]:
+    """What relevance reads of each chunk: the text a result returns (its calibration saw
+    exactly that)."""
+    return {chunk_id: chunk.content for chunk_id, chunk in chunks.items()}
+
+
+def _kept(
+    fused: list[FusedHit], chunks: dict[str, Chunk], query: SearchQuery, limit: int
+) -> list[FusedHit]:
+    """The first `limit` hits (one per document when collapsing); none at all when no hit
+    reaches `min_relevance` and together they do not hold every query term
+    (`engram.domain.relevance.answers`).
+
+    The floor gates the answer rather than each hit: a question whose answer is stored has
+    one likely-relevant hit and the context ranked around it (the passages before and after
+    an answer are often what an agent needs, and score lower on their own); a question
+    about something never stored has none. Measured in bench/RESULTS.md (issue 32)."""
+    kept: list[FusedHit] = []
+    documents: set[str] = set()
+    for hit in fused:
+        if query.collapse_documents:
+            document = chunks[hit.chunk_id].document_id
+            if document in documents:
+                continue
+            documents.add(document)
+        kept.append(hit)
+        if len(kept) == limit:
+            break
+    texts = [chunks[hit.chunk_id].content for hit in kept]
+    if not answers(query.text, [hit.relevance for hit in kept], texts, query.min_relevance):
+        return []
+    return kept
+
+
+def _validate(query: SearchQuery, default_fusion: FusionMethod) -> tuple[int, FusionParams]:
     """The effective limit and fusion parameters; InvalidArgument naming the field."""
     text = query.text
     if not text.strip():
@@ -428,6 +494,11 @@ def _validate(query: SearchQuery) -> tuple[int, FusionParams]:
         raise InvalidArgument(
             f"min_score must be between 0 and 1, got {query.min_score!r}", field="min_score"
         )
+    if not math.isfinite(query.min_relevance) or not 0.0 <= query.min_relevance <= 1.0:
+        raise InvalidArgument(
+            f"min_relevance must be between 0 and 1, got {query.min_relevance!r}",
+            field="min_relevance",
+        )
     if len(query.path_prefix.encode("utf-8")) > MAX_PATH_PREFIX_BYTES:
         raise InvalidArgument(
             f"path_prefix is over {MAX_PATH_PREFIX_BYTES} bytes", field="path_prefix"
@@ -439,7 +510,10 @@ def _validate(query: SearchQuery) -> tuple[int, FusionParams]:
     if not isinstance(query.mode, SearchMode):
         raise InvalidArgument("mode must be hybrid, lexical or semantic", field="mode")
     params = FusionParams(
-        bm25_weight=query.bm25_weight, vector_weight=query.vector_weight, k=query.rrf_k
+        bm25_weight=query.bm25_weight,
+        vector_weight=query.vector_weight,
+        k=query.rrf_k,
+        method=query.fusion or default_fusion,
     )
     return limit, params
 

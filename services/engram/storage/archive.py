@@ -233,6 +233,19 @@ class ArchiveReader:
     def uncompressed_bytes(self) -> int:
         return self._uncompressed
 
+    def discard(self) -> None:
+        """Drops everything read so far (entries, unparsed bytes, the inflate state); the
+        reader keeps nothing it is fed after this, and `finish` refuses."""
+        self._entries = []
+        self._seen = set()
+        self._pending = bytearray()
+        self._data = bytearray()
+        self._member = None
+        self._pax, self._long_name = {}, None
+        self._inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        self._ended = True
+        self._gzip_done = False
+
     def feed(self, data: bytes) -> None:
         """Decompresses and parses `data` in bounded steps."""
         view = memoryview(data)

@@ -64,9 +64,34 @@ def principal_key(principal: Principal) -> tuple[str, str]:
     return (principal.tenant, principal.subject)
 
 
+class _HeldBytes:
+    """The bytes one import holds against its principal's in-flight budget.
+
+    The reader is told to charge here, not to its stream: a reader calling back into the
+    stream that owns it made every import a reference cycle, and a cycle of a long call is
+    in the oldest generation by the time it ends, so each import's decompressed entries
+    stayed in memory until a full collection (issue 29).
+    """
+
+    def __init__(self, budget: InFlightBudget, key: tuple[str, str]) -> None:
+        self._budget = budget
+        self._key = key
+        self._held = 0
+
+    def take(self, size: int) -> None:
+        """Called by the reader for each decompressed step, before it keeps any of it."""
+        if size:
+            self._budget.take(self._key, size)
+            self._held += size
+
+    def release(self) -> None:
+        self._budget.release(self._key, self._held)
+        self._held = 0
+
+
 class ImportStream(Generic[R]):
     """Receives one authorized archive upload, then commits it; `close` must run (it
-    returns the bytes held to the principal's budget)."""
+    returns the bytes held to the principal's budget and drops whatever was read)."""
 
     def __init__(
         self,
@@ -77,15 +102,13 @@ class ImportStream(Generic[R]):
         *,
         skip_unsupported: bool = False,
     ) -> None:
-        self._key = principal_key(principal)
         self._limits = limits
-        self._budget = budget
+        self._held = _HeldBytes(budget, principal_key(principal))
         self._reader = ArchiveReader(
-            limits, account=self._charge, skip_unsupported=skip_unsupported
+            limits, account=self._held.take, skip_unsupported=skip_unsupported
         )
         self._commit = commit
         self._received = 0
-        self._held = 0
         self._batch: list[bytes] = []
         self._batch_bytes = 0
 
@@ -111,8 +134,11 @@ class ImportStream(Generic[R]):
         return await self._commit(self._reader.finish())
 
     def close(self) -> None:
-        self._budget.release(self._key, self._held)
-        self._held = 0
+        """Gives the held bytes back and drops the upload: a refused or failed import's
+        entries and inflate state are freed here, whoever still refers to the stream."""
+        self._held.release()
+        self._reader.discard()
+        self._batch, self._batch_bytes = [], 0
 
     async def _flush(self) -> None:
         if not self._batch:
@@ -123,9 +149,3 @@ class ImportStream(Generic[R]):
     def _parse(self, batch: list[bytes]) -> None:
         for piece in batch:
             self._reader.feed(piece)
-
-    def _charge(self, size: int) -> None:
-        """Called by the reader for each decompressed step, before it keeps any of it."""
-        if size:
-            self._budget.take(self._key, size)
-            self._held += size

@@ -382,7 +382,9 @@ class StorageService:
             raise DocumentNotFound(f"no document or kept versions at {quoted(path)} in this space")
         token = ""
         if len(kept) > room:
-            token = encode_page_token(scope, {"before": versions[-1].seq})
+            # The next page starts at the first kept version this one left out (the page
+            # may hold only the current document, whose seq is no position among kept ones).
+            token = encode_page_token(scope, {"before": kept[room].seq + 1})
         return Page(items=versions, next_page_token=token)
 
     async def usage(self, principal: Principal, space: SpaceRef) -> SpaceUsageReport:

@@ -48,8 +48,9 @@ class _LogRetention:
 class _LogRetentionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_LogRetention.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     LOG_RETENTION_UNSPECIFIED: _LogRetention.ValueType  # 0
-    """Off: logs are kept."""
+    """The default: archive."""
     LOG_RETENTION_OFF: _LogRetention.ValueType  # 1
+    """Off: logs are kept."""
     LOG_RETENTION_ARCHIVE: _LogRetention.ValueType  # 2
     """Moved under archive/daily/ (still read, listed and searched)."""
     LOG_RETENTION_DELETE: _LogRetention.ValueType  # 3
@@ -59,8 +60,9 @@ class LogRetention(_LogRetention, metaclass=_LogRetentionEnumTypeWrapper):
     """LogRetention says what happens to daily logs past the retention."""
 
 LOG_RETENTION_UNSPECIFIED: LogRetention.ValueType  # 0
-"""Off: logs are kept."""
+"""The default: archive."""
 LOG_RETENTION_OFF: LogRetention.ValueType  # 1
+"""Off: logs are kept."""
 LOG_RETENTION_ARCHIVE: LogRetention.ValueType  # 2
 """Moved under archive/daily/ (still read, listed and searched)."""
 LOG_RETENTION_DELETE: LogRetention.ValueType  # 3
@@ -357,7 +359,7 @@ class SpaceMaintenance(_message.Message):
     needs ENGRAM_DREAM_ENABLED on the worker).
     """
     log_retention: Global___LogRetention.ValueType
-    """Daily-log retention: off unless set."""
+    """Daily-log retention: archive unless set (seed 000's hygiene default)."""
     max_daily_logs: _builtins.int
     """Keep at most this many daily logs (the newest); older ones go the way of
     log_retention. 0 = the default (60).

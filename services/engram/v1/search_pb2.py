@@ -26,21 +26,23 @@ from engram.v1 import position_pb2 as engram_dot_v1_dot_position__pb2
 from engram.v1 import space_pb2 as engram_dot_v1_dot_space__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x65ngram/v1/search.proto\x12\tengram.v1\x1a\x18\x65ngram/v1/position.proto\x1a\x15\x65ngram/v1/space.proto\"\xa0\x02\n\rSearchRequest\x12#\n\x06spaces\x18\x01 \x03(\x0b\x32\x13.engram.v1.SpaceRef\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12#\n\x04mode\x18\x04 \x01(\x0e\x32\x15.engram.v1.SearchMode\x12\x13\n\x0b\x62m25_weight\x18\x05 \x01(\x01\x12\x15\n\rvector_weight\x18\x06 \x01(\x01\x12\r\n\x05rrf_k\x18\x07 \x01(\x01\x12\x11\n\tmin_score\x18\x08 \x01(\x01\x12\x13\n\x0bpath_prefix\x18\t \x01(\t\x12/\n\rmin_positions\x18\n \x03(\x0b\x32\x18.engram.v1.IndexPosition\x12\x13\n\x0bmax_wait_ms\x18\x0b \x01(\x05\"\xe1\x01\n\x0eSearchResponse\x12\r\n\x05query\x18\x01 \x01(\t\x12(\n\x07results\x18\x02 \x03(\x0b\x32\x17.engram.v1.SearchResult\x12\x14\n\x0cresult_count\x18\x03 \x01(\x05\x12\x10\n\x08\x64\x65graded\x18\x04 \x01(\x08\x12\x18\n\x10\x64\x65graded_reasons\x18\x05 \x03(\t\x12 \n\x18keyword_positions_behind\x18\x06 \x01(\x05\x12\x1f\n\x17vector_positions_behind\x18\x07 \x01(\x05\x12\x11\n\twaited_ms\x18\x08 \x01(\x05\"\xf5\x01\n\x0cSearchResult\x12\x10\n\x08\x63hunk_id\x18\x01 \x01(\t\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x10\n\x08space_id\x18\x03 \x01(\t\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\t\x12\x13\n\x0b\x63hunk_index\x18\x06 \x01(\x05\x12\r\n\x05score\x18\x07 \x01(\x01\x12\x12\n\nbm25_score\x18\x08 \x01(\x01\x12\x14\n\x0cvector_score\x18\t \x01(\x01\x12\x11\n\tbm25_rank\x18\n \x01(\x05\x12\x13\n\x0bvector_rank\x18\x0b \x01(\x05\x12\x17\n\x0fis_hybrid_match\x18\x0c \x01(\x08*t\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x01\x12\x17\n\x13SEARCH_MODE_LEXICAL\x10\x02\x12\x18\n\x14SEARCH_MODE_SEMANTIC\x10\x03\x32N\n\rSearchService\x12=\n\x06Search\x12\x18.engram.v1.SearchRequest\x1a\x19.engram.v1.SearchResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x65ngram/v1/search.proto\x12\tengram.v1\x1a\x18\x65ngram/v1/position.proto\x1a\x15\x65ngram/v1/space.proto\"\xfc\x02\n\rSearchRequest\x12#\n\x06spaces\x18\x01 \x03(\x0b\x32\x13.engram.v1.SpaceRef\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12#\n\x04mode\x18\x04 \x01(\x0e\x32\x15.engram.v1.SearchMode\x12\x13\n\x0b\x62m25_weight\x18\x05 \x01(\x01\x12\x15\n\rvector_weight\x18\x06 \x01(\x01\x12\r\n\x05rrf_k\x18\x07 \x01(\x01\x12\x11\n\tmin_score\x18\x08 \x01(\x01\x12\x13\n\x0bpath_prefix\x18\t \x01(\t\x12/\n\rmin_positions\x18\n \x03(\x0b\x32\x18.engram.v1.IndexPosition\x12\x13\n\x0bmax_wait_ms\x18\x0b \x01(\x05\x12\x15\n\rmin_relevance\x18\x0c \x01(\x01\x12\'\n\x06\x66usion\x18\r \x01(\x0e\x32\x17.engram.v1.SearchFusion\x12\x1a\n\x12\x63ollapse_documents\x18\x0e \x01(\x08\"\xe1\x01\n\x0eSearchResponse\x12\r\n\x05query\x18\x01 \x01(\t\x12(\n\x07results\x18\x02 \x03(\x0b\x32\x17.engram.v1.SearchResult\x12\x14\n\x0cresult_count\x18\x03 \x01(\x05\x12\x10\n\x08\x64\x65graded\x18\x04 \x01(\x08\x12\x18\n\x10\x64\x65graded_reasons\x18\x05 \x03(\t\x12 \n\x18keyword_positions_behind\x18\x06 \x01(\x05\x12\x1f\n\x17vector_positions_behind\x18\x07 \x01(\x05\x12\x11\n\twaited_ms\x18\x08 \x01(\x05\"\x88\x02\n\x0cSearchResult\x12\x10\n\x08\x63hunk_id\x18\x01 \x01(\t\x12\x13\n\x0b\x64ocument_id\x18\x02 \x01(\t\x12\x10\n\x08space_id\x18\x03 \x01(\t\x12\x0c\n\x04path\x18\x04 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x05 \x01(\t\x12\x13\n\x0b\x63hunk_index\x18\x06 \x01(\x05\x12\r\n\x05score\x18\x07 \x01(\x01\x12\x12\n\nbm25_score\x18\x08 \x01(\x01\x12\x14\n\x0cvector_score\x18\t \x01(\x01\x12\x11\n\tbm25_rank\x18\n \x01(\x05\x12\x13\n\x0bvector_rank\x18\x0b \x01(\x05\x12\x17\n\x0fis_hybrid_match\x18\x0c \x01(\x08\x12\x11\n\trelevance\x18\r \x01(\x01*t\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12SEARCH_MODE_HYBRID\x10\x01\x12\x17\n\x13SEARCH_MODE_LEXICAL\x10\x02\x12\x18\n\x14SEARCH_MODE_SEMANTIC\x10\x03*^\n\x0cSearchFusion\x12\x1d\n\x19SEARCH_FUSION_UNSPECIFIED\x10\x00\x12\x15\n\x11SEARCH_FUSION_RRF\x10\x01\x12\x18\n\x14SEARCH_FUSION_CONVEX\x10\x02\x32N\n\rSearchService\x12=\n\x06Search\x12\x18.engram.v1.SearchRequest\x1a\x19.engram.v1.SearchResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'engram.v1.search_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SEARCHMODE']._serialized_start=853
-  _globals['_SEARCHMODE']._serialized_end=969
+  _globals['_SEARCHMODE']._serialized_start=964
+  _globals['_SEARCHMODE']._serialized_end=1080
+  _globals['_SEARCHFUSION']._serialized_start=1082
+  _globals['_SEARCHFUSION']._serialized_end=1176
   _globals['_SEARCHREQUEST']._serialized_start=87
-  _globals['_SEARCHREQUEST']._serialized_end=375
-  _globals['_SEARCHRESPONSE']._serialized_start=378
-  _globals['_SEARCHRESPONSE']._serialized_end=603
-  _globals['_SEARCHRESULT']._serialized_start=606
-  _globals['_SEARCHRESULT']._serialized_end=851
-  _globals['_SEARCHSERVICE']._serialized_start=971
-  _globals['_SEARCHSERVICE']._serialized_end=1049
+  _globals['_SEARCHREQUEST']._serialized_end=467
+  _globals['_SEARCHRESPONSE']._serialized_start=470
+  _globals['_SEARCHRESPONSE']._serialized_end=695
+  _globals['_SEARCHRESULT']._serialized_start=698
+  _globals['_SEARCHRESULT']._serialized_end=962
+  _globals['_SEARCHSERVICE']._serialized_start=1178
+  _globals['_SEARCHSERVICE']._serialized_end=1256
 # @@protoc_insertion_point(module_scope)

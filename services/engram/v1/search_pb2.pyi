@@ -43,6 +43,34 @@ SEARCH_MODE_LEXICAL: SearchMode.ValueType  # 2
 SEARCH_MODE_SEMANTIC: SearchMode.ValueType  # 3
 Global___SearchMode: _TypeAlias = SearchMode  # noqa: Y015
 
+class _SearchFusion:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SearchFusionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SearchFusion.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SEARCH_FUSION_UNSPECIFIED: _SearchFusion.ValueType  # 0
+    """The server's default (SEARCH_FUSION_CONVEX)."""
+    SEARCH_FUSION_RRF: _SearchFusion.ValueType  # 1
+    """Weighted reciprocal rank fusion (bm25_weight, vector_weight, rrf_k)."""
+    SEARCH_FUSION_CONVEX: _SearchFusion.ValueType  # 2
+    """Convex combination of each list's scores normalised by its best (Bruch et al. 2023),
+    with more keyword weight for queries naming identifiers.
+    """
+
+class SearchFusion(_SearchFusion, metaclass=_SearchFusionEnumTypeWrapper):
+    """SearchFusion selects how hybrid search combines the keyword and vector lists."""
+
+SEARCH_FUSION_UNSPECIFIED: SearchFusion.ValueType  # 0
+"""The server's default (SEARCH_FUSION_CONVEX)."""
+SEARCH_FUSION_RRF: SearchFusion.ValueType  # 1
+"""Weighted reciprocal rank fusion (bm25_weight, vector_weight, rrf_k)."""
+SEARCH_FUSION_CONVEX: SearchFusion.ValueType  # 2
+"""Convex combination of each list's scores normalised by its best (Bruch et al. 2023),
+with more keyword weight for queries naming identifiers.
+"""
+Global___SearchFusion: _TypeAlias = SearchFusion  # noqa: Y015
+
 @_typing.final
 class SearchRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -58,15 +86,22 @@ class SearchRequest(_message.Message):
     PATH_PREFIX_FIELD_NUMBER: _builtins.int
     MIN_POSITIONS_FIELD_NUMBER: _builtins.int
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
+    MIN_RELEVANCE_FIELD_NUMBER: _builtins.int
+    FUSION_FIELD_NUMBER: _builtins.int
+    COLLAPSE_DOCUMENTS_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """Non-blank query text, at most 4096 characters."""
     limit: _builtins.int
     """1 to 100; 0 = 5."""
     mode: Global___SearchMode.ValueType
     bm25_weight: _builtins.float
-    """Weight of the BM25 list in RRF; 0 = 1.0; negative or not finite = INVALID_ARGUMENT."""
+    """Weight of the BM25 list in fusion (in RRF, or scaling its share in the convex
+    combination); 0 = 1.0; negative or not finite = INVALID_ARGUMENT.
+    """
     vector_weight: _builtins.float
-    """Weight of the vector list in RRF; 0 = 1.0; negative or not finite = INVALID_ARGUMENT."""
+    """Weight of the vector list in fusion (as bm25_weight); 0 = 1.0; negative or not
+    finite = INVALID_ARGUMENT.
+    """
     rrf_k: _builtins.float
     """RRF k in `weight / (k + rank)`; 0 = 60; negative or not finite = INVALID_ARGUMENT."""
     min_score: _builtins.float
@@ -80,6 +115,19 @@ class SearchRequest(_message.Message):
     """How long to wait for min_positions, in milliseconds; 0 = until the request deadline.
     The server caps it (ENGRAM_SEARCH_MAX_WAIT_SECONDS). When the wait ends first, the
     answer is degraded and a reason names the index that is behind.
+    """
+    min_relevance: _builtins.float
+    """When no result's relevance (SearchResult.relevance) reaches this, the answer is empty:
+    nothing relevant is stored. Otherwise every result is returned, each with its own
+    relevance. 0..1; 0 = always answer.
+    """
+    fusion: Global___SearchFusion.ValueType
+    """How the keyword and vector lists are combined in hybrid mode; unspecified = the
+    server's default (SEARCH_FUSION_CONVEX).
+    """
+    collapse_documents: _builtins.bool
+    """At most one result per document (its best chunk), so `limit` results name `limit`
+    documents.
     """
     @_builtins.property
     def spaces(self) -> _containers.RepeatedCompositeFieldContainer[_space_pb2.SpaceRef]:
@@ -108,10 +156,13 @@ class SearchRequest(_message.Message):
         path_prefix: _builtins.str = ...,
         min_positions: _abc.Iterable[_position_pb2.IndexPosition] | None = ...,
         max_wait_ms: _builtins.int = ...,
+        min_relevance: _builtins.float = ...,
+        fusion: Global___SearchFusion.ValueType = ...,
+        collapse_documents: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bm25_weight", b"bm25_weight", "limit", b"limit", "max_wait_ms", b"max_wait_ms", "min_positions", b"min_positions", "min_score", b"min_score", "mode", b"mode", "path_prefix", b"path_prefix", "query", b"query", "rrf_k", b"rrf_k", "spaces", b"spaces", "vector_weight", b"vector_weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bm25_weight", b"bm25_weight", "collapse_documents", b"collapse_documents", "fusion", b"fusion", "limit", b"limit", "max_wait_ms", b"max_wait_ms", "min_positions", b"min_positions", "min_relevance", b"min_relevance", "min_score", b"min_score", "mode", b"mode", "path_prefix", b"path_prefix", "query", b"query", "rrf_k", b"rrf_k", "spaces", b"spaces", "vector_weight", b"vector_weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -182,6 +233,7 @@ class SearchResult(_message.Message):
     BM25_RANK_FIELD_NUMBER: _builtins.int
     VECTOR_RANK_FIELD_NUMBER: _builtins.int
     IS_HYBRID_MATCH_FIELD_NUMBER: _builtins.int
+    RELEVANCE_FIELD_NUMBER: _builtins.int
     chunk_id: _builtins.str
     document_id: _builtins.str
     space_id: _builtins.str
@@ -202,6 +254,12 @@ class SearchResult(_message.Message):
     """1-based rank in the vector list (0 = absent)."""
     is_hybrid_match: _builtins.bool
     """True when both lists found the chunk."""
+    relevance: _builtins.float
+    """The calibrated probability, in [0, 1], that this chunk is relevant to the query, from
+    the legs' raw evidence (cosine similarity, BM25 per query term, agreement of the
+    legs). Unlike `score` it is comparable across queries: a low value on the best result
+    means nothing relevant is stored.
+    """
     def __init__(
         self,
         *,
@@ -217,10 +275,11 @@ class SearchResult(_message.Message):
         bm25_rank: _builtins.int = ...,
         vector_rank: _builtins.int = ...,
         is_hybrid_match: _builtins.bool = ...,
+        relevance: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bm25_rank", b"bm25_rank", "bm25_score", b"bm25_score", "chunk_id", b"chunk_id", "chunk_index", b"chunk_index", "content", b"content", "document_id", b"document_id", "is_hybrid_match", b"is_hybrid_match", "path", b"path", "score", b"score", "space_id", b"space_id", "vector_rank", b"vector_rank", "vector_score", b"vector_score"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bm25_rank", b"bm25_rank", "bm25_score", b"bm25_score", "chunk_id", b"chunk_id", "chunk_index", b"chunk_index", "content", b"content", "document_id", b"document_id", "is_hybrid_match", b"is_hybrid_match", "path", b"path", "relevance", b"relevance", "score", b"score", "space_id", b"space_id", "vector_rank", b"vector_rank", "vector_score", b"vector_score"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -27,15 +27,17 @@ from engram.v1 import space_pb2 as engram_dot_v1_dot_space__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x65ngram/v1/workspace.proto\x12\tengram.v1\x1a\x18\x65ngram/v1/position.proto\x1a\x15\x65ngram/v1/space.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xed\x01\n\x12MemoryWriteRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\'\n\x06target\x18\x02 \x01(\x0e\x32\x17.engram.v1.MemoryTarget\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x13\n\x06\x61ppend\x18\x05 \x01(\x08H\x00\x88\x01\x01\x12\x11\n\ttime_zone\x18\x06 \x01(\t\x12\x0f\n\x07session\x18\x07 \x01(\t\x12\'\n\theartbeat\x18\x08 \x01(\x0b\x32\x14.engram.v1.HeartbeatB\t\n\x07_append\"\x87\x01\n\tHeartbeat\x12-\n\tlast_seen\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07surface\x18\x03 \x01(\t\x12\x12\n\nturn_count\x18\x04 \x01(\x03\x12\x12\n\nopen_loops\x18\x05 \x03(\t\"\xbc\x01\n\x13MemoryWriteResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0e\n\x06status\x18\x04 \x01(\t\x12\x0e\n\x06\x61ppend\x18\x05 \x01(\x08\x12\x16\n\x0e\x63ontent_length\x18\x06 \x01(\x03\x12\x0f\n\x07version\x18\x07 \x01(\x03\x12*\n\x08position\x18\x08 \x01(\x0b\x32\x18.engram.v1.IndexPosition\"E\n\x11MemoryReadRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0c\n\x04path\x18\x02 \x01(\t\"\x98\x01\n\x12MemoryReadResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x12\n\nword_count\x18\x03 \x01(\x03\x12.\n\nupdated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12\x0f\n\x07version\x18\x06 \x01(\x03\"T\n\x11MemoryTreeRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\x05\x12\x0c\n\x04path\x18\x03 \x01(\t\"8\n\x12MemoryTreeResponse\x12\"\n\x05nodes\x18\x01 \x03(\x0b\x32\x13.engram.v1.TreeNode\"M\n\x08TreeNode\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x08\x63hildren\x18\x02 \x03(\x0b\x32\x13.engram.v1.TreeNode\x12\x0c\n\x04path\x18\x03 \x01(\t\"\x9d\x01\n\x13MemorySearchRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12/\n\rmin_positions\x18\x04 \x03(\x0b\x32\x18.engram.v1.IndexPosition\x12\x13\n\x0bmax_wait_ms\x18\x05 \x01(\x05\"\xe7\x01\n\x14MemorySearchResponse\x12(\n\x04hits\x18\x01 \x03(\x0b\x32\x1a.engram.v1.MemorySearchHit\x12\r\n\x05query\x18\x02 \x01(\t\x12\x14\n\x0cresult_count\x18\x03 \x01(\x05\x12\x10\n\x08\x64\x65graded\x18\x04 \x01(\x08\x12\x18\n\x10\x64\x65graded_reasons\x18\x05 \x03(\t\x12 \n\x18keyword_positions_behind\x18\x06 \x01(\x05\x12\x1f\n\x17vector_positions_behind\x18\x07 \x01(\x05\x12\x11\n\twaited_ms\x18\x08 \x01(\x05\"\x7f\n\x0fMemorySearchHit\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x01\x12\x13\n\x0b\x64ocument_id\x18\x04 \x01(\t\x12\x17\n\x0fis_hybrid_match\x18\x05 \x01(\x08\x12\x10\n\x08\x63hunk_id\x18\x06 \x01(\t\"n\n\x15\x41ppendDailyLogRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\r\n\x05\x65ntry\x18\x02 \x01(\t\x12\x11\n\ttime_zone\x18\x03 \x01(\t\x12\x0f\n\x07session\x18\x04 \x01(\t\"\x8b\x01\n\x16\x41ppendDailyLogResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontent_length\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12*\n\x08position\x18\x05 \x01(\x0b\x32\x18.engram.v1.IndexPosition\"f\n\x16GetSystemPromptRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x15\n\rgroup_context\x18\x02 \x01(\x08\x12\x11\n\ttime_zone\x18\x03 \x01(\t\"\x82\x01\n\x17GetSystemPromptResponse\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12*\n\x08sections\x18\x02 \x03(\x0b\x32\x18.engram.v1.PromptSection\x12\x14\n\x0csoul_changed\x18\x03 \x01(\x08\x12\x15\n\rbootstrapping\x18\x04 \x01(\x08\";\n\rPromptSection\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\":\n\x14SeedWorkspaceRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\"F\n\x15SeedWorkspaceResponse\x12\x15\n\rcreated_paths\x18\x01 \x03(\t\x12\x16\n\x0e\x65xisting_paths\x18\x02 \x03(\t\">\n\x18\x43ompleteBootstrapRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\"2\n\x19\x43ompleteBootstrapResponse\x12\x15\n\rarchived_path\x18\x01 \x01(\t*\x99\x01\n\x0cMemoryTarget\x12\x1d\n\x19MEMORY_TARGET_UNSPECIFIED\x10\x00\x12\x18\n\x14MEMORY_TARGET_MEMORY\x10\x01\x12\x1b\n\x17MEMORY_TARGET_DAILY_LOG\x10\x02\x12\x1b\n\x17MEMORY_TARGET_HEARTBEAT\x10\x03\x12\x16\n\x12MEMORY_TARGET_PATH\x10\x04\x32\xac\x05\n\x10WorkspaceService\x12L\n\x0bMemoryWrite\x12\x1d.engram.v1.MemoryWriteRequest\x1a\x1e.engram.v1.MemoryWriteResponse\x12I\n\nMemoryRead\x12\x1c.engram.v1.MemoryReadRequest\x1a\x1d.engram.v1.MemoryReadResponse\x12I\n\nMemoryTree\x12\x1c.engram.v1.MemoryTreeRequest\x1a\x1d.engram.v1.MemoryTreeResponse\x12O\n\x0cMemorySearch\x12\x1e.engram.v1.MemorySearchRequest\x1a\x1f.engram.v1.MemorySearchResponse\x12U\n\x0e\x41ppendDailyLog\x12 .engram.v1.AppendDailyLogRequest\x1a!.engram.v1.AppendDailyLogResponse\x12X\n\x0fGetSystemPrompt\x12!.engram.v1.GetSystemPromptRequest\x1a\".engram.v1.GetSystemPromptResponse\x12R\n\rSeedWorkspace\x12\x1f.engram.v1.SeedWorkspaceRequest\x1a .engram.v1.SeedWorkspaceResponse\x12^\n\x11\x43ompleteBootstrap\x12#.engram.v1.CompleteBootstrapRequest\x1a$.engram.v1.CompleteBootstrapResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x65ngram/v1/workspace.proto\x12\tengram.v1\x1a\x18\x65ngram/v1/position.proto\x1a\x15\x65ngram/v1/space.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xed\x01\n\x12MemoryWriteRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\'\n\x06target\x18\x02 \x01(\x0e\x32\x17.engram.v1.MemoryTarget\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x13\n\x06\x61ppend\x18\x05 \x01(\x08H\x00\x88\x01\x01\x12\x11\n\ttime_zone\x18\x06 \x01(\t\x12\x0f\n\x07session\x18\x07 \x01(\t\x12\'\n\theartbeat\x18\x08 \x01(\x0b\x32\x14.engram.v1.HeartbeatB\t\n\x07_append\"\x87\x01\n\tHeartbeat\x12-\n\tlast_seen\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x0f\n\x07surface\x18\x03 \x01(\t\x12\x12\n\nturn_count\x18\x04 \x01(\x03\x12\x12\n\nopen_loops\x18\x05 \x03(\t\"\xbc\x01\n\x13MemoryWriteResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0e\n\x06status\x18\x04 \x01(\t\x12\x0e\n\x06\x61ppend\x18\x05 \x01(\x08\x12\x16\n\x0e\x63ontent_length\x18\x06 \x01(\x03\x12\x0f\n\x07version\x18\x07 \x01(\x03\x12*\n\x08position\x18\x08 \x01(\x0b\x32\x18.engram.v1.IndexPosition\"w\n\x11MemoryReadRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61te\x18\x03 \x01(\t\x12\x11\n\ttime_zone\x18\x04 \x01(\t\x12\x0f\n\x07session\x18\x05 \x01(\t\"\x98\x01\n\x12MemoryReadResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x12\n\nword_count\x18\x03 \x01(\x03\x12.\n\nupdated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12\x0f\n\x07version\x18\x06 \x01(\x03\"T\n\x11MemoryTreeRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\r\n\x05\x64\x65pth\x18\x02 \x01(\x05\x12\x0c\n\x04path\x18\x03 \x01(\t\"8\n\x12MemoryTreeResponse\x12\"\n\x05nodes\x18\x01 \x03(\x0b\x32\x13.engram.v1.TreeNode\"M\n\x08TreeNode\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x08\x63hildren\x18\x02 \x03(\x0b\x32\x13.engram.v1.TreeNode\x12\x0c\n\x04path\x18\x03 \x01(\t\"\xcb\x01\n\x13MemorySearchRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12/\n\rmin_positions\x18\x04 \x03(\x0b\x32\x18.engram.v1.IndexPosition\x12\x13\n\x0bmax_wait_ms\x18\x05 \x01(\x05\x12\x1a\n\rmin_relevance\x18\x06 \x01(\x01H\x00\x88\x01\x01\x42\x10\n\x0e_min_relevance\"\xe7\x01\n\x14MemorySearchResponse\x12(\n\x04hits\x18\x01 \x03(\x0b\x32\x1a.engram.v1.MemorySearchHit\x12\r\n\x05query\x18\x02 \x01(\t\x12\x14\n\x0cresult_count\x18\x03 \x01(\x05\x12\x10\n\x08\x64\x65graded\x18\x04 \x01(\x08\x12\x18\n\x10\x64\x65graded_reasons\x18\x05 \x03(\t\x12 \n\x18keyword_positions_behind\x18\x06 \x01(\x05\x12\x1f\n\x17vector_positions_behind\x18\x07 \x01(\x05\x12\x11\n\twaited_ms\x18\x08 \x01(\x05\"\x92\x01\n\x0fMemorySearchHit\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x01\x12\x13\n\x0b\x64ocument_id\x18\x04 \x01(\t\x12\x17\n\x0fis_hybrid_match\x18\x05 \x01(\x08\x12\x10\n\x08\x63hunk_id\x18\x06 \x01(\t\x12\x11\n\trelevance\x18\x07 \x01(\x01\"n\n\x15\x41ppendDailyLogRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\r\n\x05\x65ntry\x18\x02 \x01(\t\x12\x11\n\ttime_zone\x18\x03 \x01(\t\x12\x0f\n\x07session\x18\x04 \x01(\t\"\x8b\x01\n\x16\x41ppendDailyLogResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0e\x63ontent_length\x18\x02 \x01(\x03\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12*\n\x08position\x18\x05 \x01(\x0b\x32\x18.engram.v1.IndexPosition\"\x8f\x01\n\x16GetSystemPromptRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x15\n\rgroup_context\x18\x02 \x01(\x08\x12\x11\n\ttime_zone\x18\x03 \x01(\t\x12\'\n\x06layout\x18\x04 \x01(\x0e\x32\x17.engram.v1.PromptLayout\"\x82\x01\n\x17GetSystemPromptResponse\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12*\n\x08sections\x18\x02 \x03(\x0b\x32\x18.engram.v1.PromptSection\x12\x14\n\x0csoul_changed\x18\x03 \x01(\x08\x12\x15\n\rbootstrapping\x18\x04 \x01(\x08\";\n\rPromptSection\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\":\n\x14SeedWorkspaceRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\"F\n\x15SeedWorkspaceResponse\x12\x15\n\rcreated_paths\x18\x01 \x03(\t\x12\x16\n\x0e\x65xisting_paths\x18\x02 \x03(\t\">\n\x18\x43ompleteBootstrapRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\"2\n\x19\x43ompleteBootstrapResponse\x12\x15\n\rarchived_path\x18\x01 \x01(\t*e\n\x0cPromptLayout\x12\x1d\n\x19PROMPT_LAYOUT_UNSPECIFIED\x10\x00\x12\x1a\n\x16PROMPT_LAYOUT_SEED_000\x10\x01\x12\x1a\n\x16PROMPT_LAYOUT_SEED_004\x10\x02*\x99\x01\n\x0cMemoryTarget\x12\x1d\n\x19MEMORY_TARGET_UNSPECIFIED\x10\x00\x12\x18\n\x14MEMORY_TARGET_MEMORY\x10\x01\x12\x1b\n\x17MEMORY_TARGET_DAILY_LOG\x10\x02\x12\x1b\n\x17MEMORY_TARGET_HEARTBEAT\x10\x03\x12\x16\n\x12MEMORY_TARGET_PATH\x10\x04\x32\xac\x05\n\x10WorkspaceService\x12L\n\x0bMemoryWrite\x12\x1d.engram.v1.MemoryWriteRequest\x1a\x1e.engram.v1.MemoryWriteResponse\x12I\n\nMemoryRead\x12\x1c.engram.v1.MemoryReadRequest\x1a\x1d.engram.v1.MemoryReadResponse\x12I\n\nMemoryTree\x12\x1c.engram.v1.MemoryTreeRequest\x1a\x1d.engram.v1.MemoryTreeResponse\x12O\n\x0cMemorySearch\x12\x1e.engram.v1.MemorySearchRequest\x1a\x1f.engram.v1.MemorySearchResponse\x12U\n\x0e\x41ppendDailyLog\x12 .engram.v1.AppendDailyLogRequest\x1a!.engram.v1.AppendDailyLogResponse\x12X\n\x0fGetSystemPrompt\x12!.engram.v1.GetSystemPromptRequest\x1a\".engram.v1.GetSystemPromptResponse\x12R\n\rSeedWorkspace\x12\x1f.engram.v1.SeedWorkspaceRequest\x1a .engram.v1.SeedWorkspaceResponse\x12^\n\x11\x43ompleteBootstrap\x12#.engram.v1.CompleteBootstrapRequest\x1a$.engram.v1.CompleteBootstrapResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'engram.v1.workspace_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MEMORYTARGET']._serialized_start=2464
-  _globals['_MEMORYTARGET']._serialized_end=2617
+  _globals['_PROMPTLAYOUT']._serialized_start=2621
+  _globals['_PROMPTLAYOUT']._serialized_end=2722
+  _globals['_MEMORYTARGET']._serialized_start=2725
+  _globals['_MEMORYTARGET']._serialized_end=2878
   _globals['_MEMORYWRITEREQUEST']._serialized_start=123
   _globals['_MEMORYWRITEREQUEST']._serialized_end=360
   _globals['_HEARTBEAT']._serialized_start=363
@@ -43,39 +45,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MEMORYWRITERESPONSE']._serialized_start=501
   _globals['_MEMORYWRITERESPONSE']._serialized_end=689
   _globals['_MEMORYREADREQUEST']._serialized_start=691
-  _globals['_MEMORYREADREQUEST']._serialized_end=760
-  _globals['_MEMORYREADRESPONSE']._serialized_start=763
-  _globals['_MEMORYREADRESPONSE']._serialized_end=915
-  _globals['_MEMORYTREEREQUEST']._serialized_start=917
-  _globals['_MEMORYTREEREQUEST']._serialized_end=1001
-  _globals['_MEMORYTREERESPONSE']._serialized_start=1003
-  _globals['_MEMORYTREERESPONSE']._serialized_end=1059
-  _globals['_TREENODE']._serialized_start=1061
-  _globals['_TREENODE']._serialized_end=1138
-  _globals['_MEMORYSEARCHREQUEST']._serialized_start=1141
-  _globals['_MEMORYSEARCHREQUEST']._serialized_end=1298
-  _globals['_MEMORYSEARCHRESPONSE']._serialized_start=1301
-  _globals['_MEMORYSEARCHRESPONSE']._serialized_end=1532
-  _globals['_MEMORYSEARCHHIT']._serialized_start=1534
-  _globals['_MEMORYSEARCHHIT']._serialized_end=1661
-  _globals['_APPENDDAILYLOGREQUEST']._serialized_start=1663
-  _globals['_APPENDDAILYLOGREQUEST']._serialized_end=1773
-  _globals['_APPENDDAILYLOGRESPONSE']._serialized_start=1776
-  _globals['_APPENDDAILYLOGRESPONSE']._serialized_end=1915
-  _globals['_GETSYSTEMPROMPTREQUEST']._serialized_start=1917
-  _globals['_GETSYSTEMPROMPTREQUEST']._serialized_end=2019
-  _globals['_GETSYSTEMPROMPTRESPONSE']._serialized_start=2022
-  _globals['_GETSYSTEMPROMPTRESPONSE']._serialized_end=2152
-  _globals['_PROMPTSECTION']._serialized_start=2154
-  _globals['_PROMPTSECTION']._serialized_end=2213
-  _globals['_SEEDWORKSPACEREQUEST']._serialized_start=2215
-  _globals['_SEEDWORKSPACEREQUEST']._serialized_end=2273
-  _globals['_SEEDWORKSPACERESPONSE']._serialized_start=2275
-  _globals['_SEEDWORKSPACERESPONSE']._serialized_end=2345
-  _globals['_COMPLETEBOOTSTRAPREQUEST']._serialized_start=2347
-  _globals['_COMPLETEBOOTSTRAPREQUEST']._serialized_end=2409
-  _globals['_COMPLETEBOOTSTRAPRESPONSE']._serialized_start=2411
-  _globals['_COMPLETEBOOTSTRAPRESPONSE']._serialized_end=2461
-  _globals['_WORKSPACESERVICE']._serialized_start=2620
-  _globals['_WORKSPACESERVICE']._serialized_end=3304
+  _globals['_MEMORYREADREQUEST']._serialized_end=810
+  _globals['_MEMORYREADRESPONSE']._serialized_start=813
+  _globals['_MEMORYREADRESPONSE']._serialized_end=965
+  _globals['_MEMORYTREEREQUEST']._serialized_start=967
+  _globals['_MEMORYTREEREQUEST']._serialized_end=1051
+  _globals['_MEMORYTREERESPONSE']._serialized_start=1053
+  _globals['_MEMORYTREERESPONSE']._serialized_end=1109
+  _globals['_TREENODE']._serialized_start=1111
+  _globals['_TREENODE']._serialized_end=1188
+  _globals['_MEMORYSEARCHREQUEST']._serialized_start=1191
+  _globals['_MEMORYSEARCHREQUEST']._serialized_end=1394
+  _globals['_MEMORYSEARCHRESPONSE']._serialized_start=1397
+  _globals['_MEMORYSEARCHRESPONSE']._serialized_end=1628
+  _globals['_MEMORYSEARCHHIT']._serialized_start=1631
+  _globals['_MEMORYSEARCHHIT']._serialized_end=1777
+  _globals['_APPENDDAILYLOGREQUEST']._serialized_start=1779
+  _globals['_APPENDDAILYLOGREQUEST']._serialized_end=1889
+  _globals['_APPENDDAILYLOGRESPONSE']._serialized_start=1892
+  _globals['_APPENDDAILYLOGRESPONSE']._serialized_end=2031
+  _globals['_GETSYSTEMPROMPTREQUEST']._serialized_start=2034
+  _globals['_GETSYSTEMPROMPTREQUEST']._serialized_end=2177
+  _globals['_GETSYSTEMPROMPTRESPONSE']._serialized_start=2180
+  _globals['_GETSYSTEMPROMPTRESPONSE']._serialized_end=2310
+  _globals['_PROMPTSECTION']._serialized_start=2312
+  _globals['_PROMPTSECTION']._serialized_end=2371
+  _globals['_SEEDWORKSPACEREQUEST']._serialized_start=2373
+  _globals['_SEEDWORKSPACEREQUEST']._serialized_end=2431
+  _globals['_SEEDWORKSPACERESPONSE']._serialized_start=2433
+  _globals['_SEEDWORKSPACERESPONSE']._serialized_end=2503
+  _globals['_COMPLETEBOOTSTRAPREQUEST']._serialized_start=2505
+  _globals['_COMPLETEBOOTSTRAPREQUEST']._serialized_end=2567
+  _globals['_COMPLETEBOOTSTRAPRESPONSE']._serialized_start=2569
+  _globals['_COMPLETEBOOTSTRAPRESPONSE']._serialized_end=2619
+  _globals['_WORKSPACESERVICE']._serialized_start=2881
+  _globals['_WORKSPACESERVICE']._serialized_end=3565
 # @@protoc_insertion_point(module_scope)

@@ -22,6 +22,34 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _PromptLayout:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PromptLayoutEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PromptLayout.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PROMPT_LAYOUT_UNSPECIFIED: _PromptLayout.ValueType  # 0
+    PROMPT_LAYOUT_SEED_000: _PromptLayout.ValueType  # 1
+    """Seed 000: AGENTS, SOUL, USER, IDENTITY, MEMORY, then today's and yesterday's logs."""
+    PROMPT_LAYOUT_SEED_004: _PromptLayout.ValueType  # 2
+    """Seed 004: the identity block (SOUL, AGENTS, IDENTITY), then the memory snapshot:
+    USER, MEMORY, HEARTBEAT, then today's and yesterday's logs.
+    """
+
+class PromptLayout(_PromptLayout, metaclass=_PromptLayoutEnumTypeWrapper):
+    """MemoryTarget is where memory_write writes.
+    PromptLayout orders the assembled prompt's sections.
+    """
+
+PROMPT_LAYOUT_UNSPECIFIED: PromptLayout.ValueType  # 0
+PROMPT_LAYOUT_SEED_000: PromptLayout.ValueType  # 1
+"""Seed 000: AGENTS, SOUL, USER, IDENTITY, MEMORY, then today's and yesterday's logs."""
+PROMPT_LAYOUT_SEED_004: PromptLayout.ValueType  # 2
+"""Seed 004: the identity block (SOUL, AGENTS, IDENTITY), then the memory snapshot:
+USER, MEMORY, HEARTBEAT, then today's and yesterday's logs.
+"""
+Global___PromptLayout: _TypeAlias = PromptLayout  # noqa: Y015
+
 class _MemoryTarget:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -38,8 +66,7 @@ class _MemoryTargetEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MemoryTa
     MEMORY_TARGET_PATH: _MemoryTarget.ValueType  # 4
     """A custom path."""
 
-class MemoryTarget(_MemoryTarget, metaclass=_MemoryTargetEnumTypeWrapper):
-    """MemoryTarget is where memory_write writes."""
+class MemoryTarget(_MemoryTarget, metaclass=_MemoryTargetEnumTypeWrapper): ...
 
 MEMORY_TARGET_UNSPECIFIED: MemoryTarget.ValueType  # 0
 MEMORY_TARGET_MEMORY: MemoryTarget.ValueType  # 1
@@ -194,7 +221,18 @@ class MemoryReadRequest(_message.Message):
 
     SPACE_FIELD_NUMBER: _builtins.int
     PATH_FIELD_NUMBER: _builtins.int
+    DATE_FIELD_NUMBER: _builtins.int
+    TIME_ZONE_FIELD_NUMBER: _builtins.int
+    SESSION_FIELD_NUMBER: _builtins.int
     path: _builtins.str
+    """The document; or leave it empty and name a day's log by `date`."""
+    date: _builtins.str
+    """Read-by-date: "today", "yesterday" or YYYY-MM-DD, in `time_zone` (IANA, default
+    UTC): that day's daily log (daily/, else an imported memory/ journal), or with
+    `session` that surface's journal.
+    """
+    time_zone: _builtins.str
+    session: _builtins.str
     @_builtins.property
     def space(self) -> _space_pb2.SpaceRef: ...
     def __init__(
@@ -202,10 +240,13 @@ class MemoryReadRequest(_message.Message):
         *,
         space: _space_pb2.SpaceRef | None = ...,
         path: _builtins.str = ...,
+        date: _builtins.str = ...,
+        time_zone: _builtins.str = ...,
+        session: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "space", b"space"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["date", b"date", "path", b"path", "session", b"session", "space", b"space", "time_zone", b"time_zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -332,11 +373,17 @@ class MemorySearchRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     MIN_POSITIONS_FIELD_NUMBER: _builtins.int
     MAX_WAIT_MS_FIELD_NUMBER: _builtins.int
+    MIN_RELEVANCE_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     limit: _builtins.int
     """1..20; 0 (unset) = 5."""
     max_wait_ms: _builtins.int
     """As SearchRequest.max_wait_ms."""
+    min_relevance: _builtins.float
+    """As SearchRequest.min_relevance: no hits unless one is at least this likely relevant
+    (0..1). Unset = the workspace default (0.025, ENGRAM_WORKSPACE_MIN_RELEVANCE), which
+    returns nothing when nothing relevant is stored; 0 = always answer.
+    """
     @_builtins.property
     def space(self) -> _space_pb2.SpaceRef: ...
     @_builtins.property
@@ -351,12 +398,15 @@ class MemorySearchRequest(_message.Message):
         limit: _builtins.int = ...,
         min_positions: _abc.Iterable[_position_pb2.IndexPosition] | None = ...,
         max_wait_ms: _builtins.int = ...,
+        min_relevance: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance", "min_relevance", b"min_relevance", "space", b"space"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "max_wait_ms", b"max_wait_ms", "min_positions", b"min_positions", "query", b"query", "space", b"space"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance", "limit", b"limit", "max_wait_ms", b"max_wait_ms", "min_positions", b"min_positions", "min_relevance", b"min_relevance", "query", b"query", "space", b"space"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__min_relevance: _TypeAlias = _typing.Literal["min_relevance"]  # noqa: Y015
+    _WhichOneofArgType__min_relevance: _TypeAlias = _typing.Literal["_min_relevance", b"_min_relevance"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_relevance) -> _WhichOneofReturnType__min_relevance | None: ...
 
 Global___MemorySearchRequest: _TypeAlias = MemorySearchRequest  # noqa: Y015
 
@@ -418,6 +468,7 @@ class MemorySearchHit(_message.Message):
     DOCUMENT_ID_FIELD_NUMBER: _builtins.int
     IS_HYBRID_MATCH_FIELD_NUMBER: _builtins.int
     CHUNK_ID_FIELD_NUMBER: _builtins.int
+    RELEVANCE_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     content: _builtins.str
     score: _builtins.float
@@ -426,6 +477,8 @@ class MemorySearchHit(_message.Message):
     is_hybrid_match: _builtins.bool
     """Found by both the keyword and the vector search."""
     chunk_id: _builtins.str
+    relevance: _builtins.float
+    """As SearchResult.relevance: the calibrated probability that the hit is relevant."""
     def __init__(
         self,
         *,
@@ -435,10 +488,11 @@ class MemorySearchHit(_message.Message):
         document_id: _builtins.str = ...,
         is_hybrid_match: _builtins.bool = ...,
         chunk_id: _builtins.str = ...,
+        relevance: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "content", b"content", "document_id", b"document_id", "is_hybrid_match", b"is_hybrid_match", "path", b"path", "score", b"score"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_id", b"chunk_id", "content", b"content", "document_id", b"document_id", "is_hybrid_match", b"is_hybrid_match", "path", b"path", "relevance", b"relevance", "score", b"score"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -516,9 +570,14 @@ class GetSystemPromptRequest(_message.Message):
     SPACE_FIELD_NUMBER: _builtins.int
     GROUP_CONTEXT_FIELD_NUMBER: _builtins.int
     TIME_ZONE_FIELD_NUMBER: _builtins.int
+    LAYOUT_FIELD_NUMBER: _builtins.int
     group_context: _builtins.bool
     """Group contexts omit MEMORY.md."""
     time_zone: _builtins.str
+    layout: Global___PromptLayout.ValueType
+    """The order of the sections; unset: the server's default
+    (ENGRAM_WORKSPACE_PROMPT_LAYOUT, seed 000's).
+    """
     @_builtins.property
     def space(self) -> _space_pb2.SpaceRef: ...
     def __init__(
@@ -527,10 +586,11 @@ class GetSystemPromptRequest(_message.Message):
         space: _space_pb2.SpaceRef | None = ...,
         group_context: _builtins.bool = ...,
         time_zone: _builtins.str = ...,
+        layout: Global___PromptLayout.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_context", b"group_context", "space", b"space", "time_zone", b"time_zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_context", b"group_context", "layout", b"layout", "space", b"space", "time_zone", b"time_zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

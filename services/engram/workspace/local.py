@@ -122,6 +122,7 @@ class LocalSearch:
         *,
         limit: int,
         wait: PositionWait = NO_WAIT,
+        min_relevance: float = 0.0,
     ) -> MemoryHits:
         outcome = await self._search.search(
             principal,
@@ -130,6 +131,7 @@ class LocalSearch:
                 text=query,
                 limit=limit,
                 mode=SearchMode.HYBRID,
+                min_relevance=min_relevance,
                 min_positions=wait.positions,
                 max_wait_seconds=wait.max_wait_seconds,
                 deadline_seconds=wait.deadline_seconds,
@@ -144,6 +146,7 @@ class LocalSearch:
                     document_id=hit.chunk.document_id,
                     chunk_id=hit.chunk.chunk_id,
                     is_hybrid_match=hit.is_hybrid_match,
+                    relevance=hit.relevance,
                 )
                 for hit in outcome.hits
             ],

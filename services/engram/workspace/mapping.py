@@ -6,7 +6,7 @@ from datetime import datetime
 
 from engram.domain.errors import InvalidArgument
 from engram.domain.heartbeat import HeartbeatFields
-from engram.domain.prompt import AssembledPrompt
+from engram.domain.prompt import AssembledPrompt, PromptLayout
 from engram.domain.workspace import Target, TreeNode
 from engram.search.mapping import wait_seconds
 from engram.v1 import position_pb2, workspace_pb2
@@ -29,6 +29,12 @@ TARGETS = {
     workspace_pb2.MEMORY_TARGET_DAILY_LOG: Target.DAILY_LOG,
     workspace_pb2.MEMORY_TARGET_HEARTBEAT: Target.HEARTBEAT,
     workspace_pb2.MEMORY_TARGET_PATH: Target.PATH,
+}
+
+# Unset (and unknown values): the server's default layout.
+PROMPT_LAYOUTS: dict[int, PromptLayout] = {
+    workspace_pb2.PROMPT_LAYOUT_SEED_000: PromptLayout.SEED_000,
+    workspace_pb2.PROMPT_LAYOUT_SEED_004: PromptLayout.SEED_004,
 }
 
 
@@ -118,6 +124,7 @@ def search_response(query: str, found: MemoryHits) -> workspace_pb2.MemorySearch
                 document_id=hit.document_id,
                 is_hybrid_match=hit.is_hybrid_match,
                 chunk_id=hit.chunk_id,
+                relevance=hit.relevance,
             )
             for hit in found.hits
         ],

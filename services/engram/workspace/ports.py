@@ -51,6 +51,8 @@ class MemoryHit:
     document_id: str
     chunk_id: str
     is_hybrid_match: bool
+    # Calibrated probability that the hit is relevant (SearchResult.relevance).
+    relevance: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +125,7 @@ class WorkspaceSearch(Protocol):
         *,
         limit: int,
         wait: PositionWait = NO_WAIT,
+        min_relevance: float = 0.0,
     ) -> MemoryHits: ...
 
 

@@ -1,18 +1,18 @@
 """The workspace's ports over gRPC (`engram serve workspace`): StorageService and
-SearchService called as the workspace's service principal (ENGRAM_SERVICE_TOKEN) for the
-space the workspace service already authorized for its caller. Failed calls come back as
-the same domain errors (engram.runtime.errors.remote_errors)."""
+SearchService called through engram.client as the workspace's service principal
+(ENGRAM_SERVICE_TOKEN) for the space the workspace service already authorized for its
+caller. Failed calls come back as the same domain errors."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import grpc
 
+from engram.client import EngramClient
 from engram.domain.errors import DocumentNotFound
 from engram.domain.principals import Principal
 from engram.domain.spaces import SpaceRef
-from engram.runtime.errors import remote_errors
-from engram.v1 import search_pb2, search_pb2_grpc, storage_pb2, storage_pb2_grpc
-from engram.wire import from_timestamp, position_from_proto, position_to_proto, space_to_proto
 from engram.workspace.ports import (
     NO_WAIT,
     MemoryHit,
@@ -25,31 +25,27 @@ from engram.workspace.ports import (
 )
 
 LIST_PAGE_SIZE = 1000
+# What a document without a recorded change time reports (as an unset protobuf Timestamp).
+EPOCH = datetime.fromtimestamp(0, UTC)
 
 
 class _Remote:
-    def __init__(self, token: str, timeout: float) -> None:
-        self._metadata = (("authorization", f"Bearer {token}"),)
+    def __init__(self, channel: grpc.aio.Channel, token: str, timeout: float) -> None:
+        self._client = EngramClient(channel=channel, token=token, timeout=timeout)
         self._timeout = timeout
 
 
 class RemoteDocuments(_Remote):
     def __init__(self, channel: grpc.aio.Channel, token: str, *, timeout: float = 10.0) -> None:
-        super().__init__(token, timeout)
-        self._stub = storage_pb2_grpc.StorageServiceStub(channel)
+        super().__init__(channel, token, timeout)
 
     async def get(
         self, principal: Principal, space: SpaceRef, path: str
     ) -> WorkspaceDocument | None:
-        request = storage_pb2.ReadDocumentRequest(space=space_to_proto(space), path=path)
         try:
-            with remote_errors("StorageService.ReadDocument"):
-                response = await self._stub.ReadDocument(
-                    request, metadata=self._metadata, timeout=self._timeout
-                )
+            document = await self._client.read_document(path, space=space)
         except DocumentNotFound:
             return None
-        document = response.document
         return WorkspaceDocument(
             path=document.path,
             content=document.content,
@@ -57,7 +53,7 @@ class RemoteDocuments(_Remote):
             size_bytes=document.size_bytes,
             version=document.version,
             word_count=document.word_count,
-            updated_at=from_timestamp(document.updated_at),
+            updated_at=document.updated_at or EPOCH,
         )
 
     async def write(
@@ -73,66 +69,47 @@ class RemoteDocuments(_Remote):
         as_line: bool = False,
         created_prefix: str = "",
     ) -> StoredWrite:
-        request = storage_pb2.WriteDocumentRequest(
-            space=space_to_proto(space),
-            path=path,
-            content=content,
-            mode=storage_pb2.WRITE_MODE_APPEND if append else storage_pb2.WRITE_MODE_REPLACE,
+        written = await self._client.write_document(
+            path,
+            content,
+            append=append,
             expected_sha256=expected_sha256,
             create_only=create_only,
             append_as_line=as_line,
             prefix_if_created=created_prefix,
+            space=space,
         )
-        with remote_errors("StorageService.WriteDocument"):
-            response = await self._stub.WriteDocument(
-                request, metadata=self._metadata, timeout=self._timeout
-            )
-        document = response.document
+        document = written.document
         return StoredWrite(
             path=document.path,
             sha256=document.sha256,
             size_bytes=document.size_bytes,
             version=document.version,
-            created=response.created,
-            bytes_delta=response.bytes_delta,
-            position=(
-                position_from_proto(response.position) if response.HasField("position") else None
-            ),
+            created=written.created,
+            bytes_delta=written.bytes_delta,
+            position=written.position,
         )
 
     async def delete(
         self, principal: Principal, space: SpaceRef, path: str, *, expected_sha256: str
     ) -> None:
-        request = storage_pb2.DeleteDocumentRequest(
-            space=space_to_proto(space), path=path, expected_sha256=expected_sha256
-        )
-        with remote_errors("StorageService.DeleteDocument"):
-            await self._stub.DeleteDocument(request, metadata=self._metadata, timeout=self._timeout)
+        await self._client.delete_document(path, expected_sha256=expected_sha256, space=space)
 
     async def list_paths(
         self, principal: Principal, space: SpaceRef, directory: str, *, limit: int
     ) -> list[str]:
         async def page(token: str) -> PathPage:
-            request = storage_pb2.ListDocumentsRequest(
-                space=space_to_proto(space),
-                dir=directory,
-                recursive=True,
-                page_size=LIST_PAGE_SIZE,
-                page_token=token,
+            found = await self._client.list_documents(
+                directory, recursive=True, page_size=LIST_PAGE_SIZE, page_token=token, space=space
             )
-            with remote_errors("StorageService.ListDocuments"):
-                response = await self._stub.ListDocuments(
-                    request, metadata=self._metadata, timeout=self._timeout
-                )
-            return [e.path for e in response.entries if not e.is_dir], response.next_page_token
+            return [e.path for e in found.entries if not e.is_dir], found.next_page_token
 
         return await collect_paths(page, limit)
 
 
 class RemoteSearch(_Remote):
     def __init__(self, channel: grpc.aio.Channel, token: str, *, timeout: float = 10.0) -> None:
-        super().__init__(token, timeout)
-        self._stub = search_pb2_grpc.SearchServiceStub(channel)
+        super().__init__(channel, token, timeout)
 
     async def search(
         self,
@@ -142,38 +119,39 @@ class RemoteSearch(_Remote):
         *,
         limit: int,
         wait: PositionWait = NO_WAIT,
+        min_relevance: float = 0.0,
     ) -> MemoryHits:
-        request = search_pb2.SearchRequest(
-            spaces=[space_to_proto(space)],
-            query=query,
-            limit=limit,
-            mode=search_pb2.SEARCH_MODE_HYBRID,
-            min_positions=[position_to_proto(p) for p in wait.positions],
-            max_wait_ms=_wait_ms(wait.max_wait_seconds),
-        )
-        timeout = self._timeout
+        client = self._client
         if wait.positions and wait.deadline_seconds is not None:
             # Searching for positions may take up to the caller's own deadline.
-            timeout = max(timeout, wait.deadline_seconds)
-        with remote_errors("SearchService.Search"):
-            response = await self._stub.Search(request, metadata=self._metadata, timeout=timeout)
+            client = client.with_options(timeout=max(self._timeout, wait.deadline_seconds))
+        found = await client.search(
+            query,
+            spaces=[space],
+            limit=limit,
+            mode="hybrid",
+            min_positions=wait.positions,
+            max_wait_ms=_wait_ms(wait.max_wait_seconds),
+            min_relevance=min_relevance,
+        )
         return MemoryHits(
             hits=[
                 MemoryHit(
-                    path=result.path,
-                    content=result.content,
-                    score=result.score,
-                    document_id=result.document_id,
-                    chunk_id=result.chunk_id,
-                    is_hybrid_match=result.is_hybrid_match,
+                    path=hit.path,
+                    content=hit.content,
+                    score=hit.score,
+                    document_id=hit.document_id,
+                    chunk_id=hit.chunk_id,
+                    is_hybrid_match=hit.is_hybrid_match,
+                    relevance=hit.relevance,
                 )
-                for result in response.results
+                for hit in found.results
             ],
-            degraded=response.degraded,
-            degraded_reasons=list(response.degraded_reasons),
-            keyword_positions_behind=response.keyword_positions_behind,
-            vector_positions_behind=response.vector_positions_behind,
-            waited_seconds=response.waited_ms / 1000,
+            degraded=found.degraded,
+            degraded_reasons=list(found.degraded_reasons),
+            keyword_positions_behind=found.keyword_positions_behind,
+            vector_positions_behind=found.vector_positions_behind,
+            waited_seconds=found.waited_ms / 1000,
         )
 
 

@@ -26,6 +26,7 @@ from engram.domain.prompt import (
     IDENTITY_PATHS,
     AssembledPrompt,
     PromptFile,
+    PromptLayout,
     assemble_prompt,
     soul_baseline,
 )
@@ -71,6 +72,27 @@ class WriteRequest:
     session: str = ""
     # Heartbeat only: fields rendered into HEARTBEAT.md's status block (content: its note).
     heartbeat: HeartbeatFields | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DateRead:
+    """Read-by-date: `date` ("today", "yesterday", YYYY-MM-DD) in `time_zone`, and the
+    session's journal when `session` is set."""
+
+    date: str
+    time_zone: str = ""
+    session: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspacePolicy:
+    """What the workspace tools may change, and how the prompt reads. `memory_append_only`:
+    MEMORY.md is only appended to (seed 004: the operator, through StorageService, and
+    dreaming change it otherwise). `prompt_layout`: the prompt's order when a request names
+    none."""
+
+    memory_append_only: bool = True
+    prompt_layout: PromptLayout = PromptLayout.SEED_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,14 +145,18 @@ class WorkspaceService:
         templates: Mapping[str, str],
         *,
         clock: Callable[[], datetime] = utc_now,
+        policy: WorkspacePolicy = WorkspacePolicy(),
+        min_relevance: float = rules.DEFAULT_MIN_RELEVANCE,
     ) -> None:
         self._documents = documents
+        self._min_relevance = rules.min_relevance(min_relevance)
         self._search = search
         self._authorizer = authorizer
         self._writes = writes
         self._agents = agents
         self._templates = dict(templates)
         self._clock = clock
+        self._policy = policy
 
     async def _authorize(self, principal: Principal, action: Action, space: SpaceRef) -> SpaceRef:
         return (await self._authorizer.authorize(principal, action, space)).space
@@ -157,6 +183,8 @@ class WorkspaceService:
         path = rules.target_path(
             request.target, request.path, today=now.date(), session=request.session
         )
+        if not request.append and path == rules.MEMORY_PATH and self._policy.memory_append_only:
+            raise rules.memory_append_only()
         await self._writes.check(principal, space.id)
         if heartbeat is not None:
             return await self._heartbeat(principal, space, path, heartbeat, content)
@@ -277,13 +305,34 @@ class WorkspaceService:
 
     # --- reads -------------------------------------------------------------------------------
 
-    async def read(self, principal: Principal, space: SpaceRef, path: str) -> WorkspaceDocument:
+    async def read(
+        self, principal: Principal, space: SpaceRef, path: str, *, by_date: DateRead | None = None
+    ) -> WorkspaceDocument:
+        """The document at `path`, or (`by_date`, with no path) a day's log."""
         space = await self._authorize(principal, Action.READ, space)
+        if by_date is not None and by_date.date:
+            if path:
+                raise InvalidArgument("name a path or a date, not both", field="date")
+            return await self._read_day(principal, space, by_date)
         validate_document_path(path)
         document = await self._documents.get(principal, space, path)
         if document is None:
             raise DocumentNotFound(f"no document at {quoted(path)} in this workspace")
         return document
+
+    async def _read_day(
+        self, principal: Principal, space: SpaceRef, by_date: DateRead
+    ) -> WorkspaceDocument:
+        today = rules.local_now(self._clock(), rules.time_zone(by_date.time_zone)).date()
+        day = rules.log_day(by_date.date, today)
+        candidates = rules.log_paths_of(day, rules.session_name(by_date.session))
+        for path in candidates:
+            document = await self._documents.get(principal, space, path)
+            if document is not None:
+                return document
+        raise DocumentNotFound(
+            f"no daily log for {day.isoformat()} in this workspace ({' or '.join(candidates)})"
+        )
 
     async def tree(
         self, principal: Principal, space: SpaceRef, path: str, depth: int
@@ -303,7 +352,13 @@ class WorkspaceService:
         return rules.build_tree(root, paths, levels)
 
     async def system_prompt(
-        self, principal: Principal, space: SpaceRef, *, group_context: bool, time_zone: str = ""
+        self,
+        principal: Principal,
+        space: SpaceRef,
+        *,
+        group_context: bool,
+        time_zone: str = "",
+        layout: PromptLayout | None = None,
     ) -> AssembledPrompt:
         """The identity files, MEMORY.md (not in group contexts) and today's and yesterday's
         daily logs in the caller's time zone; records SOUL.md's sha256 as the agent's
@@ -313,14 +368,19 @@ class WorkspaceService:
         days = {today, today - timedelta(days=1)}
         # The shared logs by name (found even past the listing's bound), journals by listing.
         logs = [rules.daily_log_path(day) for day in sorted(days, reverse=True)]
+        listed = await asyncio.gather(
+            *(
+                self._documents.list_paths(principal, space, directory, limit=MAX_TREE_DOCUMENTS)
+                for directory in rules.JOURNAL_DIRS
+            )
+        )
+        # Session journals of daily/, and every log of memory/ (the OpenClaw/Minara layout).
         journals = [
             path
-            for path in await self._documents.list_paths(
-                principal, space, rules.DAILY_DIR, limit=MAX_TREE_DOCUMENTS
-            )
+            for path in (p for paths in listed for p in paths)
             if (parsed := rules.parse_daily_log_path(path)) is not None
             and parsed[0] in days
-            and parsed[1]
+            and (parsed[1] or not path.startswith(f"{rules.DAILY_DIR}/"))
         ]
         logs += journals[:MAX_PROMPT_JOURNALS]
         wanted = [*IDENTITY_PATHS, *logs]
@@ -338,6 +398,7 @@ class WorkspaceService:
             today=today,
             group_context=group_context,
             previous_soul_sha256=previous,
+            layout=layout or self._policy.prompt_layout,
         )
 
     async def search(
@@ -348,13 +409,21 @@ class WorkspaceService:
         limit: int,
         *,
         wait: PositionWait = NO_WAIT,
+        min_relevance: float | None = None,
     ) -> MemoryHits:
         """`wait`: answer once the indexes hold these writes (SearchService checks that
-        each position names the searched space)."""
+        each position names the searched space). `min_relevance`: None = the service's
+        default, which returns nothing when nothing relevant is stored."""
         space = await self._authorize(principal, Action.SEARCH, space)
         text = rules.search_query(query)
+        floor = self._min_relevance if min_relevance is None else rules.min_relevance(min_relevance)
         return await self._search.search(
-            principal, space, text, limit=rules.search_limit(limit), wait=wait
+            principal,
+            space,
+            text,
+            limit=rules.search_limit(limit),
+            wait=wait,
+            min_relevance=floor,
         )
 
 

@@ -10,7 +10,7 @@ from engram.runtime.context import current_principal
 from engram.v1 import workspace_pb2, workspace_pb2_grpc
 from engram.wire import requested_space
 from engram.workspace import mapping
-from engram.workspace.service import WorkspaceService
+from engram.workspace.service import DateRead, WorkspaceService
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -29,7 +29,10 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
         self, request: workspace_pb2.MemoryReadRequest, context: Context
     ) -> workspace_pb2.MemoryReadResponse:
         document = await self._service.read(
-            current_principal(), requested_space(request.space), request.path
+            current_principal(),
+            requested_space(request.space),
+            request.path,
+            by_date=DateRead(request.date, request.time_zone, request.session),
         )
         return mapping.read_response(document)
 
@@ -50,6 +53,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
             request.query,
             request.limit,
             wait=mapping.position_wait(request, context.time_remaining()),
+            min_relevance=(request.min_relevance if request.HasField("min_relevance") else None),
         )
         return mapping.search_response(request.query, found)
 
@@ -81,6 +85,7 @@ class WorkspaceServicer(workspace_pb2_grpc.WorkspaceServiceServicer):
             requested_space(request.space),
             group_context=request.group_context,
             time_zone=request.time_zone,
+            layout=mapping.PROMPT_LAYOUTS.get(request.layout),
         )
         return mapping.prompt_response(prompt)
 

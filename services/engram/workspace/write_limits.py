@@ -1,15 +1,19 @@
 """Rate limits on workspace writes, per agent (principal + space), shared by every replica.
 
-Two fixed windows, a minute and an hour, counted in the same RateLimitStore as the
-expensive-RPC limits (SQLite embedded, MongoDB in production; atomic, no lost increments).
-The limit belongs to the tool surface: it applies to every principal, admins included.
+Two sliding windows, a minute and an hour: no 60-second span ever holds more than
+`per_minute` admitted writes of one agent, and no 3600-second span more than `per_hour`,
+wherever the span starts (fixed clock windows let twice the limit through across a boundary).
+Each admitted write is an entry in the agent's log in the same RateLimitStore as the
+expensive-RPC limits (SQLite embedded, MongoDB in production; an entry is claimed by a unique
+insert, so racing replicas never admit past a limit). A refusal's RetryInfo is the true wait:
+until the oldest of the window's writes leaves it.
 
-Both windows are counted in one store call, the minute first: a write the minute window
-refuses never uses an hour slot, so a burst of refused writes cannot eat the hour's budget.
-On SQLite the call is one transaction (a write refused by either window counts in neither);
-on MongoDB a write the hour window refuses has used a minute slot, which costs nothing:
-minute windows lie inside hour windows (3600 is a multiple of 60), so that minute ends
-before the hour window admits anything again.
+Both windows are checked before either records the write: a write the minute window refuses
+never uses an hour entry, so a burst of refused writes cannot eat the hour's budget. On SQLite
+the check and both entries are one transaction; on MongoDB a write the hour window refuses
+only because a racing replica took its last entry keeps its minute entry, which only ever
+admits less. The limit belongs to the tool surface: it applies to every principal, admins
+included.
 """
 
 from __future__ import annotations
@@ -47,8 +51,7 @@ class WorkspaceWriteLimiter:
         self._clock = clock
 
     async def check(self, principal: Principal, space_id: str) -> None:
-        """Counts one write of `principal` in `space_id`; raises RateLimited past a limit."""
-        now = self._clock()
+        """Records one write of `principal` in `space_id`; raises RateLimited past a limit."""
         agent = f"workspace-write/{principal.tenant}/{principal.subject}/{space_id}"
         windows = [
             (limit, seconds, unit, setting)
@@ -60,17 +63,20 @@ class WorkspaceWriteLimiter:
         ]
         if not windows:
             return
-        refused = await self._store.hit_all(
-            [(f"{agent}/{unit}", int(now // seconds), limit) for limit, seconds, unit, _ in windows]
+        refused = await self._store.admit(
+            [(f"{agent}/{unit}", limit, seconds) for limit, seconds, unit, _ in windows],
+            self._clock(),
         )
         if refused is None:
             return
-        limit, seconds, unit, setting = windows[refused]
-        window = int(now // seconds)
-        retry = max(1, math.ceil((window + 1) * seconds - now))
+        index, wait = refused
+        limit, _, unit, setting = windows[index]
+        # RetryInfo carries the wait to the millisecond, rounded up: a retry after it is
+        # admitted (unless other writes took the room meanwhile).
+        wait = math.ceil(wait * 1000) / 1000
         raise RateLimited(
             f"workspace writes are limited to {limit} per {unit} per agent ({setting}); "
-            f"retry in {retry} s",
+            f"retry in {math.ceil(wait)} s",
             metadata={"limit": str(limit), "window": unit},
-            retry_after_seconds=retry,
+            retry_after_seconds=wait,
         )

@@ -2,10 +2,16 @@
 hold for each path of the space with the store, and re-queues (through the indexer's
 durable queue) every document an index is missing, holds at another version, or holds
 chunks of without vectors - and every path the indexes hold that the store no longer has,
-so the indexer removes its chunks. The indexer does the embedding, as for any change."""
+so the indexer removes its chunks. The indexer does the embedding, as for any change.
+
+A document written at or after the oldest change event the indexer has not finished (less
+`CLOCK_SKEW`) is late, not missing: its own event will index it, so it is left alone and
+counted as pending. Unless that event is older than `max_indexing_lag`: then the indexer is
+stopped or stuck, and those documents are re-queued too."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import ClassVar
 
 from engram.domain.hygiene import StoredState, reindex_reason
@@ -15,6 +21,8 @@ from engram.maintenance.hygiene.common import Details, HygieneJob, documents
 
 # Documents handed to the reindex queue at a time.
 ENQUEUE_BATCH = 500
+# Margin between the clocks that stamp documents and events (other processes, on MongoDB).
+CLOCK_SKEW = timedelta(seconds=1)
 
 
 class EmbeddingBackfillJob(HygieneJob):
@@ -27,7 +35,10 @@ class EmbeddingBackfillJob(HygieneJob):
         vector = await deps.vector.indexed_documents(space.id) if model is not None else {}
         details = Details()
         queued: list[str] = []
-        checked = 0
+        checked = pending = 0
+        late_from, why = await self._late_from()
+        if late_from is None and why:
+            details.add(why)
 
         def check(path: str, stored: StoredState | None) -> None:
             reason = reindex_reason(
@@ -40,6 +51,12 @@ class EmbeddingBackfillJob(HygieneJob):
         requeued = 0
         async for document in documents(deps.repository, space.id):
             checked += 1
+            if late_from is not None and document.updated_at >= late_from:
+                # Its change event is still queued: the indexer will get to it.
+                pending += 1
+                keyword.pop(document.path, None)
+                vector.pop(document.path, None)
+                continue
             check(
                 document.path,
                 StoredState(document.document_id, document.version, bool(document.content.strip())),
@@ -52,14 +69,36 @@ class EmbeddingBackfillJob(HygieneJob):
         for path in sorted(keyword.keys() | vector.keys()):
             check(path, None)
         requeued += await self._enqueue(space, queued)
+        if pending:
+            details.add(f"{pending} documents left alone: written after {why}")
         return JobReport(
-            counts={"documents_checked": checked, "documents_requeued": requeued},
+            counts={
+                "documents_checked": checked,
+                "documents_requeued": requeued,
+                "documents_pending": pending,
+            },
             message=(
                 f"{requeued} documents re-queued for indexing"
                 + (f" (model {model.model_id})" if model is not None else " (no active model)")
+                + (f", {pending} still queued for the indexer" if pending else "")
             ),
             details=details.lines(),
         )
+
+    async def _late_from(self) -> tuple[datetime | None, str]:
+        """The update time from which a document is late rather than missing (None: none
+        is), and what the report says about it."""
+        oldest = await self._deps.reindex.oldest_pending()
+        if oldest is None:
+            return None, ""
+        lag = self._deps.clock() - oldest
+        if lag > self._deps.max_indexing_lag:
+            return None, (
+                f"the indexer has had a change pending for {lag.total_seconds():.0f} s (more"
+                f" than {self._deps.max_indexing_lag.total_seconds():.0f} s): it is stopped or"
+                " stuck, so documents written since are re-queued too"
+            )
+        return oldest - CLOCK_SKEW, f"the oldest change the indexer has pending ({oldest})"
 
     async def _enqueue(self, space: SpaceRef, paths: list[str]) -> int:
         count = len(paths)

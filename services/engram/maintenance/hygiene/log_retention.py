@@ -24,7 +24,7 @@ from engram.domain.hygiene import (
 )
 from engram.domain.maintenance import JobReport, LogRetention, SpaceSettings
 from engram.domain.spaces import SpaceRef
-from engram.domain.workspace import DAILY_DIR
+from engram.domain.workspace import JOURNAL_DIRS
 from engram.maintenance.hygiene.common import Details, HygieneJob, path_entries
 
 
@@ -38,7 +38,9 @@ class LogRetentionJob(HygieneJob):
         if settings.log_retention is LogRetention.OFF:
             return JobReport(message="log retention is off for this space")
         paths = [
-            entry.path async for entry in path_entries(self._deps.repository, space.id, DAILY_DIR)
+            entry.path
+            for directory in JOURNAL_DIRS
+            async for entry in path_entries(self._deps.repository, space.id, directory)
         ]
         logs = daily_logs(paths)
         retired = logs_to_retire(

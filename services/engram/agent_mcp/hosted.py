@@ -1,0 +1,208 @@
+"""Hosted `engram mcp`: one streamable-HTTP endpoint for many agents, an OAuth 2.0 resource
+server as the MCP authorization spec asks.
+
+- Every HTTP request carries its own `Authorization: Bearer <token>` (an engram personal
+  access token or a JWT), verified by AuthzService.Authenticate - the same verification
+  every engram service runs - and cached for a short while (never past a JWT's `exp`).
+- A request without a valid token gets 401 with `WWW-Authenticate: Bearer ...,
+  resource_metadata="<url>"`; the Protected Resource Metadata (RFC 9728) at
+  /.well-known/oauth-protected-resource (and /.well-known/oauth-protected-resource/mcp)
+  names the issuer of engram's tokens as the authorization server.
+- The space comes from the request path (engram.agent_mcp.callers). A request may pin its
+  tenant with the `X-Engram-Tenant` header: a token of another tenant then gets 403.
+- A session belongs to the credential that opened it (the SDK answers 404 to another).
+
+The MCP SDK's own auth pieces do the HTTP side (BearerAuthBackend, RequireAuthMiddleware,
+the RFC 9728 handler); engram supplies the verifier and the space gate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import jwt
+from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
+from mcp.server.auth.middleware.bearer_auth import (
+    AuthenticatedUser,
+    BearerAuthBackend,
+    RequireAuthMiddleware,
+)
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
+from mcp.server.mcpserver import MCPServer
+from pydantic import AnyHttpUrl, ConfigDict, TypeAdapter
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from engram.agent_mcp.callers import SPACE_STATE_KEY, space_from_path
+from engram.client import EngramClient, explain
+from engram.domain.errors import EngramError, Unauthenticated
+from engram.runtime.ttl_cache import TtlCache
+
+log = logging.getLogger("engram.mcp")
+
+HTTP_PATH = "/mcp"
+TENANT_HEADER = "x-engram-tenant"
+# Where RFC 9728 puts the metadata of a resource at the host's root.
+WELL_KNOWN = "/.well-known/oauth-protected-resource"
+# Issuer comparison is exact (RFC 8414): a path-less URL keeps its spelling, no "/" added.
+_URL = TypeAdapter(AnyHttpUrl, config=ConfigDict(url_preserve_empty_path=True))
+# As long as a server caches a verified token (ENGRAM_AUTH_CACHE_SECONDS' default).
+DEFAULT_CACHE_SECONDS = 30.0
+
+
+class EngramTokenVerifier:
+    """The MCP SDK's TokenVerifier over AuthzService.Authenticate, with a short cache."""
+
+    def __init__(
+        self, client: EngramClient, *, issuer: str, cache_seconds: float = DEFAULT_CACHE_SECONDS
+    ) -> None:
+        self._client = client
+        self._issuer = issuer
+        self._cache_seconds = cache_seconds
+        self._cache: TtlCache[str, AccessToken] = TtlCache(ttl=cache_seconds, size=10_000)
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        cached = self._cache.get(digest)
+        if cached is not None and (cached.expires_at or 0) > time.time():
+            return cached
+        try:
+            principal = await self._client.authenticate(token)
+        except Unauthenticated:
+            return None
+        expires = _jwt_expiry(token) or int(time.time() + self._cache_seconds)
+        verified = AccessToken(
+            token=token,
+            # One key per principal: the SDK binds each session to it.
+            client_id=f"{principal.tenant}/{principal.subject}",
+            subject=principal.subject,
+            scopes=[],
+            expires_at=expires,
+            claims={"iss": self._issuer, "tenant": principal.tenant, "service": principal.service},
+        )
+        self._cache.put(digest, verified)
+        return verified
+
+
+def _jwt_expiry(token: str) -> int | None:
+    """A JWT's `exp` (read only to bound the cache: the server verified the token)."""
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return None
+    exp = claims.get("exp")
+    return int(exp) if isinstance(exp, int | float) else None
+
+
+async def _refuse(
+    send: Send, status: int, error: str, description: str, metadata_url: str | None = None
+) -> None:
+    body = json.dumps({"error": error, "error_description": description}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if metadata_url:
+        challenge = (
+            f'Bearer error="{error}", error_description="{description}", '
+            f'resource_metadata="{metadata_url}"'
+        )
+        headers.append((b"www-authenticate", challenge.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class SpaceGate:
+    """Reads the space from the path (404 for a malformed one), refuses a token of another
+    tenant than `X-Engram-Tenant` (403), then hands the request to the SDK's endpoint at
+    /mcp."""
+
+    def __init__(self, app: ASGIApp, metadata_url: str) -> None:
+        self._app = app
+        self._metadata_url = metadata_url
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        rest = (scope.get("path_params") or {}).get("space")
+        state = scope.setdefault("state", {})
+        tenant = _header(scope, TENANT_HEADER)
+        user = scope.get("user")
+        if isinstance(user, AuthenticatedUser) and tenant:
+            claims = user.access_token.claims or {}
+            if claims.get("tenant") != tenant and not claims.get("service"):
+                description = f"this token is not of tenant {tenant}"
+                await _refuse(send, 403, "insufficient_scope", description, self._metadata_url)
+                return
+        if rest is not None:
+            try:
+                space = space_from_path(rest)
+            except EngramError as error:
+                await _refuse(send, 404, "not_found", explain(error))
+                return
+            if tenant:
+                space = dataclasses.replace(space, tenant=tenant)
+            state[SPACE_STATE_KEY] = space
+        await self._app(dict(scope, path=HTTP_PATH, raw_path=HTTP_PATH.encode()), receive, send)
+
+
+def _header(scope: Scope, name: str) -> str:
+    for key, value in scope.get("headers") or ():
+        if key.decode("latin-1").lower() == name:
+            return str(value.decode("latin-1")).strip()
+    return ""
+
+
+def hosted_app(
+    server: MCPServer,
+    verifier: EngramTokenVerifier,
+    *,
+    resource_url: str,
+    issuer: str,
+    host: str,
+) -> Starlette:
+    """The ASGI app of a hosted MCP server: `server`'s streamable-HTTP endpoint behind
+    bearer authentication, at /mcp and /mcp/<space path>, and its RFC 9728 metadata."""
+    # Answers as plain JSON rather than an SSE stream per POST: the tools send no progress
+    # or server requests mid-call, and a JSON body costs less per call.
+    inner = server.streamable_http_app(
+        streamable_http_path=HTTP_PATH, host=host, json_response=True
+    )
+    resource = _URL.validate_python(resource_url)
+    metadata_url = str(build_resource_metadata_url(resource))
+    endpoint = RequireAuthMiddleware(
+        SpaceGate(inner, metadata_url), [], _URL.validate_python(metadata_url)
+    )
+    metadata_routes = create_protected_resource_routes(
+        resource_url=resource,
+        authorization_servers=[_URL.validate_python(issuer)],
+        resource_name="Engram memory",
+    )
+    routes: list[Route] = [*metadata_routes]
+    if metadata_routes[0].path != WELL_KNOWN:
+        routes.append(
+            Route(WELL_KNOWN, endpoint=metadata_routes[0].endpoint, methods=["GET", "OPTIONS"])
+        )
+    routes += [
+        Route(HTTP_PATH, endpoint=endpoint),
+        Route(HTTP_PATH + "/{space:path}", endpoint=endpoint),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with server.session_manager.run():
+            yield
+
+    return Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(verifier)),
+            Middleware(AuthContextMiddleware),
+        ],
+        lifespan=lifespan,
+    )

@@ -1,0 +1,60 @@
+"""IndexerService calls: reindexing and the index status."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from engram.client.base import AnySpace, ClientBase, spaces_to_proto
+from engram.v1 import indexer_pb2, indexer_pb2_grpc
+
+
+@dataclass(frozen=True, slots=True)
+class IndexStatus:
+    active_model: str
+    dimension: int
+    # A model being filled behind the alias ("" when no switch is under way).
+    pending_model: str
+    # Events waiting to be indexed.
+    backlog: int
+    switch_documents_indexed: int
+    collections: tuple[str, ...]
+    # Rises while the indexer works: sampled twice, its difference is the indexing rate.
+    indexed_total: int
+
+
+def _indexer(channel: grpc.aio.Channel) -> indexer_pb2_grpc.IndexerServiceAsyncStub:
+    return indexer_pb2_grpc.IndexerServiceStub(channel)
+
+
+class IndexerCalls(ClientBase):
+    """IndexerService."""
+
+    async def reindex(self, spaces: Sequence[AnySpace] = (), *, all: bool = False) -> int:
+        """Re-enqueues every document of `spaces` (or, with `all`, of every space: platform
+        admin) for indexing; returns how many. Never retried (a repeat enqueues twice)."""
+        request = indexer_pb2.ReindexRequest(spaces=spaces_to_proto(spaces), all=all)
+        response = await self._call(
+            "IndexerService.Reindex", self._stub(_indexer).Reindex, request, idempotent=False
+        )
+        return response.documents_enqueued
+
+    async def index_status(self) -> IndexStatus:
+        """The active embedding model and the index backlog."""
+        response = await self._call(
+            "IndexerService.GetIndexStatus",
+            self._stub(_indexer).GetIndexStatus,
+            indexer_pb2.GetIndexStatusRequest(),
+            idempotent=True,
+        )
+        return IndexStatus(
+            active_model=response.active_model,
+            dimension=response.dimension,
+            pending_model=response.pending_model,
+            backlog=response.backlog,
+            switch_documents_indexed=response.switch_documents_indexed,
+            collections=tuple(response.collections),
+            indexed_total=response.indexed_total,
+        )

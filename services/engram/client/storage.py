@@ -1,0 +1,601 @@
+"""StorageService calls: documents, their versions, usage, export and import, erasure, the
+spaces of a tenant and the change feed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import BinaryIO, cast
+
+import grpc
+
+from engram.client import mapping
+from engram.client.base import AnySpace, ClientBase, Page, backoff, log, pages
+from engram.client.mapping import position_from_proto
+from engram.client.models import (
+    DirectoryEntry,
+    Document,
+    DocumentPage,
+    DocumentWrite,
+    Space,
+)
+from engram.domain.errors import EngramError, InvalidArgument, Unavailable
+from engram.domain.positions import IndexPosition
+from engram.v1 import document_pb2, storage_pb2, storage_pb2_grpc
+
+# Export and import move the archive in chunks of this size.
+CHUNK_BYTES = 256 * 1024
+# Called with the bytes moved so far.
+Progress = Callable[[int], None]
+# What import_space reads: a file's path, an open binary file, bytes, or chunks.
+ImportSource = str | os.PathLike[str] | BinaryIO | bytes | Iterable[bytes] | AsyncIterable[bytes]
+
+IMPORT_STRATEGIES = {
+    "skip": storage_pb2.IMPORT_STRATEGY_SKIP,
+    "overwrite": storage_pb2.IMPORT_STRATEGY_OVERWRITE,
+    "rename": storage_pb2.IMPORT_STRATEGY_RENAME,
+}
+CHANGE_KINDS = {
+    storage_pb2.CHANGE_KIND_WRITTEN: "written",
+    storage_pb2.CHANGE_KIND_DELETED: "deleted",
+    storage_pb2.CHANGE_KIND_PURGED: "purged",
+    storage_pb2.CHANGE_KIND_SPACE_DELETED: "space_deleted",
+}
+IMPORT_OUTCOMES = {
+    storage_pb2.IMPORT_OUTCOME_CREATED: "created",
+    storage_pb2.IMPORT_OUTCOME_OVERWRITTEN: "overwritten",
+    storage_pb2.IMPORT_OUTCOME_SKIPPED: "skipped",
+    storage_pb2.IMPORT_OUTCOME_RENAMED: "renamed",
+    storage_pb2.IMPORT_OUTCOME_UNCHANGED: "unchanged",
+    storage_pb2.IMPORT_OUTCOME_UNSUPPORTED: "unsupported",
+}
+
+
+class Deletion(int):
+    """What delete_document answers: the bytes it freed (an int, as it always was), with
+    the index position it left (give it to search(min_positions=...): the search then no
+    longer finds the document)."""
+
+    position: IndexPosition | None
+
+    def __new__(cls, deleted_bytes: int, position: IndexPosition | None = None) -> Deletion:
+        made = super().__new__(cls, deleted_bytes)
+        made.position = position
+        return made
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentVersion:
+    document_id: str
+    version: int
+    sha256: str
+    size_bytes: int
+    updated_at: datetime | None
+    updated_by: str
+    # The document's current version.
+    current: bool
+    # The last version before the document was deleted.
+    deleted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    used_bytes: int
+    # The space's sub-cap (0 = none).
+    quota_bytes: int
+    tenant_used_bytes: int
+    tenant_quota_bytes: int
+    document_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedEntry:
+    path: str
+    # Where it was written ("" when skipped).
+    stored_path: str
+    # created, overwritten, skipped, renamed, unchanged or unsupported.
+    outcome: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    written: int
+    skipped: int
+    renamed: int
+    bytes: int
+    unsupported: int
+    entries: tuple[ImportedEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Purge:
+    # False when nothing was stored at the path.
+    purged: bool
+    versions_erased: int
+    refunded_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceDeletion:
+    space_id: str
+    documents_erased: int
+    versions_erased: int
+    refunded_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceSummary:
+    space: Space
+    space_id: str
+    document_count: int
+    used_bytes: int
+    last_write_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceChange:
+    """One change of the feed (never content: read the document for that)."""
+
+    # Pass it back as watch_space(cursor=...) to resume after this change.
+    cursor: str
+    # written, deleted, purged or space_deleted.
+    kind: str
+    path: str
+    version: int
+    sha256: str
+    size_bytes: int
+    at: datetime | None
+    document_id: str
+    event_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """What watch_space yields: a change, or (once) word that the replay caught up."""
+
+    change: SpaceChange | None = None
+    caught_up: bool = False
+
+
+def _storage(channel: grpc.aio.Channel) -> storage_pb2_grpc.StorageServiceAsyncStub:
+    return storage_pb2_grpc.StorageServiceStub(channel)
+
+
+class StorageCalls(ClientBase):
+    """StorageService (`space=` overrides the client's space in each call)."""
+
+    async def read_document(
+        self, path: str, *, version: int = 0, space: AnySpace | None = None
+    ) -> Document:
+        """A document (or its kept `version`); NotFound if absent."""
+        request = storage_pb2.ReadDocumentRequest(
+            space=self._space(space), path=path, version=version
+        )
+        stub = self._stub(_storage)
+        response = await self._call(
+            "StorageService.ReadDocument", stub.ReadDocument, request, idempotent=True
+        )
+        return mapping.document(response.document)
+
+    async def write_document(
+        self,
+        path: str,
+        content: str,
+        *,
+        append: bool = False,
+        expected_sha256: str = "",
+        create_only: bool = False,
+        append_as_line: bool = False,
+        prefix_if_created: str = "",
+        space: AnySpace | None = None,
+    ) -> DocumentWrite:
+        """Replaces (or appends to) a document; `expected_sha256` / `create_only` make the
+        write conditional (EtagMismatch when the condition does not hold). An append with
+        `append_as_line` starts on a line of its own, and `prefix_if_created` goes before it
+        when it creates the document (both decided by the server). Retried on UNAVAILABLE
+        unless it is an unconditional append."""
+        request = storage_pb2.WriteDocumentRequest(
+            space=self._space(space),
+            path=path,
+            content=content,
+            mode=storage_pb2.WRITE_MODE_APPEND if append else storage_pb2.WRITE_MODE_REPLACE,
+            expected_sha256=expected_sha256,
+            create_only=create_only,
+            append_as_line=append_as_line,
+            prefix_if_created=prefix_if_created,
+        )
+        response = await self._call(
+            "StorageService.WriteDocument",
+            self._stub(_storage).WriteDocument,
+            request,
+            idempotent=not append or bool(expected_sha256) or create_only,
+        )
+        return mapping.document_write(response)
+
+    async def delete_document(
+        self, path: str, *, expected_sha256: str = "", space: AnySpace | None = None
+    ) -> Deletion:
+        """Deletes a document; returns the bytes freed. NotFound if absent. Retried on
+        UNAVAILABLE only with `expected_sha256` (a repeat of a delete that landed unseen
+        then answers NotFound instead of deleting a newer document)."""
+        request = storage_pb2.DeleteDocumentRequest(
+            space=self._space(space), path=path, expected_sha256=expected_sha256
+        )
+        response = await self._call(
+            "StorageService.DeleteDocument",
+            self._stub(_storage).DeleteDocument,
+            request,
+            idempotent=bool(expected_sha256),
+        )
+        position = position_from_proto(response.position) if response.HasField("position") else None
+        return Deletion(response.deleted_bytes, position)
+
+    async def list_documents(
+        self,
+        dir: str = "",
+        *,
+        recursive: bool = False,
+        page_size: int = 0,
+        page_token: str = "",
+        space: AnySpace | None = None,
+    ) -> DocumentPage:
+        """One page of a directory listing, in path order (page_size 0 = 100)."""
+        request = storage_pb2.ListDocumentsRequest(
+            space=self._space(space),
+            dir=dir,
+            recursive=recursive,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        response = await self._call(
+            "StorageService.ListDocuments",
+            self._stub(_storage).ListDocuments,
+            request,
+            idempotent=True,
+        )
+        return mapping.document_page(response)
+
+    async def iter_documents(
+        self,
+        dir: str = "",
+        *,
+        recursive: bool = False,
+        page_size: int = 0,
+        space: AnySpace | None = None,
+    ) -> AsyncIterator[DirectoryEntry]:
+        """Every entry of a directory listing (every page), in path order."""
+
+        async def page(token: str) -> Page[DirectoryEntry]:
+            found = await self.list_documents(
+                dir, recursive=recursive, page_size=page_size, page_token=token, space=space
+            )
+            return Page(found.entries, found.next_page_token)
+
+        async for entry in pages(page):
+            yield entry
+
+    async def list_document_versions(
+        self,
+        path: str,
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        space: AnySpace | None = None,
+    ) -> Page[DocumentVersion]:
+        """One page of a document's kept versions, newest first (page_size 0 = 50)."""
+        request = storage_pb2.ListDocumentVersionsRequest(
+            space=self._space(space), path=path, page_size=page_size, page_token=page_token
+        )
+        response = await self._call(
+            "StorageService.ListDocumentVersions",
+            self._stub(_storage).ListDocumentVersions,
+            request,
+            idempotent=True,
+        )
+        return Page(tuple(document_version(v) for v in response.versions), response.next_page_token)
+
+    async def iter_document_versions(
+        self, path: str, *, page_size: int = 0, space: AnySpace | None = None
+    ) -> AsyncIterator[DocumentVersion]:
+        """Every kept version of a document, newest first."""
+
+        async def page(token: str) -> Page[DocumentVersion]:
+            return await self.list_document_versions(
+                path, page_size=page_size, page_token=token, space=space
+            )
+
+        async for version in pages(page):
+            yield version
+
+    async def get_usage(self, *, space: AnySpace | None = None) -> Usage:
+        """The space's bytes and documents, and its tenant's."""
+        request = storage_pb2.GetUsageRequest(space=self._space(space))
+        response = await self._call(
+            "StorageService.GetUsage", self._stub(_storage).GetUsage, request, idempotent=True
+        )
+        return Usage(
+            used_bytes=response.used_bytes,
+            quota_bytes=response.quota_bytes,
+            tenant_used_bytes=response.tenant_used_bytes,
+            tenant_quota_bytes=response.tenant_quota_bytes,
+            document_count=response.document_count,
+        )
+
+    async def export_chunks(self, *, space: AnySpace | None = None) -> AsyncIterator[bytes]:
+        """The space as a gzipped tar, chunk by chunk (reopened on UNAVAILABLE before the
+        first chunk; `stream_timeout` bounds the whole export)."""
+        request = storage_pb2.ExportSpaceRequest(space=self._space(space))
+        stream = self._stream(
+            "StorageService.ExportSpace",
+            self._stub(_storage).ExportSpace,
+            request,
+            deadline=self.stream_timeout,
+            retry_before_first=True,
+        )
+        async for message in stream:
+            yield message.data
+
+    async def export_space(
+        self,
+        out: str | os.PathLike[str] | BinaryIO,
+        *,
+        progress: Progress | None = None,
+        space: AnySpace | None = None,
+    ) -> int:
+        """Writes the space's gzipped tar to `out` (a path, or a binary file left open);
+        returns its size. `progress` is called with the bytes written so far."""
+        if not isinstance(out, str | os.PathLike):
+            return await self._export_to(out, progress, space)
+        handle = await asyncio.to_thread(Path(out).open, "wb")
+        try:
+            return await self._export_to(handle, progress, space)
+        finally:
+            await asyncio.to_thread(handle.close)
+
+    async def _export_to(
+        self, handle: BinaryIO, progress: Progress | None, space: AnySpace | None
+    ) -> int:
+        done = 0
+        async for chunk in self.export_chunks(space=space):
+            await asyncio.to_thread(handle.write, chunk)
+            done += len(chunk)
+            if progress is not None:
+                progress(done)
+        await asyncio.to_thread(handle.flush)
+        return done
+
+    async def import_space(
+        self,
+        source: ImportSource,
+        *,
+        strategy: str = "skip",
+        skip_unsupported: bool = False,
+        progress: Progress | None = None,
+        space: AnySpace | None = None,
+    ) -> ImportResult:
+        """Imports a gzipped tar (see ImportSource) into the space: "skip", "overwrite" or
+        "rename" paths that exist. The server checks the whole archive first; a bad one is
+        refused whole (InvalidArchive ...). `progress` gets the bytes sent so far."""
+        kind = IMPORT_STRATEGIES.get(strategy)
+        if kind is None:
+            raise InvalidArgument(
+                f"strategy {strategy!r} is not one of {', '.join(IMPORT_STRATEGIES)}",
+                field="strategy",
+            )
+        first = storage_pb2.ImportSpaceRequest(
+            space=self._space(space), strategy=kind, skip_unsupported=skip_unsupported
+        )
+
+        async def requests() -> AsyncIterator[storage_pb2.ImportSpaceRequest]:
+            yield first
+            done = 0
+            async for chunk in _chunks(source):
+                done += len(chunk)
+                yield storage_pb2.ImportSpaceRequest(data=chunk)
+                if progress is not None:
+                    progress(done)
+
+        response = await self._send_stream(
+            "StorageService.ImportSpace",
+            self._stub(_storage).ImportSpace,
+            requests(),
+            deadline=self.stream_timeout,
+        )
+        return import_result(response)
+
+    async def purge_document(self, path: str, *, space: AnySpace | None = None) -> Purge:
+        """Erases a document for good (content, kept versions, index chunks); idempotent."""
+        request = storage_pb2.PurgeDocumentRequest(space=self._space(space), path=path)
+        response = await self._call(
+            "StorageService.PurgeDocument",
+            self._stub(_storage).PurgeDocument,
+            request,
+            idempotent=True,
+        )
+        return Purge(response.purged, response.versions_erased, response.refunded_bytes)
+
+    async def delete_space(
+        self, *, confirm_space_id: str, space: AnySpace | None = None
+    ) -> SpaceDeletion:
+        """Erases a whole space; `confirm_space_id` must be its id. Idempotent."""
+        request = storage_pb2.DeleteSpaceRequest(
+            space=self._space(space), confirm_space_id=confirm_space_id
+        )
+        response = await self._call(
+            "StorageService.DeleteSpace", self._stub(_storage).DeleteSpace, request, idempotent=True
+        )
+        return SpaceDeletion(
+            space_id=response.space_id,
+            documents_erased=response.documents_erased,
+            versions_erased=response.versions_erased,
+            refunded_bytes=response.refunded_bytes,
+        )
+
+    async def list_spaces(
+        self,
+        *,
+        tenant: str = "",
+        global_spaces: bool = False,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> Page[SpaceSummary]:
+        """One page of a tenant's spaces that hold documents (yours by default), or of the
+        global spaces, in space id order."""
+        request = storage_pb2.ListSpacesRequest(
+            tenant=tenant, page_size=page_size, page_token=page_token
+        )
+        setattr(request, "global", global_spaces)  # noqa: B010 - `global` is a keyword
+        response = await self._call(
+            "StorageService.ListSpaces", self._stub(_storage).ListSpaces, request, idempotent=True
+        )
+        return Page(tuple(space_summary(s) for s in response.spaces), response.next_page_token)
+
+    async def iter_spaces(
+        self, *, tenant: str = "", global_spaces: bool = False, page_size: int = 0
+    ) -> AsyncIterator[SpaceSummary]:
+        """Every space of list_spaces, page after page."""
+
+        async def page(token: str) -> Page[SpaceSummary]:
+            return await self.list_spaces(
+                tenant=tenant, global_spaces=global_spaces, page_size=page_size, page_token=token
+            )
+
+        async for summary in pages(page):
+            yield summary
+
+    async def watch_space(
+        self,
+        *,
+        cursor: str = "",
+        from_start: bool = False,
+        space: AnySpace | None = None,
+        on_resume: Callable[[EngramError], None] | None = None,
+    ) -> AsyncIterator[WatchEvent]:
+        """The space's changes after `cursor` (or, with `from_start`, every retained one),
+        then each new one as it happens, until the caller stops. When the server goes away
+        (UNAVAILABLE, or the stream ends) the watch resumes from the last cursor received,
+        with backoff, nothing missed or repeated; `on_resume` hears why. A server that never
+        answered fails after `retries` attempts."""
+        connected = False
+        failures = 0
+        while True:
+            request = storage_pb2.WatchSpaceRequest(
+                space=self._space(space), cursor=cursor, from_start=from_start and not cursor
+            )
+            try:
+                async for message in self._stream(
+                    "StorageService.WatchSpace",
+                    self._stub(_storage).WatchSpace,
+                    request,
+                    deadline=None,
+                ):
+                    connected, failures = True, 0
+                    event = watch_event(message)
+                    if event.change is not None:
+                        cursor = event.change.cursor
+                    yield event
+                why: EngramError = Unavailable("StorageService.WatchSpace: the stream ended")
+            except Unavailable as error:
+                if not connected and failures >= self.retries:
+                    raise
+                why = error
+            failures += 1
+            if on_resume is not None:
+                on_resume(why)
+            delay = backoff(min(failures, 5))
+            log.warning("StorageService.WatchSpace resuming in %.2f s: %s", delay, why.message)
+            await asyncio.sleep(delay)
+
+
+async def _chunks(source: ImportSource) -> AsyncIterator[bytes]:
+    if isinstance(source, bytes):
+        for start in range(0, len(source), CHUNK_BYTES):
+            yield source[start : start + CHUNK_BYTES]
+    elif isinstance(source, str | os.PathLike):
+        handle = await asyncio.to_thread(Path(source).open, "rb")
+        try:
+            async for chunk in _read_file(handle):
+                yield chunk
+        finally:
+            await asyncio.to_thread(handle.close)
+    elif isinstance(source, AsyncIterable):
+        async for chunk in source:
+            yield chunk
+    elif hasattr(source, "read"):
+        async for chunk in _read_file(cast("BinaryIO", source)):
+            yield chunk
+    else:
+        for chunk in source:
+            yield chunk
+
+
+async def _read_file(handle: BinaryIO) -> AsyncIterator[bytes]:
+    while chunk := await asyncio.to_thread(handle.read, CHUNK_BYTES):
+        yield chunk
+
+
+def document_version(message: document_pb2.DocumentVersion) -> DocumentVersion:
+    return DocumentVersion(
+        document_id=message.document_id,
+        version=message.version,
+        sha256=message.sha256,
+        size_bytes=message.size_bytes,
+        updated_at=mapping.optional_time(message, "updated_at"),
+        updated_by=message.updated_by,
+        current=message.current,
+        deleted=message.deleted,
+    )
+
+
+def import_result(message: storage_pb2.ImportSpaceResponse) -> ImportResult:
+    return ImportResult(
+        written=message.written,
+        skipped=message.skipped,
+        renamed=message.renamed,
+        bytes=message.bytes,
+        unsupported=message.unsupported,
+        entries=tuple(
+            ImportedEntry(
+                path=entry.path,
+                stored_path=entry.stored_path,
+                outcome=IMPORT_OUTCOMES.get(entry.outcome, "unspecified"),
+                detail=entry.detail,
+            )
+            for entry in message.entries
+        ),
+    )
+
+
+def space_summary(message: storage_pb2.SpaceSummary) -> SpaceSummary:
+    return SpaceSummary(
+        space=mapping.space_from_proto(message.space),
+        space_id=message.space_id,
+        document_count=message.document_count,
+        used_bytes=message.used_bytes,
+        last_write_at=mapping.optional_time(message, "last_write_at"),
+    )
+
+
+def space_change(message: storage_pb2.SpaceChange) -> SpaceChange:
+    return SpaceChange(
+        cursor=message.cursor,
+        kind=CHANGE_KINDS.get(message.kind, "unspecified"),
+        path=message.path,
+        version=message.version,
+        sha256=message.sha256,
+        size_bytes=message.size_bytes,
+        at=mapping.optional_time(message, "at"),
+        document_id=message.document_id,
+        event_id=message.event_id,
+    )
+
+
+def watch_event(message: storage_pb2.WatchSpaceResponse) -> WatchEvent:
+    if message.HasField("change"):
+        return WatchEvent(change=space_change(message.change))
+    return WatchEvent(caught_up=message.caught_up)
