@@ -313,6 +313,33 @@ async def test_activate_switches_what_search_uses(index_factory: IndexFactory) -
         await index.close()
 
 
+async def test_searches_running_when_their_collection_is_dropped_still_answer(
+    index_factory: IndexFactory,
+) -> None:
+    # A model switch drops the old collection while searches that chose it may still run
+    # (queued for a worker thread, or inside the engine): they answer from it, and only a
+    # search that starts after the drop is told the model is gone.
+    index = index_factory()
+    await index.open()
+    try:
+        await index.ensure_collection(OTHER)
+        chunks, vectors = await put(index, "s1", "a.md", 3, seed=42, model=OTHER)
+        running = [
+            asyncio.create_task(
+                index.search(["s1"], vectors[i % 3], limit=3, model_id=OTHER.model_id)
+            )
+            for i in range(64)
+        ]
+        await asyncio.sleep(0)  # every search has started and picked its collection
+        await index.drop_collection(OTHER.model_id)
+        for i, hits in enumerate(await asyncio.gather(*running)):
+            assert hits[0].chunk == chunks[i % 3]
+        with pytest.raises(IndexModelMismatch):
+            await index.search(["s1"], vectors[0], limit=3, model_id=OTHER.model_id)
+    finally:
+        await index.close()
+
+
 async def test_state_survives_close_and_reopen(index_factory: IndexFactory) -> None:
     index = index_factory()
     await index.open()

@@ -308,6 +308,9 @@ class EdgeVectorIndex:
         if lock is None:
             lock = self._path_locks[(space_id, path)] = asyncio.Lock()
         async with lock:
+            # Looked up again: the collection may have been dropped while this waited (the
+            # engine then fails on the closed shard instead of naming the model).
+            collection = self._collection(model_id)
             await self._engine(write)
         self._mark_written(collection)
 
@@ -435,6 +438,8 @@ class EdgeVectorIndex:
 
     async def _delete_everywhere(self, where: qe.Filter) -> None:
         for collection in list(self._collections.values()):
+            if self._collections.get(collection.info.model_id) is not collection:
+                continue  # dropped meanwhile
             await self._engine(
                 collection.shard.update, qe.UpdateOperation.delete_points_by_filter(where)
             )
