@@ -839,6 +839,9 @@ class StorageService:
             raise WriteContention(
                 "the space kept changing while the archive was imported; try again"
             ) from None
+        except Exception:
+            attempt.retry_state.outcome = None  # as in _write_locked (issue 29)
+            raise
         for change in changes:
             before = current.get(change.path)
             await self._record_audit(
