@@ -491,6 +491,11 @@ class StorageService:
                 f"{quoted(request.path)} changed {MAX_WRITE_ATTEMPTS} times while this write "
                 "was retried; try again"
             ) from None
+        except Exception:
+            # tenacity's retry state (a cycle of its own) keeps the failure, whose traceback
+            # holds the callers' frames and the write's content until a full collection.
+            attempt.retry_state.outcome = None  # issue 29
+            raise
         if committed:
             await self._record_audit(granted, principal, request.path, result.bytes_delta)
         return result
@@ -834,6 +839,9 @@ class StorageService:
             raise WriteContention(
                 "the space kept changing while the archive was imported; try again"
             ) from None
+        except Exception:
+            attempt.retry_state.outcome = None  # as in _write_locked (issue 29)
+            raise
         for change in changes:
             before = current.get(change.path)
             await self._record_audit(
