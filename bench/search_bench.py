@@ -64,7 +64,7 @@ from engram.indexes.vector.numpy_index import NumpyVectorIndex
 from engram.runtime.settings import Settings
 from engram.search.embedders import ModelEmbedders
 from engram.search.query_cache import QueryEmbeddingCache
-from engram.search.service import SearchMode, SearchQuery, SearchService
+from engram.search.service import SearchMode, SearchOptions, SearchQuery, SearchService
 
 SELF = Path(__file__).resolve()
 ROOT = SELF.parents[1]
@@ -658,6 +658,9 @@ async def measure_in_process(
             vector,
             ModelEmbedders.serving(embedder),
             PolicyAuthorizer(),
+            # The legs' deadline as the server's settings give it (ENGRAM_SEARCH_BACKEND_
+            # TIMEOUT_SECONDS), so a loaded machine can be measured without timeouts.
+            options=SearchOptions(backend_timeout_seconds=settings.search_backend_timeout_seconds),
             query_cache=QueryEmbeddingCache(1024),
         )
         await embedder.embed_query("warm up")
