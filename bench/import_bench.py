@@ -6,7 +6,7 @@ every 10 ms while the import runs.
 With `--repeat N` (issue 29) each refusal is sent N times in a row instead, and the
 server's RSS after each call is printed: the curve shows memory that accumulates across
 refusals, which a single call cannot. The refusals are those of
-tests/e2e/test_repeated_refusals.py: every attack archive, the 300 x 1 MiB bomb, a
+tests/load/test_repeated_refusals.py: every attack archive, the 300 x 1 MiB bomb, a
 credential after 64 MiB, an import into another tenant's space, an import over the project
 quota (8 MiB here), a WriteDocument over ENGRAM_MAX_DOC_BYTES or carrying a credential, and
 an export of a 16 MiB space cut off after its first message. `--only NAME` (repeatable)
@@ -187,7 +187,7 @@ def cut_off_export(port: int) -> Send:
 
 
 def refusals(port: int, attacks: dict[str, list[bytes]]) -> dict[str, Send]:
-    """Every refusal of tests/e2e/test_repeated_refusals.py, by name."""
+    """Every refusal of tests/load/test_repeated_refusals.py, by name."""
     cases = {name: refused_import(port, name, pieces) for name, pieces in attacks.items()}
     cases["import_forbidden_space"] = refused_import(
         port,
