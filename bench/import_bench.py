@@ -3,11 +3,16 @@ valid 100 MiB import. For each: the outcome, the server's CPU time, its peak RSS
 reset through /proc/<pid>/clear_refs before the call) and the latency of health checks sent
 every 10 ms while the import runs.
 
-With `--repeat N` (issue 29) each refused archive is sent N times in a row instead, and the
+With `--repeat N` (issue 29) each refusal is sent N times in a row instead, and the
 server's RSS after each call is printed: the curve shows memory that accumulates across
-refusals, which a single call cannot.
+refusals, which a single call cannot. The refusals are those of
+tests/load/test_repeated_refusals.py: every attack archive, the 300 x 1 MiB bomb, a
+credential after 64 MiB, an import into another tenant's space, an import over the project
+quota (8 MiB here), a WriteDocument over ENGRAM_MAX_DOC_BYTES or carrying a credential, and
+an export of a 16 MiB space cut off after its first message. `--only NAME` (repeatable)
+keeps some of them.
 
-    .venv/bin/python bench/import_bench.py [--valid-mib 100] [--repeat 20]
+    .venv/bin/python bench/import_bench.py [--valid-mib 100] [--repeat 20] [--only bomb_300x1mib]
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 
 import grpc
@@ -28,7 +33,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc  # noqa: E402
+from engram.v1 import (  # noqa: E402
+    indexer_pb2,
+    indexer_pb2_grpc,
+    space_pb2,
+    storage_pb2,
+    storage_pb2_grpc,
+)
 from tests.support import hostile_archives  # noqa: E402
 from tests.support.tokens import TEST_JWT_SECRET, bearer, mint  # noqa: E402
 
@@ -36,6 +47,8 @@ MIB = 1024 * 1024
 MEMBER = bearer(mint("ann", "acme", "member"))
 VIEWER_OF_OTHER = bearer(mint("eve", "globex", "viewer"))
 TICKS = os.sysconf("SC_CLK_TCK")
+PROJECT_QUOTA = 8 * MIB
+EXPORTED = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="exported")
 
 
 class Server:
@@ -125,16 +138,87 @@ async def measure(
     )
 
 
-async def repeat_curve(
-    server: Server, port: int, name: str, pieces: Sequence[bytes], n: int
-) -> None:
-    """Sends the archive `n` times; prints RSS (MiB) after each refusal."""
-    ref = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name=name)
+Send = Callable[[], Awaitable[str]]
+
+
+def refused_import(
+    port: int,
+    name: str,
+    pieces: Sequence[bytes],
+    metadata: tuple[tuple[str, str], ...] = MEMBER,
+    ref: space_pb2.SpaceRef | None = None,
+) -> Send:
+    target = ref or space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name=name)
+    return lambda: asyncio.to_thread(run_import, port, pieces, metadata, target)
+
+
+def refused_write(port: int, name: str, content: str) -> Send:
+    async def send() -> str:
+        async with grpc.aio.insecure_channel(
+            f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 16 * MIB)]
+        ) as channel:
+            request = storage_pb2.WriteDocumentRequest(
+                space=space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name=name),
+                path="big.md",
+                content=content,
+            )
+            try:
+                await storage_pb2_grpc.StorageServiceStub(channel).WriteDocument(
+                    request, metadata=MEMBER, timeout=60
+                )
+            except grpc.aio.AioRpcError as error:
+                return f"{error.code().name}: {(error.details() or '')[:70]}"
+        return "OK"
+
+    return send
+
+
+def cut_off_export(port: int) -> Send:
+    async def send() -> str:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = storage_pb2_grpc.StorageServiceStub(channel).ExportSpace(
+                storage_pb2.ExportSpaceRequest(space=EXPORTED), metadata=MEMBER, timeout=60
+            )
+            first = await call.read()
+            call.cancel()
+        return f"CANCELLED after {len(getattr(first, 'data', b''))} bytes"
+
+    return send
+
+
+def refusals(port: int, attacks: dict[str, list[bytes]]) -> dict[str, Send]:
+    """Every refusal of tests/load/test_repeated_refusals.py, by name."""
+    cases = {name: refused_import(port, name, pieces) for name, pieces in attacks.items()}
+    cases["import_forbidden_space"] = refused_import(
+        port,
+        "forbidden",
+        list(hostile_archives.repeated(b"\x1f", 16 * MIB)),
+        VIEWER_OF_OTHER,
+        space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_ORG, tenant="acme", name="plans"),
+    )
+    cases["import_over_quota"] = refused_import(
+        port,
+        "quota",
+        list(hostile_archives.repeated_paragraphs(12, prefix="quota")),
+        ref=space_pb2.SpaceRef(
+            visibility=space_pb2.VISIBILITY_PROJECT, project="atlas", name="budget"
+        ),
+    )
+    cases["write_over_size"] = refused_write(port, "writes-size", "a" * (3 * MIB))
+    cases["write_with_credential"] = refused_write(
+        port, "writes-secret", "b" * (MIB + MIB // 2) + " " + hostile_archives.CREDENTIAL.decode()
+    )
+    cases["export_cut_off"] = cut_off_export(port)
+    return cases
+
+
+async def repeat_curve(server: Server, name: str, send: Send, n: int) -> None:
+    """Sends the refusal `n` times; prints RSS (MiB) after each."""
     curve: list[float] = []
     outcome = ""
     cpu = server.cpu_seconds()
     for _ in range(n):
-        outcome = await asyncio.to_thread(run_import, port, pieces, MEMBER, ref)
+        outcome = await send()
         curve.append(server.status("VmRSS") / MIB)
     cpu = server.cpu_seconds() - cpu
     print(
@@ -143,14 +227,36 @@ async def repeat_curve(
         flush=True,
     )
     print("  curve (MiB): " + " ".join(f"{rss:.0f}" for rss in curve), flush=True)
+    marks = [i for i in (1, 20, 50, 100, n) if i <= n]
+    print(
+        "  after call " + ", ".join(f"{i}: {curve[i - 1]:.0f}" for i in sorted(set(marks))),
+        flush=True,
+    )
 
 
-async def main(valid_mib: int, repeat: int) -> None:
+async def wait_indexed(port: int) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = indexer_pb2_grpc.IndexerServiceStub(channel)
+        for _ in range(1200):
+            status = await stub.GetIndexStatus(
+                indexer_pb2.GetIndexStatusRequest(), metadata=MEMBER, timeout=60
+            )
+            if status.backlog == 0:
+                return
+            await asyncio.sleep(0.5)
+    raise SystemExit("the exported space was not indexed within 10 minutes")
+
+
+async def main(valid_mib: int, repeat: int, only: list[str]) -> None:
     print("generating archives ...", flush=True)
-    attacks = {name: list(make()) for name, make in hostile_archives.ATTACKS.items()}
-    attacks["bomb_300x1mib"] = list(hostile_archives.many_documents())
-    attacks["credential_after_64mib"] = list(hostile_archives.credential_after())
-    valid = list(hostile_archives.valid_archive(valid_mib * MIB))
+    makers = {
+        **hostile_archives.ATTACKS,
+        "bomb_300x1mib": hostile_archives.many_documents,
+        "credential_after_64mib": hostile_archives.credential_after,
+    }
+    # With --only, only the archives asked for (a 2 GiB gzip takes a while to make).
+    attacks = {name: list(make()) for name, make in makers.items() if not only or name in only}
+    valid = [] if repeat else list(hostile_archives.valid_archive(valid_mib * MIB))
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         env = {
@@ -161,6 +267,7 @@ async def main(valid_mib: int, repeat: int) -> None:
             "ENGRAM_QUOTA_PRIVATE": str(2048 * MIB),
             "ENGRAM_QUOTA_TENANT_TOTAL": str(4096 * MIB),
             "ENGRAM_RATE_LIMIT_PER_MINUTE": "0",
+            "ENGRAM_QUOTA_PROJECT": str(PROJECT_QUOTA),
         }
         process = spawn(
             [sys.executable, "-m", "engram", "dev", "--auth", "--port", str(port)]
@@ -170,13 +277,29 @@ async def main(valid_mib: int, repeat: int) -> None:
         )
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                await asyncio.wait_for(channel.channel_ready(), 120)
+                await asyncio.wait_for(channel.channel_ready(), 600)
                 await asyncio.sleep(2)
                 server = Server(process.pid)
                 print(f"server RSS at start {server.status('VmRSS') / MIB:.0f} MiB", flush=True)
                 if repeat:
-                    for name, pieces in attacks.items():
-                        await repeat_curve(server, port, name, pieces, repeat)
+                    cases = refusals(port, attacks)
+                    unknown = set(only) - set(cases)
+                    if unknown:
+                        raise SystemExit(f"unknown --only {unknown}; known: {sorted(cases)}")
+                    if not only or "export_cut_off" in only:
+                        # The space the export reads, indexed before any measurement.
+                        loaded = await asyncio.to_thread(
+                            run_import,
+                            port,
+                            list(hostile_archives.repeated_paragraphs(16)),
+                            MEMBER,
+                            EXPORTED,
+                        )
+                        print(f"exported space: {loaded}", flush=True)
+                        await wait_indexed(port)
+                    for name, send in cases.items():
+                        if not only or name in only:
+                            await repeat_curve(server, name, send, repeat)
                     return
                 for name, pieces in attacks.items():
                     await measure(server, channel, port, name, pieces)
@@ -200,5 +323,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--valid-mib", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=0, help="send each refusal N times")
+    parser.add_argument("--only", action="append", default=[], help="with --repeat: this one")
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.valid_mib, arguments.repeat))
+    asyncio.run(main(arguments.valid_mib, arguments.repeat, arguments.only))

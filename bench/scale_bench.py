@@ -54,23 +54,27 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import qdrant_edge as qe
 import tantivy
 from benchlib import bench_token, load_launcher, new_events_consumer, percentile, process_cpu
 
 from engram.authz.enforcement import PolicyAuthorizer
 from engram.domain.chunks import Chunk, ModelInfo, chunk_id
 from engram.domain.principals import LOCAL_ADMIN
+from engram.domain.scoping import path_scopes
 from engram.domain.spaces import SpaceRef, Visibility
 from engram.indexes.keyword import tantivy_index
 from engram.indexes.keyword.tantivy_index import TantivyKeywordIndex
 from engram.indexes.ports import Embedder, Vectors
 from engram.indexes.vector import numpy_index
+from engram.indexes.vector.edge_index import EdgeTuning, EdgeVectorIndex
 from engram.indexes.vector.numpy_index import NumpyVectorIndex
+from engram.indexes.vector.points import payload, point_id
 from engram.search.errors import SearchUnavailable
 from engram.search.query_cache import QueryEmbeddingCache
 from engram.search.service import SearchMode, SearchQuery, SearchService
@@ -96,6 +100,10 @@ LIMIT = 10
 MODES = (SearchMode.LEXICAL, SearchMode.SEMANTIC, SearchMode.HYBRID)
 # Rows of the loader's batches (bounded memory at any size).
 LOAD_BATCH_SPACES = 64
+ENGINES = ("edge", "numpy")
+# Search-time settings of the Edge curve: (hnsw_ef, oversampling), on one built index.
+EF_CURVE = ((16, 2.0), (32, 1.0), (32, 2.0), (64, 1.0), (64, 2.0), (96, 2.0), (128, 2.0))
+RECALL_QUERIES = 200
 
 COMMON = """the of and to in a is that for it as was with be by on not this are or from at
 which but have an they you were she there been one all we their has would when what if will
@@ -226,7 +234,57 @@ def space_corpus(number: int, size: int, vocab: Vocab) -> tuple[list[Chunk], np.
 # --- the fast loader ----------------------------------------------------------------------------
 
 
-def fast_load(layout: Layout, data_dir: Path) -> dict[str, float]:
+class EdgeSink:
+    """The Edge loader: points straight into the adapter's shard (`import_points`), on one
+    event loop kept across batches; `build` runs the optimizer (HNSW, quantization)."""
+
+    def __init__(self, root: Path, tuning: EdgeTuning) -> None:
+        self._runner = asyncio.Runner()
+        # The background optimizer waits for `build`: the load is timed apart from it.
+        self._index = EdgeVectorIndex(root, tuning=replace(tuning, optimize_delay_seconds=1e9))
+        self._runner.run(self._start())
+
+    async def _start(self) -> None:
+        await self._index.open()
+        await self._index.ensure_collection(MODEL)
+        await self._index.activate(MODEL.model_id)
+
+    def add(self, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
+        rows = vectors.tolist()
+        points = [
+            qe.Point(
+                id=point_id(c.chunk_id), vector=rows[i], payload=payload(c, path_scopes(c.path))
+            )
+            for i, c in enumerate(chunks)
+        ]
+        for start in range(0, len(points), 4096):
+            self._runner.run(
+                self._index.import_points(MODEL.model_id, points[start : start + 4096])
+            )
+
+    def build(self) -> float:
+        started = time.perf_counter()
+        self._runner.run(self._index.optimize())
+        built = time.perf_counter() - started
+        self._runner.run(self._index.close())
+        self._runner.close()
+        return built
+
+
+def edge_tuning(args: argparse.Namespace) -> EdgeTuning:
+    """The adapter's defaults, or the graph settings given on the command line."""
+    defaults = EdgeTuning()
+    return replace(
+        defaults,
+        m=args.m or defaults.m,
+        payload_m=args.m or defaults.payload_m,
+        ef_construct=args.ef_construct or defaults.ef_construct,
+    )
+
+
+def fast_load(
+    layout: Layout, data_dir: Path, engine: str = "numpy", tuning: EdgeTuning | None = None
+) -> dict[str, float]:
     """Writes both embedded indexes of `layout` under data_dir (keyword/, vectors/)."""
     vocab = Vocab()
     shutil.rmtree(data_dir, ignore_errors=True)
@@ -240,6 +298,7 @@ def fast_load(layout: Layout, data_dir: Path) -> dict[str, float]:
     writer = index.writer(heap_size=200_000_000, num_threads=1)
 
     vector_root = data_dir / "vectors"
+    edge = EdgeSink(vector_root, tuning or EdgeTuning()) if engine == "edge" else None
     collection = (
         vector_root / numpy_index.COLLECTIONS_DIR / numpy_index.collection_dir_name(MODEL.model_id)
     )
@@ -275,6 +334,12 @@ def fast_load(layout: Layout, data_dir: Path) -> dict[str, float]:
             uncommitted = 0
         keyword_done = time.perf_counter()
         timings["keyword"] += keyword_done - generated
+        loaded += len(chunks)
+        if edge is not None:
+            edge.add(chunks, vectors)
+            timings["vector"] += time.perf_counter() - keyword_done
+            print(f"  loaded {loaded:,}/{layout.chunks:,} chunks", file=sys.stderr, flush=True)
+            continue
         database.executemany(
             "INSERT INTO vector_chunks (space_id, path, chunk_index, chunk_id, document_id,"
             " tenant, doc_version, content, vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -294,7 +359,6 @@ def fast_load(layout: Layout, data_dir: Path) -> dict[str, float]:
             ),
         )
         database.commit()
-        loaded += len(chunks)
         timings["vector"] += time.perf_counter() - keyword_done
         print(f"  loaded {loaded:,}/{layout.chunks:,} chunks", file=sys.stderr, flush=True)
     started = time.perf_counter()
@@ -303,6 +367,10 @@ def fast_load(layout: Layout, data_dir: Path) -> dict[str, float]:
     database.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     database.close()
     timings["keyword"] += time.perf_counter() - started
+    if edge is not None:
+        # The empty legacy collection written above is not part of an Edge corpus.
+        shutil.rmtree(vector_root / numpy_index.COLLECTIONS_DIR)
+        timings["vector_build"] = edge.build()
     return timings
 
 
@@ -407,9 +475,14 @@ def memory() -> dict[str, float]:
     with open("/proc/self/status", encoding="ascii") as status:
         for line in status:
             key, _, rest = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
+            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
                 values[key] = int(rest.split()[0]) / 1024
-    return {"rss_mib": values["VmRSS"], "peak_mib": values["VmHWM"]}
+    return {
+        "rss_mib": values["VmRSS"],
+        "peak_mib": values["VmHWM"],
+        "anon_mib": values["RssAnon"],
+        "file_mib": values["RssFile"],
+    }
 
 
 def page_in(directory: Path) -> None:
@@ -457,9 +530,17 @@ async def timed(
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     layout = Layout.of(args.chunks)
     vocab = Vocab()
-    data_dir = corpus_dir(args.work_dir, args.chunks)
+    data_dir = corpus_dir(args.work_dir, args.chunks, args.engine, (args.m, args.ef_construct))
     gc.collect()
-    result: dict[str, Any] = {"chunks": args.chunks, "spaces": len(layout.sizes)}
+    result: dict[str, Any] = {
+        "chunks": args.chunks,
+        "spaces": len(layout.sizes),
+        "engine": args.engine,
+        "graph": f"m {args.m or EdgeTuning().m} ef_construct "
+        f"{args.ef_construct or EdgeTuning().ef_construct}"
+        if args.engine == "edge"
+        else "",
+    }
     result["sizes"] = {
         "big": layout.sizes[0],
         "median": int(statistics.median(layout.sizes[1:])),
@@ -470,7 +551,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     # page cache; the vector index reads its whole file at open anyway.
     await asyncio.to_thread(page_in, data_dir / "keyword")
     keyword = TantivyKeywordIndex(data_dir / "keyword")
-    vector = NumpyVectorIndex(data_dir / "vectors")
+    vector: NumpyVectorIndex | EdgeVectorIndex = (
+        EdgeVectorIndex(data_dir / "vectors", tuning=edge_tuning(args))
+        if args.engine == "edge"
+        else NumpyVectorIndex(data_dir / "vectors")
+    )
     started = time.perf_counter()
     await keyword.open()
     opened_keyword = time.perf_counter()
@@ -535,6 +620,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         ]
         errors = []
         latencies, elapsed = await timed(service, batch, concurrency=8, cap=args.cap, errors=errors)
+        result["recall"] = await recall_curve(vector, layout, vocab)
         result["hybrid_qps_c8"] = len(latencies) / elapsed
         result["hybrid_c8_errors"] = len(errors)
         result["hybrid_c8_p99_ms"] = percentile(latencies, 99)
@@ -551,6 +637,47 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         await vector.close()
     result["rows"] = rows
     return result
+
+
+async def recall_curve(
+    vector: NumpyVectorIndex | EdgeVectorIndex, layout: Layout, vocab: Vocab
+) -> list[dict[str, Any]]:
+    """Big-space semantic search through the adapter (no SearchService): p50/p99 and
+    recall@10 against exact search over the same vectors, per (hnsw_ef, oversampling) for
+    Edge (its defaults last), once for the exact index."""
+    chunks, vectors = space_corpus(0, layout.sizes[0], vocab)
+    space_id = chunks[0].space_id
+    queries = Queries(vocab, seed=3)
+    for _ in range(RECALL_QUERIES):
+        queries.next()
+    matrix = np.stack(list(queries.vectors.values()))
+    exact = np.argsort(-(matrix @ vectors.T), axis=1)[:, :LIMIT]
+    truth = [{chunks[j].chunk_id for j in row} for row in exact]
+    settings: list[tuple[int, float] | None] = [None]
+    if isinstance(vector, EdgeVectorIndex):
+        defaults = vector.tuning
+        settings = [*EF_CURVE, (defaults.hnsw_ef, defaults.oversampling)]
+    rows = []
+    for setting in settings:
+        if setting is not None and isinstance(vector, EdgeVectorIndex):
+            vector.retune_search(hnsw_ef=setting[0], oversampling=setting[1])
+        latencies, recalls = [], []
+        for i, query in enumerate(matrix):
+            started = time.perf_counter()
+            hits = await vector.search([space_id], query, limit=LIMIT)
+            latencies.append((time.perf_counter() - started) * 1000)
+            recalls.append(len({h.chunk.chunk_id for h in hits} & truth[i]) / LIMIT)
+        rows.append(
+            {
+                "hnsw_ef": setting[0] if setting else None,
+                "oversampling": setting[1] if setting else None,
+                "recall_at_10": float(np.mean(recalls)),
+                "p50_ms": percentile(latencies, 50),
+                "p99_ms": percentile(latencies, 99),
+            }
+        )
+        print(f"  recall {rows[-1]}", file=sys.stderr, flush=True)
+    return rows
 
 
 # --- scan: the exact-search kernel alone ---------------------------------------------------------
@@ -890,13 +1017,19 @@ async def indexing(args: argparse.Namespace) -> None:
 # --- the driver ---------------------------------------------------------------------------------
 
 
-def corpus_dir(work_dir: Path, chunks: int) -> Path:
-    return work_dir / f"corpus-v{CORPUS_VERSION}-{chunks}"
+def corpus_dir(
+    work_dir: Path, chunks: int, engine: str = "numpy", graph: tuple[int, int] = (0, 0)
+) -> Path:
+    suffix = "" if engine == "numpy" else f"-{engine}"
+    if any(graph):
+        suffix += f"-m{graph[0]}-efc{graph[1]}"
+    return work_dir / f"corpus-v{CORPUS_VERSION}-{chunks}{suffix}"
 
 
 def child(args: argparse.Namespace, command: str, chunks: int) -> dict[str, Any]:
     line = [sys.executable, str(SELF), command, "--chunks", str(chunks)]
     line += ["--work-dir", str(args.work_dir), "--count", str(args.count), "--cap", str(args.cap)]
+    line += ["--engine", args.engine, "--m", str(args.m), "--ef-construct", str(args.ef_construct)]
     if args.profile:
         line.append("--profile")
     done = subprocess.run(line, stdout=subprocess.PIPE, text=True, check=True)
@@ -908,7 +1041,10 @@ def child(args: argparse.Namespace, command: str, chunks: int) -> dict[str, Any]
 
 
 def ensure_loaded(args: argparse.Namespace, chunks: int) -> dict[str, Any] | None:
-    marker = corpus_dir(args.work_dir, chunks) / "bench-loaded.json"
+    marker = (
+        corpus_dir(args.work_dir, chunks, args.engine, (args.m, args.ef_construct))
+        / "bench-loaded.json"
+    )
     if marker.exists():
         loaded: dict[str, Any] = json.loads(marker.read_text())
         return loaded
@@ -948,6 +1084,29 @@ def report(results: list[dict[str, Any]]) -> None:
         print(f"{row['scope']:10} {row['mode']:8} {cells}{note}")
     cells = "".join(f"{r['hybrid_qps_c8']:>13.0f} / {r['hybrid_c8_p99_ms']:<6.1f}" for r in results)
     print(f"{'1 space':10} {'hybrid':8} {cells}   (QPS / p99 ms at concurrency 8)")
+    print()
+    print("big-space semantic search through the adapter, recall@10 against exact search:")
+    for r in results:
+        load = r.get("load") or {}
+        after = r["memory_after_open"]
+        print(
+            f"{r['engine']} {r.get('graph', '')} {r['chunks']:,} chunks"
+            f" (big space {r['sizes']['big']:,}): vector"
+            f" open {r['open_seconds']['vector']:.2f} s, RSS after open anon/file"
+            f" {after['anon_mib']:.0f}/{after['file_mib']:.0f} MiB, vector disk"
+            f" {r.get('vector_disk_mib', 0):.0f} MiB, load {load.get('vector', 0):.1f} s,"
+            f" build {load.get('vector_build', 0):.1f} s"
+        )
+        for row in r["recall"]:
+            setting = (
+                f"ef {row['hnsw_ef']:>3} x{row['oversampling']:.0f}"
+                if row["hnsw_ef"]
+                else "exact      "
+            )
+            print(
+                f"   {setting}  recall@10 {row['recall_at_10']:.3f}"
+                f"  p50 {row['p50_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms"
+            )
 
 
 def main() -> None:
@@ -965,6 +1124,9 @@ def main() -> None:
     parser.add_argument("--cap", type=float, default=30.0, help="seconds per row at most")
     parser.add_argument("--profile", action="store_true", help="cProfile the searches")
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--engine", choices=ENGINES, default="edge", help="the vector index")
+    parser.add_argument("--m", type=int, default=0, help="(edge) HNSW m and payload_m")
+    parser.add_argument("--ef-construct", type=int, default=0, help="(edge) HNSW ef_construct")
     parser.add_argument("--indexers", type=int, nargs="+", default=[1, 2], help="(indexing)")
     parser.add_argument("--docs", type=int, default=150, help="(indexing) 4-chunk documents")
     parser.add_argument(
@@ -981,8 +1143,8 @@ def main() -> None:
         asyncio.run(check(args.work_dir))
     elif args.command == "load":
         started = time.perf_counter()
-        data_dir = corpus_dir(args.work_dir, args.chunks)
-        timings = fast_load(Layout.of(args.chunks), data_dir)
+        data_dir = corpus_dir(args.work_dir, args.chunks, args.engine, (args.m, args.ef_construct))
+        timings = fast_load(Layout.of(args.chunks), data_dir, args.engine, edge_tuning(args))
         loaded = {"load_seconds": time.perf_counter() - started, **timings, **memory()}
         (data_dir / "bench-loaded.json").write_text(json.dumps(loaded))
         print(json.dumps(loaded))
@@ -996,7 +1158,14 @@ def main() -> None:
             print(f"{chunks:,} chunks loaded: {loaded}")
             result = child(args, "measure", chunks)
             result["load"] = loaded
-            result["disk_mib"] = disk_mib(corpus_dir(args.work_dir, chunks))
+            vectors = (
+                corpus_dir(args.work_dir, chunks, args.engine, (args.m, args.ef_construct))
+                / "vectors"
+            )
+            result["disk_mib"] = disk_mib(
+                corpus_dir(args.work_dir, chunks, args.engine, (args.m, args.ef_construct))
+            )
+            result["vector_disk_mib"] = disk_mib(vectors)
             results.append(result)
         report(results)
         if args.json:

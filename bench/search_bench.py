@@ -4,6 +4,8 @@
     python bench/search_bench.py --target real      # OpenSearch (deploy/local, or
                                                     # ENGRAM_TEST_OPENSEARCH_URL) + vectors
     python bench/search_bench.py contention         # query embedding during indexing
+    python bench/search_bench.py workers            # `engram serve search --workers 1, 2`
+                                                    # against the embedding ceiling
 
 For each target it measures twice: through the service layer (SearchService called in
 process: no gRPC, no protobuf) and through gRPC against a server process (`engram dev` for
@@ -35,6 +37,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -46,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from benchlib import closed_loop, free_port, spawn
+from benchlib import bench_token, closed_loop, free_port, spawn
 
 from engram.authz.enforcement import FixedPrincipalAuthenticator, PolicyAuthorizer
 from engram.domain.chunks import Chunk, chunk_id
@@ -61,7 +64,7 @@ from engram.indexes.vector.numpy_index import NumpyVectorIndex
 from engram.runtime.settings import Settings
 from engram.search.embedders import ModelEmbedders
 from engram.search.query_cache import QueryEmbeddingCache
-from engram.search.service import SearchMode, SearchQuery, SearchService
+from engram.search.service import SearchMode, SearchOptions, SearchQuery, SearchService
 
 SELF = Path(__file__).resolve()
 ROOT = SELF.parents[1]
@@ -523,10 +526,18 @@ def ghz_rows(addr: str, args: argparse.Namespace, queries: Queries, workdir: Pat
     return rows
 
 
-def run_ghz(addr: str, data: Path, count: int, concurrency: int, cap: float) -> dict[str, Any]:
-    """ghz's JSON report of one run; exits on any failed call."""
+def run_ghz(
+    addr: str,
+    data: Path,
+    count: int,
+    concurrency: int,
+    cap: float,
+    extra: Sequence[str] = (),
+) -> dict[str, Any]:
+    """ghz's JSON report of one run; exits on any failed call. `extra`: more ghz flags."""
     command = [
         str(GHZ),
+        *extra,
         "--insecure",
         "--proto",
         str(ROOT / "protos/engram/v1/search.proto"),
@@ -647,6 +658,9 @@ async def measure_in_process(
             vector,
             ModelEmbedders.serving(embedder),
             PolicyAuthorizer(),
+            # The legs' deadline as the server's settings give it (ENGRAM_SEARCH_BACKEND_
+            # TIMEOUT_SECONDS), so a loaded machine can be measured without timeouts.
+            options=SearchOptions(backend_timeout_seconds=settings.search_backend_timeout_seconds),
             query_cache=QueryEmbeddingCache(1024),
         )
         await embedder.embed_query("warm up")
@@ -760,6 +774,129 @@ async def serve_real(args: argparse.Namespace) -> None:
         await stop.wait()
 
 
+# --- search across cores: `engram serve search --workers N` ---------------------------------
+
+
+def cpu_flags() -> str:
+    """The CPU model and the flags that matter to the model's kernels, from /proc/cpuinfo."""
+    info = Path("/proc/cpuinfo").read_text()
+    model = re.search(r"^model name\s*:\s*(.+)$", info, re.M)
+    listed = re.search(r"^flags\s*:\s*(.+)$", info, re.M)
+    flags = set(listed.group(1).split()) if listed else set()
+    wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "amx_int8")
+    found = " ".join(flag for flag in wanted if flag in flags)
+    return f"{model.group(1) if model else '?'}, {os.cpu_count()} CPUs, {found}"
+
+
+async def embedding_ceiling(queries: Queries, count: int) -> tuple[float, float]:
+    """(raw model CPU ms per query, QPS ceiling = cores x 1000 / that): distinct queries one
+    at a time through search's query embedder settings, CPU time of this process."""
+    embedder = LocalOnnxEmbedder(threads=1, query_window=0.0, query_max_batch=1)
+    try:
+        await embedder.embed_query("warm up")
+        texts = queries.take(count)
+        started = time.process_time()
+        for text in texts:
+            await embedder.embed_query(text)
+        cpu_ms = (time.process_time() - started) / count * 1000
+    finally:
+        embedder.close()
+    return cpu_ms, (os.cpu_count() or 1) * 1000 / cpu_ms
+
+
+def hybrid_messages(args: argparse.Namespace, queries: Queries, count: int) -> list[Any]:
+    sets = space_sets(args.spaces, 1, count, seed=300 + count)
+    return [
+        {
+            "spaces": [{"visibility": "VISIBILITY_PRIVATE", "name": r.name} for r in refs],
+            "query": text,
+            "limit": LIMIT,
+            "mode": PROTO_MODES[SearchMode.HYBRID],
+        }
+        for text, refs in zip(queries.take(count), sets, strict=True)
+    ]
+
+
+def workers_row(
+    addr: str, args: argparse.Namespace, queries: Queries, token: str, workers: int
+) -> tuple[float, float, float]:
+    """(hybrid p50 ms at c=1, p99, QPS at c=16), one distinct query per call; ghz opens 16
+    connections, since the kernel spreads connections (not calls) over the workers."""
+    extra = ["--metadata", json.dumps({"authorization": f"Bearer {token}"})]
+    data = args.work_dir / f"ghz-workers-{workers}.json"
+    data.write_text(json.dumps(hybrid_messages(args, queries, 60)))
+    run_ghz(addr, data, 60, 16, args.time_cap, [*extra, "--connections", "16"])  # warm-up
+    data.write_text(json.dumps(hybrid_messages(args, queries, args.queries)))
+    single = run_ghz(addr, data, args.queries, 1, args.time_cap, extra)
+    latencies = sorted(d["latency"] / 1e6 for d in single["details"])
+    data.write_text(json.dumps(hybrid_messages(args, queries, args.queries * 2)))
+    loaded = run_ghz(
+        addr, data, args.queries * 2, 16, args.time_cap, [*extra, "--connections", "16"]
+    )
+    return percentile(latencies, 50), percentile(latencies, 99), float(loaded["rps"])
+
+
+async def every_worker_ready(metrics_port: int, within: float) -> None:
+    """Waits for the command's /readyz (200 once every worker is SERVING)."""
+    import urllib.error
+    import urllib.request
+
+    def ready() -> bool:
+        url = f"http://127.0.0.1:{metrics_port}/readyz"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310
+                return bool(response.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    deadline = time.monotonic() + within
+    while not await asyncio.to_thread(ready):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the search workers were not ready within {within:.0f} s")
+        await asyncio.sleep(0.5)
+
+
+async def run_workers(args: argparse.Namespace, data_dir: Path, url: str, alias: str) -> None:
+    """Hybrid QPS at concurrency 16 through `engram serve search --workers N`, N = 1 and 2,
+    against the embedding ceiling measured in the same run."""
+    queries = Queries(seed=3)
+    cpu_ms, ceiling = await embedding_ceiling(queries, 200)
+    launcher = load_launcher()
+    launcher.provision(["mongo"])
+    mongo = await asyncio.to_thread(launcher.start_mongo, args.work_dir / "mongo")
+    secret = "search-bench-" + "x" * 32
+    token = bench_token(secret, sub="local-admin", tenant="local", role="admin")
+    rows = []
+    try:
+        for workers in args.workers:
+            port, metrics = free_port(), free_port()
+            env = {
+                **server_env(),
+                "ENGRAM_METRICS_PORT": str(metrics),
+                "ENGRAM_OPENSEARCH_URL": url,
+                "ENGRAM_OPENSEARCH_INDEX": alias,
+                "ENGRAM_OPENSEARCH_REPLICAS": "0",
+                "ENGRAM_VECTOR_DIR": str(data_dir / "vectors"),
+                "ENGRAM_MONGO_URI": mongo.url,
+                "ENGRAM_JWT_SECRET": secret,
+            }
+            command = [sys.executable, "-m", "engram", "serve", "search"]
+            command += ["--workers", str(workers), "--port", str(port)]
+            log = args.work_dir / f"server-workers-{workers}.log"
+            async with server_process(command, env, log, port) as addr:
+                await every_worker_ready(metrics, 180)
+                row = await asyncio.to_thread(workers_row, addr, args, queries, token, workers)
+            rows.append((workers, *row))
+    finally:
+        await asyncio.to_thread(mongo.stop)
+    print(f"\n### Search across cores ({cpu_flags()})\n")
+    print(f"raw model CPU per query {cpu_ms:.2f} ms: embedding ceiling {ceiling:.0f} QPS\n")
+    print("| workers | hybrid p50 / p99 ms (c=1) | hybrid QPS (c=16) | QPS / ceiling |")
+    print("|---|---|---|---|")
+    for workers, p50, p99, qps in rows:
+        print(f"| {workers} | {p50:.1f} / {p99:.1f} | {qps:.0f} | {qps / ceiling:.2f} |")
+
+
 def print_rows(title: str, rows: list[Row], components: list[Row]) -> None:
     print(f"\n### {title}\n")
     print("| spaces | mode | p50 ms (c=1) | p99 ms (c=1) | QPS (c=16) |")
@@ -815,7 +952,13 @@ async def embedder_contention() -> None:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "command", nargs="?", default="bench", choices=("bench", "serve-real", "contention")
+        "command",
+        nargs="?",
+        default="bench",
+        choices=("bench", "serve-real", "contention", "workers"),
+    )
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[1, 2], help="`workers`: the counts to run"
     )
     parser.add_argument("--target", choices=("embedded", "real", "both"), default="embedded")
     parser.add_argument("--chunks", type=int, default=100_000)
@@ -839,13 +982,16 @@ async def main() -> None:
         return
     corpus, data_dir = await prepare(args)
     async with contextlib.AsyncExitStack() as stack:
-        if args.target in ("real", "both"):
+        if args.target in ("real", "both") or args.command == "workers":
             url, alias = await stack.enter_async_context(opensearch_loaded(args, corpus))
         # 100k Chunk objects would make every full garbage collection of this process
         # (the service-layer client) cost tens of milliseconds: measure without them.
         del corpus
         gc.collect()
         gc.freeze()
+        if args.command == "workers":
+            await run_workers(args, data_dir, url, alias)
+            return
         if args.target in ("embedded", "both"):
             await run_embedded(args, data_dir)
         if args.target in ("real", "both"):

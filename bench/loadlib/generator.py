@@ -89,6 +89,8 @@ class Generator:
         self.weights = [mix[op] for op in self.ops]
         self.records: list[tuple[float, str, float, str, bool]] = []
         self.freshness: list[tuple[float, float | None, str, str]] = []
+        # The same probes through the vector leg alone (semantic mode).
+        self.vector_freshness: list[tuple[float, float | None, str, str]] = []
         self.lags: list[float] = []
         self.polls = 0
         self.poll_errors: dict[str, int] = {}
@@ -201,16 +203,27 @@ class Generator:
         )
         self.write_line(entry)
         if probe:
-            poller = asyncio.get_running_loop().create_task(self.poll_fresh(agent, unique, acked))
-            self.pollers.add(poller)
-            poller.add_done_callback(self.pollers.discard)
+            # Each leg on its own: the unique token by BM25, the entry's text by its vector.
+            for poll in (
+                self.poll_fresh(agent, unique, acked),
+                self.poll_fresh(agent, unique, acked, semantic=text),
+            ):
+                poller = asyncio.get_running_loop().create_task(poll)
+                self.pollers.add(poller)
+                poller.add_done_callback(self.pollers.discard)
         return False
 
-    async def poll_fresh(self, agent: dict[str, Any], unique: str, acked: float) -> None:
-        """Lexical searches for `unique` until found or freshness_timeout."""
+    async def poll_fresh(
+        self, agent: dict[str, Any], unique: str, acked: float, *, semantic: str = ""
+    ) -> None:
+        """Lexical searches for `unique` (or, with `semantic`, semantic searches for that
+        text, the written entry's) until a hit holds `unique` or freshness_timeout."""
         metadata = (("authorization", f"Bearer {agent['token']}"),)
         request = search_pb2.SearchRequest(
-            spaces=[self.space(agent)], query=unique, limit=3, mode=search_pb2.SEARCH_MODE_LEXICAL
+            spaces=[self.space(agent)],
+            query=semantic or unique,
+            limit=10 if semantic else 3,
+            mode=search_pb2.SEARCH_MODE_SEMANTIC if semantic else search_pb2.SEARCH_MODE_LEXICAL,
         )
         deadline = acked + self.config["freshness_timeout"]
         found: float | None = None
@@ -246,7 +259,8 @@ class Generator:
                 break
             await asyncio.sleep(interval)
             interval = min(interval * POLL_GROWTH, POLL_MAX_INTERVAL)
-        self.freshness.append((round(acked, 3), found, unique, agent["sub"]))
+        leg = self.vector_freshness if semantic else self.freshness
+        leg.append((round(acked, 3), found, unique, agent["sub"]))
 
     async def one(
         self, index: int, due: float, op: str, agent: dict[str, Any], probe: bool
@@ -317,6 +331,7 @@ class Generator:
             "elapsed": time.monotonic() - self.start,
             "records": self.records,
             "freshness": self.freshness,
+            "vector_freshness": self.vector_freshness,
             "freshness_polls": self.polls,
             "freshness_poll_errors": self.poll_errors,
             "error_samples": self.error_samples,

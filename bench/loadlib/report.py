@@ -67,6 +67,13 @@ def summarize(
         **{k: v for k, v in latency_figures(fresh).items()},
         "poll_errors": result.get("freshness_poll_errors", {}),
     }
+    vector_probes = result.get("vector_freshness", [])
+    vector_fresh = [f[1] * 1000 for f in vector_probes if f[1] is not None]
+    vector_freshness = {
+        "samples": len(vector_probes),
+        "not_found": sum(1 for f in vector_probes if f[1] is None),
+        **latency_figures(vector_fresh),
+    }
     completed = sum(1 for row in rows if row[3] != "OVERFLOW")
     cpu = {
         name: {
@@ -101,6 +108,7 @@ def summarize(
         "per_rpc": per_op,
         "groups": groups,
         "freshness_ms": freshness,
+        "vector_freshness_ms": vector_freshness,
         "processes": cpu,
         "generator_lag_ms": result["generator_lag_ms"],
         "error_samples": result.get("error_samples", {}),
@@ -152,10 +160,19 @@ def rpc_table(summary: dict[str, Any]) -> str:
         )
     fresh = summary["freshness_ms"]
     lines.append(
-        f"freshness (write acknowledged -> found by search): {fresh['samples']} samples, "
+        f"keyword-leg freshness (write acknowledged -> found by lexical search): "
+        f"{fresh['samples']} samples, "
         f"p50 {ms(fresh['p50'])} ms, p99 {ms(fresh['p99'])} ms, max {ms(fresh['max'])} ms, "
         f"not found {fresh['not_found']}"
     )
+    vector = summary.get("vector_freshness_ms")
+    if vector and vector["samples"]:
+        lines.append(
+            f"vector-leg freshness (acknowledged -> found by semantic search): "
+            f"{vector['samples']} samples, p50 {ms(vector['p50'])} ms, "
+            f"p99 {ms(vector['p99'])} ms, max {ms(vector['max'])} ms, "
+            f"not found {vector['not_found']}"
+        )
     lines.append("")
     head = (
         f"{'process':<20} {'CPU s':>8} {'CPU ms/req':>10} {'RSS start MiB':>13} "

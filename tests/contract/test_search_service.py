@@ -564,3 +564,42 @@ async def test_search_builds_its_own_query_embedder_per_model() -> None:
     assert embedders.for_model(ModelInfo(MODEL_ID, 768)) is None, "another dimension"
     assert embedders.for_model(ModelInfo("unheard-of", 8)) is None
     await embedders.aclose()
+
+
+async def test_a_search_that_read_the_alias_before_a_switch_dropped_it_still_answers(
+    embedded_stack: Stack,
+) -> None:
+    # The service read the old model from the alias (and keeps it for a moment); the switch
+    # then moves the alias and drops the old collection. The next semantic search must
+    # answer from the new model, not degrade.
+    old = Renamed(embedded_stack.embedder, "old-model")
+    vector = embedded_stack.vector
+    configured = embedded_stack.embedder
+    await vector.ensure_collection(old.model)
+    chunks = await vector.chunks_of(ACME_NOTES.id, PET_NOTE)
+    await vector.replace_chunks(
+        old.model.model_id,
+        ACME_NOTES.id,
+        PET_NOTE,
+        chunks,
+        await old.embed_documents([c.content for c in chunks]),
+    )
+    await vector.activate(old.model.model_id)
+
+    def build(model: ModelInfo) -> Embedder | None:
+        return {old.model: old, configured.model: configured}.get(model)
+
+    service = SearchService(
+        embedded_stack.keyword,
+        vector,
+        ModelEmbedders(build, owns_embedders=False),
+        PolicyAuthorizer(),
+    )
+    before = await search(service, PARAPHRASE, mode=SearchMode.SEMANTIC, limit=10)
+    assert paths(before) == [PET_NOTE] and old.queries == 1
+
+    await vector.activate(configured.model.model_id)
+    await vector.drop_collection(old.model.model_id)
+    after = await search(service, PARAPHRASE, mode=SearchMode.SEMANTIC, limit=10)
+    assert not after.degraded, after.degraded_reasons
+    assert PET_NOTE in paths(after) and len(after.hits) > 1, "answered from the new model"

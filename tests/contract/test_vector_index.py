@@ -8,8 +8,10 @@ had here), which scans in Python, so the data stays small.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
+import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from engram.domain.chunks import Chunk, IndexedDocument, ModelInfo, chunk_id
 from engram.domain.errors import InvalidArgument
 from engram.indexes.ports import IndexModelMismatch, IndexUnavailable, VectorIndex, Vectors
 from engram.indexes.vector import numpy_index
+from engram.indexes.vector.edge_index import EdgeTuning, EdgeVectorIndex
 from engram.indexes.vector.numpy_index import NumpyVectorIndex
 from engram.indexes.vector.qdrant_index import QdrantVectorIndex, point_id
 
@@ -35,15 +38,35 @@ MODEL = ModelInfo("test-model", DIM)
 OTHER = ModelInfo("other:model/v2", 4)
 
 IndexFactory = Callable[[], VectorIndex]
+# Edge with an HNSW index built after a few points and optimized at once, so the suite's
+# small data goes through the graph and the quantized vectors, not only the plain scan.
+SMALL = EdgeTuning(full_scan_threshold_kb=1, indexing_threshold_kb=1, optimize_delay_seconds=0.0)
 
 
-@pytest.fixture(params=["numpy", "qdrant-local"])
+ADAPTERS = ["edge", "numpy", "qdrant-local", "qdrant-server"]
+
+
+@pytest.fixture(params=ADAPTERS)
 def index_factory(request: pytest.FixtureRequest, tmp_path: Path) -> IndexFactory:
     """Builds an unopened index over the same on-disk state each time it is called."""
+    server = os.environ.get("ENGRAM_TEST_QDRANT_URL")
+    if request.param == "qdrant-server" and not server:
+        pytest.skip("no Qdrant server here: set ENGRAM_TEST_QDRANT_URL to run on one")
+    # A server is shared: each test gets collections and an alias of its own.
+    unique = f"engram-test-{uuid.uuid4().hex[:12]}"
 
     def make() -> VectorIndex:
+        if request.param == "edge":
+            return EdgeVectorIndex(tmp_path / "vectors", tuning=SMALL)
         if request.param == "numpy":
             return NumpyVectorIndex(tmp_path / "vectors")
+        if request.param == "qdrant-server":
+            assert server is not None
+            return QdrantVectorIndex(
+                AsyncQdrantClient(url=server, check_compatibility=False),
+                alias=unique,
+                collection_prefix=f"{unique}-",
+            )
         return QdrantVectorIndex(AsyncQdrantClient(path=str(tmp_path / "qdrant")))
 
     return make
@@ -290,6 +313,33 @@ async def test_activate_switches_what_search_uses(index_factory: IndexFactory) -
         await index.close()
 
 
+async def test_searches_running_when_their_collection_is_dropped_still_answer(
+    index_factory: IndexFactory,
+) -> None:
+    # A model switch drops the old collection while searches that chose it may still run
+    # (queued for a worker thread, or inside the engine): they answer from it, and only a
+    # search that starts after the drop is told the model is gone.
+    index = index_factory()
+    await index.open()
+    try:
+        await index.ensure_collection(OTHER)
+        chunks, vectors = await put(index, "s1", "a.md", 3, seed=42, model=OTHER)
+        running = [
+            asyncio.create_task(
+                index.search(["s1"], vectors[i % 3], limit=3, model_id=OTHER.model_id)
+            )
+            for i in range(64)
+        ]
+        await asyncio.sleep(0)  # every search has started and picked its collection
+        await index.drop_collection(OTHER.model_id)
+        for i, hits in enumerate(await asyncio.gather(*running)):
+            assert hits[0].chunk == chunks[i % 3]
+        with pytest.raises(IndexModelMismatch):
+            await index.search(["s1"], vectors[0], limit=3, model_id=OTHER.model_id)
+    finally:
+        await index.close()
+
+
 async def test_state_survives_close_and_reopen(index_factory: IndexFactory) -> None:
     index = index_factory()
     await index.open()
@@ -403,6 +453,151 @@ async def test_numpy_ignores_a_half_created_collection(tmp_path: Path) -> None:
         ]
     finally:
         await reopened.close()
+
+
+async def test_numpy_follows_another_process_writes_and_collections(tmp_path: Path) -> None:
+    root = tmp_path / "v"
+    writer = NumpyVectorIndex(root)
+    await writer.open()
+    await writer.ensure_collection(MODEL)
+    await writer.activate(MODEL.model_id)
+    old, _ = await put(writer, "s1", "gone.md", 2, seed=600)
+    reader = NumpyVectorIndex(root, follow_seconds=0.02)
+    await reader.open()
+    try:
+        chunks, vectors = await put(writer, "s1", "new.md", 3, seed=601)
+        await writer.delete_chunks("s1", "gone.md")
+        await put(writer, "s9", "x.md", 2, seed=602)
+        await writer.delete_space("s9")
+
+        async def seen() -> list[Chunk]:
+            for _ in range(200):
+                hits = await reader.search(["s1", "s9"], vectors[2], limit=10)
+                if [h.chunk for h in hits][:1] == [chunks[2]] and len(hits) == 3:
+                    return [h.chunk for h in hits]
+                await asyncio.sleep(0.02)
+            raise AssertionError("the reader never saw the writer's vectors")
+
+        assert sorted(await seen(), key=lambda c: c.chunk_index) == chunks
+        assert await reader.chunks_of("s1", "gone.md") == []
+        assert old != chunks
+        # A model switch made by the writer: new collection, then the alias.
+        await writer.ensure_collection(OTHER)
+        other, v4 = await put(writer, "s1", "new.md", 1, seed=603, model=OTHER)
+        await writer.activate(OTHER.model_id)
+        for _ in range(200):
+            if await reader.active_model() == OTHER:
+                break
+            await asyncio.sleep(0.02)
+        assert (await reader.search(["s1"], v4[0], limit=1))[0].chunk == other[0]
+    finally:
+        await reader.close()
+        await writer.close()
+
+
+async def test_numpy_follower_that_falls_behind_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(numpy_index, "STALE_AFTER_SECONDS", 0.05)
+    reader = NumpyVectorIndex(tmp_path / "v", follow_seconds=60)
+    await reader.open()
+    try:
+        await reader.ensure_collection(MODEL)
+        await reader.activate(MODEL.model_id)
+        await asyncio.sleep(0.1)
+        with pytest.raises(IndexUnavailable, match="has not read other processes' writes"):
+            await reader.search(["s1"], unit_vectors(1, 1)[0], limit=3)
+    finally:
+        await reader.close()
+
+
+# --- EdgeVectorIndex specifics --------------------------------------------------------------
+
+
+async def test_edge_ignores_half_created_and_half_dropped_collections(tmp_path: Path) -> None:
+    root = tmp_path / "v"
+    index = EdgeVectorIndex(root, tuning=SMALL)
+    await index.open()
+    await index.ensure_collection(MODEL)
+    await index.close()
+    # A crash before the model file was written, and a drop that crashed after renaming the
+    # collection away.
+    (root / "edge" / "half-made" / "shard").mkdir(parents=True)
+    shutil.copytree(next((root / "edge").glob("test-model-*")), root / "edge" / ".dropped-1")
+    reopened = EdgeVectorIndex(root, tuning=SMALL)
+    await reopened.open()
+    try:
+        assert await reopened.collections() == [MODEL]
+        assert [p.name for p in (root / "edge").iterdir()] == [
+            next((root / "edge").glob("test-model-*")).name
+        ]
+    finally:
+        await reopened.close()
+
+
+async def test_edge_refuses_a_second_owner_and_says_why(tmp_path: Path) -> None:
+    owner = EdgeVectorIndex(tmp_path / "v", tuning=SMALL)
+    await owner.open()
+    try:
+        await owner.ensure_collection(MODEL)
+        second = EdgeVectorIndex(tmp_path / "v", tuning=SMALL)
+        with pytest.raises(IndexUnavailable, match="open in another process"):
+            await second.open()
+        with pytest.raises(IndexUnavailable, match="not open"):
+            await second.search(["s1"], unit_vectors(1, 1)[0], limit=3)
+    finally:
+        await owner.close()
+
+
+async def test_edge_migrates_the_exact_index_it_finds(tmp_path: Path) -> None:
+    root = tmp_path / "v"
+    legacy = NumpyVectorIndex(root)
+    await legacy.open()
+    await legacy.ensure_collection(MODEL)
+    await legacy.ensure_collection(OTHER)
+    await legacy.activate(MODEL.model_id)
+    stored = {
+        n: await put(legacy, f"s{n % 3}", f"notes/d{n}.md", 3, seed=300 + n) for n in range(9)
+    }
+    other, _ = await put(legacy, "s1", "x.md", 2, seed=400, model=OTHER)
+    await legacy.close()
+
+    index = EdgeVectorIndex(root, tuning=SMALL)
+    await index.open()
+    try:
+        assert await index.active_model() == MODEL
+        assert await index.collections() == sorted([MODEL, OTHER], key=lambda m: m.model_id)
+        for n, (chunks, vectors) in stored.items():
+            assert await index.chunks_of(f"s{n % 3}", f"notes/d{n}.md") == chunks
+            hits = await index.search([f"s{n % 3}"], vectors[1], limit=1, path_prefix="notes")
+            assert hits[0].chunk == chunks[1]
+        assert await index.chunks_of("s1", "x.md", model_id=OTHER.model_id) == other
+        assert not (root / "collections").exists()
+    finally:
+        await index.close()
+
+
+async def test_edge_ranks_like_exact_search_through_its_hnsw_index(tmp_path: Path) -> None:
+    index = EdgeVectorIndex(tmp_path / "v", tuning=SMALL)
+    await index.open()
+    try:
+        await index.ensure_collection(MODEL)
+        await index.activate(MODEL.model_id)
+        stored: list[tuple[Chunk, Vectors]] = []
+        for n in range(40):
+            chunks, vectors = await put(index, f"s{n % 2}", f"d{n}.md", 10, seed=500 + n)
+            stored.extend(zip(chunks, vectors, strict=True))
+        await index.optimize()
+        query = unit_vectors(1, 998)[0]
+        hits = await index.search(["s0"], query, limit=5)
+        expected = sorted(
+            ((float(v @ query), c.chunk_id) for c, v in stored if c.space_id == "s0"),
+            reverse=True,
+        )[:5]
+        assert [h.chunk.chunk_id for h in hits] == [cid for _, cid in expected]
+        assert [h.score for h in hits] == pytest.approx([score for score, _ in expected], abs=1e-4)
+    finally:
+        await index.close()
 
 
 # --- QdrantVectorIndex specifics ------------------------------------------------------------

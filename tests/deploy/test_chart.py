@@ -343,6 +343,12 @@ def test_config_change_rolls_the_pods(helm: Helm, tmp_path: Path) -> None:
     assert checksum({}) == base
 
 
+def test_search_workers_share_each_pod(helm: Helm, tmp_path: Path) -> None:
+    found = processes(helm.render(overrides={"search": {"workers": 3}}, tmp=tmp_path))
+    assert found["search"].argv == ["engram", "serve", "search", "--workers", "3"]
+    assert found["storage"].argv == ["engram", "serve", "storage"]
+
+
 # --- network policy ---------------------------------------------------------------------------
 
 
@@ -618,6 +624,7 @@ def test_each_process_environment_is_valid_settings(
             r"minReplicas \(5\) is above maxReplicas \(3\)",
         ),
         ({"tls": {"enabled": True}}, r"tls.*existingSecret"),
+        ({"search": {"workers": 0}}, r"search.*workers.*[Mm]inimum"),
     ],
     ids=[
         "pull-policy",
@@ -634,6 +641,7 @@ def test_each_process_environment_is_valid_settings(
         "hpa-no-target",
         "hpa-min-above-max",
         "tls-without-secret",
+        "no-search-worker",
     ],
 )
 def test_invalid_values_are_rejected_with_a_clear_message(

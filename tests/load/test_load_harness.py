@@ -66,6 +66,10 @@ def test_a_low_rate_run_has_no_errors_and_loses_no_write(target: str, tmp_path: 
     assert run["errors"] == 0, (run["per_rpc"], run["error_samples"])
     # Every operation of the default mix ran (120 draws: a missing one would be a bug).
     assert set(run["per_rpc"]) == {"search", "memory_search", "append", "replace", "read"}
+    # Both legs found the probed writes: the vector leg's new vectors reach search too.
+    for leg in ("freshness_ms", "vector_freshness_ms"):
+        assert run[leg]["samples"] > 0, leg
+        assert run[leg]["not_found"] == 0, (leg, run[leg])
     loss = result["loss"]
     assert loss["acknowledged"] > 0
     assert loss["acknowledged"] == loss["attempted"]

@@ -13,12 +13,20 @@ The 64 MiB allows for what glibc keeps after a free: engram fixes the mmap thres
 and what stays is small blocks in the heap's arenas (at most one per thread; measured
 growth over 20 refusals: bench/RESULTS.md, "Repeated refusals"). The curve of RSS per call
 is printed by bench/import_bench.py --repeat 20.
+
+The same holds for the bodies of the hosted MCP endpoint (`engram mcp --hosted`, in its own
+process in front of the server): an oversized HTTP body is refused with 413 after at most
+the MCP SDK's 4 MiB has been read (never buffered whole), and memory_write calls refused for
+size or for a credential keep nothing in either process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
@@ -27,8 +35,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engram.v1 import indexer_pb2, indexer_pb2_grpc, space_pb2, storage_pb2, storage_pb2_grpc
+from tests.e2e.test_mcp import free_port, text_of, wait_listening
+from tests.e2e.test_mcp_hosted import ISSUER, agent
 from tests.support import hostile_archives
-from tests.support.dev_server import DevServer, dev_server
+from tests.support.dev_server import DevServer, ProcessMemory, dev_server
 from tests.support.grpc_helpers import CallFailure, import_sync, space
 from tests.support.tokens import bearer, mint
 
@@ -154,7 +164,11 @@ async def wait_indexed(port: int) -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     with dev_server(
-        tmp_path_factory.mktemp("refusals") / "state", ENGRAM_QUOTA_PROJECT=str(PROJECT_QUOTA)
+        tmp_path_factory.mktemp("refusals") / "state",
+        ENGRAM_QUOTA_PROJECT=str(PROJECT_QUOTA),
+        # 40 memory_write refusals of one agent: the write rate limits have their own tests.
+        ENGRAM_WORKSPACE_WRITES_PER_MINUTE="0",
+        ENGRAM_WORKSPACE_WRITES_PER_HOUR="0",
     ) as running:
         # The space the export cases read: 16 documents of 1 MiB, indexed before any
         # measurement so the indexer's own growth is not counted.
@@ -168,7 +182,22 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
         )
         assert not isinstance(loaded, CallFailure), loaded.message
         asyncio.run(wait_indexed(running.port))
+        settle(running)
         yield running
+
+
+def settle(server: DevServer, *, within: int = 8 * MIB, readings: int = 5) -> None:
+    """Waits (at most 120 s) until RSS holds still: after the indexer's backlog empties, the
+    vector engine (Qdrant Edge) still optimizes the new segment in the background (HNSW graph,
+    int8 quantization), ~120 MiB that is the index's own, not a refusal's."""
+    last: list[int] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        last = [*last[-(readings - 1) :], server.rss()]
+        if len(last) == readings and max(last) - min(last) < within:
+            return
+        time.sleep(1)
+    raise AssertionError(f"RSS never settled after indexing (MiB: {[r // MIB for r in last]})")
 
 
 @contextlib.asynccontextmanager
@@ -209,3 +238,120 @@ async def test_repeated_refusal_keeps_no_memory(server: DevServer, case: str) ->
     growth = curve[-1] - curve[0]
     shown = " ".join(f"{rss / MIB:.0f}" for rss in curve)
     assert growth < GROWTH_BOUND, f"{case}: RSS grew {growth / MIB:.0f} MiB (MiB: {shown})"
+
+
+# --- the hosted MCP endpoint's bodies --------------------------------------------------------
+
+MCP_BODY_LIMIT = 4 * MIB  # the MCP SDK's max_request_body_size
+OVERSIZED = 64 * MIB
+MCP_SPACE_PATH = "/mcp/private/mcp-bodies"
+MCP_TOKEN = mint("ann-mcp", "acme", "member")
+
+
+@dataclass(frozen=True)
+class HostedMcp:
+    port: int
+    memory: ProcessMemory
+
+
+@pytest.fixture(scope="module")
+def hosted_mcp(server: DevServer) -> Iterator[HostedMcp]:
+    """`engram mcp --hosted` in its own process, in front of the module's server."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "engram", "mcp", "--transport", "http", "--hosted"]
+        + ["--issuer", ISSUER, "--port", str(port), "--addr", f"127.0.0.1:{server.port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        asyncio.run(wait_listening(f"http://127.0.0.1:{port}/mcp"))
+        yield HostedMcp(port, ProcessMemory(process.pid))
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+async def post_oversized(port: int, *, chunked: bool) -> tuple[int, int]:
+    """POSTs a 64 MiB JSON body (declared by Content-Length, or chunked without a length),
+    sending it only while no answer has come; returns (HTTP status, body bytes sent)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = [
+        f"POST {MCP_SPACE_PATH} HTTP/1.1",
+        f"Host: 127.0.0.1:{port}",
+        f"Authorization: Bearer {MCP_TOKEN}",
+        "Content-Type: application/json",
+        "Accept: application/json, text/event-stream",
+        "Transfer-Encoding: chunked" if chunked else f"Content-Length: {OVERSIZED}",
+    ]
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
+    answer = asyncio.create_task(asyncio.wait_for(reader.readline(), 60))
+    sent = 0
+    piece = f"{MIB:x}\r\n".encode() + b"[" * MIB + b"\r\n"
+    try:
+        while sent < OVERSIZED and not answer.done():
+            if not chunked:
+                break  # the declared length alone must be refused
+            writer.write(piece)
+            sent += MIB
+            drained = asyncio.ensure_future(writer.drain())
+            await asyncio.wait({drained, answer}, return_when=asyncio.FIRST_COMPLETED)
+            if not drained.done():
+                drained.cancel()
+            elif drained.exception() is not None:
+                break  # the server closed the connection after answering
+        status_line = await answer
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+    return int(status_line.split()[1]), sent
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["declared", "chunked"])
+async def test_repeated_oversized_mcp_bodies_are_refused_unbuffered(
+    hosted_mcp: HostedMcp, chunked: bool
+) -> None:
+    curve: list[int] = []
+    for _ in range(REPEATS):
+        hosted_mcp.memory.reset_peak()
+        before = hosted_mcp.memory.rss()
+        status, sent = await post_oversized(hosted_mcp.port, chunked=chunked)
+        assert status == 413
+        # Refused after at most the limit (and what the sockets buffer), not the whole body.
+        assert sent <= OVERSIZED // 2, f"{sent / MIB:.0f} MiB sent before the answer"
+        held = hosted_mcp.memory.peak() - before
+        assert held < 2 * MCP_BODY_LIMIT + 8 * MIB, f"peak +{held / MIB:.0f} MiB"
+        curve.append(hosted_mcp.memory.rss())
+    growth = curve[-1] - curve[0]
+    assert growth < GROWTH_BOUND, f"RSS grew {growth / MIB:.0f} MiB"
+
+
+@pytest.mark.parametrize(
+    ("content", "refusal"),
+    [
+        ("a" * (3 * MIB), "CONTENT_TOO_LARGE"),
+        ("b" * MIB + " " + hostile_archives.CREDENTIAL.decode(), "SECRET_IN_CONTENT"),
+    ],
+    ids=["over_size", "with_credential"],
+)
+async def test_repeated_refused_mcp_writes_keep_no_memory(
+    server: DevServer, hosted_mcp: HostedMcp, content: str, refusal: str
+) -> None:
+    mcp_curve: list[int] = []
+    server_curve: list[int] = []
+    url = f"http://127.0.0.1:{hosted_mcp.port}{MCP_SPACE_PATH}"
+    async with agent(url, MCP_TOKEN) as client:
+        for _ in range(REPEATS):
+            result = await client.call_tool("memory_write", {"content": content})
+            assert result.is_error and refusal in text_of(result), text_of(result)[:200]
+            mcp_curve.append(hosted_mcp.memory.rss())
+            server_curve.append(server.rss())
+    for name, curve in (("engram mcp", mcp_curve), ("engram dev", server_curve)):
+        growth = curve[-1] - curve[0]
+        shown = " ".join(f"{rss / MIB:.0f}" for rss in curve)
+        assert growth < GROWTH_BOUND, f"{name}: RSS grew {growth / MIB:.0f} MiB (MiB: {shown})"

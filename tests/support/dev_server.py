@@ -14,13 +14,14 @@ from pathlib import Path
 from tests.support.tokens import TEST_JWT_SECRET
 
 
-class DevServer:
-    def __init__(self, process: subprocess.Popen[str], port: int) -> None:
-        self.process = process
-        self.port = port
+class ProcessMemory:
+    """A live process's resident memory, read from /proc."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
 
     def _status(self, field: str) -> int:
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
         raise AssertionError(f"no {field} in /proc status")
@@ -29,10 +30,17 @@ class DevServer:
         return self._status("VmRSS")
 
     def reset_peak(self) -> None:
-        Path(f"/proc/{self.process.pid}/clear_refs").write_text("5")
+        Path(f"/proc/{self.pid}/clear_refs").write_text("5")
 
     def peak(self) -> int:
         return self._status("VmHWM")
+
+
+class DevServer(ProcessMemory):
+    def __init__(self, process: subprocess.Popen[str], port: int) -> None:
+        super().__init__(process.pid)
+        self.process = process
+        self.port = port
 
     def stop(self) -> None:
         self.process.terminate()

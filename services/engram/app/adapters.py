@@ -36,6 +36,7 @@ from engram.indexes.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexes.keyword.tantivy_index import TantivyKeywordIndex
 from engram.indexes.ports import VectorIndex
 from engram.indexes.progress import SCHEMA as INDEX_PROGRESS_SCHEMA
+from engram.indexes.vector.edge_index import EdgeVectorIndex
 from engram.indexes.vector.numpy_index import NumpyVectorIndex
 from engram.maintenance.dream_watermarks import SCHEMA as DREAM_WATERMARK_SCHEMA
 from engram.maintenance.sqlite_stores import SCHEMA as MAINTENANCE_SCHEMA
@@ -52,6 +53,9 @@ from engram.workspace.agent_state import SCHEMA as AGENT_STATE_SCHEMA
 DATABASE_FILE = "engram.db"
 KEYWORD_DIR = "keyword"
 VECTOR_DIR = "vectors"
+# How often a process sharing ENGRAM_VECTOR_DIR reads the others' writes (the vector leg's
+# freshness across processes: about this plus a search).
+VECTOR_FOLLOW_SECONDS = 0.2
 
 
 async def open_sqlite(settings: Settings, stack: contextlib.AsyncExitStack) -> SqliteDatabase:
@@ -107,9 +111,10 @@ def opensearch_index(url: str, settings: Settings) -> OpenSearchKeywordIndex:
     )
 
 
-def embedded_vector_index(settings: Settings) -> NumpyVectorIndex:
-    """`engram dev`'s vector index under the data directory."""
-    return NumpyVectorIndex(settings.data_dir / VECTOR_DIR)
+def embedded_vector_index(settings: Settings) -> EdgeVectorIndex:
+    """`engram dev`'s vector index under the data directory: Qdrant Edge, in this process
+    (an earlier exact index found there is migrated when it opens)."""
+    return EdgeVectorIndex(settings.data_dir / VECTOR_DIR)
 
 
 def vector_index(choice: VectorChoice) -> VectorIndex:
@@ -118,7 +123,9 @@ def vector_index(choice: VectorChoice) -> VectorIndex:
 
     match choice:
         case EmbeddedVectors(directory):
-            return NumpyVectorIndex(directory)
+            # Shared by processes (indexer, search, maintenance): each follows the others'
+            # writes. Qdrant Edge cannot be shared: one process owns a shard.
+            return NumpyVectorIndex(directory, follow_seconds=VECTOR_FOLLOW_SECONDS)
         case QdrantServer(url, api_key):
             return QdrantVectorIndex.connect(url, api_key=api_key)
         case QdrantLocal(path):

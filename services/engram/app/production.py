@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+import grpc
+
 from engram.app import registry
 from engram.app.adapters import (
     authz_token_authenticator,
@@ -432,9 +434,14 @@ async def search_on_backends(
     *,
     authenticator: Authenticator | None = None,
     vector: VectorIndex | None = None,
+    reuse_port: bool = False,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> AsyncIterator[GrpcServer]:
     """SearchService on OpenSearch and the vector index the settings choose (as the
     indexer does: Qdrant, Qdrant local mode or ENGRAM_VECTOR_DIR).
+
+    `reuse_port` and `interceptors`: one of several worker processes sharing the port
+    (engram.app.workers).
 
     `authenticator` replaces the token authenticator (and with it the need for MongoDB);
     `vector` replaces the configured vector index. An index that does not answer at
@@ -474,7 +481,14 @@ async def search_on_backends(
         indexes = either_index_dependency(keyword, vector)
         if indexes is not None:
             dependencies.append(indexes)
-        server = GrpcServer(settings, [registry.search(service)], authenticator, dependencies)
+        server = GrpcServer(
+            settings,
+            [registry.search(service)],
+            authenticator,
+            dependencies,
+            reuse_port=reuse_port,
+            interceptors=interceptors,
+        )
         yield await serve(server, stack)
 
 

@@ -297,6 +297,16 @@ def serve(
         str | None,
         typer.Option("--host", help="Bind address (ENGRAM_GRPC_HOST; 0.0.0.0 for all)."),
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            min=1,
+            max=64,
+            help="search only: processes sharing the port, one per core "
+            "(ENGRAM_SEARCH_WORKERS, default 1).",
+        ),
+    ] = None,
 ) -> None:
     """Run one service on the production backends configured by ENGRAM_* settings."""
     import asyncio
@@ -308,12 +318,20 @@ def serve(
 
     if service not in PROCESSES:
         fail(f"unknown service {service!r}; choose one of {', '.join(PROCESSES)}")
-    settings = _settings(grpc_port=port, grpc_host=host)
+    if workers is not None and service != "search":
+        fail(f"--workers applies to `engram serve search` only, not {service!r}")
+    settings = _settings(grpc_port=port, grpc_host=host, search_workers=workers)
     configure_logging(settings.log_level, settings.log_format)
     flags = {"ENGRAM_GRPC_PORT": "--port"}
     try:
         check_ports_free(settings)  # before the backends are reached
         _tracing(service)
+        if service == "search":
+            from engram.app.workers import serve_search
+
+            if serve_search(settings):  # one process, or --workers of them
+                fail("a search worker could not start (its error is above)", code=1)
+            return
         asyncio.run(run_service(service, settings))
     except EngramError as error:
         fail(error.message, code=1)

@@ -333,9 +333,14 @@ class IndexWorker:
             try:
                 written = await self._write(space.id, path, document, targets, backfill, named)
             except IndexModelMismatch:
-                # A collection went away under us (another replica finished a switch and
-                # dropped the old one): with fresh targets this is worth another pass.
-                if not await self._models.refresh(force=True):
+                # A collection went away under us (a switch, here or in another replica,
+                # dropped the old one after these targets were chosen): with fresh targets
+                # this is worth another pass.
+                await self._models.refresh(force=True)
+                fresh = (
+                    [self._models.pending_target()] if backfill else await self._models.targets()
+                )
+                if fresh == targets:
                     raise
                 continue
             again = await self._source.current(space, path)

@@ -12,7 +12,14 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +44,15 @@ INTERNAL_ERRORS = Counter(
 class HttpEndpoint:
     """The side HTTP server (a daemon thread); `ready()` is read on each /readyz."""
 
-    def __init__(self, host: str, port: int, ready: Callable[[], bool]) -> None:
-        handler = _handler(ready)
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        ready: Callable[[], bool],
+        *,
+        registry: CollectorRegistry = REGISTRY,
+    ) -> None:
+        handler = _handler(ready, registry)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
@@ -53,12 +67,14 @@ class HttpEndpoint:
         self._server.server_close()
 
 
-def _handler(ready: Callable[[], bool]) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    ready: Callable[[], bool], registry: CollectorRegistry
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the http.server protocol
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                self._send(200, generate_latest(REGISTRY), CONTENT_TYPE_LATEST)
+                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
             elif path == "/healthz":
                 self._send(200, b"ok\n")
             elif path == "/readyz":

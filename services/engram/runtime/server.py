@@ -31,14 +31,15 @@ log = logging.getLogger(__name__)
 PROBE_TIMEOUT_SECONDS = 2.0
 
 
-def server_options(settings: Settings) -> list[tuple[str, int]]:
-    """The limits every engram server sets explicitly (not left to gRPC's defaults)."""
+def server_options(settings: Settings, *, reuse_port: bool = False) -> list[tuple[str, int]]:
+    """The limits every engram server sets explicitly (not left to gRPC's defaults).
+    `reuse_port`: the port is shared with sibling worker processes (SO_REUSEPORT)."""
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         ("grpc.max_send_message_length", settings.max_message_bytes),
         # HTTP/2 streams (calls) one connection may have open at once.
         ("grpc.max_concurrent_streams", settings.max_concurrent_streams),
-        ("grpc.so_reuseport", 0),
+        ("grpc.so_reuseport", int(reuse_port)),
     ]
     if settings.grpc_max_connection_age_seconds:
         options += [
@@ -154,8 +155,11 @@ class GrpcServer:
         dependencies: Sequence[Dependency] = (),
         *,
         rate_limit_store: RateLimitStore | None = None,
+        reuse_port: bool = False,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     ) -> None:
         self._settings = settings
+        self._reuse_port = reuse_port
         self._registrations = registrations
         self._health = health.aio.HealthServicer()
         limiter = (
@@ -180,9 +184,10 @@ class GrpcServer:
         self._endpoint: HttpEndpoint | None = None
         self._server = grpc.aio.server(
             interceptors=[
-                ServerInterceptor(authenticator, access_log=settings.access_log, limiter=limiter)
+                *interceptors,
+                ServerInterceptor(authenticator, access_log=settings.access_log, limiter=limiter),
             ],
-            options=server_options(settings),
+            options=server_options(settings, reuse_port=reuse_port),
             # Calls beyond this are refused by gRPC with RESOURCE_EXHAUSTED.
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs or None,
         )
@@ -211,7 +216,8 @@ class GrpcServer:
             self._server,
         )
         settings = self._settings
-        check_ports_free(settings)
+        if not self._reuse_port:  # a shared port is bound by the siblings already
+            check_ports_free(settings)
         address = f"{settings.grpc_host}:{settings.grpc_port}"
         tls = server_tls(settings)
         try:

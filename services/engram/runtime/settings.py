@@ -197,8 +197,9 @@ class Settings(BaseSettings):
     """Qdrant local mode (a directory; one process only, brute-force scans: tests and tiny
     single-host setups). ENGRAM_QDRANT_URL wins when both are set."""
     vector_dir: Path | None = None
-    """The embedded vector index, for indexer and search on one host: several processes may
-    share the directory; a reader sees the others' writes when it reopens it."""
+    """The embedded vector index shared by indexer, search and maintenance processes on one
+    host (exact search; each process follows the others' writes within ~0.2 s, and a search
+    that cannot answers degraded). `engram dev` uses Qdrant Edge instead (one process)."""
 
     # --- embeddings (ARCHITECTURE §4) --------------------------------------------------------
     embedder_provider: Literal["local", "openai", "ollama"] = "local"
@@ -287,6 +288,11 @@ class Settings(BaseSettings):
     one share one job (0 = only those arriving while every job slot is busy). Waited only
     while queries arrive together (the last job carried several), so a lone query at low
     load does not pay it."""
+    search_workers: int = Field(default=1, ge=1, le=64)
+    """Processes `engram serve search` runs, sharing the gRPC port (SO_REUSEPORT), each with
+    its own event loop and query batching: one per core the search pod may use
+    (`--workers` sets it too). Metrics of every worker are served together on the metrics
+    port."""
     search_embed_max_batch: int = Field(default=32, ge=1, le=256)
     """Queries per job of search's query embedder (an HTTP provider's POST also carries at
     most ENGRAM_EMBED_BATCH_SIZE; 1 = no batching); 32 jobs' worth may wait, beyond that a

@@ -428,20 +428,30 @@ class SearchService:
         if model is None:
             # Nothing has been embedded yet: an empty list, not a failure.
             return []
+        try:
+            return await self._semantic_on(model, space_ids, text, depth, path_prefix)
+        except IndexModelMismatch:
+            # The model was switched and the old collection dropped since this search read
+            # the alias (a slow query outlives the switch's drop grace): once more on the
+            # model the alias names now.
+            self._active = None
+            current = await self._active_model()
+            if current is None or current == model:
+                raise
+            return await self._semantic_on(current, space_ids, text, depth, path_prefix)
+
+    async def _semantic_on(
+        self, model: ModelInfo, space_ids: list[str], text: str, depth: int, path_prefix: str
+    ) -> list[ScoredChunk]:
         embedder = self._embedders.for_model(model)
         if embedder is None:
             raise IndexUnavailable(
                 f"this process has no embedder for the active vector model {model.model_id!r}"
             )
         vector = await self._query_cache.embed(embedder, model.model_id, text)
-        try:
-            return await self._vector.search(
-                space_ids, vector, limit=depth, path_prefix=path_prefix, model_id=model.model_id
-            )
-        except IndexModelMismatch:
-            # The model was switched (and the old collection dropped) since we looked.
-            self._active = None
-            raise
+        return await self._vector.search(
+            space_ids, vector, limit=depth, path_prefix=path_prefix, model_id=model.model_id
+        )
 
     async def _active_model(self) -> ModelInfo | None:
         now = time.monotonic()

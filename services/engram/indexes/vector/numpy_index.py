@@ -20,24 +20,35 @@ in between, after its SQLite transaction committed, under that space's lock. Sma
 run inline (a few hundred microseconds); large ones run in a worker thread while holding
 the locks of the spaces they read, so no write can move rows under them.
 
-Several processes may write one directory (indexer replicas on one host): each replace is
-one SQLite transaction that deletes the path's rows and inserts the new ones, and each
-delete is a SQL delete by (space, path) in every collection, so the files always hold the
-last committed replace of each path. A process's in-memory matrices show only its own
-writes; a reader sees the others' after reopening. Start such processes one after another
-when the directory is new (open removes a collection directory still lacking its file).
+Several processes may write one directory (indexer, search and maintenance on one host,
+`make cluster-local`): each replace is one SQLite transaction that deletes the path's rows,
+inserts the new ones and appends the (space, path) to the collection's change log
+(`vector_changes`), so the files always hold the last committed replace of each path. A
+process opened with `follow_seconds` reads the log every `follow_seconds` and reloads the
+paths others changed, and picks up collections and alias moves made by others; a search
+that finds the follower more than `STALE_AFTER_SECONDS` behind fails with IndexUnavailable
+(the search degrades, naming why) instead of answering from stale matrices. Start such
+processes one after another when the directory is new (open removes a collection directory
+still lacking its file).
+
+Only this index can be shared by processes: a Qdrant Edge shard is owned by one process
+(it locks its WAL), which is why `engram dev` (one process) uses Edge and the multi-process
+layout on one host uses this one (bench/RESULTS.md, "Qdrant Edge").
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import heapq
 import json
+import logging
 import os
 import re
 import shutil
 import sqlite3
+import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Sequence
@@ -79,9 +90,19 @@ CREATE TABLE IF NOT EXISTS vector_chunks (
     vector BLOB NOT NULL,
     PRIMARY KEY (space_id, path, chunk_index)
 );
+CREATE TABLE IF NOT EXISTS vector_changes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    space_id TEXT NOT NULL,
+    path TEXT
+);
 """
+# The change log keeps this many entries; a follower further behind reloads the collection.
+CHANGES_KEPT = 100_000
+# A following index whose last catch-up is older than this answers no search.
+STALE_AFTER_SECONDS = 5.0
 
 _FLOAT32 = np.dtype("<f4")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -271,6 +292,8 @@ class _Collection:
     directory: Path
     database: SqliteDatabase
     spaces: dict[str, _Space] = field(default_factory=dict)
+    # The last change-log entry the in-memory matrices include.
+    seen: int = 0
 
     def space(self, space_id: str) -> _Space:
         space = self.spaces.get(space_id)
@@ -282,8 +305,15 @@ class _Collection:
 class NumpyVectorIndex:
     """The `VectorIndex` of the embedded mode (see the module docstring)."""
 
-    def __init__(self, root: Path, *, alias: str = "engram-chunks") -> None:
+    def __init__(
+        self, root: Path, *, alias: str = "engram-chunks", follow_seconds: float | None = None
+    ) -> None:
         self._root = root
+        self._follow_seconds = follow_seconds
+        self._follower: asyncio.Task[None] | None = None
+        self._followed_at = 0.0
+        # Bumped by this process's own alias moves: a catch-up that raced one keeps it.
+        self._alias_moves = 0
         self._alias = alias
         self._collections: dict[str, _Collection] = {}
         self._active: str | None = None
@@ -315,8 +345,16 @@ class NumpyVectorIndex:
         alias = await asyncio.to_thread(self._read_alias)
         self._active = alias if alias in self._collections else None
         self._opened = True
+        if self._follow_seconds is not None:
+            self._followed_at = time.monotonic()
+            self._follower = asyncio.create_task(self._follow(self._follow_seconds))
 
     async def close(self) -> None:
+        follower, self._follower = self._follower, None
+        if follower is not None:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
         collections = list(self._collections.values())
         self._collections.clear()
         self._active = None
@@ -370,6 +408,7 @@ class NumpyVectorIndex:
                 _atomic_write_json, self._root / ALIAS_FILE, {self._alias: model_id}
             )
             self._active = model_id
+            self._alias_moves += 1
 
     async def collections(self) -> list[ModelInfo]:
         self._check_open()
@@ -386,6 +425,7 @@ class NumpyVectorIndex:
                     _atomic_write_json, self._root / ALIAS_FILE, {self._alias: None}
                 )
                 self._active = None
+                self._alias_moves += 1
             await collection.database.close()
             # Renamed first, so a crash mid-delete never leaves a half collection to load.
             doomed = collection.directory.with_name(f".dropped-{uuid.uuid4().hex}")
@@ -435,6 +475,7 @@ class NumpyVectorIndex:
                 " tenant, doc_version, content, vector) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 rows,
             )
+            _log_change(connection, space_id, path)
 
         async with self._space_lock(space_id):
             await self._guard(collection.database.write(write))
@@ -449,6 +490,7 @@ class NumpyVectorIndex:
             connection.execute(
                 "DELETE FROM vector_chunks WHERE space_id = ? AND path = ?", (space_id, path)
             )
+            _log_change(connection, space_id, path)
 
         async with self._space_lock(space_id):
             for collection in list(self._collections.values()):
@@ -464,6 +506,7 @@ class NumpyVectorIndex:
 
         def delete(connection: sqlite3.Connection) -> None:
             connection.execute("DELETE FROM vector_chunks WHERE space_id = ?", (space_id,))
+            _log_change(connection, space_id, None)
 
         async with self._space_lock(space_id):
             for collection in list(self._collections.values()):
@@ -480,6 +523,7 @@ class NumpyVectorIndex:
         model_id: str | None = None,
     ) -> list[ScoredChunk]:
         self._check_open()
+        self._check_fresh()
         if model_id is None:
             if self._active is None:
                 return []
@@ -545,6 +589,131 @@ class NumpyVectorIndex:
         if not self._opened:
             raise IndexUnavailable("the vector index is not open")
 
+    def _check_fresh(self) -> None:
+        if self._follower is None:
+            return
+        behind = time.monotonic() - self._followed_at
+        if behind > STALE_AFTER_SECONDS:
+            raise IndexUnavailable(
+                f"the vector index has not read other processes' writes for {behind:.0f} s: "
+                "its answers would miss their vectors"
+            )
+
+    # --- following other processes' writes ---------------------------------------------------
+
+    async def _follow(self, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self._catch_up()
+            except (IndexUnavailable, OSError, ValueError) as error:
+                log.warning(
+                    "vector index could not follow the directory", extra={"error": str(error)}
+                )
+                continue
+            self._followed_at = time.monotonic()
+
+    async def _catch_up(self) -> None:
+        """Loads collections and alias moves other processes made, then the paths their
+        writes changed since this process last looked."""
+        async with self._admin_lock:
+            moves = self._alias_moves
+            known = {c.directory.name for c in self._collections.values()}
+            directories = await asyncio.to_thread(_collection_dirs, self._root)
+            for directory in directories:
+                if directory.name not in known:
+                    collection = await self._load_collection(directory)
+                    if collection is not None:
+                        self._collections[collection.info.model_id] = collection
+            present = {d.name for d in directories}
+            for model_id, collection in list(self._collections.items()):
+                if collection.directory.name not in present:
+                    del self._collections[model_id]
+                    await collection.database.close()
+            # Read before the changes: an alias moved after this read is seen at the next
+            # catch-up, by which time the collection it names holds what was written before.
+            alias = await asyncio.to_thread(self._read_alias)
+        for collection in list(self._collections.values()):
+            await self._apply_changes(collection)
+        # The alias moves only after its collection caught up, so a search never reads a
+        # newly active collection without the writes made before the move.
+        if moves == self._alias_moves:
+            self._active = alias if alias in self._collections else None
+
+    async def _apply_changes(self, collection: _Collection) -> None:
+        seen = collection.seen
+
+        def read(
+            connection: sqlite3.Connection,
+        ) -> tuple[int, bool, dict[tuple[str, str | None], list[Any]]]:
+            first, last = connection.execute(
+                "SELECT MIN(seq), MAX(seq) FROM vector_changes"
+            ).fetchone()
+            if last is None or last <= seen:
+                return seen, False, {}
+            if first > seen + 1:
+                return int(last), True, {}
+            keys = dict.fromkeys(
+                (str(space_id), None if path is None else str(path))
+                for space_id, path in connection.execute(
+                    "SELECT space_id, path FROM vector_changes WHERE seq > ? ORDER BY seq", (seen,)
+                )
+            )
+            found: dict[tuple[str, str | None], list[Any]] = {}
+            for space_id, path in keys:
+                where, params = (
+                    ("space_id = ?", (space_id,))
+                    if path is None
+                    else ("space_id = ? AND path = ?", (space_id, path))
+                )
+                found[(space_id, path)] = connection.execute(
+                    "SELECT space_id, path, chunk_index, chunk_id, document_id, tenant,"
+                    f" doc_version, content, vector FROM vector_chunks WHERE {where}",
+                    params,
+                ).fetchall()
+            return int(last), False, found
+
+        last, gap, changes = await self._guard(collection.database.read_snapshot(read))
+        if gap:
+            # Behind the kept log: the whole collection again.
+            reloaded = await self._load_collection(
+                collection.directory, database=collection.database
+            )
+            if reloaded is not None:
+                collection.spaces, collection.seen = reloaded.spaces, reloaded.seen
+            return
+        for (space_id, path), rows in changes.items():
+            chunks = [
+                Chunk(
+                    chunk_id=cid,
+                    document_id=did,
+                    space_id=sid,
+                    tenant=tenant,
+                    path=p,
+                    chunk_index=int(index),
+                    doc_version=int(version),
+                    content=content,
+                )
+                for sid, p, index, cid, did, tenant, version, content, _ in rows
+            ]
+            matrix = np.array(
+                [np.frombuffer(row[8], dtype=_FLOAT32) for row in rows], dtype=np.float32
+            ).reshape(len(rows), collection.info.dimension)
+            async with self._space_lock(space_id):
+                if path is None:
+                    collection.spaces.pop(space_id, None)
+                    by_path: dict[str, list[int]] = {}
+                    for i, chunk in enumerate(chunks):
+                        by_path.setdefault(chunk.path, []).append(i)
+                    for indexes in by_path.values():
+                        space = collection.space(space_id)
+                        space.append([chunks[i] for i in indexes], matrix[indexes])
+                else:
+                    space = collection.space(space_id)
+                    space.remove(path)
+                    space.append(chunks, matrix)
+        collection.seen = last
+
     def _collection(self, model_id: str) -> _Collection:
         collection = self._collections.get(model_id)
         if collection is None:
@@ -579,18 +748,24 @@ class NumpyVectorIndex:
             return None
         return value if isinstance(value, str) else None
 
-    async def _load_collection(self, directory: Path) -> _Collection | None:
-        if not await asyncio.to_thread((directory / DATABASE_FILE).is_file):
-            # A collection whose creation did not get as far as its database file.
-            await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
-            return None
-        database = SqliteDatabase(directory / DATABASE_FILE, readers=1)
-        await self._guard(database.open([SCHEMA]))
+    async def _load_collection(
+        self, directory: Path, *, database: SqliteDatabase | None = None
+    ) -> _Collection | None:
+        if database is None:
+            if not await asyncio.to_thread((directory / DATABASE_FILE).is_file):
+                # A collection whose creation did not get as far as its database file.
+                await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
+                return None
+            database = SqliteDatabase(directory / DATABASE_FILE, readers=1)
+            await self._guard(database.open([SCHEMA]))
 
-        def load(connection: sqlite3.Connection) -> tuple[ModelInfo | None, dict[str, _Space]]:
+        def load(connection: sqlite3.Connection) -> tuple[ModelInfo | None, dict[str, _Space], int]:
+            (seen,) = connection.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM vector_changes"
+            ).fetchone()
             row = connection.execute("SELECT model_id, dimension FROM collection_info").fetchone()
             if row is None:
-                return None, {}
+                return None, {}, 0
             info = ModelInfo(str(row[0]), int(row[1]))
             # Each space's matrix is allocated at its final size and filled row by row, and
             # the repeated strings (tenant, path, document id: one per document, not per
@@ -622,14 +797,34 @@ class NumpyVectorIndex:
                 )
             for space in spaces.values():
                 space.finish_load()
-            return info, spaces
+            return info, spaces, int(seen)
 
-        info, spaces = await self._guard(database.read_snapshot(load))
+        info, spaces, seen = await self._guard(database.read_snapshot(load))
         if info is None:
             await database.close()
             await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
             return None
-        return _Collection(info, directory, database, spaces)
+        return _Collection(info, directory, database, spaces, seen)
+
+
+def _log_change(connection: sqlite3.Connection, space_id: str, path: str | None) -> None:
+    """Appends to the change log other processes follow (path None = the whole space),
+    trimming it to CHANGES_KEPT entries now and then."""
+    cursor = connection.execute(
+        "INSERT INTO vector_changes (space_id, path) VALUES (?, ?)", (space_id, path)
+    )
+    seq = cursor.lastrowid or 0
+    if seq % 1000 == 0:
+        connection.execute("DELETE FROM vector_changes WHERE seq <= ?", (seq - CHANGES_KEPT,))
+
+
+def _collection_dirs(root: Path) -> list[Path]:
+    """Collection directories with their database file (others are being created)."""
+    return sorted(
+        p
+        for p in (root / COLLECTIONS_DIR).iterdir()
+        if p.is_dir() and not p.name.startswith(".") and (p / DATABASE_FILE).is_file()
+    )
 
 
 def _check_same_dimension(known: ModelInfo, dimension: int) -> None:

@@ -20,7 +20,6 @@ import asyncio
 import hashlib
 import re
 import time
-import uuid
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -36,16 +35,13 @@ from engram.domain.chunks import Chunk, IndexedDocument, ModelInfo, ScoredChunk,
 from engram.domain.errors import InvalidArgument
 from engram.domain.scoping import PATH_SCOPES_FIELD, normalize_path_prefix, path_scopes
 from engram.indexes.ports import IndexModelMismatch, IndexUnavailable, Vectors
+from engram.indexes.vector.points import check_chunks, chunk_of, payload, point_id
 
-# Point ids are UUID5s of the chunk id in this namespace (stable across processes).
-POINT_NAMESPACE = uuid.UUID("6f1d2a4e-5c1b-4f55-9e0a-3c7f5c2e9a11")
+__all__ = ["QdrantVectorIndex", "point_id"]
+
 ALIAS_TTL_SECONDS = 2.0
 _SCROLL_PAGE = 256
 _UPSERT_BATCH = 256
-
-
-def point_id(chunk_id: str) -> str:
-    return str(uuid.uuid5(POINT_NAMESPACE, chunk_id))
 
 
 class QdrantVectorIndex:
@@ -206,14 +202,14 @@ class QdrantVectorIndex:
                 f"{model.dimension}",
                 field="vectors",
             )
-        _check_chunks(space_id, path, chunks, matrix.shape[0])
+        check_chunks(space_id, path, chunks, matrix.shape[0])
         name = self.collection_name(model_id)
         scopes = path_scopes(path)
         points = [
             qm.PointStruct(
                 id=point_id(chunk.chunk_id),
                 vector=matrix[i].tolist(),
-                payload=_payload(chunk, scopes),
+                payload=payload(chunk, scopes),
             )
             for i, chunk in enumerate(chunks)
         ]
@@ -306,7 +302,7 @@ class QdrantVectorIndex:
                 with_vectors=False,
             )
         return [
-            ScoredChunk(chunk=_chunk(point.payload or {}), score=float(point.score))
+            ScoredChunk(chunk=chunk_of(point.payload or {}), score=float(point.score))
             for point in response.points
         ]
 
@@ -332,7 +328,7 @@ class QdrantVectorIndex:
                     with_payload=True,
                     with_vectors=False,
                 )
-                found.extend(_chunk(point.payload or {}) for point in points)
+                found.extend(chunk_of(point.payload or {}) for point in points)
                 if offset is None:
                     break
         return sorted(found, key=lambda chunk: chunk.chunk_index)
@@ -456,42 +452,3 @@ def _path_conditions(space_id: str, path: str) -> list[qm.Condition]:
         qm.FieldCondition(key="space_id", match=qm.MatchValue(value=space_id)),
         qm.FieldCondition(key="path", match=qm.MatchValue(value=path)),
     ]
-
-
-def _payload(chunk: Chunk, scopes: list[str]) -> dict[str, Any]:
-    return {
-        "space_id": chunk.space_id,
-        "tenant": chunk.tenant,
-        "path": chunk.path,
-        PATH_SCOPES_FIELD: scopes,
-        "document_id": chunk.document_id,
-        "chunk_id": chunk.chunk_id,
-        "chunk_index": chunk.chunk_index,
-        "doc_version": chunk.doc_version,
-        "content": chunk.content,
-    }
-
-
-def _chunk(payload: dict[str, Any]) -> Chunk:
-    return Chunk(
-        chunk_id=str(payload["chunk_id"]),
-        document_id=str(payload["document_id"]),
-        space_id=str(payload["space_id"]),
-        tenant=str(payload["tenant"]),
-        path=str(payload["path"]),
-        chunk_index=int(payload["chunk_index"]),
-        doc_version=int(payload["doc_version"]),
-        content=str(payload["content"]),
-    )
-
-
-def _check_chunks(space_id: str, path: str, chunks: Sequence[Chunk], vector_rows: int) -> None:
-    if vector_rows != len(chunks):
-        raise InvalidArgument(f"{len(chunks)} chunks but {vector_rows} vectors", field="vectors")
-    for chunk in chunks:
-        if chunk.space_id != space_id or chunk.path != path:
-            raise InvalidArgument(
-                f"chunk {chunk.chunk_id!r} belongs to ({chunk.space_id!r}, {chunk.path!r}), "
-                f"not ({space_id!r}, {path!r})",
-                field="chunks",
-            )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 
 from tenacity import (
     AsyncRetrying,
+    AttemptManager,
     retry_if_exception_type,
     stop_after_attempt,
     wait_random_exponential,
@@ -75,15 +76,27 @@ def utc_now() -> datetime:
     return now.replace(microsecond=now.microsecond // 1000 * 1000)
 
 
-def on_conflict(attempts: int) -> AsyncRetrying:
+async def on_conflict(attempts: int) -> AsyncIterator[AttemptManager]:
     """Retries a read-check-commit step that lost a race (ConcurrentModification), at most
     `attempts` times in all. Full jitter from 1 ms, capped at 50 ms: spreads racing writers
-    apart quickly without long stalls. Exhausted, it raises RetryError."""
-    return AsyncRetrying(
+    apart quickly without long stalls. Exhausted, it raises RetryError.
+
+    Any other failure passes through, and the retry state forgets it first: tenacity's state
+    is a reference cycle of its own, and the failure's traceback holds the caller's frames
+    (a refused write's content, an import's archive) until a full collection (issue 29)."""
+    retrying = AsyncRetrying(
         stop=stop_after_attempt(attempts),
         wait=wait_random_exponential(multiplier=0.001, max=0.05),
         retry=retry_if_exception_type(ConcurrentModification),
     )
+    attempt: AttemptManager | None = None
+    try:
+        async for attempt in retrying:
+            yield attempt
+    except BaseException:
+        if attempt is not None:
+            attempt.retry_state.outcome = None
+        raise
 
 
 ContentFacts = tuple[str, int, int]
