@@ -2,7 +2,8 @@
 backends. Storage, authz and the indexer each get a database of their own; search gets no
 MongoDB setting at all. A search carrying a write's position still finds it the first time
 (it waits on the indexer's GetIndexProgress), and a reindex of every space lists storage's
-documents through StorageService.ListAllDocuments (the indexer's own database holds none)."""
+documents through StorageService.ListAllDocuments (the indexer's own database holds none).
+With the indexer's API away, such a search answers degraded, naming it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from engram.app.production import authz_on_mongo, open_indexer, search_on_backen
 from engram.v1 import (
     indexer_pb2,
     indexer_pb2_grpc,
+    search_pb2,
     search_pb2_grpc,
     storage_pb2,
     storage_pb2_grpc,
@@ -97,3 +99,24 @@ async def test_search_without_mongodb_waits_on_the_indexer_and_reindex_lists_thr
                 indexer_pb2.ReindexRequest(all=True), metadata=OPERATOR
             )
             assert reindexed.documents_enqueued == 4 + 2
+
+            # The indexer's API away (its worker still indexing): a search carrying a
+            # position answers at once with what the indexes hold, degraded, saying why.
+            await indexer.server.stop()
+            written = await storage.WriteDocument(
+                storage_pb2.WriteDocumentRequest(
+                    space=space(), path="late.md", content="A late note about herons."
+                ),
+                metadata=MEMBER,
+            )
+            answer = await search.Search(
+                search_pb2.SearchRequest(
+                    spaces=[space()], query="herons", min_positions=[written.position]
+                ),
+                metadata=MEMBER,
+                timeout=30,
+            )
+            assert answer.degraded
+            reasons = " ".join(answer.degraded_reasons)
+            assert "index progress unreadable" in reasons, reasons
+            assert "the indexer did not answer GetIndexProgress" in reasons, reasons

@@ -5,9 +5,9 @@ their collection (so search needs no credentials to the indexer's database).
 Nothing here notifies: a waiter polls with the backoff of engram.indexes.progress (5 ms
 doubling to 250 ms), within the search's wait budget. Each poll is one call for the few
 documents still pending, bounded by `timeout_seconds` and never retried (the next poll is
-the retry). An indexer that does not answer makes the read fail with Unavailable, which the
-search reports as "index progress unreadable: ..." while answering with what the indexes
-hold.
+the retry). An indexer that does not answer makes the read fail with Unavailable naming the
+indexer (any other refusal keeps its own error), which the search reports as "index
+progress unreadable: ..." while answering with what the indexes hold.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Sequence
 
 from engram.client.aio import EngramClient
-from engram.domain.errors import EngramError, Unavailable
+from engram.domain.errors import Unavailable
 from engram.domain.positions import MAX_POSITIONS, IndexLeg, ProgressKey
 
 # The longest one progress read may take: a read of a few rows by id answers in
@@ -42,7 +42,7 @@ class IndexerIndexProgress:
                 found.update(
                     await self._client.index_progress(leg, wanted[start : start + MAX_POSITIONS])
                 )
-            except EngramError as error:
+            except Unavailable as error:
                 raise Unavailable(
                     f"the indexer did not answer GetIndexProgress ({error.message})"
                 ) from None
