@@ -7,28 +7,25 @@ With the indexer's API away, such a search answers degraded, naming it."""
 
 from __future__ import annotations
 
-import grpc
+import uuid
+
 import pytest
 
-from engram.app.production import authz_on_mongo, open_indexer, search_on_backends, storage_on_mongo
-from engram.v1 import (
-    indexer_pb2,
-    indexer_pb2_grpc,
-    search_pb2,
-    search_pb2_grpc,
-    storage_pb2,
-    storage_pb2_grpc,
+from engram.app.production import (
+    ProductionIndexer,
+    authz_on_mongo,
+    open_indexer,
+    search_on_backends,
+    storage_on_mongo,
 )
+from engram.client import EngramClient, Space
 from tests.e2e.test_indexer_jetstream import (  # the same deployment as the indexer's suite
-    MEMBER,
-    OPERATOR,
     Deployment,
     deployment,
 )
-from tests.support.grpc_helpers import space
-from tests.support.read_your_writes import PATIENT_SEARCH, write_then_search_pairs
+from tests.support.read_your_writes import PATIENT_SEARCH
 from tests.support.settings import server_settings
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint, service_token
+from tests.support.tokens import TEST_JWT_SECRET, mint, service_token
 
 pytestmark = [
     pytest.mark.e2e,
@@ -38,7 +35,11 @@ pytestmark = [
 
 __all__ = ["deployment"]
 
-OTHER_MEMBER = bearer(mint("bob", "globex", "member"))
+ANN = mint("ann", "acme", "member")
+BOB = mint("bob", "globex", "member")
+ROOT = mint("root", "acme", "admin", platform_admin=True)
+NOTES = Space(name="notes")
+GLOBEX = Space(name="shared", tenant="globex")
 
 
 async def test_search_without_mongodb_waits_on_the_indexer_and_reindex_lists_through_storage(
@@ -73,50 +74,53 @@ async def test_search_without_mongodb_waits_on_the_indexer_and_reindex_lists_thr
             **PATIENT_SEARCH,
         )
         assert search_settings.mongo_uri is None
-        async with (
+        async with search_on_backends(
             # Qdrant local mode admits one client: search shares the indexer's.
-            search_on_backends(search_settings, vector=indexer.vector) as search_server,
-            grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as storage_channel,
-            grpc.aio.insecure_channel(f"127.0.0.1:{search_server.port}") as search_channel,
-            grpc.aio.insecure_channel(f"127.0.0.1:{indexer.server.port}") as indexer_channel,
-        ):
-            storage = storage_pb2_grpc.StorageServiceStub(storage_channel)
-            search = search_pb2_grpc.SearchServiceStub(search_channel)
+            search_settings,
+            vector=indexer.vector,
+        ) as search_server:
+            await exercise(storage_server.port, search_server.port, indexer)
 
-            report = await write_then_search_pairs(
-                storage, search, space(), pairs=4, metadata=MEMBER
-            )
-            assert report.missed == [], report.missed
 
-            other = space("shared", tenant="globex")
-            for path in ("a.md", "b/c.md"):
-                await storage.WriteDocument(
-                    storage_pb2.WriteDocumentRequest(space=other, path=path, content="x"),
-                    metadata=OTHER_MEMBER,
-                )
-            # The four pairs left four documents in acme's space, one per kind of write.
-            reindexed = await indexer_pb2_grpc.IndexerServiceStub(indexer_channel).Reindex(
-                indexer_pb2.ReindexRequest(all=True), metadata=OPERATOR
-            )
-            assert reindexed.documents_enqueued == 4 + 2
+def client(port: int, token: str) -> EngramClient:
+    return EngramClient(f"127.0.0.1:{port}", token=token, timeout=90, space=NOTES)
 
-            # The indexer's API away (its worker still indexing): a search carrying a
-            # position answers at once with what the indexes hold, degraded, saying why.
-            await indexer.server.stop()
-            written = await storage.WriteDocument(
-                storage_pb2.WriteDocumentRequest(
-                    space=space(), path="late.md", content="A late note about herons."
-                ),
-                metadata=MEMBER,
-            )
-            answer = await search.Search(
-                search_pb2.SearchRequest(
-                    spaces=[space()], query="herons", min_positions=[written.position]
-                ),
-                metadata=MEMBER,
-                timeout=30,
-            )
-            assert answer.degraded
-            reasons = " ".join(answer.degraded_reasons)
-            assert "index progress unreadable" in reasons, reasons
-            assert "the indexer did not answer GetIndexProgress" in reasons, reasons
+
+async def exercise(storage_port: int, search_port: int, indexer: ProductionIndexer) -> None:
+    """Writes each followed by a search carrying the write's position; a reindex of every
+    space; then a search with the indexer's API away."""
+    async with (
+        client(storage_port, ANN) as ann,
+        client(storage_port, BOB) as bob,
+        client(search_port, ANN) as search,
+        client(indexer.server.port, ROOT) as operator,
+    ):
+        run = uuid.uuid4().hex[:8]
+        writes = [
+            ("first.md", f"Heron survey {run}a starts at the north pond.", False),
+            ("first.md", f"Later: {run}b herons counted at dawn.", True),
+            ("second.md", f"Egret notes {run}c from the marsh.", False),
+        ]
+        for i, (path, content, append) in enumerate(writes):
+            written = await ann.write_document(path, content, append=append)
+            assert written.position is not None
+            token = f"{run}{'abc'[i]}"
+            found = await search.search(token, min_positions=[written.position])
+            assert not found.degraded, found.degraded_reasons
+            assert any(h.path == path and token in h.content for h in found.results), i
+
+        for path in ("a.md", "b/c.md"):
+            await bob.write_document(path, "x", space=GLOBEX)
+        # Two documents in acme's space and two in globex's, none in the indexer's database.
+        assert await operator.reindex(all=True) == 2 + 2
+
+        # The indexer's API away (its worker still indexing): a search carrying a position
+        # answers at once with what the indexes hold, degraded, saying why.
+        await indexer.server.stop()
+        written = await ann.write_document("late.md", "A late note about herons.")
+        assert written.position is not None
+        answer = await search.search("herons", min_positions=[written.position])
+        assert answer.degraded
+        reasons = " ".join(answer.degraded_reasons)
+        assert "index progress unreadable" in reasons, reasons
+        assert "the indexer did not answer GetIndexProgress" in reasons, reasons
