@@ -145,13 +145,16 @@ async def _process_tokens(process: _OnMongo) -> TokenAuthenticator:
 async def _tokens(
     settings: Settings,
     components: Components,
-    database: MongoDatabase,
+    database: MongoDatabase | None,
     stack: contextlib.AsyncExitStack,
 ) -> TokenAuthenticator:
     """Personal tokens from AuthzService at ENGRAM_AUTHZ_ADDR (the chart's way: only
-    AuthzService reads its collection), else from this process's MongoDB."""
+    AuthzService reads its collection), else from this process's MongoDB (which a process
+    without ENGRAM_AUTHZ_ADDR must have)."""
     if settings.authz_addr:
         return authz_token_authenticator(components, settings.authz_addr, stack)
+    if database is None:
+        raise AssertionError("tokens are read on MongoDB but the process has none")
     return await mongo_token_authenticator(components, database)
 
 
@@ -468,7 +471,7 @@ async def search_on_backends(
             # Tokens come from elsewhere; the indexer's progress rows are read on MongoDB.
             database = connect_mongo(MongoNeeds(mongo_uri=settings.mongo_uri), settings, stack)
         if authenticator is None:
-            authenticator = await _search_tokens(settings, components, database, stack)
+            authenticator = await _tokens(settings, components, database, stack)
         progress = _search_progress(settings, required, components, database, stack)
         keyword = opensearch_index(required[OpenSearchNeeds].opensearch_url, settings)
         await open_or_keep_trying(keyword, "keyword", stack)
@@ -495,20 +498,6 @@ async def search_on_backends(
             interceptors=interceptors,
         )
         yield await serve(server, stack)
-
-
-async def _search_tokens(
-    settings: Settings,
-    components: Components,
-    database: MongoDatabase | None,
-    stack: contextlib.AsyncExitStack,
-) -> TokenAuthenticator:
-    """Search's tokens: at AuthzService when ENGRAM_AUTHZ_ADDR is set, else on MongoDB."""
-    if settings.authz_addr:
-        return authz_token_authenticator(components, settings.authz_addr, stack)
-    if database is None:
-        raise AssertionError("search reads tokens on MongoDB but has no database")
-    return await mongo_token_authenticator(components, database)
 
 
 def _search_progress(
