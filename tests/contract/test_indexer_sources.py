@@ -1,6 +1,7 @@
 """The DocumentSource contract, run against every adapter: the embedded repository
 (SQLite), the MongoDB repository (FerretDB), and StorageService over gRPC as a service
-principal (listing a space through ListDocuments, or every space through a catalog)."""
+principal (listing a space through ListDocuments, every space through ListAllDocuments:
+the production indexer reads nothing of storage's database)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from engram.app.config import Components
 from engram.app.embedded import build_core, embedded_engram
 from engram.authz.tokens import JwtVerifier, TokenAuthenticator
 from engram.backends.mongo import connect
-from engram.domain.errors import InvalidArgument
-from engram.domain.principals import LOCAL_ADMIN
+from engram.domain.errors import InvalidArgument, PermissionDenied
+from engram.domain.principals import LOCAL_ADMIN, MAINTENANCE
 from engram.domain.spaces import SpaceRef, parse_space_id
 from engram.indexer.sources import (
     DocumentSource,
@@ -42,7 +43,6 @@ OTHER = parse_space_id("v1:project:local:p1:::shared")
 class Subject:
     source: DocumentSource
     storage: StorageService
-    lists_every_space: bool = True
 
 
 class _NoEvents:
@@ -91,7 +91,7 @@ async def mongo_subject(tmp_path: Path, backends: RealBackends) -> AsyncIterator
 
 
 @contextlib.asynccontextmanager
-async def grpc_subject(tmp_path: Path, *, with_catalog: bool) -> AsyncIterator[Subject]:
+async def grpc_subject(tmp_path: Path) -> AsyncIterator[Subject]:
     authenticator = TokenAuthenticator(
         JwtVerifier(secret=TEST_JWT_SECRET, jwks_path=None), None, cache_seconds=0
     )
@@ -99,12 +99,11 @@ async def grpc_subject(tmp_path: Path, *, with_catalog: bool) -> AsyncIterator[S
         server_settings(tmp_path / "server"), authenticator=authenticator
     ) as engram:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            catalog = RepositoryDocumentSource(engram.core.repository) if with_catalog else None
-            source = StorageClientDocumentSource(channel, service_token(), catalog=catalog)
-            yield Subject(source, engram.storage, lists_every_space=with_catalog)
+            source = StorageClientDocumentSource(channel, service_token())
+            yield Subject(source, engram.storage)
 
 
-@pytest.fixture(params=["sqlite", "mongo", "grpc", "grpc+catalog"])
+@pytest.fixture(params=["sqlite", "mongo", "grpc"])
 async def subject(
     request: pytest.FixtureRequest, tmp_path: Path, real_backends: RealBackends
 ) -> AsyncIterator[Subject]:
@@ -113,7 +112,7 @@ async def subject(
     elif request.param == "mongo":
         opened = mongo_subject(tmp_path, real_backends)
     else:
-        opened = grpc_subject(tmp_path, with_catalog=request.param == "grpc+catalog")
+        opened = grpc_subject(tmp_path)
     async with opened as ready:
         yield ready
 
@@ -151,15 +150,35 @@ async def test_documents_lists_live_documents_by_space(subject: Subject) -> None
         (NOTES.id, p) for p in ("a.md", "b.md", "dir/c.md", "dir/sub/d.md")
     ]
     assert await listed(subject.source, OTHER.id) == [(OTHER.id, "x.md")]
-    if subject.lists_every_space:
-        everything = await listed(subject.source, None)
-        assert sorted(everything) == sorted(
-            [(NOTES.id, p) for p in ("a.md", "b.md", "dir/c.md", "dir/sub/d.md")]
-            + [(OTHER.id, "x.md")]
-        )
-    else:
-        with pytest.raises(InvalidArgument):
-            await listed(subject.source, None)
+    everything = await listed(subject.source, None)
+    assert everything == sorted(
+        [(NOTES.id, p) for p in ("a.md", "b.md", "dir/c.md", "dir/sub/d.md")] + [(OTHER.id, "x.md")]
+    )
+
+
+async def test_storage_lists_every_document_a_page_at_a_time(subject: Subject) -> None:
+    """ListAllDocuments' use case, on each repository: pages in (space_id, path) order,
+    deleted documents left out, services only."""
+    for i in range(11):
+        await write(subject, NOTES if i % 2 else OTHER, f"n{i:02d}.md", str(i))
+    await subject.storage.delete(LOCAL_ADMIN, NOTES, "n03.md")
+    pages, token, seen = 0, "", []
+    while True:
+        page = await subject.storage.list_all_documents(MAINTENANCE, page_size=4, page_token=token)
+        assert len(page.items) <= 4
+        seen += page.items
+        pages, token = pages + 1, page.next_page_token
+        if not token:
+            break
+    expected = sorted((OTHER.id if i % 2 == 0 else NOTES.id, f"n{i:02d}.md") for i in range(11))
+    expected.remove((NOTES.id, "n03.md"))
+    assert seen == expected and pages == 3
+    with pytest.raises(PermissionDenied, match="engram's services"):
+        await subject.storage.list_all_documents(LOCAL_ADMIN, page_size=0, page_token="")
+    with pytest.raises(InvalidArgument):
+        await subject.storage.list_all_documents(MAINTENANCE, page_size=-1, page_token="")
+    with pytest.raises(InvalidArgument):
+        await subject.storage.list_all_documents(MAINTENANCE, page_size=4, page_token="junk")
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "mongo"])

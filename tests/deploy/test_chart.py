@@ -398,6 +398,8 @@ def test_only_callers_reach_internal_services(default_docs: list[Manifest]) -> N
         ("workspace", "storage"),
         ("workspace", "search"),
         ("indexer", "storage"),
+        # Search waits for positions through the indexer, which owns the progress rows.
+        ("search", "indexer"),
         # Storage charges quota at the quota service, which owns the counters.
         ("storage", "quota"),
         ("maintenance", "quota"),
@@ -434,9 +436,31 @@ def test_services_look_tokens_up_at_authz(helm: Helm, tmp_path: Path) -> None:
     for name in ("storage", "quota", "indexer", "search", "workspace", "maintenance"):
         assert found[name].env["ENGRAM_AUTHZ_ADDR"] == f"engram-authz.{NAMESPACE}.svc:50051"
     assert "ENGRAM_AUTHZ_ADDR" not in found["authz"].env
-    assert "ENGRAM_SERVICE_TOKEN" not in found["search"].env
     assert "ENGRAM_SERVICE_TOKEN" not in found["quota"].env
     assert found["storage"].env["ENGRAM_SERVICE_TOKEN"] == "t"
+
+
+def test_search_reads_no_database_with_authz_deployed(helm: Helm, tmp_path: Path) -> None:
+    """Issue 34: search asks authz for tokens and the indexer for index progress (as the
+    service principal), so it is given no MongoDB credentials and may not reach MongoDB;
+    without authz it reads tokens on MongoDB again."""
+    docs = helm.render(overrides=SECRET_VALUES, tmp=tmp_path)
+    search = processes(docs)["search"]
+    assert search.env["ENGRAM_INDEXER_ADDR"] == f"engram-indexer.{NAMESPACE}.svc:50051"
+    assert search.env["ENGRAM_SERVICE_TOKEN"] == "service-token"
+    assert search.env["ENGRAM_AUTHZ_ADDR"] == f"engram-authz.{NAMESPACE}.svc:50051"
+    assert "ENGRAM_MONGO_URI" not in search.env and "ENGRAM_MONGO_DB" not in search.env
+    assert "ENGRAM_JWT_SECRET" in search.env, "search still checks JWTs itself"
+    rules = NetworkPolicies.of(docs)
+    pod = _pod_peer(docs, "search")
+    assert rules.allows(pod, _pod_peer(docs, "indexer"), 50051)
+    assert not rules.allows(pod, Peer(ip="10.1.2.3"), 27017)
+
+    alone = helm.render(overrides={"authz": {"enabled": False}}, tmp=tmp_path)
+    search = processes(alone)["search"]
+    assert "ENGRAM_AUTHZ_ADDR" not in search.env
+    assert "ENGRAM_MONGO_DB" in search.env and "ENGRAM_INDEXER_ADDR" in search.env
+    assert NetworkPolicies.of(alone).allows(_pod_peer(alone, "search"), Peer(ip="10.1.2.3"), 27017)
 
 
 def test_clients_reach_public_services_only(
@@ -483,7 +507,8 @@ def test_egress_only_to_each_services_backends(
         "authz": {27017},
         "workspace": {27017},
         "indexer": {27017, 4222, 9200, 6333, 6334},
-        "search": {27017, 9200, 6333, 6334},
+        # Tokens at authz, index progress at the indexer: no MongoDB.
+        "search": {9200, 6333, 6334},
         "maintenance": {27017, 4222, 9200, 6333, 6334},
     }
     for service, ports in needs.items():
@@ -502,8 +527,10 @@ def test_egress_only_to_each_services_backends(
         "OpenSearch narrowed to its CIDR"
     )
     mongo = Peer(labels={"app": "mongo"}, namespace="mongodb")
-    assert production.allows(search, mongo, 27017)
-    assert not production.allows(search, Peer(labels={"app": "mongo"}, namespace="other"), 27017)
+    assert not production.allows(search, mongo, 27017)
+    storage = _pod_peer(production_docs, "storage")
+    assert production.allows(storage, mongo, 27017)
+    assert not production.allows(storage, Peer(labels={"app": "mongo"}, namespace="other"), 27017)
 
 
 def test_metrics_scraped_through_service_monitors(production_docs: list[Manifest]) -> None:
@@ -555,7 +582,8 @@ def test_every_engram_setting_is_settable_from_values(helm: Helm, tmp_path: Path
     assert (
         "ENGRAM_MONGO_URI" not in found["mcp"].env and "ENGRAM_JWT_SECRET" not in found["mcp"].env
     )
-    assert "ENGRAM_SERVICE_TOKEN" not in found["search"].env
+    assert "ENGRAM_SERVICE_TOKEN" not in found["quota"].env
+    assert "ENGRAM_MONGO_URI" not in found["search"].env
     assert "ENGRAM_QDRANT_API_KEY" not in found["storage"].env
 
 
@@ -574,7 +602,8 @@ def test_each_process_environment_is_valid_settings(
         settings = Settings()
         assert settings.grpc_host == "0.0.0.0" and settings.grpc_port == 50051, name
         if which == "production":
-            assert settings.mongo_db == "engram_prod"
+            # Search reads no database (tokens at authz, progress at the indexer).
+            assert settings.mongo_db == ("engram" if name == "search" else "engram_prod"), name
             assert settings.jwt_audience == "engram"
             if name == "indexer":
                 assert settings.storage_addr == f"engram-storage.{NAMESPACE}.svc:50051"

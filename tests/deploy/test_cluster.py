@@ -147,6 +147,7 @@ def test_every_deployment_runs_as_its_own_process_with_the_charts_settings(syste
             "ENGRAM_AUTHZ_ADDR",
             "ENGRAM_SEARCH_ADDR",
             "ENGRAM_QUOTA_ADDR",
+            "ENGRAM_INDEXER_ADDR",
             *(f"ENGRAM_TLS_{f}_FILE" for f in ("CERT", "KEY", "CLIENT_CA", "CA")),
             *(f"ENGRAM_TLS_CLIENT_{f}_FILE" for f in ("CERT", "KEY")),
         }, spec.changes
@@ -154,15 +155,17 @@ def test_every_deployment_runs_as_its_own_process_with_the_charts_settings(syste
         assert spec.env["ENGRAM_TLS_CERT_FILE"].endswith("/tls/tls.crt")
         assert spec.env["ENGRAM_TLS_CLIENT_CA_FILE"].endswith("/tls/ca.crt")
     # The chart's wiring reached the processes: remote quota, and service tokens where the
-    # chart gives them (indexer, workspace, storage with remoteQuota), from its Secret.
+    # chart gives them (indexer, workspace, storage with remoteQuota, search), from its Secret.
     assert specs["storage"].env["ENGRAM_QUOTA_ADDR"] == specs["quota"].address
     assert specs["workspace"].env["ENGRAM_STORAGE_ADDR"] == specs["storage"].address
     assert specs["workspace"].env["ENGRAM_SEARCH_ADDR"] == specs["search"].address
     assert specs["indexer"].env["ENGRAM_STORAGE_ADDR"] == specs["storage"].address
-    for name in ("storage", "indexer", "workspace"):
+    # Search asks the indexer for index progress and authz for tokens: no MongoDB.
+    assert specs["search"].env["ENGRAM_INDEXER_ADDR"] == specs["indexer"].address
+    assert "ENGRAM_MONGO_URI" not in specs["search"].env
+    for name in ("storage", "indexer", "workspace", "search"):
         assert specs[name].env["ENGRAM_SERVICE_TOKEN"] == system.plan.token
-    assert "ENGRAM_SERVICE_TOKEN" not in specs["search"].env
-    for name in ("storage", "indexer", "workspace"):
+    for name in ("storage", "indexer", "workspace", "search"):
         assert specs[name].env["ENGRAM_TLS_INTERNAL"] == "true"
         assert specs[name].env["ENGRAM_TLS_CLIENT_CERT_FILE"].endswith("/tls/tls.crt")
 

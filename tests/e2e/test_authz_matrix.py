@@ -208,6 +208,9 @@ def calls(deployment: Deployment) -> dict[str, Call]:
             storage_pb2.DeleteSpaceRequest(space=S(t, s), confirm_space_id="not-this-one"),
             metadata=md,
         ),
+        "/engram.v1.StorageService/ListAllDocuments": lambda t, s, md, _: storage.ListAllDocuments(
+            storage_pb2.ListAllDocumentsRequest(page_size=1), metadata=md
+        ),
         "/engram.v1.StorageService/ListSpaces": lambda t, s, md, _: storage.ListSpaces(
             storage_pb2.ListSpacesRequest(
                 tenant="" if t is Target.GLOBAL else target_tenant(t, s),
@@ -255,6 +258,15 @@ def calls(deployment: Deployment) -> dict[str, Call]:
         "/engram.v1.IndexerService/Reindex": reindex,
         "/engram.v1.IndexerService/GetIndexStatus": lambda t, s, md, _: indexer.GetIndexStatus(
             indexer_pb2.GetIndexStatusRequest(), metadata=md
+        ),
+        "/engram.v1.IndexerService/GetIndexProgress": lambda t, s, md, _: indexer.GetIndexProgress(
+            indexer_pb2.GetIndexProgressRequest(
+                leg=indexer_pb2.INDEX_LEG_KEYWORD,
+                documents=[
+                    indexer_pb2.IndexProgressKey(space_id="s", path="a.md", document_id="d")
+                ],
+            ),
+            metadata=md,
         ),
         "/engram.v1.QuotaService/Charge": lambda t, s, md, _: quota.Charge(
             quota_pb2.ChargeRequest(space=S(t, s), delta_bytes=0, idempotency_key=uuid.uuid4().hex),

@@ -197,6 +197,27 @@ async def test_index_status_with_the_vector_backend_down_is_unavailable(
 # --- the internal clients --------------------------------------------------------------------
 
 
+async def test_index_progress_without_a_leg_is_invalid_argument(
+    channel: grpc.aio.Channel,
+) -> None:
+    """GetIndexProgress names the leg it needs, and its key limit, on the wire."""
+    stub = indexer_pb2_grpc.IndexerServiceStub(channel)
+    search = bearer(service_token("search"))
+    failure = await fails(
+        stub.GetIndexProgress(indexer_pb2.GetIndexProgressRequest(), metadata=search),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+    assert "leg must be INDEX_LEG_KEYWORD or INDEX_LEG_VECTOR" in failure.message
+    key = indexer_pb2.IndexProgressKey(space_id="s", path="a.md", document_id="d")
+    too_many = indexer_pb2.GetIndexProgressRequest(
+        leg=indexer_pb2.INDEX_LEG_VECTOR, documents=[key] * 257
+    )
+    failure = await fails(
+        stub.GetIndexProgress(too_many, metadata=search), grpc.StatusCode.INVALID_ARGUMENT
+    )
+    assert "at most 256 documents" in failure.message
+
+
 async def test_quota_gate_reports_the_quota_services_errors(channel: grpc.aio.Channel) -> None:
     member = GrpcQuotaGate(channel, mint("ann", "acme", "member"))
     with pytest.raises(PermissionDenied) as denied:

@@ -202,3 +202,22 @@ async def test_missing_backend_settings_are_named() -> None:
             pass
     for name in ("ENGRAM_OPENSEARCH_URL", "ENGRAM_QDRANT_URL", "ENGRAM_MONGO_URI"):
         assert name in caught.value.message
+
+
+async def test_search_asking_authz_and_the_indexer_needs_no_mongodb() -> None:
+    """Issue 34: with ENGRAM_AUTHZ_ADDR and ENGRAM_INDEXER_ADDR search reads no database, so
+    ENGRAM_MONGO_URI is not among what it misses; the indexer is asked as the service
+    principal, so its token is."""
+    settings = Settings(
+        opensearch_url=None,
+        qdrant_url=None,
+        mongo_uri=None,
+        service_token=None,
+        authz_addr="127.0.0.1:1",
+        indexer_addr="127.0.0.1:2",
+    )
+    with pytest.raises(EngramError) as caught:
+        async with search_on_backends(settings):
+            pass
+    assert "ENGRAM_SERVICE_TOKEN" in caught.value.message
+    assert "ENGRAM_MONGO_URI" not in caught.value.message

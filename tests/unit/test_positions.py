@@ -21,6 +21,7 @@ from engram.domain.positions import (
     applied_versions,
     behind,
     merge_positions,
+    progress_keys,
 )
 from engram.indexes.progress import SCHEMA, SqliteIndexProgress, wait_for_positions
 
@@ -141,3 +142,15 @@ async def test_a_spent_budget_returns_what_is_still_behind(
     # A zero budget checks once and does not wait.
     assert await wait_for_positions(progress, IndexLeg.VECTOR, positions, 0) == pending
     assert await wait_for_positions(progress, IndexLeg.KEYWORD, [], 0) == []
+
+
+def test_progress_keys_are_validated_and_asked_once() -> None:
+    """GetIndexProgress's keys: repeats asked once, at most MAX_POSITIONS, every part named."""
+    key = (SPACE, "a.md", "doc-1")
+    assert progress_keys([key, (OTHER, "b.md", "doc-2"), key]) == [key, (OTHER, "b.md", "doc-2")]
+    assert progress_keys([]) == []
+    with pytest.raises(InvalidArgument, match=f"at most {MAX_POSITIONS} documents"):
+        progress_keys([key] * (MAX_POSITIONS + 1))
+    for broken in ((SPACE, "a.md", ""), (SPACE, "", "doc-1"), ("", "a.md", "doc-1")):
+        with pytest.raises(InvalidArgument, match=r"documents\[1\]: space_id, path and"):
+            progress_keys([key, broken])

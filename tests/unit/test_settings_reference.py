@@ -69,7 +69,9 @@ def test_readers_follow_the_wiring() -> None:
     assert read["storage_addr"] == ["indexer", "workspace"]
     assert read["search_addr"] == ["workspace"]
     assert read["quota_addr"] == ["storage", "maintenance"]
-    assert read["service_token"] == ["storage", "indexer", "workspace", "maintenance"]
+    assert read["service_token"] == ["storage", "indexer", "search", "workspace", "maintenance"]
+    # Search asks the indexer for index progress (issue 34).
+    assert read["indexer_addr"] == ["search"]
     # Every service but authz looks personal tokens up at authz, over (m)TLS when it is on.
     callers_of_authz = [name for name in SERVE if name != "authz"]
     assert read["authz_addr"] == callers_of_authz

@@ -81,15 +81,18 @@ annotations:
 {{- $out | toJson -}}
 {{- end -}}
 
-{{/* The backends each component talks to (mirrors app/production.py's needs). */}}
+{{/* The backends each component talks to (mirrors app/production.py's needs). Search
+reads no database when authz is deployed: tokens come from authz, index progress from the
+indexer. */}}
 {{- define "engram.backends" -}}
 {{- $embedder := ne .root.Values.embedder.provider "local" -}}
+{{- $searchMongo := ternary (list) (list "mongodb") (.root.Values.authz.enabled | default false) -}}
 {{- $b := dict
   "storage" (list "mongodb" "nats")
   "quota" (list "mongodb")
   "authz" (list "mongodb")
   "indexer" (concat (list "mongodb" "nats" "opensearch" "qdrant") (ternary (list "embedder") (list) $embedder))
-  "search" (concat (list "mongodb" "opensearch" "qdrant") (ternary (list "embedder") (list) $embedder))
+  "search" (concat $searchMongo (list "opensearch" "qdrant") (ternary (list "embedder") (list) $embedder))
   "workspace" (list "mongodb")
   "maintenance" (list "mongodb" "nats" "opensearch" "qdrant")
   "mcp" (list) -}}
@@ -98,16 +101,17 @@ annotations:
 
 {{/* The engram services each component calls over gRPC (ENGRAM_<CALLEE>_ADDR). Every
 service resolves personal access tokens through authz (which alone reads them), when authz
-is deployed. */}}
+is deployed; search reads the indexer's progress through the indexer. */}}
 {{- define "engram.callees" -}}
 {{- $quota := ternary (list "quota") (list) (.root.Values.storage.remoteQuota | default false) -}}
 {{- $authz := ternary (list "authz") (list) (.root.Values.authz.enabled | default false) -}}
+{{- $indexer := ternary (list "indexer") (list) (.root.Values.indexer.enabled | default false) -}}
 {{- $c := dict
   "storage" (concat $quota $authz)
   "quota" $authz
   "authz" (list)
   "indexer" (concat (list "storage") $authz)
-  "search" $authz
+  "search" (concat $indexer $authz)
   "workspace" (concat (list "storage" "search") $authz)
   "maintenance" (concat $quota $authz)
   "mcp" (ternary (list "workspace" "authz") (list "workspace") (eq .root.Values.mcp.hosted true)) -}}
@@ -133,10 +137,8 @@ is deployed. */}}
 {{- $keys := .root.Values.auth.secretKeys -}}
 {{- $backends := include "engram.backends" . | fromJsonArray -}}
 {{- $env := dict -}}
-{{- if has "mongodb" $backends -}}
-{{- $_ := set $env "ENGRAM_MONGO_URI" $keys.mongoUri -}}
-{{- $_ := set $env "ENGRAM_JWT_SECRET" $keys.jwtSecret -}}
-{{- end -}}
+{{- if has "mongodb" $backends -}}{{- $_ := set $env "ENGRAM_MONGO_URI" $keys.mongoUri -}}{{- end -}}
+{{- if ne .component "mcp" -}}{{- $_ := set $env "ENGRAM_JWT_SECRET" $keys.jwtSecret -}}{{- end -}}
 {{- if has "qdrant" $backends -}}{{- $_ := set $env "ENGRAM_QDRANT_API_KEY" $keys.qdrantApiKey -}}{{- end -}}
 {{- if has "embedder" $backends -}}{{- $_ := set $env "ENGRAM_OPENAI_API_KEY" $keys.openaiApiKey -}}{{- end -}}
 {{- if include "engram.needsServiceToken" . -}}{{- $_ := set $env "ENGRAM_SERVICE_TOKEN" $keys.serviceToken -}}{{- end -}}
@@ -163,8 +165,8 @@ is deployed. */}}
 {{- $_ := set $s "ENGRAM_METRICS_PORT" (toString $values.containerPorts.metrics) -}}
 {{- $_ := set $s "ENGRAM_DATA_DIR" "/var/lib/engram" -}}
 {{- end -}}
-{{- if has "mongodb" $backends -}}
-{{- $_ := set $s "ENGRAM_MONGO_DB" $v.mongodb.database -}}
+{{- if has "mongodb" $backends -}}{{- $_ := set $s "ENGRAM_MONGO_DB" $v.mongodb.database -}}{{- end -}}
+{{- if ne .component "mcp" -}}
 {{- with $v.auth.audience }}{{- $_ := set $s "ENGRAM_JWT_AUDIENCE" . -}}{{- end -}}
 {{- with $v.auth.issuer }}{{- $_ := set $s "ENGRAM_JWT_ISSUER" . -}}{{- end -}}
 {{- if include "engram.hasJwks" .root -}}{{- $_ := set $s "ENGRAM_JWKS_PATH" "/etc/engram/jwks/jwks.json" -}}{{- end -}}

@@ -58,6 +58,14 @@ class StorageClientNeeds(Needs):
     service_token: SecretStr
 
 
+class IndexerClientNeeds(Needs):
+    """Search reads the indexer's progress (read-your-writes waits) through IndexerService
+    as a service principal."""
+
+    indexer_addr: str
+    service_token: SecretStr
+
+
 class WorkspaceClientNeeds(Needs):
     """The workspace calls StorageService and SearchService as a service principal."""
 

@@ -297,6 +297,7 @@ def _indexer(
         backlog=backlog,
         switch_progress=indexing.switch_progress,
         indexed_total=indexed_total,
+        progress=indexing.progress,
     )
 
 

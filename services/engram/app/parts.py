@@ -31,7 +31,7 @@ from engram.indexes.ports import (
     KeywordIndex,
     VectorIndex,
 )
-from engram.indexes.progress import IndexProgress
+from engram.indexes.progress import IndexProgress, ProgressReader
 from engram.runtime.rate_limit import RateLimitStore
 from engram.search.embedders import ModelEmbedders
 from engram.search.query_cache import QueryEmbeddingCache
@@ -152,11 +152,12 @@ async def build_search(
     keyword: KeywordIndex,
     vector: VectorIndex,
     authorizer: Authorizer,
-    progress: IndexProgress | None = None,
+    progress: ProgressReader | None = None,
 ) -> SearchService:
     """SearchService on opened indexes, with its own query embedders; the active model's
     embedder is loaded and has run once before this returns. `progress`: the indexer's
-    records, for searches that carry positions (without it they answer degraded)."""
+    records (its store in one process, its GetIndexProgress otherwise), for searches that
+    carry positions (without it they answer degraded)."""
     embedders = ModelEmbedders.from_config(components.query_embedder)
     stack.push_async_callback(embedders.aclose)
     try:

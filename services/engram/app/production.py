@@ -32,6 +32,7 @@ from engram.app.adapters import (
 )
 from engram.app.config import (
     Components,
+    IndexerClientNeeds,
     MongoNeeds,
     NatsNeeds,
     Needs,
@@ -61,6 +62,7 @@ from engram.authz.mongo_tokens import MongoTokenStore
 from engram.authz.service import AuthzService
 from engram.authz.tokens import TokenAuthenticator
 from engram.backends.mongo import MongoDatabase
+from engram.client.aio import EngramClient
 from engram.domain.principals import MAINTENANCE
 from engram.events.jetstream import JetStreamPublisher, connect_nats
 from engram.events.jetstream_feed import JetStreamChangeFeed
@@ -68,9 +70,9 @@ from engram.events.relay import OutboxRelay
 from engram.indexer.embedding_cache import MongoIdEmbeddingCache
 from engram.indexer.jetstream_consumer import JetStreamIndexConsumer, JetStreamReindexQueue
 from engram.indexer.service import IndexerService
-from engram.indexer.sources import RepositoryDocumentSource, StorageClientDocumentSource
+from engram.indexer.sources import StorageClientDocumentSource
 from engram.indexes.ports import VectorIndex
-from engram.indexes.progress import MongoIndexProgress
+from engram.indexes.progress import MongoIndexProgress, ProgressReader
 from engram.maintenance.dream_watermarks import MongoWatermarkStore
 from engram.maintenance.mongo_stores import (
     MongoJobRunStore,
@@ -90,6 +92,7 @@ from engram.runtime.rate_limit import MongoRateLimitStore, RateLimitStore
 from engram.runtime.server import GrpcServer, ServiceRegistration, serve, stop_on_signals
 from engram.runtime.settings import Settings
 from engram.runtime.tracing import tracing_client_interceptors
+from engram.search.indexer_progress import IndexerIndexProgress
 from engram.search.reopen import open_or_keep_trying
 from engram.storage.mongo.outbox import MongoOutbox
 from engram.storage.mongo_repository import MongoDocumentRepository
@@ -142,13 +145,16 @@ async def _process_tokens(process: _OnMongo) -> TokenAuthenticator:
 async def _tokens(
     settings: Settings,
     components: Components,
-    database: MongoDatabase,
+    database: MongoDatabase | None,
     stack: contextlib.AsyncExitStack,
 ) -> TokenAuthenticator:
     """Personal tokens from AuthzService at ENGRAM_AUTHZ_ADDR (the chart's way: only
-    AuthzService reads its collection), else from this process's MongoDB."""
+    AuthzService reads its collection), else from this process's MongoDB (which a process
+    without ENGRAM_AUTHZ_ADDR must have)."""
     if settings.authz_addr:
         return authz_token_authenticator(components, settings.authz_addr, stack)
+    if database is None:
+        raise AssertionError("tokens are read on MongoDB but the process has none")
     return await mongo_token_authenticator(components, database)
 
 
@@ -324,9 +330,11 @@ class ProductionIndexer:
 
 @contextlib.asynccontextmanager
 async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
-    """The indexer: JetStream consumer, worker, model switch and IndexerService. Reads
-    documents from StorageService as a service principal; writes OpenSearch and the
-    vector index (Qdrant, Qdrant local mode, or the embedded index at ENGRAM_VECTOR_DIR)."""
+    """The indexer: JetStream consumer, worker, model switch and IndexerService. Reads and
+    lists documents through StorageService as a service principal; writes OpenSearch and
+    the vector index (Qdrant, Qdrant local mode, or the embedded index at
+    ENGRAM_VECTOR_DIR). Its own MongoDB holds only what it owns: the embedding cache and
+    the progress rows, which search reads through GetIndexProgress."""
     required = require(
         settings,
         [NatsNeeds, MongoNeeds, OpenSearchNeeds, StorageClientNeeds],
@@ -341,7 +349,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
         await cache.ensure_indexes()
         keyword = opensearch_index(required[OpenSearchNeeds].opensearch_url, settings)
         vector = vector_index(required.vector)
-        source = _storage_source(storage_client, components, database, stack)
+        source = _storage_source(storage_client, components, stack)
         progress = MongoIndexProgress(database)
         await progress.ensure_indexes()
         indexing = await build_indexing(
@@ -368,6 +376,7 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
             backlog=consumer.backlog,
             switch_progress=indexing.switch_progress,
             indexed_total=consumer.indexed_total,
+            progress=progress,
         )
         dependencies = [
             mongo_dependency(database),
@@ -401,25 +410,17 @@ async def open_indexer(settings: Settings) -> AsyncIterator[ProductionIndexer]:
 def _storage_source(
     storage_client: StorageClientNeeds,
     components: Components,
-    database: MongoDatabase,
     stack: contextlib.AsyncExitStack,
 ) -> StorageClientDocumentSource:
-    """Documents read from StorageService (as a service principal) over a channel that
-    closes with `stack`; the catalog of spaces read from MongoDB."""
+    """Documents read and listed through StorageService (as a service principal) over a
+    channel that closes with `stack`: the indexer never reads storage's database."""
     channel = open_channel(
         storage_client.storage_addr,
         components.channels,
         interceptors=tracing_client_interceptors(),
     )
     stack.push_async_callback(channel.close)
-    catalog = RepositoryDocumentSource(
-        MongoDocumentRepository(database, retention=components.version_retention)
-    )
-    return StorageClientDocumentSource(
-        channel,
-        storage_client.service_token.get_secret_value(),
-        catalog=catalog,
-    )
+    return StorageClientDocumentSource(channel, storage_client.service_token.get_secret_value())
 
 
 @contextlib.asynccontextmanager
@@ -443,28 +444,35 @@ async def search_on_backends(
     `reuse_port` and `interceptors`: one of several worker processes sharing the port
     (engram.app.workers).
 
-    `authenticator` replaces the token authenticator (and with it the need for MongoDB);
-    `vector` replaces the configured vector index. An index that does not answer at
-    startup does not stop the service: searches degrade to the other index meanwhile, so
-    health follows MongoDB (tokens) and is NOT_SERVING only while neither index answers.
+    Personal tokens come from AuthzService at ENGRAM_AUTHZ_ADDR and index progress from the
+    indexer at ENGRAM_INDEXER_ADDR (both as the service principal of ENGRAM_SERVICE_TOKEN):
+    with both set, search reads no database but its indexes and needs no ENGRAM_MONGO_URI.
+    Without them it reads either from MongoDB (the shared-database way). `authenticator`
+    replaces the token authenticator; `vector` replaces the configured vector index. An
+    index that does not answer at startup does not stop the service: searches degrade to
+    the other index meanwhile, so health is NOT_SERVING only while neither index answers
+    (or MongoDB, when search reads tokens there).
     """
     needs: list[type[Needs]] = [OpenSearchNeeds]
-    if authenticator is None:
+    if settings.indexer_addr:
+        needs.append(IndexerClientNeeds)
+    tokens_on_mongo = authenticator is None and not settings.authz_addr
+    if tokens_on_mongo:
         needs.append(MongoNeeds)
     required = require(settings, needs, vector=vector is None)
     components = Components.from_settings(settings)
     async with contextlib.AsyncExitStack() as stack:
         dependencies: list[Dependency] = []
-        progress: MongoIndexProgress | None = None
-        if authenticator is None:
+        database: MongoDatabase | None = None
+        if tokens_on_mongo:
             database = connect_mongo(required[MongoNeeds], settings, stack)
-            authenticator = await _tokens(settings, components, database, stack)
             dependencies.append(mongo_dependency(database))
-            progress = MongoIndexProgress(database)
-        elif settings.mongo_uri:
-            # Tokens come from elsewhere; the indexer's progress still lives on MongoDB.
+        elif settings.mongo_uri and not settings.indexer_addr:
+            # Tokens come from elsewhere; the indexer's progress rows are read on MongoDB.
             database = connect_mongo(MongoNeeds(mongo_uri=settings.mongo_uri), settings, stack)
-            progress = MongoIndexProgress(database)
+        if authenticator is None:
+            authenticator = await _tokens(settings, components, database, stack)
+        progress = _search_progress(settings, required, components, database, stack)
         keyword = opensearch_index(required[OpenSearchNeeds].opensearch_url, settings)
         await open_or_keep_trying(keyword, "keyword", stack)
         if vector is None:
@@ -490,6 +498,29 @@ async def search_on_backends(
             interceptors=interceptors,
         )
         yield await serve(server, stack)
+
+
+def _search_progress(
+    settings: Settings,
+    required: Required,
+    components: Components,
+    database: MongoDatabase | None,
+    stack: contextlib.AsyncExitStack,
+) -> ProgressReader | None:
+    """Where search reads the indexer's progress: its GetIndexProgress at
+    ENGRAM_INDEXER_ADDR, else the indexer's rows on MongoDB, else nowhere (searches given
+    positions answer degraded, saying so)."""
+    if settings.indexer_addr:
+        remote = required[IndexerClientNeeds]
+        channel = open_channel(
+            remote.indexer_addr, components.channels, interceptors=tracing_client_interceptors()
+        )
+        stack.push_async_callback(channel.close)
+        client = EngramClient(channel=channel, token=remote.service_token.get_secret_value())
+        return IndexerIndexProgress(client)
+    if database is not None:
+        return MongoIndexProgress(database)
+    return None
 
 
 @contextlib.asynccontextmanager

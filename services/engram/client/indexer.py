@@ -1,13 +1,15 @@
-"""IndexerService calls: reindexing and the index status."""
+"""IndexerService calls: reindexing, the index status and the index progress."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import grpc
 
 from engram.client.base import AnySpace, ClientBase, spaces_to_proto
+from engram.domain.positions import IndexLeg
 from engram.v1 import indexer_pb2, indexer_pb2_grpc
 
 
@@ -23,6 +25,12 @@ class IndexStatus:
     collections: tuple[str, ...]
     # Rises while the indexer works: sampled twice, its difference is the indexing rate.
     indexed_total: int
+
+
+# (space_id, path, document_id): one document's progress row.
+ProgressKey = tuple[str, str, str]
+# The index legs, by the names engram.domain.positions.IndexLeg gives them.
+_LEGS = {"keyword": indexer_pb2.INDEX_LEG_KEYWORD, "vector": indexer_pb2.INDEX_LEG_VECTOR}
 
 
 def _indexer(channel: grpc.aio.Channel) -> indexer_pb2_grpc.IndexerServiceAsyncStub:
@@ -58,3 +66,23 @@ class IndexerCalls(ClientBase):
             collections=tuple(response.collections),
             indexed_total=response.indexed_total,
         )
+
+    async def index_progress(
+        self, leg: IndexLeg | Literal["keyword", "vector"], documents: Sequence[ProgressKey]
+    ) -> dict[ProgressKey, int]:
+        """The version the `leg` index holds of each (space_id, path, document_id) named (at
+        most 256; one it holds nothing of is absent). Service principals only."""
+        request = indexer_pb2.GetIndexProgressRequest(
+            leg=_LEGS[leg],
+            documents=[
+                indexer_pb2.IndexProgressKey(space_id=s, path=p, document_id=d)
+                for s, p, d in documents
+            ],
+        )
+        response = await self._call(
+            "IndexerService.GetIndexProgress",
+            self._stub(_indexer).GetIndexProgress,
+            request,
+            idempotent=True,
+        )
+        return {(r.space_id, r.path, r.document_id): r.version for r in response.reached}

@@ -468,6 +468,30 @@ class StorageCalls(ClientBase):
         async for summary in pages(page):
             yield summary
 
+    async def list_all_documents(
+        self, *, page_size: int = 0, page_token: str = ""
+    ) -> Page[tuple[str, str]]:
+        """One page of (space_id, path) of every live document of every space, in that order
+        (service principals only)."""
+        request = storage_pb2.ListAllDocumentsRequest(page_size=page_size, page_token=page_token)
+        response = await self._call(
+            "StorageService.ListAllDocuments",
+            self._stub(_storage).ListAllDocuments,
+            request,
+            idempotent=True,
+        )
+        documents = tuple((d.space_id, d.path) for d in response.documents)
+        return Page(documents, response.next_page_token)
+
+    async def iter_all_documents(self, *, page_size: int = 0) -> AsyncIterator[tuple[str, str]]:
+        """Every document of list_all_documents, page after page."""
+
+        async def page(token: str) -> Page[tuple[str, str]]:
+            return await self.list_all_documents(page_size=page_size, page_token=token)
+
+        async for document in pages(page):
+            yield document
+
     async def watch_space(
         self,
         *,

@@ -179,6 +179,8 @@ class Engram:
     delete_space = _blocking(EngramClient.delete_space)
     list_spaces = _blocking(EngramClient.list_spaces)
     iter_spaces = _blocking_iter(EngramClient.iter_spaces)
+    list_all_documents = _blocking(EngramClient.list_all_documents)
+    iter_all_documents = _blocking_iter(EngramClient.iter_all_documents)
     watch_space = _blocking_iter(EngramClient.watch_space)
     # SearchService
     search = _blocking(EngramClient.search)
@@ -202,6 +204,7 @@ class Engram:
     # IndexerService
     reindex = _blocking(EngramClient.reindex)
     index_status = _blocking(EngramClient.index_status)
+    index_progress = _blocking(EngramClient.index_progress)
     # MaintenanceService
     list_job_runs = _blocking(EngramClient.list_job_runs)
     iter_job_runs = _blocking_iter(EngramClient.iter_job_runs)

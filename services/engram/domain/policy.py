@@ -22,6 +22,7 @@ MEMBER_ROLE_REQUIRED = "member_role_required"
 PLATFORM_ADMIN_REQUIRED = "platform_admin_required"
 SERVICE_TENANT_REQUIRED = "service_tenant_required"
 ADMIN_ROLE_REQUIRED = "admin_role_required"
+SERVICE_PRINCIPAL_REQUIRED = "service_principal_required"
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +232,10 @@ ACTION_POLICY: dict[Action, dict[Target, Who]] = {
         Target.INSTANCE: Who.PLATFORM_ADMIN_OR_SERVICE,
     },
     Action.INDEX_STATUS: _every(Who.ANYONE),
+    # Across tenants, for engram's own services only: search asks the indexer's progress,
+    # the indexer lists storage's documents.
+    Action.INDEX_PROGRESS: _every(Who.SERVICE, (Target.INSTANCE,)),
+    Action.LIST_ALL_DOCUMENTS: _every(Who.SERVICE, (Target.INSTANCE,)),
     Action.CHARGE: {
         Target.OWN: Who.PLATFORM_ADMIN_OR_SERVICE,
         Target.OTHER: Who.SERVICE,
@@ -292,6 +297,7 @@ RPC_ACTIONS: dict[str, Action] = {
     "/engram.v1.StorageService/DeleteSpace": Action.DELETE_SPACE,
     "/engram.v1.StorageService/ListSpaces": Action.LIST_SPACES,
     "/engram.v1.StorageService/WatchSpace": Action.READ,
+    "/engram.v1.StorageService/ListAllDocuments": Action.LIST_ALL_DOCUMENTS,
     "/engram.v1.MaintenanceService/ListJobRuns": Action.LIST_JOB_RUNS,
     "/engram.v1.MaintenanceService/RunJob": Action.RUN_JOB,
     "/engram.v1.MaintenanceService/GetSpaceMaintenance": Action.GET_SPACE_MAINTENANCE,
@@ -308,6 +314,7 @@ RPC_ACTIONS: dict[str, Action] = {
     "/engram.v1.WorkspaceService/CompleteBootstrap": Action.WRITE,
     "/engram.v1.IndexerService/Reindex": Action.REINDEX,
     "/engram.v1.IndexerService/GetIndexStatus": Action.INDEX_STATUS,
+    "/engram.v1.IndexerService/GetIndexProgress": Action.INDEX_PROGRESS,
     "/engram.v1.QuotaService/Charge": Action.CHARGE,
     "/engram.v1.QuotaService/GetUsage": Action.TENANT_USAGE,
     "/engram.v1.QuotaService/SetTenantQuota": Action.SET_TENANT_QUOTA,

@@ -92,6 +92,22 @@ def behind(
     return [p for p in positions if reached.get(p.key, 0) < p.version]
 
 
+def progress_keys(keys: Sequence[ProgressKey], *, field: str = "documents") -> list[ProgressKey]:
+    """The progress rows asked about (GetIndexProgress), validated and without repeats:
+    at most MAX_POSITIONS, each naming space_id, path and document_id."""
+    if len(keys) > MAX_POSITIONS:
+        raise InvalidArgument(
+            f"at most {MAX_POSITIONS} {field} per call, got {len(keys)}", field=field
+        )
+    for index, key in enumerate(keys):
+        if not all(key):
+            raise InvalidArgument(
+                f"{field}[{index}]: space_id, path and document_id are required",
+                field=f"{field}[{index}]",
+            )
+    return list(dict.fromkeys(keys))
+
+
 def applied_versions(current: tuple[str, int] | None, named: Iterable[str]) -> dict[str, int]:
     """The progress rows of one path after a leg applied its current state.
 

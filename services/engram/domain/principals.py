@@ -38,6 +38,10 @@ class Action(StrEnum):
     LIST_SPACES = "list_spaces"
     REINDEX = "reindex"
     INDEX_STATUS = "index_status"
+    # What the indexes hold of named documents (search's read-your-writes waits).
+    INDEX_PROGRESS = "index_progress"
+    # Every document of every space (the indexer's backfills).
+    LIST_ALL_DOCUMENTS = "list_all_documents"
     LIST_JOB_RUNS = "list_job_runs"
     RUN_JOB = "run_job"
     GET_SPACE_MAINTENANCE = "get_space_maintenance"

@@ -1,5 +1,9 @@
 """IndexerService use cases: re-enqueue documents for indexing, and report the index state.
 
+GetIndexProgress tells a search process (a service principal) how far each index leg has
+got with named documents, from the progress rows the worker records: search never reads
+the indexer's store itself.
+
 Reindexing a space is allowed to whoever may change it (role member or above in its tenant;
 a platform admin for a global space; any service principal naming the tenant); reindexing
 every space needs a platform admin or a service principal. The documents go through the
@@ -18,14 +22,16 @@ from typing import Protocol
 
 from engram.domain.chunks import ModelInfo
 from engram.domain.documents import REINDEX_EVENT_PREFIX, DocumentEvent, EventOp
-from engram.domain.errors import InvalidArgument, PermissionDenied
-from engram.domain.policy import PLATFORM_ADMIN_REQUIRED, Target
+from engram.domain.errors import InvalidArgument, Misconfigured, PermissionDenied
+from engram.domain.policy import PLATFORM_ADMIN_REQUIRED, SERVICE_PRINCIPAL_REQUIRED, Target
 from engram.domain.ports import Authorizer
+from engram.domain.positions import IndexLeg, ProgressKey, progress_keys
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
 from engram.indexer.models import IndexModels
 from engram.indexer.sources import DocumentSource
 from engram.indexes.ports import VectorIndex
+from engram.indexes.progress import ProgressReader
 from engram.runtime.tracing import TraceContext, current_trace_context
 
 log = logging.getLogger(__name__)
@@ -97,6 +103,7 @@ class IndexerService:
         backlog: Callable[[], Awaitable[int]],
         switch_progress: Callable[[], int],
         indexed_total: Callable[[], Awaitable[int]] | None = None,
+        progress: ProgressReader | None = None,
     ) -> None:
         self._authorizer = authorizer
         self._source = source
@@ -106,6 +113,7 @@ class IndexerService:
         self._backlog = backlog
         self._switch_progress = switch_progress
         self._indexed_total = indexed_total
+        self._progress = progress
 
     async def reindex(
         self, principal: Principal, spaces: Sequence[SpaceRef], *, all_spaces: bool
@@ -165,3 +173,19 @@ class IndexerService:
             collections=collections,
             indexed_total=await self._indexed_total() if self._indexed_total else 0,
         )
+
+    async def index_progress(
+        self, principal: Principal, leg: IndexLeg, keys: Sequence[ProgressKey]
+    ) -> dict[ProgressKey, int]:
+        """The version `leg` holds of each document named (absent: nothing indexed yet), for
+        a search process waiting for positions. Engram's own services only: the keys name
+        documents of any tenant."""
+        if not await self._authorizer.permits(principal, Action.INDEX_PROGRESS, Target.INSTANCE):
+            raise PermissionDenied(
+                "index progress is for engram's services (search) only",
+                rule=SERVICE_PRINCIPAL_REQUIRED,
+            )
+        wanted = progress_keys(keys)
+        if self._progress is None:
+            raise Misconfigured("this indexer records no index progress")
+        return await self._progress.reached(leg, wanted)

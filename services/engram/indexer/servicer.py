@@ -33,3 +33,10 @@ class IndexerServicer(indexer_pb2_grpc.IndexerServiceServicer):
     ) -> indexer_pb2.GetIndexStatusResponse:
         current_principal()  # any authenticated caller
         return mapping.status_to_proto(await self._service.status())
+
+    async def GetIndexProgress(
+        self, request: indexer_pb2.GetIndexProgressRequest, context: Context
+    ) -> indexer_pb2.GetIndexProgressResponse:
+        leg, keys = mapping.progress_request(request)
+        reached = await self._service.index_progress(current_principal(), leg, keys)
+        return mapping.progress_response(reached)

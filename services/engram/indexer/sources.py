@@ -3,8 +3,8 @@ of a space (or of all) for backfills.
 
 The worker never trusts an event's payload for content: it reads the document as it is now,
 which is what makes duplicate, stale and out-of-order events harmless. `engram dev` reads the
-embedded repository directly; `engram serve indexer` reads through StorageService over gRPC
-as a service principal, and lists documents for backfills from the MongoDB catalog.
+embedded repository directly; `engram serve indexer` reads and lists through StorageService
+over gRPC as a service principal (storage's database is storage's alone).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import grpc
 
 from engram.client import Document, EngramClient
 from engram.domain.documents import StoredDocument
-from engram.domain.errors import InvalidArgument, NotFound
+from engram.domain.errors import NotFound
 from engram.domain.spaces import SpaceRef, parse_space_id
 
 # ListDocuments page size for a space backfill through StorageService.
@@ -47,7 +47,7 @@ class PathCatalog(Protocol):
 
 
 class RepositoryDocumentSource:
-    """Reads a DocumentRepository (SQLite in `engram dev`, MongoDB for production listing)."""
+    """Reads a DocumentRepository directly (SQLite in `engram dev`, one process)."""
 
     def __init__(self, repository: PathCatalog) -> None:
         self._repository = repository
@@ -61,23 +61,14 @@ class RepositoryDocumentSource:
 
 
 class StorageClientDocumentSource:
-    """Reads documents through StorageService.ReadDocument (engram.client) with a
-    service-principal token.
-
-    Listing every space has no RPC; it comes from `catalog` (the MongoDB repository). A
-    single space without a catalog is listed through ListDocuments.
-    """
+    """Reads documents through StorageService (engram.client) with a service-principal
+    token: one document by ReadDocument, one space by ListDocuments, every space by
+    ListAllDocuments. Nothing of storage's database is read here."""
 
     def __init__(
-        self,
-        channel: grpc.aio.Channel,
-        token: str,
-        *,
-        catalog: DocumentSource | None = None,
-        timeout_seconds: float = 10.0,
+        self, channel: grpc.aio.Channel, token: str, *, timeout_seconds: float = 10.0
     ) -> None:
         self._client = EngramClient(channel=channel, token=token, timeout=timeout_seconds)
-        self._catalog = catalog
 
     async def current(self, space: SpaceRef, path: str) -> StoredDocument | None:
         try:
@@ -87,14 +78,10 @@ class StorageClientDocumentSource:
         return stored_document(document)
 
     async def documents(self, space_id: str | None = None) -> AsyncIterator[tuple[SpaceRef, str]]:
-        if self._catalog is not None:
-            async for item in self._catalog.documents(space_id):
-                yield item
-            return
         if space_id is None:
-            raise InvalidArgument(
-                "listing every space needs the document catalog (ENGRAM_MONGO_URI)", field="all"
-            )
+            async for found, path in self._client.iter_all_documents(page_size=LIST_PAGE):
+                yield parse_space_id(found), path
+            return
         space = parse_space_id(space_id)
         entries = self._client.iter_documents(recursive=True, page_size=LIST_PAGE, space=space)
         async for entry in entries:

@@ -5,8 +5,9 @@ the document (see engram.domain.positions); a search carrying positions waits un
 rows reach them. Rows only move up (`max`), so a duplicate or late record is harmless.
 
 Adapters: `SqliteIndexProgress` (engram dev: indexer and search share one process, and a
-waiter sleeps until a record wakes it) and `MongoIndexProgress` (real backends: separate
-processes, waiters poll the few rows they need with backoff). Both are only ever read by
+waiter sleeps until a record wakes it) and `MongoIndexProgress` (real backends: the
+indexer's own database; a search process polls the few rows it needs with backoff through
+the indexer's GetIndexProgress, never the collection). Both are only ever read by
 _id / primary key.
 """
 
@@ -48,22 +49,15 @@ NOTIFIED_RECHECK_SECONDS = 1.0
 MAX_CHECKS = 10_000
 
 
-class IndexProgress(Protocol):
+class ProgressReader(Protocol):
+    """What a search waiting for positions reads: the store itself, or the indexer's
+    GetIndexProgress (engram.search.indexer_progress) when search is a process of its own."""
+
     # True when `wait_change` returns as soon as a record lands (one process).
     notifies: bool
 
-    async def record(
-        self, leg: IndexLeg, space_id: str, path: str, versions: Mapping[str, int]
-    ) -> None:
-        """Raises the leg's row of each document id of the path to at least its version."""
-        ...
-
     async def reached(self, leg: IndexLeg, keys: Sequence[ProgressKey]) -> dict[ProgressKey, int]:
         """The leg's recorded version of each key that has a row."""
-        ...
-
-    async def forget_space(self, space_id: str) -> None:
-        """Drops every row of the space (DeleteSpace)."""
         ...
 
     def generation(self) -> int:
@@ -76,8 +70,22 @@ class IndexProgress(Protocol):
         ...
 
 
+class IndexProgress(ProgressReader, Protocol):
+    """The indexer's own store of progress rows: it records them and reads them."""
+
+    async def record(
+        self, leg: IndexLeg, space_id: str, path: str, versions: Mapping[str, int]
+    ) -> None:
+        """Raises the leg's row of each document id of the path to at least its version."""
+        ...
+
+    async def forget_space(self, space_id: str) -> None:
+        """Drops every row of the space (DeleteSpace)."""
+        ...
+
+
 async def wait_for_positions(
-    progress: IndexProgress,
+    progress: ProgressReader,
     leg: IndexLeg,
     positions: Sequence[IndexPosition],
     budget_seconds: float,

@@ -407,7 +407,9 @@ class Settings(BaseSettings):
     search_addr: str | None = None
     """host:port of SearchService."""
     indexer_addr: str | None = None
-    """host:port of IndexerService (reserved: no service calls it over gRPC yet)."""
+    """host:port of IndexerService; with it search reads the index progress its
+    read-your-writes waits need there (as ENGRAM_SERVICE_TOKEN's service principal) instead
+    of from the indexer's MongoDB collection."""
 
     @classmethod
     def settings_customise_sources(

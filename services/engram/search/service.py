@@ -57,7 +57,7 @@ from engram.indexes.ports import (
     KeywordIndex,
     VectorIndex,
 )
-from engram.indexes.progress import IndexProgress, wait_for_positions
+from engram.indexes.progress import ProgressReader, wait_for_positions
 from engram.search.errors import SearchUnavailable
 from engram.search.ports import QueryEmbedders
 from engram.search.query_cache import QueryEmbeddingCache
@@ -199,7 +199,7 @@ class SearchService:
         *,
         options: SearchOptions | None = None,
         query_cache: QueryEmbeddingCache | None = None,
-        progress: IndexProgress | None = None,
+        progress: ProgressReader | None = None,
     ) -> None:
         self._keyword = keyword
         self._vector = vector

@@ -111,6 +111,11 @@ class DocumentRepository(Protocol):
         space id > `after`, in space id order (the maintenance worker's walk)."""
         ...
 
+    async def all_paths(self, *, after: tuple[str, str], limit: int) -> list[tuple[str, str]]:
+        """(space_id, path) of every live document of every space, after `after` ("", ""
+        = from the start), in that order (the indexer's catalog, ListAllDocuments)."""
+        ...
+
     async def erase(self, erasure: Erasure) -> ErasureResult:
         """Erases the document at erasure.path (or, for an empty path, every document of the
         space) with every kept version, recording a PURGE (SPACE_DELETE) event with it.

@@ -24,6 +24,7 @@ from engram.storage.rooms.archive import (
     ImportStrategy,
     SpaceArchives,
 )
+from engram.storage.rooms.catalog import DocumentCatalog
 from engram.storage.rooms.core import (
     ContentFacts,
     DocumentLimits,
@@ -93,6 +94,7 @@ class StorageService:
         self._erasures = Erasures(core)
         self._watches = SpaceWatches(core, feed, max_watchers)
         self._watchers = self._watches.watchers
+        self._catalog = DocumentCatalog(core)
 
     @property
     def limits(self) -> DocumentLimits:
@@ -247,3 +249,11 @@ class StorageService:
         self, principal: Principal, space: SpaceRef, *, cursor: str, from_start: bool
     ) -> AsyncGenerator[FeedItem, None]:
         return await self._watches.watch(principal, space, cursor=cursor, from_start=from_start)
+
+    # --- the catalog -------------------------------------------------------------------------
+
+    async def list_all_documents(
+        self, principal: Principal, *, page_size: int, page_token: str
+    ) -> Page[tuple[str, str]]:
+        """(space_id, path) of every live document of every space (services only)."""
+        return await self._catalog.list_all(principal, page_size=page_size, page_token=page_token)

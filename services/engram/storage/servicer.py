@@ -190,3 +190,17 @@ class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
             spaces=[mapping.space_summary_to_proto(summary) for summary in page.items],
             next_page_token=page.next_page_token,
         )
+
+    async def ListAllDocuments(
+        self, request: storage_pb2.ListAllDocumentsRequest, context: Context
+    ) -> storage_pb2.ListAllDocumentsResponse:
+        page = await self._service.list_all_documents(
+            current_principal(), page_size=request.page_size, page_token=request.page_token
+        )
+        return storage_pb2.ListAllDocumentsResponse(
+            documents=[
+                storage_pb2.ListedDocument(space_id=space_id, path=path)
+                for space_id, path in page.items
+            ],
+            next_page_token=page.next_page_token,
+        )

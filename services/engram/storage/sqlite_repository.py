@@ -46,6 +46,7 @@ class SqliteDocumentRepository:
         self.usage_by_space = self.listings.usage_by_space
         self.list_spaces = self.listings.list_spaces
         self.all_spaces = self.listings.all_spaces
+        self.all_paths = self.listings.all_paths
         # Versions
         self.get_version = self.versions.get_version
         self.list_versions = self.versions.list_versions

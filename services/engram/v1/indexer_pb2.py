@@ -22,24 +22,33 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from engram.v1 import position_pb2 as engram_dot_v1_dot_position__pb2
 from engram.v1 import space_pb2 as engram_dot_v1_dot_space__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65ngram/v1/indexer.proto\x12\tengram.v1\x1a\x15\x65ngram/v1/space.proto\"B\n\x0eReindexRequest\x12#\n\x06spaces\x18\x01 \x03(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0b\n\x03\x61ll\x18\x02 \x01(\x08\"-\n\x0fReindexResponse\x12\x1a\n\x12\x64ocuments_enqueued\x18\x01 \x01(\x03\"\x17\n\x15GetIndexStatusRequest\"\xb7\x01\n\x16GetIndexStatusResponse\x12\x14\n\x0c\x61\x63tive_model\x18\x01 \x01(\t\x12\x11\n\tdimension\x18\x02 \x01(\x05\x12\x15\n\rpending_model\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63klog\x18\x04 \x01(\x03\x12 \n\x18switch_documents_indexed\x18\x05 \x01(\x03\x12\x13\n\x0b\x63ollections\x18\x06 \x03(\t\x12\x15\n\rindexed_total\x18\x07 \x01(\x03\x32\xa9\x01\n\x0eIndexerService\x12@\n\x07Reindex\x12\x19.engram.v1.ReindexRequest\x1a\x1a.engram.v1.ReindexResponse\x12U\n\x0eGetIndexStatus\x12 .engram.v1.GetIndexStatusRequest\x1a!.engram.v1.GetIndexStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x65ngram/v1/indexer.proto\x12\tengram.v1\x1a\x18\x65ngram/v1/position.proto\x1a\x15\x65ngram/v1/space.proto\"B\n\x0eReindexRequest\x12#\n\x06spaces\x18\x01 \x03(\x0b\x32\x13.engram.v1.SpaceRef\x12\x0b\n\x03\x61ll\x18\x02 \x01(\x08\"-\n\x0fReindexResponse\x12\x1a\n\x12\x64ocuments_enqueued\x18\x01 \x01(\x03\"\x17\n\x15GetIndexStatusRequest\"\xb7\x01\n\x16GetIndexStatusResponse\x12\x14\n\x0c\x61\x63tive_model\x18\x01 \x01(\t\x12\x11\n\tdimension\x18\x02 \x01(\x05\x12\x15\n\rpending_model\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63klog\x18\x04 \x01(\x03\x12 \n\x18switch_documents_indexed\x18\x05 \x01(\x03\x12\x13\n\x0b\x63ollections\x18\x06 \x03(\t\x12\x15\n\rindexed_total\x18\x07 \x01(\x03\"k\n\x17GetIndexProgressRequest\x12 \n\x03leg\x18\x01 \x01(\x0e\x32\x13.engram.v1.IndexLeg\x12.\n\tdocuments\x18\x02 \x03(\x0b\x32\x1b.engram.v1.IndexProgressKey\"G\n\x10IndexProgressKey\x12\x10\n\x08space_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x13\n\x0b\x64ocument_id\x18\x03 \x01(\t\"E\n\x18GetIndexProgressResponse\x12)\n\x07reached\x18\x01 \x03(\x0b\x32\x18.engram.v1.IndexPosition*R\n\x08IndexLeg\x12\x19\n\x15INDEX_LEG_UNSPECIFIED\x10\x00\x12\x15\n\x11INDEX_LEG_KEYWORD\x10\x01\x12\x14\n\x10INDEX_LEG_VECTOR\x10\x02\x32\x86\x02\n\x0eIndexerService\x12@\n\x07Reindex\x12\x19.engram.v1.ReindexRequest\x1a\x1a.engram.v1.ReindexResponse\x12U\n\x0eGetIndexStatus\x12 .engram.v1.GetIndexStatusRequest\x1a!.engram.v1.GetIndexStatusResponse\x12[\n\x10GetIndexProgress\x12\".engram.v1.GetIndexProgressRequest\x1a#.engram.v1.GetIndexProgressResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'engram.v1.indexer_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REINDEXREQUEST']._serialized_start=61
-  _globals['_REINDEXREQUEST']._serialized_end=127
-  _globals['_REINDEXRESPONSE']._serialized_start=129
-  _globals['_REINDEXRESPONSE']._serialized_end=174
-  _globals['_GETINDEXSTATUSREQUEST']._serialized_start=176
-  _globals['_GETINDEXSTATUSREQUEST']._serialized_end=199
-  _globals['_GETINDEXSTATUSRESPONSE']._serialized_start=202
-  _globals['_GETINDEXSTATUSRESPONSE']._serialized_end=385
-  _globals['_INDEXERSERVICE']._serialized_start=388
-  _globals['_INDEXERSERVICE']._serialized_end=557
+  _globals['_INDEXLEG']._serialized_start=666
+  _globals['_INDEXLEG']._serialized_end=748
+  _globals['_REINDEXREQUEST']._serialized_start=87
+  _globals['_REINDEXREQUEST']._serialized_end=153
+  _globals['_REINDEXRESPONSE']._serialized_start=155
+  _globals['_REINDEXRESPONSE']._serialized_end=200
+  _globals['_GETINDEXSTATUSREQUEST']._serialized_start=202
+  _globals['_GETINDEXSTATUSREQUEST']._serialized_end=225
+  _globals['_GETINDEXSTATUSRESPONSE']._serialized_start=228
+  _globals['_GETINDEXSTATUSRESPONSE']._serialized_end=411
+  _globals['_GETINDEXPROGRESSREQUEST']._serialized_start=413
+  _globals['_GETINDEXPROGRESSREQUEST']._serialized_end=520
+  _globals['_INDEXPROGRESSKEY']._serialized_start=522
+  _globals['_INDEXPROGRESSKEY']._serialized_end=593
+  _globals['_GETINDEXPROGRESSRESPONSE']._serialized_start=595
+  _globals['_GETINDEXPROGRESSRESPONSE']._serialized_end=664
+  _globals['_INDEXERSERVICE']._serialized_start=751
+  _globals['_INDEXERSERVICE']._serialized_end=1013
 # @@protoc_insertion_point(module_scope)

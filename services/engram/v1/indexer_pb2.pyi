@@ -4,10 +4,12 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from engram.v1 import position_pb2 as _position_pb2
 from engram.v1 import space_pb2 as _space_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -18,6 +20,28 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _IndexLeg:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _IndexLegEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_IndexLeg.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    INDEX_LEG_UNSPECIFIED: _IndexLeg.ValueType  # 0
+    INDEX_LEG_KEYWORD: _IndexLeg.ValueType  # 1
+    """The BM25 keyword index."""
+    INDEX_LEG_VECTOR: _IndexLeg.ValueType  # 2
+    """The vector index."""
+
+class IndexLeg(_IndexLeg, metaclass=_IndexLegEnumTypeWrapper):
+    """IndexLeg is one of the indexes a search reads."""
+
+INDEX_LEG_UNSPECIFIED: IndexLeg.ValueType  # 0
+INDEX_LEG_KEYWORD: IndexLeg.ValueType  # 1
+"""The BM25 keyword index."""
+INDEX_LEG_VECTOR: IndexLeg.ValueType  # 2
+"""The vector index."""
+Global___IndexLeg: _TypeAlias = IndexLeg  # noqa: Y015
 
 @_typing.final
 class ReindexRequest(_message.Message):
@@ -128,3 +152,84 @@ class GetIndexStatusResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetIndexStatusResponse: _TypeAlias = GetIndexStatusResponse  # noqa: Y015
+
+@_typing.final
+class GetIndexProgressRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEG_FIELD_NUMBER: _builtins.int
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    leg: Global___IndexLeg.ValueType
+    """The index leg asked about; INDEX_LEG_UNSPECIFIED is refused."""
+    @_builtins.property
+    def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___IndexProgressKey]:
+        """The documents asked about: at most 256, each naming space_id, path and
+        document_id.
+        """
+
+    def __init__(
+        self,
+        *,
+        leg: Global___IndexLeg.ValueType = ...,
+        documents: _abc.Iterable[Global___IndexProgressKey] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents", b"documents", "leg", b"leg"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetIndexProgressRequest: _TypeAlias = GetIndexProgressRequest  # noqa: Y015
+
+@_typing.final
+class IndexProgressKey(_message.Message):
+    """IndexProgressKey names one document's progress row."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    DOCUMENT_ID_FIELD_NUMBER: _builtins.int
+    space_id: _builtins.str
+    """SpaceRef ID of the document's space."""
+    path: _builtins.str
+    document_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        space_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        document_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document_id", b"document_id", "path", b"path", "space_id", b"space_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IndexProgressKey: _TypeAlias = IndexProgressKey  # noqa: Y015
+
+@_typing.final
+class GetIndexProgressResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REACHED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def reached(self) -> _containers.RepeatedCompositeFieldContainer[_position_pb2.IndexPosition]:
+        """The version the leg holds of each asked document that it has indexed (a document
+        it holds nothing of is absent). A version of 2^62 means the document id has
+        ended (deleted, or replaced at its path): every position of it is reached.
+        """
+
+    def __init__(
+        self,
+        *,
+        reached: _abc.Iterable[_position_pb2.IndexPosition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reached", b"reached"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetIndexProgressResponse: _TypeAlias = GetIndexProgressResponse  # noqa: Y015

@@ -45,6 +45,11 @@ class IndexerServiceStub:
                 request_serializer=engram_dot_v1_dot_indexer__pb2.GetIndexStatusRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_indexer__pb2.GetIndexStatusResponse.FromString,
                 _registered_method=True)
+        self.GetIndexProgress = channel.unary_unary(
+                '/engram.v1.IndexerService/GetIndexProgress',
+                request_serializer=engram_dot_v1_dot_indexer__pb2.GetIndexProgressRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_indexer__pb2.GetIndexProgressResponse.FromString,
+                _registered_method=True)
 
 
 class IndexerServiceServicer:
@@ -66,6 +71,14 @@ class IndexerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetIndexProgress(self, request, context):
+        """Reports the version one index leg holds of each named document, so that a
+        search given min_positions can wait for them (service principals only: search).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_IndexerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -78,6 +91,11 @@ def add_IndexerServiceServicer_to_server(servicer, server):
                     servicer.GetIndexStatus,
                     request_deserializer=engram_dot_v1_dot_indexer__pb2.GetIndexStatusRequest.FromString,
                     response_serializer=engram_dot_v1_dot_indexer__pb2.GetIndexStatusResponse.SerializeToString,
+            ),
+            'GetIndexProgress': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetIndexProgress,
+                    request_deserializer=engram_dot_v1_dot_indexer__pb2.GetIndexProgressRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_indexer__pb2.GetIndexProgressResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -135,6 +153,33 @@ class IndexerService:
             '/engram.v1.IndexerService/GetIndexStatus',
             engram_dot_v1_dot_indexer__pb2.GetIndexStatusRequest.SerializeToString,
             engram_dot_v1_dot_indexer__pb2.GetIndexStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetIndexProgress(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.IndexerService/GetIndexProgress',
+            engram_dot_v1_dot_indexer__pb2.GetIndexProgressRequest.SerializeToString,
+            engram_dot_v1_dot_indexer__pb2.GetIndexProgressResponse.FromString,
             options,
             channel_credentials,
             insecure,

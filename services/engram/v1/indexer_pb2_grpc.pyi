@@ -39,6 +39,10 @@ class IndexerServiceStub:
     """
     GetIndexStatus: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.GetIndexStatusRequest, _indexer_pb2.GetIndexStatusResponse]
     """Reports the active embedding model and the index backlog."""
+    GetIndexProgress: _grpc.UnaryUnaryMultiCallable[_indexer_pb2.GetIndexProgressRequest, _indexer_pb2.GetIndexProgressResponse]
+    """Reports the version one index leg holds of each named document, so that a
+    search given min_positions can wait for them (service principals only: search).
+    """
 
 @_typing.type_check_only
 class IndexerServiceAsyncStub(IndexerServiceStub):
@@ -51,6 +55,10 @@ class IndexerServiceAsyncStub(IndexerServiceStub):
     """
     GetIndexStatus: _aio.UnaryUnaryMultiCallable[_indexer_pb2.GetIndexStatusRequest, _indexer_pb2.GetIndexStatusResponse]  # type: ignore[assignment]
     """Reports the active embedding model and the index backlog."""
+    GetIndexProgress: _aio.UnaryUnaryMultiCallable[_indexer_pb2.GetIndexProgressRequest, _indexer_pb2.GetIndexProgressResponse]  # type: ignore[assignment]
+    """Reports the version one index leg holds of each named document, so that a
+    search given min_positions can wait for them (service principals only: search).
+    """
 
 class IndexerServiceServicer(metaclass=_abc_1.ABCMeta):
     """IndexerService is the indexer's admin surface."""
@@ -72,5 +80,15 @@ class IndexerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_indexer_pb2.GetIndexStatusResponse, _abc.Awaitable[_indexer_pb2.GetIndexStatusResponse]]:
         """Reports the active embedding model and the index backlog."""
+
+    @_abc_1.abstractmethod
+    def GetIndexProgress(
+        self,
+        request: _indexer_pb2.GetIndexProgressRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_indexer_pb2.GetIndexProgressResponse, _abc.Awaitable[_indexer_pb2.GetIndexProgressResponse]]:
+        """Reports the version one index leg holds of each named document, so that a
+        search given min_positions can wait for them (service principals only: search).
+        """
 
 def add_IndexerServiceServicer_to_server(servicer: IndexerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -62,8 +62,7 @@ class _WriteModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WriteMode.V
     WRITE_MODE_REPLACE: _WriteMode.ValueType  # 1
     WRITE_MODE_APPEND: _WriteMode.ValueType  # 2
 
-class WriteMode(_WriteMode, metaclass=_WriteModeEnumTypeWrapper):
-    """WriteMode selects how content is applied."""
+class WriteMode(_WriteMode, metaclass=_WriteModeEnumTypeWrapper): ...
 
 WRITE_MODE_UNSPECIFIED: WriteMode.ValueType  # 0
 """Same as WRITE_MODE_REPLACE."""
@@ -988,3 +987,80 @@ class SpaceChange(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SpaceChange: _TypeAlias = SpaceChange  # noqa: Y015
+
+@_typing.final
+class ListAllDocumentsRequest(_message.Message):
+    """WriteMode selects how content is applied."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """0 = default (1000); larger than the maximum (5000) is clamped; negative is
+    refused.
+    """
+    page_token: _builtins.str
+    """From a previous response's next_page_token."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAllDocumentsRequest: _TypeAlias = ListAllDocumentsRequest  # noqa: Y015
+
+@_typing.final
+class ListAllDocumentsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty when there is nothing more."""
+    @_builtins.property
+    def documents(self) -> _containers.RepeatedCompositeFieldContainer[Global___ListedDocument]: ...
+    def __init__(
+        self,
+        *,
+        documents: _abc.Iterable[Global___ListedDocument] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents", b"documents", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAllDocumentsResponse: _TypeAlias = ListAllDocumentsResponse  # noqa: Y015
+
+@_typing.final
+class ListedDocument(_message.Message):
+    """ListedDocument names one live document."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    space_id: _builtins.str
+    """SpaceRef ID of the document's space."""
+    path: _builtins.str
+    def __init__(
+        self,
+        *,
+        space_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "space_id", b"space_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListedDocument: _TypeAlias = ListedDocument  # noqa: Y015

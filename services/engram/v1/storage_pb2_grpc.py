@@ -95,6 +95,11 @@ class StorageServiceStub:
                 request_serializer=engram_dot_v1_dot_storage__pb2.WatchSpaceRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_storage__pb2.WatchSpaceResponse.FromString,
                 _registered_method=True)
+        self.ListAllDocuments = channel.unary_unary(
+                '/engram.v1.StorageService/ListAllDocuments',
+                request_serializer=engram_dot_v1_dot_storage__pb2.ListAllDocumentsRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_storage__pb2.ListAllDocumentsResponse.FromString,
+                _registered_method=True)
 
 
 class StorageServiceServicer:
@@ -192,6 +197,14 @@ class StorageServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAllDocuments(self, request, context):
+        """Lists every live document of every space, as (space_id, path), in that order
+        (service principals only: the indexer's backfills and reindexes).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StorageServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -254,6 +267,11 @@ def add_StorageServiceServicer_to_server(servicer, server):
                     servicer.WatchSpace,
                     request_deserializer=engram_dot_v1_dot_storage__pb2.WatchSpaceRequest.FromString,
                     response_serializer=engram_dot_v1_dot_storage__pb2.WatchSpaceResponse.SerializeToString,
+            ),
+            'ListAllDocuments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAllDocuments,
+                    request_deserializer=engram_dot_v1_dot_storage__pb2.ListAllDocumentsRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_storage__pb2.ListAllDocumentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -581,6 +599,33 @@ class StorageService:
             '/engram.v1.StorageService/WatchSpace',
             engram_dot_v1_dot_storage__pb2.WatchSpaceRequest.SerializeToString,
             engram_dot_v1_dot_storage__pb2.WatchSpaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAllDocuments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.StorageService/ListAllDocuments',
+            engram_dot_v1_dot_storage__pb2.ListAllDocumentsRequest.SerializeToString,
+            engram_dot_v1_dot_storage__pb2.ListAllDocumentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -69,6 +69,10 @@ class StorageServiceStub:
     as it happens. Resume after a disconnect from the last cursor received:
     nothing is missed or repeated.
     """
+    ListAllDocuments: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ListAllDocumentsRequest, _storage_pb2.ListAllDocumentsResponse]
+    """Lists every live document of every space, as (space_id, path), in that order
+    (service principals only: the indexer's backfills and reindexes).
+    """
 
 @_typing.type_check_only
 class StorageServiceAsyncStub(StorageServiceStub):
@@ -110,6 +114,10 @@ class StorageServiceAsyncStub(StorageServiceStub):
     """Streams every change to a space after `cursor`, in order, then every new one
     as it happens. Resume after a disconnect from the last cursor received:
     nothing is missed or repeated.
+    """
+    ListAllDocuments: _aio.UnaryUnaryMultiCallable[_storage_pb2.ListAllDocumentsRequest, _storage_pb2.ListAllDocumentsResponse]  # type: ignore[assignment]
+    """Lists every live document of every space, as (space_id, path), in that order
+    (service principals only: the indexer's backfills and reindexes).
     """
 
 class StorageServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -221,6 +229,16 @@ class StorageServiceServicer(metaclass=_abc_1.ABCMeta):
         """Streams every change to a space after `cursor`, in order, then every new one
         as it happens. Resume after a disconnect from the last cursor received:
         nothing is missed or repeated.
+        """
+
+    @_abc_1.abstractmethod
+    def ListAllDocuments(
+        self,
+        request: _storage_pb2.ListAllDocumentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.ListAllDocumentsResponse, _abc.Awaitable[_storage_pb2.ListAllDocumentsResponse]]:
+        """Lists every live document of every space, as (space_id, path), in that order
+        (service principals only: the indexer's backfills and reindexes).
         """
 
 def add_StorageServiceServicer_to_server(servicer: StorageServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

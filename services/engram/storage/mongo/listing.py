@@ -12,6 +12,7 @@ from engram.backends.mongo import mongo_errors
 from engram.domain.documents import PathEntry, SpaceSummary, SpaceUsage, StoredDocument
 from engram.domain.spaces import SpaceRef, parse_space_id
 from engram.storage.mongo.chains import MongoChains
+from engram.storage.mongo.records import head_id
 
 
 class MongoListings:
@@ -172,3 +173,18 @@ class MongoListings:
             )
             rows = await cursor.to_list(length=None)
         return [parse_space_id(str(row["_id"])) for row in rows]
+
+    async def all_paths(self, *, after: tuple[str, str], limit: int) -> list[tuple[str, str]]:
+        """(space_id, path) of every live document of every space after `after`, in that
+        order (head ids sort so: a newline sorts below every character an id may hold)."""
+        query: dict[str, Any] = {"deleted": False}
+        if after != ("", ""):
+            query["_id"] = {"$gt": head_id(*after)}
+        with mongo_errors("listing every document"):
+            heads = (
+                await self._chains.heads.find(query, projection={"space_id": 1, "path": 1})
+                .sort("_id", ASCENDING)
+                .limit(limit)
+                .to_list(length=limit)
+            )
+        return [(str(head["space_id"]), str(head["path"])) for head in heads]

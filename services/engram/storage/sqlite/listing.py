@@ -131,3 +131,14 @@ class SqliteListings:
             return [parse_space_id(str(space_id)) for (space_id,) in rows]
 
         return await self._db.read(work)
+
+    async def all_paths(self, *, after: tuple[str, str], limit: int) -> list[tuple[str, str]]:
+        def work(connection: sqlite3.Connection) -> list[tuple[str, str]]:
+            rows = connection.execute(
+                "SELECT space_id, path FROM documents WHERE (space_id, path) > (?, ?) "
+                "ORDER BY space_id, path LIMIT ?",
+                (*after, limit),
+            ).fetchall()
+            return [(str(space_id), str(path)) for space_id, path in rows]
+
+        return await self._db.read(work)

@@ -21,6 +21,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// IndexLeg is one of the indexes a search reads.
+type IndexLeg int32
+
+const (
+	IndexLeg_INDEX_LEG_UNSPECIFIED IndexLeg = 0
+	// The BM25 keyword index.
+	IndexLeg_INDEX_LEG_KEYWORD IndexLeg = 1
+	// The vector index.
+	IndexLeg_INDEX_LEG_VECTOR IndexLeg = 2
+)
+
+// Enum value maps for IndexLeg.
+var (
+	IndexLeg_name = map[int32]string{
+		0: "INDEX_LEG_UNSPECIFIED",
+		1: "INDEX_LEG_KEYWORD",
+		2: "INDEX_LEG_VECTOR",
+	}
+	IndexLeg_value = map[string]int32{
+		"INDEX_LEG_UNSPECIFIED": 0,
+		"INDEX_LEG_KEYWORD":     1,
+		"INDEX_LEG_VECTOR":      2,
+	}
+)
+
+func (x IndexLeg) Enum() *IndexLeg {
+	p := new(IndexLeg)
+	*p = x
+	return p
+}
+
+func (x IndexLeg) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (IndexLeg) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_indexer_proto_enumTypes[0].Descriptor()
+}
+
+func (IndexLeg) Type() protoreflect.EnumType {
+	return &file_engram_v1_indexer_proto_enumTypes[0]
+}
+
+func (x IndexLeg) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use IndexLeg.Descriptor instead.
+func (IndexLeg) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_indexer_proto_rawDescGZIP(), []int{0}
+}
+
 type ReindexRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Spaces []*SpaceRef            `protobuf:"bytes,1,rep,name=spaces,proto3" json:"spaces,omitempty"`
@@ -256,11 +308,175 @@ func (x *GetIndexStatusResponse) GetIndexedTotal() int64 {
 	return 0
 }
 
+type GetIndexProgressRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The index leg asked about; INDEX_LEG_UNSPECIFIED is refused.
+	Leg IndexLeg `protobuf:"varint,1,opt,name=leg,proto3,enum=engram.v1.IndexLeg" json:"leg,omitempty"`
+	// The documents asked about: at most 256, each naming space_id, path and
+	// document_id.
+	Documents     []*IndexProgressKey `protobuf:"bytes,2,rep,name=documents,proto3" json:"documents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetIndexProgressRequest) Reset() {
+	*x = GetIndexProgressRequest{}
+	mi := &file_engram_v1_indexer_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetIndexProgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetIndexProgressRequest) ProtoMessage() {}
+
+func (x *GetIndexProgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_indexer_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetIndexProgressRequest.ProtoReflect.Descriptor instead.
+func (*GetIndexProgressRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_indexer_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetIndexProgressRequest) GetLeg() IndexLeg {
+	if x != nil {
+		return x.Leg
+	}
+	return IndexLeg_INDEX_LEG_UNSPECIFIED
+}
+
+func (x *GetIndexProgressRequest) GetDocuments() []*IndexProgressKey {
+	if x != nil {
+		return x.Documents
+	}
+	return nil
+}
+
+// IndexProgressKey names one document's progress row.
+type IndexProgressKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// SpaceRef ID of the document's space.
+	SpaceId       string `protobuf:"bytes,1,opt,name=space_id,json=spaceId,proto3" json:"space_id,omitempty"`
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	DocumentId    string `protobuf:"bytes,3,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IndexProgressKey) Reset() {
+	*x = IndexProgressKey{}
+	mi := &file_engram_v1_indexer_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IndexProgressKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IndexProgressKey) ProtoMessage() {}
+
+func (x *IndexProgressKey) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_indexer_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IndexProgressKey.ProtoReflect.Descriptor instead.
+func (*IndexProgressKey) Descriptor() ([]byte, []int) {
+	return file_engram_v1_indexer_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *IndexProgressKey) GetSpaceId() string {
+	if x != nil {
+		return x.SpaceId
+	}
+	return ""
+}
+
+func (x *IndexProgressKey) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *IndexProgressKey) GetDocumentId() string {
+	if x != nil {
+		return x.DocumentId
+	}
+	return ""
+}
+
+type GetIndexProgressResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The version the leg holds of each asked document that it has indexed (a document
+	// it holds nothing of is absent). A version of 2^62 means the document id has
+	// ended (deleted, or replaced at its path): every position of it is reached.
+	Reached       []*IndexPosition `protobuf:"bytes,1,rep,name=reached,proto3" json:"reached,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetIndexProgressResponse) Reset() {
+	*x = GetIndexProgressResponse{}
+	mi := &file_engram_v1_indexer_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetIndexProgressResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetIndexProgressResponse) ProtoMessage() {}
+
+func (x *GetIndexProgressResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_indexer_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetIndexProgressResponse.ProtoReflect.Descriptor instead.
+func (*GetIndexProgressResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_indexer_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GetIndexProgressResponse) GetReached() []*IndexPosition {
+	if x != nil {
+		return x.Reached
+	}
+	return nil
+}
+
 var File_engram_v1_indexer_proto protoreflect.FileDescriptor
 
 const file_engram_v1_indexer_proto_rawDesc = "" +
 	"\n" +
-	"\x17engram/v1/indexer.proto\x12\tengram.v1\x1a\x15engram/v1/space.proto\"O\n" +
+	"\x17engram/v1/indexer.proto\x12\tengram.v1\x1a\x18engram/v1/position.proto\x1a\x15engram/v1/space.proto\"O\n" +
 	"\x0eReindexRequest\x12+\n" +
 	"\x06spaces\x18\x01 \x03(\v2\x13.engram.v1.SpaceRefR\x06spaces\x12\x10\n" +
 	"\x03all\x18\x02 \x01(\bR\x03all\"@\n" +
@@ -274,10 +490,25 @@ const file_engram_v1_indexer_proto_rawDesc = "" +
 	"\abacklog\x18\x04 \x01(\x03R\abacklog\x128\n" +
 	"\x18switch_documents_indexed\x18\x05 \x01(\x03R\x16switchDocumentsIndexed\x12 \n" +
 	"\vcollections\x18\x06 \x03(\tR\vcollections\x12#\n" +
-	"\rindexed_total\x18\a \x01(\x03R\findexedTotal2\xa9\x01\n" +
+	"\rindexed_total\x18\a \x01(\x03R\findexedTotal\"{\n" +
+	"\x17GetIndexProgressRequest\x12%\n" +
+	"\x03leg\x18\x01 \x01(\x0e2\x13.engram.v1.IndexLegR\x03leg\x129\n" +
+	"\tdocuments\x18\x02 \x03(\v2\x1b.engram.v1.IndexProgressKeyR\tdocuments\"b\n" +
+	"\x10IndexProgressKey\x12\x19\n" +
+	"\bspace_id\x18\x01 \x01(\tR\aspaceId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1f\n" +
+	"\vdocument_id\x18\x03 \x01(\tR\n" +
+	"documentId\"N\n" +
+	"\x18GetIndexProgressResponse\x122\n" +
+	"\areached\x18\x01 \x03(\v2\x18.engram.v1.IndexPositionR\areached*R\n" +
+	"\bIndexLeg\x12\x19\n" +
+	"\x15INDEX_LEG_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11INDEX_LEG_KEYWORD\x10\x01\x12\x14\n" +
+	"\x10INDEX_LEG_VECTOR\x10\x022\x86\x02\n" +
 	"\x0eIndexerService\x12@\n" +
 	"\aReindex\x12\x19.engram.v1.ReindexRequest\x1a\x1a.engram.v1.ReindexResponse\x12U\n" +
-	"\x0eGetIndexStatus\x12 .engram.v1.GetIndexStatusRequest\x1a!.engram.v1.GetIndexStatusResponseB\x90\x01\n" +
+	"\x0eGetIndexStatus\x12 .engram.v1.GetIndexStatusRequest\x1a!.engram.v1.GetIndexStatusResponse\x12[\n" +
+	"\x10GetIndexProgress\x12\".engram.v1.GetIndexProgressRequest\x1a#.engram.v1.GetIndexProgressResponseB\x90\x01\n" +
 	"\rcom.engram.v1B\fIndexerProtoP\x01Z,engram.dev/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
 	"Engram::V1b\x06proto3"
 
@@ -293,25 +524,36 @@ func file_engram_v1_indexer_proto_rawDescGZIP() []byte {
 	return file_engram_v1_indexer_proto_rawDescData
 }
 
-var file_engram_v1_indexer_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_engram_v1_indexer_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_engram_v1_indexer_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_engram_v1_indexer_proto_goTypes = []any{
-	(*ReindexRequest)(nil),         // 0: engram.v1.ReindexRequest
-	(*ReindexResponse)(nil),        // 1: engram.v1.ReindexResponse
-	(*GetIndexStatusRequest)(nil),  // 2: engram.v1.GetIndexStatusRequest
-	(*GetIndexStatusResponse)(nil), // 3: engram.v1.GetIndexStatusResponse
-	(*SpaceRef)(nil),               // 4: engram.v1.SpaceRef
+	(IndexLeg)(0),                    // 0: engram.v1.IndexLeg
+	(*ReindexRequest)(nil),           // 1: engram.v1.ReindexRequest
+	(*ReindexResponse)(nil),          // 2: engram.v1.ReindexResponse
+	(*GetIndexStatusRequest)(nil),    // 3: engram.v1.GetIndexStatusRequest
+	(*GetIndexStatusResponse)(nil),   // 4: engram.v1.GetIndexStatusResponse
+	(*GetIndexProgressRequest)(nil),  // 5: engram.v1.GetIndexProgressRequest
+	(*IndexProgressKey)(nil),         // 6: engram.v1.IndexProgressKey
+	(*GetIndexProgressResponse)(nil), // 7: engram.v1.GetIndexProgressResponse
+	(*SpaceRef)(nil),                 // 8: engram.v1.SpaceRef
+	(*IndexPosition)(nil),            // 9: engram.v1.IndexPosition
 }
 var file_engram_v1_indexer_proto_depIdxs = []int32{
-	4, // 0: engram.v1.ReindexRequest.spaces:type_name -> engram.v1.SpaceRef
-	0, // 1: engram.v1.IndexerService.Reindex:input_type -> engram.v1.ReindexRequest
-	2, // 2: engram.v1.IndexerService.GetIndexStatus:input_type -> engram.v1.GetIndexStatusRequest
-	1, // 3: engram.v1.IndexerService.Reindex:output_type -> engram.v1.ReindexResponse
-	3, // 4: engram.v1.IndexerService.GetIndexStatus:output_type -> engram.v1.GetIndexStatusResponse
-	3, // [3:5] is the sub-list for method output_type
-	1, // [1:3] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	8, // 0: engram.v1.ReindexRequest.spaces:type_name -> engram.v1.SpaceRef
+	0, // 1: engram.v1.GetIndexProgressRequest.leg:type_name -> engram.v1.IndexLeg
+	6, // 2: engram.v1.GetIndexProgressRequest.documents:type_name -> engram.v1.IndexProgressKey
+	9, // 3: engram.v1.GetIndexProgressResponse.reached:type_name -> engram.v1.IndexPosition
+	1, // 4: engram.v1.IndexerService.Reindex:input_type -> engram.v1.ReindexRequest
+	3, // 5: engram.v1.IndexerService.GetIndexStatus:input_type -> engram.v1.GetIndexStatusRequest
+	5, // 6: engram.v1.IndexerService.GetIndexProgress:input_type -> engram.v1.GetIndexProgressRequest
+	2, // 7: engram.v1.IndexerService.Reindex:output_type -> engram.v1.ReindexResponse
+	4, // 8: engram.v1.IndexerService.GetIndexStatus:output_type -> engram.v1.GetIndexStatusResponse
+	7, // 9: engram.v1.IndexerService.GetIndexProgress:output_type -> engram.v1.GetIndexProgressResponse
+	7, // [7:10] is the sub-list for method output_type
+	4, // [4:7] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_indexer_proto_init() }
@@ -319,19 +561,21 @@ func file_engram_v1_indexer_proto_init() {
 	if File_engram_v1_indexer_proto != nil {
 		return
 	}
+	file_engram_v1_position_proto_init()
 	file_engram_v1_space_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_indexer_proto_rawDesc), len(file_engram_v1_indexer_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   4,
+			NumEnums:      1,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_engram_v1_indexer_proto_goTypes,
 		DependencyIndexes: file_engram_v1_indexer_proto_depIdxs,
+		EnumInfos:         file_engram_v1_indexer_proto_enumTypes,
 		MessageInfos:      file_engram_v1_indexer_proto_msgTypes,
 	}.Build()
 	File_engram_v1_indexer_proto = out.File

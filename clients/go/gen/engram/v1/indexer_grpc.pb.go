@@ -19,8 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	IndexerService_Reindex_FullMethodName        = "/engram.v1.IndexerService/Reindex"
-	IndexerService_GetIndexStatus_FullMethodName = "/engram.v1.IndexerService/GetIndexStatus"
+	IndexerService_Reindex_FullMethodName          = "/engram.v1.IndexerService/Reindex"
+	IndexerService_GetIndexStatus_FullMethodName   = "/engram.v1.IndexerService/GetIndexStatus"
+	IndexerService_GetIndexProgress_FullMethodName = "/engram.v1.IndexerService/GetIndexProgress"
 )
 
 // IndexerServiceClient is the client API for IndexerService service.
@@ -34,6 +35,9 @@ type IndexerServiceClient interface {
 	Reindex(ctx context.Context, in *ReindexRequest, opts ...grpc.CallOption) (*ReindexResponse, error)
 	// Reports the active embedding model and the index backlog.
 	GetIndexStatus(ctx context.Context, in *GetIndexStatusRequest, opts ...grpc.CallOption) (*GetIndexStatusResponse, error)
+	// Reports the version one index leg holds of each named document, so that a
+	// search given min_positions can wait for them (service principals only: search).
+	GetIndexProgress(ctx context.Context, in *GetIndexProgressRequest, opts ...grpc.CallOption) (*GetIndexProgressResponse, error)
 }
 
 type indexerServiceClient struct {
@@ -64,6 +68,16 @@ func (c *indexerServiceClient) GetIndexStatus(ctx context.Context, in *GetIndexS
 	return out, nil
 }
 
+func (c *indexerServiceClient) GetIndexProgress(ctx context.Context, in *GetIndexProgressRequest, opts ...grpc.CallOption) (*GetIndexProgressResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetIndexProgressResponse)
+	err := c.cc.Invoke(ctx, IndexerService_GetIndexProgress_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IndexerServiceServer is the server API for IndexerService service.
 // All implementations must embed UnimplementedIndexerServiceServer
 // for forward compatibility.
@@ -75,6 +89,9 @@ type IndexerServiceServer interface {
 	Reindex(context.Context, *ReindexRequest) (*ReindexResponse, error)
 	// Reports the active embedding model and the index backlog.
 	GetIndexStatus(context.Context, *GetIndexStatusRequest) (*GetIndexStatusResponse, error)
+	// Reports the version one index leg holds of each named document, so that a
+	// search given min_positions can wait for them (service principals only: search).
+	GetIndexProgress(context.Context, *GetIndexProgressRequest) (*GetIndexProgressResponse, error)
 	mustEmbedUnimplementedIndexerServiceServer()
 }
 
@@ -90,6 +107,9 @@ func (UnimplementedIndexerServiceServer) Reindex(context.Context, *ReindexReques
 }
 func (UnimplementedIndexerServiceServer) GetIndexStatus(context.Context, *GetIndexStatusRequest) (*GetIndexStatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetIndexStatus not implemented")
+}
+func (UnimplementedIndexerServiceServer) GetIndexProgress(context.Context, *GetIndexProgressRequest) (*GetIndexProgressResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetIndexProgress not implemented")
 }
 func (UnimplementedIndexerServiceServer) mustEmbedUnimplementedIndexerServiceServer() {}
 func (UnimplementedIndexerServiceServer) testEmbeddedByValue()                        {}
@@ -148,6 +168,24 @@ func _IndexerService_GetIndexStatus_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IndexerService_GetIndexProgress_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetIndexProgressRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IndexerServiceServer).GetIndexProgress(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IndexerService_GetIndexProgress_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IndexerServiceServer).GetIndexProgress(ctx, req.(*GetIndexProgressRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IndexerService_ServiceDesc is the grpc.ServiceDesc for IndexerService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -162,6 +200,10 @@ var IndexerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetIndexStatus",
 			Handler:    _IndexerService_GetIndexStatus_Handler,
+		},
+		{
+			MethodName: "GetIndexProgress",
+			Handler:    _IndexerService_GetIndexProgress_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -81,7 +81,6 @@ func (ChangeKind) EnumDescriptor() ([]byte, []int) {
 	return file_engram_v1_storage_proto_rawDescGZIP(), []int{0}
 }
 
-// WriteMode selects how content is applied.
 type WriteMode int32
 
 const (
@@ -2110,6 +2109,169 @@ func (x *SpaceChange) GetEventId() string {
 	return ""
 }
 
+// WriteMode selects how content is applied.
+type ListAllDocumentsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 0 = default (1000); larger than the maximum (5000) is clamped; negative is
+	// refused.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAllDocumentsRequest) Reset() {
+	*x = ListAllDocumentsRequest{}
+	mi := &file_engram_v1_storage_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAllDocumentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAllDocumentsRequest) ProtoMessage() {}
+
+func (x *ListAllDocumentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAllDocumentsRequest.ProtoReflect.Descriptor instead.
+func (*ListAllDocumentsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListAllDocumentsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAllDocumentsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListAllDocumentsResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Documents []*ListedDocument      `protobuf:"bytes,1,rep,name=documents,proto3" json:"documents,omitempty"`
+	// Empty when there is nothing more.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAllDocumentsResponse) Reset() {
+	*x = ListAllDocumentsResponse{}
+	mi := &file_engram_v1_storage_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAllDocumentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAllDocumentsResponse) ProtoMessage() {}
+
+func (x *ListAllDocumentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAllDocumentsResponse.ProtoReflect.Descriptor instead.
+func (*ListAllDocumentsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListAllDocumentsResponse) GetDocuments() []*ListedDocument {
+	if x != nil {
+		return x.Documents
+	}
+	return nil
+}
+
+func (x *ListAllDocumentsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// ListedDocument names one live document.
+type ListedDocument struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// SpaceRef ID of the document's space.
+	SpaceId       string `protobuf:"bytes,1,opt,name=space_id,json=spaceId,proto3" json:"space_id,omitempty"`
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListedDocument) Reset() {
+	*x = ListedDocument{}
+	mi := &file_engram_v1_storage_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListedDocument) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListedDocument) ProtoMessage() {}
+
+func (x *ListedDocument) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListedDocument.ProtoReflect.Descriptor instead.
+func (*ListedDocument) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListedDocument) GetSpaceId() string {
+	if x != nil {
+		return x.SpaceId
+	}
+	return ""
+}
+
+func (x *ListedDocument) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
 var File_engram_v1_storage_proto protoreflect.FileDescriptor
 
 const file_engram_v1_storage_proto_rawDesc = "" +
@@ -2252,7 +2414,17 @@ const file_engram_v1_storage_proto_rawDesc = "" +
 	"\x02at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1f\n" +
 	"\vdocument_id\x18\b \x01(\tR\n" +
 	"documentId\x12\x19\n" +
-	"\bevent_id\x18\t \x01(\tR\aeventId*\x92\x01\n" +
+	"\bevent_id\x18\t \x01(\tR\aeventId\"U\n" +
+	"\x17ListAllDocumentsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"{\n" +
+	"\x18ListAllDocumentsResponse\x127\n" +
+	"\tdocuments\x18\x01 \x03(\v2\x19.engram.v1.ListedDocumentR\tdocuments\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"?\n" +
+	"\x0eListedDocument\x12\x19\n" +
+	"\bspace_id\x18\x01 \x01(\tR\aspaceId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path*\x92\x01\n" +
 	"\n" +
 	"ChangeKind\x12\x1b\n" +
 	"\x17CHANGE_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2276,7 +2448,7 @@ const file_engram_v1_storage_proto_rawDesc = "" +
 	"\x16IMPORT_OUTCOME_SKIPPED\x10\x03\x12\x1a\n" +
 	"\x16IMPORT_OUTCOME_RENAMED\x10\x04\x12\x1c\n" +
 	"\x18IMPORT_OUTCOME_UNCHANGED\x10\x05\x12\x1e\n" +
-	"\x1aIMPORT_OUTCOME_UNSUPPORTED\x10\x062\xe8\a\n" +
+	"\x1aIMPORT_OUTCOME_UNSUPPORTED\x10\x062\xc5\b\n" +
 	"\x0eStorageService\x12O\n" +
 	"\fReadDocument\x12\x1e.engram.v1.ReadDocumentRequest\x1a\x1f.engram.v1.ReadDocumentResponse\x12R\n" +
 	"\rWriteDocument\x12\x1f.engram.v1.WriteDocumentRequest\x1a .engram.v1.WriteDocumentResponse\x12U\n" +
@@ -2291,7 +2463,8 @@ const file_engram_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"ListSpaces\x12\x1c.engram.v1.ListSpacesRequest\x1a\x1d.engram.v1.ListSpacesResponse\x12K\n" +
 	"\n" +
-	"WatchSpace\x12\x1c.engram.v1.WatchSpaceRequest\x1a\x1d.engram.v1.WatchSpaceResponse0\x01B\x90\x01\n" +
+	"WatchSpace\x12\x1c.engram.v1.WatchSpaceRequest\x1a\x1d.engram.v1.WatchSpaceResponse0\x01\x12[\n" +
+	"\x10ListAllDocuments\x12\".engram.v1.ListAllDocumentsRequest\x1a#.engram.v1.ListAllDocumentsResponseB\x90\x01\n" +
 	"\rcom.engram.v1B\fStorageProtoP\x01Z,engram.dev/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
 	"Engram::V1b\x06proto3"
 
@@ -2308,7 +2481,7 @@ func file_engram_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_engram_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_engram_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_engram_v1_storage_proto_goTypes = []any{
 	(ChangeKind)(0),                      // 0: engram.v1.ChangeKind
 	(WriteMode)(0),                       // 1: engram.v1.WriteMode
@@ -2342,70 +2515,76 @@ var file_engram_v1_storage_proto_goTypes = []any{
 	(*WatchSpaceRequest)(nil),            // 29: engram.v1.WatchSpaceRequest
 	(*WatchSpaceResponse)(nil),           // 30: engram.v1.WatchSpaceResponse
 	(*SpaceChange)(nil),                  // 31: engram.v1.SpaceChange
-	(*SpaceRef)(nil),                     // 32: engram.v1.SpaceRef
-	(*Document)(nil),                     // 33: engram.v1.Document
-	(*IndexPosition)(nil),                // 34: engram.v1.IndexPosition
-	(*timestamppb.Timestamp)(nil),        // 35: google.protobuf.Timestamp
-	(*DocumentVersion)(nil),              // 36: engram.v1.DocumentVersion
+	(*ListAllDocumentsRequest)(nil),      // 32: engram.v1.ListAllDocumentsRequest
+	(*ListAllDocumentsResponse)(nil),     // 33: engram.v1.ListAllDocumentsResponse
+	(*ListedDocument)(nil),               // 34: engram.v1.ListedDocument
+	(*SpaceRef)(nil),                     // 35: engram.v1.SpaceRef
+	(*Document)(nil),                     // 36: engram.v1.Document
+	(*IndexPosition)(nil),                // 37: engram.v1.IndexPosition
+	(*timestamppb.Timestamp)(nil),        // 38: google.protobuf.Timestamp
+	(*DocumentVersion)(nil),              // 39: engram.v1.DocumentVersion
 }
 var file_engram_v1_storage_proto_depIdxs = []int32{
-	32, // 0: engram.v1.ReadDocumentRequest.space:type_name -> engram.v1.SpaceRef
-	33, // 1: engram.v1.ReadDocumentResponse.document:type_name -> engram.v1.Document
-	32, // 2: engram.v1.WriteDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	35, // 0: engram.v1.ReadDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	36, // 1: engram.v1.ReadDocumentResponse.document:type_name -> engram.v1.Document
+	35, // 2: engram.v1.WriteDocumentRequest.space:type_name -> engram.v1.SpaceRef
 	1,  // 3: engram.v1.WriteDocumentRequest.mode:type_name -> engram.v1.WriteMode
-	33, // 4: engram.v1.WriteDocumentResponse.document:type_name -> engram.v1.Document
-	34, // 5: engram.v1.WriteDocumentResponse.position:type_name -> engram.v1.IndexPosition
-	32, // 6: engram.v1.DeleteDocumentRequest.space:type_name -> engram.v1.SpaceRef
-	34, // 7: engram.v1.DeleteDocumentResponse.position:type_name -> engram.v1.IndexPosition
-	32, // 8: engram.v1.ListDocumentsRequest.space:type_name -> engram.v1.SpaceRef
+	36, // 4: engram.v1.WriteDocumentResponse.document:type_name -> engram.v1.Document
+	37, // 5: engram.v1.WriteDocumentResponse.position:type_name -> engram.v1.IndexPosition
+	35, // 6: engram.v1.DeleteDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	37, // 7: engram.v1.DeleteDocumentResponse.position:type_name -> engram.v1.IndexPosition
+	35, // 8: engram.v1.ListDocumentsRequest.space:type_name -> engram.v1.SpaceRef
 	12, // 9: engram.v1.ListDocumentsResponse.entries:type_name -> engram.v1.DirectoryEntry
-	35, // 10: engram.v1.DirectoryEntry.updated_at:type_name -> google.protobuf.Timestamp
-	32, // 11: engram.v1.ListDocumentVersionsRequest.space:type_name -> engram.v1.SpaceRef
-	36, // 12: engram.v1.ListDocumentVersionsResponse.versions:type_name -> engram.v1.DocumentVersion
-	32, // 13: engram.v1.GetUsageRequest.space:type_name -> engram.v1.SpaceRef
-	32, // 14: engram.v1.ExportSpaceRequest.space:type_name -> engram.v1.SpaceRef
-	32, // 15: engram.v1.ImportSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	38, // 10: engram.v1.DirectoryEntry.updated_at:type_name -> google.protobuf.Timestamp
+	35, // 11: engram.v1.ListDocumentVersionsRequest.space:type_name -> engram.v1.SpaceRef
+	39, // 12: engram.v1.ListDocumentVersionsResponse.versions:type_name -> engram.v1.DocumentVersion
+	35, // 13: engram.v1.GetUsageRequest.space:type_name -> engram.v1.SpaceRef
+	35, // 14: engram.v1.ExportSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	35, // 15: engram.v1.ImportSpaceRequest.space:type_name -> engram.v1.SpaceRef
 	2,  // 16: engram.v1.ImportSpaceRequest.strategy:type_name -> engram.v1.ImportStrategy
 	21, // 17: engram.v1.ImportSpaceResponse.entries:type_name -> engram.v1.ImportedEntry
 	3,  // 18: engram.v1.ImportedEntry.outcome:type_name -> engram.v1.ImportOutcome
-	32, // 19: engram.v1.PurgeDocumentRequest.space:type_name -> engram.v1.SpaceRef
-	32, // 20: engram.v1.DeleteSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	35, // 19: engram.v1.PurgeDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	35, // 20: engram.v1.DeleteSpaceRequest.space:type_name -> engram.v1.SpaceRef
 	28, // 21: engram.v1.ListSpacesResponse.spaces:type_name -> engram.v1.SpaceSummary
-	32, // 22: engram.v1.SpaceSummary.space:type_name -> engram.v1.SpaceRef
-	35, // 23: engram.v1.SpaceSummary.last_write_at:type_name -> google.protobuf.Timestamp
-	32, // 24: engram.v1.WatchSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	35, // 22: engram.v1.SpaceSummary.space:type_name -> engram.v1.SpaceRef
+	38, // 23: engram.v1.SpaceSummary.last_write_at:type_name -> google.protobuf.Timestamp
+	35, // 24: engram.v1.WatchSpaceRequest.space:type_name -> engram.v1.SpaceRef
 	31, // 25: engram.v1.WatchSpaceResponse.change:type_name -> engram.v1.SpaceChange
 	0,  // 26: engram.v1.SpaceChange.kind:type_name -> engram.v1.ChangeKind
-	35, // 27: engram.v1.SpaceChange.at:type_name -> google.protobuf.Timestamp
-	4,  // 28: engram.v1.StorageService.ReadDocument:input_type -> engram.v1.ReadDocumentRequest
-	6,  // 29: engram.v1.StorageService.WriteDocument:input_type -> engram.v1.WriteDocumentRequest
-	8,  // 30: engram.v1.StorageService.DeleteDocument:input_type -> engram.v1.DeleteDocumentRequest
-	10, // 31: engram.v1.StorageService.ListDocuments:input_type -> engram.v1.ListDocumentsRequest
-	13, // 32: engram.v1.StorageService.ListDocumentVersions:input_type -> engram.v1.ListDocumentVersionsRequest
-	15, // 33: engram.v1.StorageService.GetUsage:input_type -> engram.v1.GetUsageRequest
-	17, // 34: engram.v1.StorageService.ExportSpace:input_type -> engram.v1.ExportSpaceRequest
-	19, // 35: engram.v1.StorageService.ImportSpace:input_type -> engram.v1.ImportSpaceRequest
-	22, // 36: engram.v1.StorageService.PurgeDocument:input_type -> engram.v1.PurgeDocumentRequest
-	24, // 37: engram.v1.StorageService.DeleteSpace:input_type -> engram.v1.DeleteSpaceRequest
-	26, // 38: engram.v1.StorageService.ListSpaces:input_type -> engram.v1.ListSpacesRequest
-	29, // 39: engram.v1.StorageService.WatchSpace:input_type -> engram.v1.WatchSpaceRequest
-	5,  // 40: engram.v1.StorageService.ReadDocument:output_type -> engram.v1.ReadDocumentResponse
-	7,  // 41: engram.v1.StorageService.WriteDocument:output_type -> engram.v1.WriteDocumentResponse
-	9,  // 42: engram.v1.StorageService.DeleteDocument:output_type -> engram.v1.DeleteDocumentResponse
-	11, // 43: engram.v1.StorageService.ListDocuments:output_type -> engram.v1.ListDocumentsResponse
-	14, // 44: engram.v1.StorageService.ListDocumentVersions:output_type -> engram.v1.ListDocumentVersionsResponse
-	16, // 45: engram.v1.StorageService.GetUsage:output_type -> engram.v1.GetUsageResponse
-	18, // 46: engram.v1.StorageService.ExportSpace:output_type -> engram.v1.ExportSpaceResponse
-	20, // 47: engram.v1.StorageService.ImportSpace:output_type -> engram.v1.ImportSpaceResponse
-	23, // 48: engram.v1.StorageService.PurgeDocument:output_type -> engram.v1.PurgeDocumentResponse
-	25, // 49: engram.v1.StorageService.DeleteSpace:output_type -> engram.v1.DeleteSpaceResponse
-	27, // 50: engram.v1.StorageService.ListSpaces:output_type -> engram.v1.ListSpacesResponse
-	30, // 51: engram.v1.StorageService.WatchSpace:output_type -> engram.v1.WatchSpaceResponse
-	40, // [40:52] is the sub-list for method output_type
-	28, // [28:40] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	38, // 27: engram.v1.SpaceChange.at:type_name -> google.protobuf.Timestamp
+	34, // 28: engram.v1.ListAllDocumentsResponse.documents:type_name -> engram.v1.ListedDocument
+	4,  // 29: engram.v1.StorageService.ReadDocument:input_type -> engram.v1.ReadDocumentRequest
+	6,  // 30: engram.v1.StorageService.WriteDocument:input_type -> engram.v1.WriteDocumentRequest
+	8,  // 31: engram.v1.StorageService.DeleteDocument:input_type -> engram.v1.DeleteDocumentRequest
+	10, // 32: engram.v1.StorageService.ListDocuments:input_type -> engram.v1.ListDocumentsRequest
+	13, // 33: engram.v1.StorageService.ListDocumentVersions:input_type -> engram.v1.ListDocumentVersionsRequest
+	15, // 34: engram.v1.StorageService.GetUsage:input_type -> engram.v1.GetUsageRequest
+	17, // 35: engram.v1.StorageService.ExportSpace:input_type -> engram.v1.ExportSpaceRequest
+	19, // 36: engram.v1.StorageService.ImportSpace:input_type -> engram.v1.ImportSpaceRequest
+	22, // 37: engram.v1.StorageService.PurgeDocument:input_type -> engram.v1.PurgeDocumentRequest
+	24, // 38: engram.v1.StorageService.DeleteSpace:input_type -> engram.v1.DeleteSpaceRequest
+	26, // 39: engram.v1.StorageService.ListSpaces:input_type -> engram.v1.ListSpacesRequest
+	29, // 40: engram.v1.StorageService.WatchSpace:input_type -> engram.v1.WatchSpaceRequest
+	32, // 41: engram.v1.StorageService.ListAllDocuments:input_type -> engram.v1.ListAllDocumentsRequest
+	5,  // 42: engram.v1.StorageService.ReadDocument:output_type -> engram.v1.ReadDocumentResponse
+	7,  // 43: engram.v1.StorageService.WriteDocument:output_type -> engram.v1.WriteDocumentResponse
+	9,  // 44: engram.v1.StorageService.DeleteDocument:output_type -> engram.v1.DeleteDocumentResponse
+	11, // 45: engram.v1.StorageService.ListDocuments:output_type -> engram.v1.ListDocumentsResponse
+	14, // 46: engram.v1.StorageService.ListDocumentVersions:output_type -> engram.v1.ListDocumentVersionsResponse
+	16, // 47: engram.v1.StorageService.GetUsage:output_type -> engram.v1.GetUsageResponse
+	18, // 48: engram.v1.StorageService.ExportSpace:output_type -> engram.v1.ExportSpaceResponse
+	20, // 49: engram.v1.StorageService.ImportSpace:output_type -> engram.v1.ImportSpaceResponse
+	23, // 50: engram.v1.StorageService.PurgeDocument:output_type -> engram.v1.PurgeDocumentResponse
+	25, // 51: engram.v1.StorageService.DeleteSpace:output_type -> engram.v1.DeleteSpaceResponse
+	27, // 52: engram.v1.StorageService.ListSpaces:output_type -> engram.v1.ListSpacesResponse
+	30, // 53: engram.v1.StorageService.WatchSpace:output_type -> engram.v1.WatchSpaceResponse
+	33, // 54: engram.v1.StorageService.ListAllDocuments:output_type -> engram.v1.ListAllDocumentsResponse
+	42, // [42:55] is the sub-list for method output_type
+	29, // [29:42] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_storage_proto_init() }
@@ -2422,7 +2601,7 @@ func file_engram_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_storage_proto_rawDesc), len(file_engram_v1_storage_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   28,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

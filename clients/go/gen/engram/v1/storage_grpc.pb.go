@@ -31,6 +31,7 @@ const (
 	StorageService_DeleteSpace_FullMethodName          = "/engram.v1.StorageService/DeleteSpace"
 	StorageService_ListSpaces_FullMethodName           = "/engram.v1.StorageService/ListSpaces"
 	StorageService_WatchSpace_FullMethodName           = "/engram.v1.StorageService/WatchSpace"
+	StorageService_ListAllDocuments_FullMethodName     = "/engram.v1.StorageService/ListAllDocuments"
 )
 
 // StorageServiceClient is the client API for StorageService service.
@@ -70,6 +71,9 @@ type StorageServiceClient interface {
 	// as it happens. Resume after a disconnect from the last cursor received:
 	// nothing is missed or repeated.
 	WatchSpace(ctx context.Context, in *WatchSpaceRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSpaceResponse], error)
+	// Lists every live document of every space, as (space_id, path), in that order
+	// (service principals only: the indexer's backfills and reindexes).
+	ListAllDocuments(ctx context.Context, in *ListAllDocumentsRequest, opts ...grpc.CallOption) (*ListAllDocumentsResponse, error)
 }
 
 type storageServiceClient struct {
@@ -221,6 +225,16 @@ func (c *storageServiceClient) WatchSpace(ctx context.Context, in *WatchSpaceReq
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type StorageService_WatchSpaceClient = grpc.ServerStreamingClient[WatchSpaceResponse]
 
+func (c *storageServiceClient) ListAllDocuments(ctx context.Context, in *ListAllDocumentsRequest, opts ...grpc.CallOption) (*ListAllDocumentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAllDocumentsResponse)
+	err := c.cc.Invoke(ctx, StorageService_ListAllDocuments_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StorageServiceServer is the server API for StorageService service.
 // All implementations must embed UnimplementedStorageServiceServer
 // for forward compatibility.
@@ -258,6 +272,9 @@ type StorageServiceServer interface {
 	// as it happens. Resume after a disconnect from the last cursor received:
 	// nothing is missed or repeated.
 	WatchSpace(*WatchSpaceRequest, grpc.ServerStreamingServer[WatchSpaceResponse]) error
+	// Lists every live document of every space, as (space_id, path), in that order
+	// (service principals only: the indexer's backfills and reindexes).
+	ListAllDocuments(context.Context, *ListAllDocumentsRequest) (*ListAllDocumentsResponse, error)
 	mustEmbedUnimplementedStorageServiceServer()
 }
 
@@ -303,6 +320,9 @@ func (UnimplementedStorageServiceServer) ListSpaces(context.Context, *ListSpaces
 }
 func (UnimplementedStorageServiceServer) WatchSpace(*WatchSpaceRequest, grpc.ServerStreamingServer[WatchSpaceResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchSpace not implemented")
+}
+func (UnimplementedStorageServiceServer) ListAllDocuments(context.Context, *ListAllDocumentsRequest) (*ListAllDocumentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAllDocuments not implemented")
 }
 func (UnimplementedStorageServiceServer) mustEmbedUnimplementedStorageServiceServer() {}
 func (UnimplementedStorageServiceServer) testEmbeddedByValue()                        {}
@@ -516,6 +536,24 @@ func _StorageService_WatchSpace_Handler(srv interface{}, stream grpc.ServerStrea
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type StorageService_WatchSpaceServer = grpc.ServerStreamingServer[WatchSpaceResponse]
 
+func _StorageService_ListAllDocuments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAllDocumentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).ListAllDocuments(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_ListAllDocuments_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).ListAllDocuments(ctx, req.(*ListAllDocumentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // StorageService_ServiceDesc is the grpc.ServiceDesc for StorageService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -558,6 +596,10 @@ var StorageService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListSpaces",
 			Handler:    _StorageService_ListSpaces_Handler,
+		},
+		{
+			MethodName: "ListAllDocuments",
+			Handler:    _StorageService_ListAllDocuments_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

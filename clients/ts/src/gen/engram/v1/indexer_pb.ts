@@ -2,8 +2,10 @@
 // @generated from file engram/v1/indexer.proto (package engram.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { IndexPosition } from "./position_pb.js";
+import { file_engram_v1_position } from "./position_pb.js";
 import type { SpaceRef } from "./space_pb.js";
 import { file_engram_v1_space } from "./space_pb.js";
 import type { Message } from "@bufbuild/protobuf";
@@ -12,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file engram/v1/indexer.proto.
  */
 export const file_engram_v1_indexer: GenFile = /*@__PURE__*/
-  fileDesc("ChdlbmdyYW0vdjEvaW5kZXhlci5wcm90bxIJZW5ncmFtLnYxIkIKDlJlaW5kZXhSZXF1ZXN0EiMKBnNwYWNlcxgBIAMoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhILCgNhbGwYAiABKAgiLQoPUmVpbmRleFJlc3BvbnNlEhoKEmRvY3VtZW50c19lbnF1ZXVlZBgBIAEoAyIXChVHZXRJbmRleFN0YXR1c1JlcXVlc3QitwEKFkdldEluZGV4U3RhdHVzUmVzcG9uc2USFAoMYWN0aXZlX21vZGVsGAEgASgJEhEKCWRpbWVuc2lvbhgCIAEoBRIVCg1wZW5kaW5nX21vZGVsGAMgASgJEg8KB2JhY2tsb2cYBCABKAMSIAoYc3dpdGNoX2RvY3VtZW50c19pbmRleGVkGAUgASgDEhMKC2NvbGxlY3Rpb25zGAYgAygJEhUKDWluZGV4ZWRfdG90YWwYByABKAMyqQEKDkluZGV4ZXJTZXJ2aWNlEkAKB1JlaW5kZXgSGS5lbmdyYW0udjEuUmVpbmRleFJlcXVlc3QaGi5lbmdyYW0udjEuUmVpbmRleFJlc3BvbnNlElUKDkdldEluZGV4U3RhdHVzEiAuZW5ncmFtLnYxLkdldEluZGV4U3RhdHVzUmVxdWVzdBohLmVuZ3JhbS52MS5HZXRJbmRleFN0YXR1c1Jlc3BvbnNlYgZwcm90bzM", [file_engram_v1_space]);
+  fileDesc("ChdlbmdyYW0vdjEvaW5kZXhlci5wcm90bxIJZW5ncmFtLnYxIkIKDlJlaW5kZXhSZXF1ZXN0EiMKBnNwYWNlcxgBIAMoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhILCgNhbGwYAiABKAgiLQoPUmVpbmRleFJlc3BvbnNlEhoKEmRvY3VtZW50c19lbnF1ZXVlZBgBIAEoAyIXChVHZXRJbmRleFN0YXR1c1JlcXVlc3QitwEKFkdldEluZGV4U3RhdHVzUmVzcG9uc2USFAoMYWN0aXZlX21vZGVsGAEgASgJEhEKCWRpbWVuc2lvbhgCIAEoBRIVCg1wZW5kaW5nX21vZGVsGAMgASgJEg8KB2JhY2tsb2cYBCABKAMSIAoYc3dpdGNoX2RvY3VtZW50c19pbmRleGVkGAUgASgDEhMKC2NvbGxlY3Rpb25zGAYgAygJEhUKDWluZGV4ZWRfdG90YWwYByABKAMiawoXR2V0SW5kZXhQcm9ncmVzc1JlcXVlc3QSIAoDbGVnGAEgASgOMhMuZW5ncmFtLnYxLkluZGV4TGVnEi4KCWRvY3VtZW50cxgCIAMoCzIbLmVuZ3JhbS52MS5JbmRleFByb2dyZXNzS2V5IkcKEEluZGV4UHJvZ3Jlc3NLZXkSEAoIc3BhY2VfaWQYASABKAkSDAoEcGF0aBgCIAEoCRITCgtkb2N1bWVudF9pZBgDIAEoCSJFChhHZXRJbmRleFByb2dyZXNzUmVzcG9uc2USKQoHcmVhY2hlZBgBIAMoCzIYLmVuZ3JhbS52MS5JbmRleFBvc2l0aW9uKlIKCEluZGV4TGVnEhkKFUlOREVYX0xFR19VTlNQRUNJRklFRBAAEhUKEUlOREVYX0xFR19LRVlXT1JEEAESFAoQSU5ERVhfTEVHX1ZFQ1RPUhACMoYCCg5JbmRleGVyU2VydmljZRJACgdSZWluZGV4EhkuZW5ncmFtLnYxLlJlaW5kZXhSZXF1ZXN0GhouZW5ncmFtLnYxLlJlaW5kZXhSZXNwb25zZRJVCg5HZXRJbmRleFN0YXR1cxIgLmVuZ3JhbS52MS5HZXRJbmRleFN0YXR1c1JlcXVlc3QaIS5lbmdyYW0udjEuR2V0SW5kZXhTdGF0dXNSZXNwb25zZRJbChBHZXRJbmRleFByb2dyZXNzEiIuZW5ncmFtLnYxLkdldEluZGV4UHJvZ3Jlc3NSZXF1ZXN0GiMuZW5ncmFtLnYxLkdldEluZGV4UHJvZ3Jlc3NSZXNwb25zZWIGcHJvdG8z", [file_engram_v1_position, file_engram_v1_space]);
 
 /**
  * @generated from message engram.v1.ReindexRequest
@@ -132,6 +134,117 @@ export const GetIndexStatusResponseSchema: GenMessage<GetIndexStatusResponse> = 
   messageDesc(file_engram_v1_indexer, 3);
 
 /**
+ * @generated from message engram.v1.GetIndexProgressRequest
+ */
+export type GetIndexProgressRequest = Message<"engram.v1.GetIndexProgressRequest"> & {
+  /**
+   * The index leg asked about; INDEX_LEG_UNSPECIFIED is refused.
+   *
+   * @generated from field: engram.v1.IndexLeg leg = 1;
+   */
+  leg: IndexLeg;
+
+  /**
+   * The documents asked about: at most 256, each naming space_id, path and
+   * document_id.
+   *
+   * @generated from field: repeated engram.v1.IndexProgressKey documents = 2;
+   */
+  documents: IndexProgressKey[];
+};
+
+/**
+ * Describes the message engram.v1.GetIndexProgressRequest.
+ * Use `create(GetIndexProgressRequestSchema)` to create a new message.
+ */
+export const GetIndexProgressRequestSchema: GenMessage<GetIndexProgressRequest> = /*@__PURE__*/
+  messageDesc(file_engram_v1_indexer, 4);
+
+/**
+ * IndexProgressKey names one document's progress row.
+ *
+ * @generated from message engram.v1.IndexProgressKey
+ */
+export type IndexProgressKey = Message<"engram.v1.IndexProgressKey"> & {
+  /**
+   * SpaceRef ID of the document's space.
+   *
+   * @generated from field: string space_id = 1;
+   */
+  spaceId: string;
+
+  /**
+   * @generated from field: string path = 2;
+   */
+  path: string;
+
+  /**
+   * @generated from field: string document_id = 3;
+   */
+  documentId: string;
+};
+
+/**
+ * Describes the message engram.v1.IndexProgressKey.
+ * Use `create(IndexProgressKeySchema)` to create a new message.
+ */
+export const IndexProgressKeySchema: GenMessage<IndexProgressKey> = /*@__PURE__*/
+  messageDesc(file_engram_v1_indexer, 5);
+
+/**
+ * @generated from message engram.v1.GetIndexProgressResponse
+ */
+export type GetIndexProgressResponse = Message<"engram.v1.GetIndexProgressResponse"> & {
+  /**
+   * The version the leg holds of each asked document that it has indexed (a document
+   * it holds nothing of is absent). A version of 2^62 means the document id has
+   * ended (deleted, or replaced at its path): every position of it is reached.
+   *
+   * @generated from field: repeated engram.v1.IndexPosition reached = 1;
+   */
+  reached: IndexPosition[];
+};
+
+/**
+ * Describes the message engram.v1.GetIndexProgressResponse.
+ * Use `create(GetIndexProgressResponseSchema)` to create a new message.
+ */
+export const GetIndexProgressResponseSchema: GenMessage<GetIndexProgressResponse> = /*@__PURE__*/
+  messageDesc(file_engram_v1_indexer, 6);
+
+/**
+ * IndexLeg is one of the indexes a search reads.
+ *
+ * @generated from enum engram.v1.IndexLeg
+ */
+export enum IndexLeg {
+  /**
+   * @generated from enum value: INDEX_LEG_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The BM25 keyword index.
+   *
+   * @generated from enum value: INDEX_LEG_KEYWORD = 1;
+   */
+  KEYWORD = 1,
+
+  /**
+   * The vector index.
+   *
+   * @generated from enum value: INDEX_LEG_VECTOR = 2;
+   */
+  VECTOR = 2,
+}
+
+/**
+ * Describes the enum engram.v1.IndexLeg.
+ */
+export const IndexLegSchema: GenEnum<IndexLeg> = /*@__PURE__*/
+  enumDesc(file_engram_v1_indexer, 0);
+
+/**
  * IndexerService is the indexer's admin surface.
  *
  * @generated from service engram.v1.IndexerService
@@ -157,6 +270,17 @@ export const IndexerService: GenService<{
     methodKind: "unary";
     input: typeof GetIndexStatusRequestSchema;
     output: typeof GetIndexStatusResponseSchema;
+  },
+  /**
+   * Reports the version one index leg holds of each named document, so that a
+   * search given min_positions can wait for them (service principals only: search).
+   *
+   * @generated from rpc engram.v1.IndexerService.GetIndexProgress
+   */
+  getIndexProgress: {
+    methodKind: "unary";
+    input: typeof GetIndexProgressRequestSchema;
+    output: typeof GetIndexProgressResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_engram_v1_indexer, 0);
