@@ -17,11 +17,12 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Generic, Self, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeAlias, TypeVar, cast
 
 import grpc
 
 from engram.client import mapping
+from engram.client.driven import DrivenChannel, blocking_offload, blocking_sleep
 from engram.client.errors import domain_error
 from engram.client.models import Space
 from engram.domain.errors import InvalidArgument
@@ -31,6 +32,7 @@ from engram.runtime.channels import (
     ClientTls,
     channel_target,
     open_channel,
+    open_sync_channel,
 )
 from engram.v1 import space_pb2
 
@@ -59,6 +61,7 @@ Request = TypeVar("Request")
 Response = TypeVar("Response")
 Stub = TypeVar("Stub")
 Item = TypeVar("Item")
+Offload: TypeAlias = "Callable[..., Awaitable[Any]]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,19 +76,26 @@ class _Connection:
     """The channel and its stubs, shared by a client and its `with_options` copies."""
 
     def __init__(
-        self, addr: Addresses, tls: ClientTls | None, channel: grpc.aio.Channel | None
+        self,
+        addr: Addresses,
+        tls: ClientTls | None,
+        channel: grpc.aio.Channel | None,
+        *,
+        blocking: bool = False,
     ) -> None:
         self.addr = addr
         self.tls = tls
         self.channel = channel
         # A channel handed in belongs to whoever opened it; close() leaves it open.
         self.owned = channel is None
+        # On grpc's blocking channel, through DrivenChannel (the blocking client).
+        self.blocking = blocking
         self._stubs: dict[object, object] = {}
 
     @classmethod
     def sharing(cls, other: _Connection) -> _Connection:
         """A connection on `other`'s channel (opened now) and stubs, which never closes it."""
-        shared = cls(other.addr, other.tls, other._channel())
+        shared = cls(other.addr, other.tls, other._channel(), blocking=other.blocking)
         shared._stubs = other._stubs
         return shared
 
@@ -106,7 +116,11 @@ class _Connection:
             ]
             config = ChannelConfig(tls=self.tls, max_message_bytes=MAX_MESSAGE_BYTES)
             try:
-                self.channel = open_channel(self.addr, config, reconnect)
+                if self.blocking:
+                    opened = open_sync_channel(self.addr, config, reconnect)
+                    self.channel = cast("grpc.aio.Channel", DrivenChannel(opened))
+                else:
+                    self.channel = open_channel(self.addr, config, reconnect)
             except OSError as error:
                 raise InvalidArgument(str(error), field="tls") from None
         return self.channel
@@ -175,6 +189,7 @@ class ClientBase:
         stream_timeout: float = DEFAULT_STREAM_TIMEOUT,
         tls: bool | ClientTls = False,
         channel: grpc.aio.Channel | None = None,
+        _blocking: bool = False,
     ) -> None:
         """`addr`: one address or several replicas (see engram.client.aio).
         `tls=True` checks the server's certificate against the system's roots;
@@ -182,7 +197,8 @@ class ClientBase:
         presenting a client certificate for mTLS (with several replicas set
         `ClientTls.server_name` to the name their certificates carry). `channel`: use this
         open grpc.aio channel instead (a server's composition root opens its own, with its
-        interceptors); `close()` then leaves it open."""
+        interceptors); `close()` then leaves it open. `_blocking` (the blocking `Client`
+        only): calls go over grpc's blocking channel and never suspend (engram.client.driven)."""
         _check_limits(retries, timeout, stream_timeout)
         try:
             self.target = channel_target(addr)
@@ -197,7 +213,12 @@ class ClientBase:
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {token}"),) if token else ()
         )
-        self._conn = _Connection(addr, self._tls, channel)
+        self._conn = _Connection(addr, self._tls, channel, blocking=_blocking)
+        # How a call waits and does file I/O: on the loop, or (blocking) in the caller.
+        self._sleep: Callable[[float], Awaitable[None]] = (
+            blocking_sleep if _blocking else asyncio.sleep
+        )
+        self._offload: Offload = blocking_offload if _blocking else asyncio.to_thread
 
     def with_options(
         self,
@@ -292,6 +313,7 @@ class ClientBase:
             retry=retry_if_exception(_failed_with(retry_on)),
             before_sleep=_log_retry(peer),
             reraise=True,
+            sleep=self._sleep,
         )
         failed: grpc.RpcError | None = first
         try:
@@ -334,7 +356,7 @@ class ClientBase:
                 stream.cancel()
             delay = backoff(attempt)
             _log_attempt(peer, attempt, delay)
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
 
     async def _send_stream(
         self,

@@ -3,7 +3,6 @@ spaces of a tenant and the change feed."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from typing import BinaryIO, cast
 import grpc
 
 from engram.client import mapping
-from engram.client.base import AnySpace, ClientBase, Page, backoff, log, pages
+from engram.client.base import AnySpace, ClientBase, Offload, Page, backoff, log, pages
 from engram.client.mapping import position_from_proto
 from engram.client.models import (
     DirectoryEntry,
@@ -351,22 +350,22 @@ class StorageCalls(ClientBase):
         returns its size. `progress` is called with the bytes written so far."""
         if not isinstance(out, str | os.PathLike):
             return await self._export_to(out, progress, space)
-        handle = await asyncio.to_thread(Path(out).open, "wb")
+        handle = await self._offload(Path(out).open, "wb")
         try:
             return await self._export_to(handle, progress, space)
         finally:
-            await asyncio.to_thread(handle.close)
+            await self._offload(handle.close)
 
     async def _export_to(
         self, handle: BinaryIO, progress: Progress | None, space: AnySpace | None
     ) -> int:
         done = 0
         async for chunk in self.export_chunks(space=space):
-            await asyncio.to_thread(handle.write, chunk)
+            await self._offload(handle.write, chunk)
             done += len(chunk)
             if progress is not None:
                 progress(done)
-        await asyncio.to_thread(handle.flush)
+        await self._offload(handle.flush)
         return done
 
     async def import_space(
@@ -394,7 +393,7 @@ class StorageCalls(ClientBase):
         async def requests() -> AsyncIterator[storage_pb2.ImportSpaceRequest]:
             yield first
             done = 0
-            async for chunk in _chunks(source):
+            async for chunk in _chunks(source, self._offload):
                 done += len(chunk)
                 yield storage_pb2.ImportSpaceRequest(data=chunk)
                 if progress is not None:
@@ -533,33 +532,33 @@ class StorageCalls(ClientBase):
                 on_resume(why)
             delay = backoff(min(failures, 5))
             log.warning("StorageService.WatchSpace resuming in %.2f s: %s", delay, why.message)
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
 
 
-async def _chunks(source: ImportSource) -> AsyncIterator[bytes]:
+async def _chunks(source: ImportSource, offload: Offload) -> AsyncIterator[bytes]:
     if isinstance(source, bytes):
         for start in range(0, len(source), CHUNK_BYTES):
             yield source[start : start + CHUNK_BYTES]
     elif isinstance(source, str | os.PathLike):
-        handle = await asyncio.to_thread(Path(source).open, "rb")
+        handle = await offload(Path(source).open, "rb")
         try:
-            async for chunk in _read_file(handle):
+            async for chunk in _read_file(handle, offload):
                 yield chunk
         finally:
-            await asyncio.to_thread(handle.close)
+            await offload(handle.close)
     elif isinstance(source, AsyncIterable):
         async for chunk in source:
             yield chunk
     elif hasattr(source, "read"):
-        async for chunk in _read_file(cast("BinaryIO", source)):
+        async for chunk in _read_file(cast("BinaryIO", source), offload):
             yield chunk
     else:
         for chunk in source:
             yield chunk
 
 
-async def _read_file(handle: BinaryIO) -> AsyncIterator[bytes]:
-    while chunk := await asyncio.to_thread(handle.read, CHUNK_BYTES):
+async def _read_file(handle: BinaryIO, offload: Offload) -> AsyncIterator[bytes]:
+    while chunk := await offload(handle.read, CHUNK_BYTES):
         yield chunk
 
 

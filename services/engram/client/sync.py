@@ -1,23 +1,26 @@
 """Engram (also `Client`): the blocking face of EngramClient, for scripts and code without
 an event loop.
 
-It runs one EngramClient on a private event loop in a daemon thread and waits for each
-call, so the methods, arguments, results, retries and errors are EngramClient's own: each
-method below is EngramClient's, wrapped once (`_blocking` for a call, `_blocking_iter` for
-the iterators, which become plain iterators). Calls may come from any thread; they share one
-channel. Close it (or use `with`) to stop the thread.
+It holds one EngramClient on grpc's blocking channel (engram.client.driven) and runs each
+call's coroutine to its end in the calling thread, so the methods, arguments, results,
+retries and errors are EngramClient's own: each method below is EngramClient's, wrapped
+once (`_blocking` for a call, `_blocking_iter` for the iterators, which become plain
+iterators). No event loop and no thread of its own; calls may come from any thread and
+share one channel. Close it (or use `with`) to close the channel.
+
+An import's source is read in the calling thread: bytes, a path, a binary file or an
+iterable of bytes (an async iterable needs AsyncClient).
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 from engram.client.aio import DEFAULT_ADDR, EngramClient
 from engram.client.base import DEFAULT_STREAM_TIMEOUT, DEFAULT_TIMEOUT
+from engram.client.driven import drive
 from engram.client.models import Space
 from engram.runtime.channels import Addresses, ClientTls
 
@@ -48,8 +51,7 @@ def _blocking_iter(
                 except StopAsyncIteration:
                     return
         finally:
-            if not engram._runner.closed:
-                engram._run(_close(stream))
+            drive(_close(stream))
 
     call.__name__ = method.__name__
     call.__doc__ = method.__doc__
@@ -66,22 +68,10 @@ async def _close(stream: AsyncIterator[Any]) -> None:
         await closing()
 
 
-class _Runner:
-    """The private loop and its thread, shared by a client and its `with_options` copies."""
+class _State:
+    """Whether the channel is closed, shared by a client and its `with_options` copies."""
 
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(
-            target=self.loop.run_forever, name="engram-client", daemon=True
-        )
-        self.thread.start()
-        self.closed = False
-
-    def stop(self) -> None:
-        self.closed = True
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join()
-        self.loop.close()
+    closed = False
 
 
 class Engram:
@@ -106,8 +96,9 @@ class Engram:
             timeout=timeout,
             stream_timeout=stream_timeout,
             tls=tls,
+            _blocking=True,
         )
-        self._runner = _Runner()
+        self._state = _State()
 
     def with_options(
         self,
@@ -117,13 +108,13 @@ class Engram:
         retries: int | None = None,
         space: Space | None = None,
     ) -> Engram:
-        """This client with other defaults, on the same channel and thread (see
+        """This client with other defaults, on the same channel (see
         EngramClient.with_options); closing either closes both."""
         changed = object.__new__(Engram)
         changed.client = self.client.with_options(
             timeout=timeout, stream_timeout=stream_timeout, retries=retries, space=space
         )
-        changed._runner = self._runner
+        changed._state = self._state
         return changed
 
     @property
@@ -131,17 +122,17 @@ class Engram:
         return self.client.space
 
     def _run(self, work: Coroutine[Any, Any, R]) -> R:
-        if self._runner.closed:
+        if self._state.closed:
             work.close()
             raise RuntimeError("this Engram client is closed")
-        return asyncio.run_coroutine_threadsafe(work, self._runner.loop).result()
+        return drive(work)
 
     def close(self) -> None:
-        """Closes the channel and stops the loop's thread; idempotent."""
-        if self._runner.closed:
+        """Closes the channel; idempotent."""
+        if self._state.closed:
             return
-        self._run(self.client.close())
-        self._runner.stop()
+        drive(self.client.close())
+        self._state.closed = True
 
     def __enter__(self) -> Self:
         return self

@@ -180,10 +180,19 @@ def open_channel(
     )
 
 
-def open_sync_channel(addr: Addresses, config: ChannelConfig) -> grpc.Channel:
-    """The blocking twin of `open_channel` (the CLI)."""
+def open_sync_channel(
+    addr: Addresses,
+    config: ChannelConfig,
+    extra_options: list[tuple[str, str | int]] | None = None,
+) -> grpc.Channel:
+    """The blocking twin of `open_channel` (the blocking client)."""
     target = channel_target(addr)
-    options = [*channel_options(config), *target.options, *tls_name_options(target, config.tls)]
+    options = [
+        *channel_options(config),
+        *target.options,
+        *tls_name_options(target, config.tls),
+        *(extra_options or []),
+    ]
     if config.tls is None:
         return grpc.insecure_channel(target.target, options=options)
     return grpc.secure_channel(target.target, config.tls.credentials(), options=options)
