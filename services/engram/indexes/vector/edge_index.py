@@ -1,4 +1,5 @@
-"""EdgeVectorIndex: the embedded vector index on Qdrant Edge, Qdrant's own engine in process.
+"""EdgeVectorIndex: the embedded vector index on Qdrant Edge, Qdrant's own engine, run in a
+child process that the index owns.
 
 Layout under `root`:
 
@@ -18,13 +19,27 @@ float vectors; the planner answers a space smaller than `full_scan_threshold_kb`
 vectors exactly from the payload index, so tiny spaces lose nothing. The defaults in
 `EdgeTuning` were chosen by measurement (bench/scale_bench.py, bench/RESULTS.md).
 
-Edge builds indexes only when asked: writes land in an appendable segment that searches
-scan in full; a background task runs the optimizer after writes settle, off the event
-loop, while searches go on against the old segments.
+Where the engine runs: `qdrant-edge-py` holds the GIL for the whole of every engine call
+(an optimize of 20,000 points froze every other thread of its process for 22 s), so in the
+serving process it would stop every RPC, health check and timer while it works. The shards
+live instead in one child process (`engram.indexes.vector.edge_host`, a one-worker
+`ProcessPoolExecutor` started by `open()` and stopped by `close()`); this process sends it
+plain data and awaits the answer, its event loop free meanwhile. The child runs one call
+at a time, in order. A child that dies fails the calls it was running with
+`IndexUnavailable`; the next call starts a new child, which reopens the shards from disk
+(the WAL replays every acknowledged write).
 
-One process owns a shard: Edge locks its WAL, and a second process opening the same
-directory gets IndexUnavailable naming the owner problem (processes that share vectors
-reach them through the process that owns the engine, see engram.app).
+Edge builds indexes only when asked: writes land in an appendable segment that searches
+scan in full; once writes have settled, a background task asks the child to run the
+optimizer. The child is busy while it does: calls queue behind the optimization, and a
+search whose leg times out meanwhile degrades with that reason (SearchService's backend
+timeout); its call is cancelled before it reaches the child, so no backlog of abandoned
+searches delays the next ones. `EdgeTuning.max_segment_size_kb` bounds how large a segment
+one merge rebuilds.
+
+One process owns a shard: Edge locks its WAL, and a second index opening the same directory
+gets IndexUnavailable naming the owner problem (processes that share vectors reach them
+through the process that owns the engine, see engram.app).
 
 A root that still holds the earlier exact index's files (`collections/*/vectors.sqlite3`)
 is migrated on open: each stored chunk and vector is copied into a new shard (progress
@@ -38,97 +53,66 @@ import asyncio
 import contextlib
 import json
 import logging
+import multiprocessing
 import os
 import shutil
+import time
 import uuid
 import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-import qdrant_edge as qe
 
 from engram.domain.chunks import Chunk, IndexedDocument, ModelInfo, ScoredChunk, indexed_documents
 from engram.domain.errors import InvalidArgument
-from engram.domain.scoping import PATH_SCOPES_FIELD, normalize_path_prefix, path_scopes
+from engram.domain.scoping import normalize_path_prefix, path_scopes
 from engram.indexes.ports import IndexModelMismatch, IndexUnavailable, Vectors
+from engram.indexes.vector import edge_host
+from engram.indexes.vector.edge_host import SHARD_DIR, EdgeTuning, EngineFailure, Where
 from engram.indexes.vector.legacy import LEGACY_COLLECTIONS_DIR, migrate_legacy
 from engram.indexes.vector.paths import atomic_write_json, collection_dir_name
 from engram.indexes.vector.points import check_chunks, chunk_of, payload, point_id
+
+__all__ = ["EdgeTuning", "EdgeVectorIndex"]
 
 log = logging.getLogger(__name__)
 
 ALIAS_FILE = "alias.json"
 EDGE_DIR = "edge"
 MODEL_FILE = "model.json"
-SHARD_DIR = "shard"
-_SCROLL_PAGE = 1024
+# After a failed restart of the engine process, calls fail at once for this long.
+RESTART_BACKOFF_SECONDS = 2.0
+DIED = (
+    "the vector engine's process died during this call; the next call starts a new one, "
+    "which reopens the shards from disk (acknowledged writes are in the WAL)"
+)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class EdgeTuning:
-    """The engine's settings (bench/RESULTS.md, "Qdrant Edge": how each was chosen).
-
-    m, ef_construct, payload_m: HNSW graph degree, build beam width, and the degree of the
-    extra per-space links. hnsw_ef: the search beam width. oversampling: how many more
-    quantized candidates than asked for are rescored on the original vectors.
-    full_scan_threshold_kb: below this many KB of vectors matching a filter, a search is
-    an exact scan of those points. indexing_threshold_kb: a segment is HNSW-indexed once
-    its vectors pass this size. optimize_delay_seconds: how long writes must settle
-    before the optimizer runs.
-    """
-
-    m: int = 16
-    ef_construct: int = 128
-    payload_m: int = 16
-    hnsw_ef: int = 128
-    oversampling: float = 2.0
-    full_scan_threshold_kb: int = 2_000
-    indexing_threshold_kb: int = 10_000
-    optimize_delay_seconds: float = 1.0
-
-
-def shard_config(dimension: int, tuning: EdgeTuning) -> qe.EdgeConfig:
-    """A collection's shard: the HNSW graph and the int8 vectors in RAM; the original
-    vectors (read only to rescore a query's candidates) and the payload memory-mapped from
-    disk; the WAL on."""
-    return qe.EdgeConfig(
-        vectors=qe.EdgeVectorParams(
-            size=dimension, distance=qe.Distance.Cosine, memory=qe.Memory.Cold
-        ),
-        hnsw_config=qe.HnswIndexConfig(
-            m=tuning.m,
-            ef_construct=tuning.ef_construct,
-            full_scan_threshold=tuning.full_scan_threshold_kb,
-            payload_m=tuning.payload_m,
-        ),
-        quantization_config=qe.ScalarQuantizationConfig(
-            type=qe.ScalarType.Int8, quantile=0.99, memory=qe.Memory.Pinned
-        ),
-        optimizers=qe.EdgeOptimizersConfig(indexing_threshold=tuning.indexing_threshold_kb),
-        payload_memory=qe.Memory.Cold,
-        wal_enabled=True,
-    )
-
-
 class _Collection:
-    def __init__(self, info: ModelInfo, directory: Path, shard: qe.EdgeShard) -> None:
+    def __init__(self, info: ModelInfo, directory: Path) -> None:
         self.info = info
         self.directory = directory
-        self.shard = shard
         # Writes since the optimizer last ran; the optimizer task waits on `written`.
         self.dirty = False
         self.written = asyncio.Event()
         self.optimizer: asyncio.Task[None] | None = None
         # The optimization running now, if any (a close waits for it).
-        self.optimizing: asyncio.Future[bool] | None = None
+        self.optimizing: asyncio.Future[None] | None = None
+
+    @property
+    def shard_dir(self) -> str:
+        return str(self.directory / SHARD_DIR)
 
 
 class EdgeVectorIndex:
-    """The `VectorIndex` on Qdrant Edge shards under `root` (see the module docstring)."""
+    """The `VectorIndex` on Qdrant Edge shards under `root`, served by a child process (see
+    the module docstring)."""
 
     def __init__(
         self,
@@ -148,6 +132,10 @@ class EdgeVectorIndex:
         self._path_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
+        # The engine process, and a restart of it under way or failed lately.
+        self._engine: ProcessPoolExecutor | None = None
+        self._restart: asyncio.Task[ProcessPoolExecutor] | None = None
+        self._restart_failed: tuple[float, str] | None = None
 
     @property
     def tuning(self) -> EdgeTuning:
@@ -159,16 +147,17 @@ class EdgeVectorIndex:
         if self._opened:
             return
         await asyncio.to_thread((self._root / EDGE_DIR).mkdir, parents=True, exist_ok=True)
+        engine = _start_engine()
         loaded: dict[str, _Collection] = {}
         try:
             for directory in sorted(await asyncio.to_thread(_collection_dirs, self._root)):
-                collection = await self._load_collection(directory)
+                collection = await self._load_collection(engine, directory)
                 if collection is not None:
                     loaded[collection.info.model_id] = collection
         except BaseException:
-            for collection in loaded.values():
-                await asyncio.to_thread(collection.shard.close)
+            await _stop_engine(engine)
             raise
+        self._engine = engine
         self._collections = loaded
         self._opened = True
         if await asyncio.to_thread((self._root / LEGACY_COLLECTIONS_DIR).is_dir):
@@ -188,14 +177,29 @@ class EdgeVectorIndex:
         collections, self._collections = list(self._collections.values()), {}
         for collection in collections:
             await self._stop_optimizer(collection)
-            await asyncio.to_thread(_close_shard, collection.shard)
+        restart, self._restart = self._restart, None
+        if restart is not None:
+            with contextlib.suppress(IndexUnavailable):
+                await restart
+        engine, self._engine = self._engine, None
+        if engine is None:
+            return
+        for collection in collections:
+            with contextlib.suppress(IndexUnavailable):
+                await _run(engine, edge_host.close, collection.info.model_id)
+        await _stop_engine(engine)
 
     async def optimize(self) -> None:
         """Builds every pending index now (benchmarks and the migration wait on this)."""
         self._check_open()
         for collection in list(self._collections.values()):
             collection.dirty = False
-            await self._engine(collection.shard.optimize)
+            await self._optimize(collection)
+
+    async def engine_pid(self) -> int:
+        """The engine process's id (tests and benchmarks read its memory, or stop it)."""
+        self._check_open()
+        return await self._call(edge_host.pid)
 
     # --- collections -------------------------------------------------------------------------
 
@@ -208,25 +212,29 @@ class EdgeVectorIndex:
             if existing is not None:
                 _check_same_dimension(existing.info, model.dimension)
                 return
-            directory = self._root / EDGE_DIR / collection_dir_name(model.model_id)
-            config = shard_config(model.dimension, self._tuning)
+            collection = _Collection(
+                model, self._root / EDGE_DIR / collection_dir_name(model.model_id)
+            )
 
-            def create() -> qe.EdgeShard:
-                # The shard first, the model file last: a directory without its model file
-                # is a creation that did not finish, removed at the next open.
-                shutil.rmtree(directory, ignore_errors=True)
-                directory.mkdir(parents=True)
-                shard = qe.EdgeShard.create(str(directory / SHARD_DIR), config)
-                _create_payload_indexes(shard)
-                shard.flush()
-                atomic_write_json(
-                    directory / MODEL_FILE,
-                    {"model_id": model.model_id, "dimension": model.dimension},
-                )
-                return shard
+            def fresh_directory() -> None:
+                shutil.rmtree(collection.directory, ignore_errors=True)
+                collection.directory.mkdir(parents=True)
 
-            shard = await self._engine(create)
-            collection = _Collection(model, directory, shard)
+            # The shard first, the model file last: a directory without its model file is a
+            # creation that did not finish, removed at the next open.
+            await asyncio.to_thread(fresh_directory)
+            await self._call(
+                edge_host.create,
+                model.model_id,
+                collection.shard_dir,
+                model.dimension,
+                self._tuning,
+            )
+            await asyncio.to_thread(
+                atomic_write_json,
+                collection.directory / MODEL_FILE,
+                {"model_id": model.model_id, "dimension": model.dimension},
+            )
             self._collections[model.model_id] = collection
             self._start_optimizer(collection)
 
@@ -261,7 +269,7 @@ class EdgeVectorIndex:
                 )
                 self._active = None
             await self._stop_optimizer(collection)
-            await asyncio.to_thread(_close_shard, collection.shard)
+            await self._call(edge_host.close, model_id)
             # Renamed first, so a crash mid-delete never leaves a half collection to load.
             doomed = collection.directory.with_name(f".dropped-{uuid.uuid4().hex}")
             await asyncio.to_thread(os.replace, collection.directory, doomed)
@@ -288,22 +296,11 @@ class EdgeVectorIndex:
         if len({chunk.chunk_index for chunk in chunks}) != len(chunks):
             raise InvalidArgument("two chunks share a chunk_index", field="chunks")
         scopes = path_scopes(path)
-        points = [
-            qe.Point(id=point_id(chunk.chunk_id), vector=row, payload=payload(chunk, scopes))
-            for chunk, row in zip(chunks, matrix.tolist(), strict=True)
-        ]
+        ids = [point_id(chunk.chunk_id) for chunk in chunks]
+        payloads = [payload(chunk, scopes) for chunk in chunks]
         # By id, not by chunk_index: a path re-created as a new document has new chunk ids
         # at the same indexes, and its predecessor's points must go too.
-        stale = qe.Filter(
-            must=_path_conditions(space_id, path),
-            must_not=[qe.HasIdCondition({p.id for p in points})] if points else None,
-        )
-
-        def write() -> None:
-            if points:
-                collection.shard.update(qe.UpdateOperation.upsert_points(points))
-            collection.shard.update(qe.UpdateOperation.delete_points_by_filter(stale))
-
+        stale = Where((space_id,), path=path, except_ids=tuple(ids))
         lock = self._path_locks.get((space_id, path))
         if lock is None:
             lock = self._path_locks[(space_id, path)] = asyncio.Lock()
@@ -311,16 +308,16 @@ class EdgeVectorIndex:
             # Looked up again: the collection may have been dropped while this waited (the
             # engine then fails on the closed shard instead of naming the model).
             collection = self._collection(model_id)
-            await self._engine(write)
+            await self._call(edge_host.replace, model_id, ids, matrix, payloads, stale)
         self._mark_written(collection)
 
     async def delete_chunks(self, space_id: str, path: str) -> None:
         self._check_open()
-        await self._delete_everywhere(qe.Filter(must=_path_conditions(space_id, path)))
+        await self._delete_everywhere(Where((space_id,), path=path))
 
     async def delete_space(self, space_id: str) -> None:
         self._check_open()
-        await self._delete_everywhere(qe.Filter(must=[_space_condition(space_id)]))
+        await self._delete_everywhere(Where((space_id,)))
 
     async def search(
         self,
@@ -346,34 +343,20 @@ class EdgeVectorIndex:
             )
         if limit <= 0 or not space_ids:
             return []
-        conditions: list[qe.FieldCondition] = [
-            qe.FieldCondition(key="space_id", match=qe.MatchAny(sorted(set(space_ids))))
-        ]
-        scope = normalize_path_prefix(path_prefix)
-        if scope:
-            conditions.append(qe.FieldCondition(key=PATH_SCOPES_FIELD, match=qe.MatchValue(scope)))
-        request = qe.QueryRequest(
-            query=qe.Query.Nearest(query.tolist()),
-            filter=qe.Filter(must=list(conditions)),
-            limit=limit,
-            with_payload=True,
-            with_vector=False,
-            params=self.search_params(),
+        where = Where(
+            tuple(sorted(set(space_ids))), scope=normalize_path_prefix(path_prefix) or None
         )
-        points = await self._engine(collection.shard.query, request)
-        return [
-            ScoredChunk(chunk=chunk_of(point.payload or {}), score=float(point.score))
-            for point in points
-        ]
-
-    def search_params(self) -> qe.SearchParams:
-        """The search settings every query uses."""
-        return qe.SearchParams(
-            hnsw_ef=self._tuning.hnsw_ef,
-            quantization=qe.QuantizationSearchParams(
-                rescore=True, oversampling=self._tuning.oversampling
-            ),
+        call = self._call(
+            edge_host.search,
+            model_id,
+            query,
+            where,
+            limit,
+            self._tuning.hnsw_ef,
+            self._tuning.oversampling,
         )
+        rows = await call
+        return [ScoredChunk(chunk=chunk_of(fields), score=score) for score, fields in rows]
 
     def retune_search(self, *, hnsw_ef: int, oversampling: float) -> None:
         """Changes the search-time settings (no rebuild; bench/scale_bench.py's ef curve)."""
@@ -386,10 +369,10 @@ class EdgeVectorIndex:
         collection = self._target(model_id)
         if collection is None:
             return []
-        records = await self._scroll(
-            collection, qe.Filter(must=_path_conditions(space_id, path)), True
+        found = await self._call(
+            edge_host.scroll, collection.info.model_id, Where((space_id,), path=path), True
         )
-        return sorted((chunk_of(r.payload or {}) for r in records), key=lambda c: c.chunk_index)
+        return sorted((chunk_of(fields) for fields in found), key=lambda c: c.chunk_index)
 
     async def indexed_documents(
         self, space_id: str, *, model_id: str | None = None
@@ -398,21 +381,101 @@ class EdgeVectorIndex:
         collection = self._target(model_id)
         if collection is None:
             return {}
-        records = await self._scroll(
-            collection,
-            qe.Filter(must=[_space_condition(space_id)]),
+        found = await self._call(
+            edge_host.scroll,
+            collection.info.model_id,
+            Where((space_id,)),
             ["path", "document_id", "doc_version"],
         )
         return indexed_documents(
-            (str(p["path"]), str(p["document_id"]), int(p["doc_version"]))
-            for p in (r.payload or {} for r in records)
+            (str(p["path"]), str(p["document_id"]), int(p["doc_version"])) for p in found
         )
 
-    async def import_points(self, model_id: str, points: Sequence[qe.Point]) -> None:
+    async def import_points(
+        self,
+        model_id: str,
+        ids: Sequence[str],
+        vectors: Vectors,
+        payloads: Sequence[Mapping[str, Any]],
+    ) -> None:
         """Adds ready-made points (the migration of an earlier index; benchmarks' bulk load)."""
         collection = self._collection(model_id)
-        await self._engine(collection.shard.update, qe.UpdateOperation.upsert_points(list(points)))
+        matrix = np.asarray(vectors, dtype=np.float32)
+        await self._call(edge_host.upsert, model_id, list(ids), matrix, [dict(p) for p in payloads])
         self._mark_written(collection)
+
+    # --- the engine process ------------------------------------------------------------------
+
+    async def _call(self, work: Callable[..., T], *args: Any) -> T:
+        """Runs `work(*args)` in the engine process, starting a new one if it died."""
+        for attempt in range(2):
+            engine = await self._live_engine()
+            try:
+                return await _run(engine, work, *args)
+            except _NotSent:
+                # It died while idle: this call never reached it, so once more on a new one.
+                self._lost(engine)
+                if attempt:
+                    raise IndexUnavailable(DIED) from None
+            except _Died:
+                self._lost(engine)
+                raise IndexUnavailable(DIED) from None
+            except EngineFailure as error:
+                raise IndexUnavailable(f"qdrant edge failed: {error}") from None
+        raise AssertionError("unreachable")
+
+    async def _live_engine(self) -> ProcessPoolExecutor:
+        if self._engine is not None:
+            return self._engine
+        self._check_open()
+        if self._restart is None:
+            if self._restart_failed is not None:
+                failed_at, why = self._restart_failed
+                if time.monotonic() - failed_at < RESTART_BACKOFF_SECONDS:
+                    raise IndexUnavailable(f"the vector engine's process could not start: {why}")
+            self._restart = asyncio.create_task(self._restart_engine())
+        # Shielded: a caller that gives up (a search's timeout) leaves the restart running.
+        return await asyncio.shield(self._restart)
+
+    async def _restart_engine(self) -> ProcessPoolExecutor:
+        started = time.perf_counter()
+        engine = _start_engine()
+        try:
+            for collection in list(self._collections.values()):
+                await _run_mapped(
+                    engine,
+                    edge_host.load,
+                    collection.info.model_id,
+                    collection.shard_dir,
+                    collection.info.dimension,
+                    self._tuning,
+                )
+        except BaseException as error:
+            await _stop_engine(engine)
+            message = error.message if isinstance(error, IndexUnavailable) else repr(error)
+            self._restart_failed = (time.monotonic(), message)
+            self._restart = None
+            log.error("vector engine process could not restart", extra={"error": message})
+            raise
+        self._restart_failed = None
+        self._restart = None
+        if not self._opened:  # closed meanwhile
+            await _stop_engine(engine)
+            raise IndexUnavailable("the vector index is not open")
+        self._engine = engine
+        log.warning(
+            "vector engine process restarted",
+            extra={"collections": len(self._collections), "seconds": time.perf_counter() - started},
+        )
+        for collection in self._collections.values():
+            self._mark_written(collection)
+        return engine
+
+    def _lost(self, engine: ProcessPoolExecutor) -> None:
+        if self._engine is engine:
+            self._engine = None
+            log.error("vector engine process died")
+        engine.shutdown(wait=False, cancel_futures=True)
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -436,46 +499,15 @@ class EdgeVectorIndex:
             model_id = self._active
         return self._collection(model_id)
 
-    async def _delete_everywhere(self, where: qe.Filter) -> None:
+    async def _delete_everywhere(self, where: Where) -> None:
         for collection in list(self._collections.values()):
             if self._collections.get(collection.info.model_id) is not collection:
                 continue  # dropped meanwhile
-            await self._engine(
-                collection.shard.update, qe.UpdateOperation.delete_points_by_filter(where)
-            )
+            await self._call(edge_host.delete, collection.info.model_id, where)
             self._mark_written(collection)
 
-    async def _scroll(
-        self, collection: _Collection, where: qe.Filter, with_payload: bool | list[str]
-    ) -> list[Any]:
-        def scroll_all() -> list[Any]:
-            found: list[Any] = []
-            offset: Any = None
-            while True:
-                records, offset = collection.shard.scroll(
-                    qe.ScrollRequest(
-                        offset=offset,
-                        limit=_SCROLL_PAGE,
-                        filter=where,
-                        with_payload=with_payload,
-                        with_vector=False,
-                    )
-                )
-                found.extend(records)
-                if offset is None:
-                    return found
-
-        return await self._engine(scroll_all)
-
-    @staticmethod
-    async def _engine(work: Callable[..., T], *args: Any) -> T:
-        """Runs an engine call in a worker thread; its failures become IndexUnavailable."""
-        try:
-            return await asyncio.to_thread(work, *args)
-        except (IndexUnavailable, InvalidArgument):
-            raise
-        except Exception as error:  # noqa: BLE001 - the engine raises plain Exception
-            raise IndexUnavailable(f"qdrant edge failed: {error}") from None
+    async def _optimize(self, collection: _Collection) -> None:
+        await self._call(edge_host.optimize, collection.info.model_id)
 
     def _mark_written(self, collection: _Collection) -> None:
         collection.dirty = True
@@ -507,7 +539,7 @@ class EdgeVectorIndex:
             if not collection.dirty:
                 continue
             collection.dirty = False
-            running = asyncio.ensure_future(self._engine(collection.shard.optimize))
+            running = asyncio.ensure_future(self._optimize(collection))
             collection.optimizing = running
             try:
                 # Shielded: a close cancels this task, then waits for the build itself.
@@ -523,18 +555,29 @@ class EdgeVectorIndex:
             return None
         return value if isinstance(value, str) else None
 
-    async def _load_collection(self, directory: Path) -> _Collection | None:
+    async def _load_collection(
+        self, engine: ProcessPoolExecutor, directory: Path
+    ) -> _Collection | None:
         model_file = directory / MODEL_FILE
         if not await asyncio.to_thread(model_file.is_file):
             # A collection whose creation did not finish.
             await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
             return None
         stored = json.loads(await asyncio.to_thread(model_file.read_text, encoding="utf-8"))
-        info = ModelInfo(str(stored["model_id"]), int(stored["dimension"]))
-        config = shard_config(info.dimension, self._tuning)
+        collection = _Collection(
+            ModelInfo(str(stored["model_id"]), int(stored["dimension"])), directory
+        )
+        info = collection.info
         try:
-            shard = await asyncio.to_thread(qe.EdgeShard.load, str(directory / SHARD_DIR), config)
-        except Exception as error:  # noqa: BLE001 - the engine raises plain Exception
+            await _run(
+                engine,
+                edge_host.load,
+                info.model_id,
+                collection.shard_dir,
+                info.dimension,
+                self._tuning,
+            )
+        except EngineFailure as error:
             owned = "WouldBlock" in str(error)
             raise IndexUnavailable(
                 f"vector collection {info.model_id!r} at {directory} "
@@ -545,7 +588,55 @@ class EdgeVectorIndex:
                     else f"could not be opened: {error}"
                 )
             ) from None
-        return _Collection(info, directory, shard)
+        except (_NotSent, _Died):
+            raise IndexUnavailable(DIED) from None
+        return collection
+
+
+class _NotSent(Exception):
+    """The engine process was gone before the call was handed to it."""
+
+
+class _Died(Exception):
+    """The engine process died while the call was queued or running."""
+
+
+def _start_engine() -> ProcessPoolExecutor:
+    """A new engine process (spawned: a fresh interpreter, none of this process's threads)."""
+    return ProcessPoolExecutor(
+        max_workers=1,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=edge_host.start,
+    )
+
+
+async def _stop_engine(engine: ProcessPoolExecutor) -> None:
+    await asyncio.to_thread(engine.shutdown, wait=True, cancel_futures=True)
+
+
+async def _run(engine: ProcessPoolExecutor, work: Callable[..., T], *args: Any) -> T:
+    """`work(*args)` in the engine; EngineFailure as the engine raised it, _NotSent or _Died
+    if the process is gone."""
+    try:
+        future = engine.submit(work, *args)
+    except BrokenProcessPool:
+        raise _NotSent from None
+    except RuntimeError:  # shut down by close()
+        raise IndexUnavailable("the vector index is not open") from None
+    try:
+        return await asyncio.wrap_future(future)
+    except BrokenProcessPool:
+        raise _Died from None
+
+
+async def _run_mapped(engine: ProcessPoolExecutor, work: Callable[..., T], *args: Any) -> T:
+    """`_run`, with every failure as IndexUnavailable."""
+    try:
+        return await _run(engine, work, *args)
+    except EngineFailure as error:
+        raise IndexUnavailable(f"qdrant edge failed: {error}") from None
+    except (_NotSent, _Died):
+        raise IndexUnavailable(DIED) from None
 
 
 def _collection_dirs(root: Path) -> list[Path]:
@@ -557,32 +648,6 @@ def _collection_dirs(root: Path) -> list[Path]:
         elif directory.is_dir():
             found.append(directory)
     return found
-
-
-def _close_shard(shard: qe.EdgeShard) -> None:
-    shard.flush()
-    shard.close()
-
-
-def _create_payload_indexes(shard: qe.EdgeShard) -> None:
-    shard.update(
-        qe.UpdateOperation.create_field_index("space_id", qe.KeywordIndexParams(is_tenant=True))
-    )
-    # Filters of replace/delete and path_prefix; read from disk, kept off the RSS.
-    for field in ("path", PATH_SCOPES_FIELD):
-        shard.update(
-            qe.UpdateOperation.create_field_index(
-                field, qe.KeywordIndexParams(memory=qe.Memory.Cold)
-            )
-        )
-
-
-def _space_condition(space_id: str) -> qe.FieldCondition:
-    return qe.FieldCondition(key="space_id", match=qe.MatchValue(space_id))
-
-
-def _path_conditions(space_id: str, path: str) -> list[Any]:
-    return [_space_condition(space_id), qe.FieldCondition(key="path", match=qe.MatchValue(path))]
 
 
 def _check_same_dimension(known: ModelInfo, dimension: int) -> None:
