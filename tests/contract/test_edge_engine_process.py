@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -141,5 +142,48 @@ async def test_close_stops_the_engine_process(tmp_path: Path) -> None:
     await index.open()
     try:
         assert await index.engine_pid() != pid
+    finally:
+        await index.close()
+
+
+OWNER = """
+import asyncio, sys
+from pathlib import Path
+from engram.domain.chunks import ModelInfo
+from engram.indexes.vector.edge_index import EdgeVectorIndex
+
+async def main() -> None:
+    index = EdgeVectorIndex(Path(sys.argv[1]))
+    await index.open()
+    await index.ensure_collection(ModelInfo("test-model", 8))
+    print(await index.engine_pid(), flush=True)
+    await asyncio.sleep(120)
+
+if __name__ == "__main__":
+    asyncio.run(main())
+"""
+
+
+async def test_the_engine_dies_with_a_killed_server_and_frees_the_shard(tmp_path: Path) -> None:
+    script = tmp_path / "owner.py"
+    script.write_text(OWNER)
+    owner = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), str(tmp_path / "v"), stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert owner.stdout is not None
+        engine = int(await asyncio.wait_for(owner.stdout.readline(), 60))
+    finally:
+        owner.kill()
+        await owner.wait()
+    for _ in range(500):
+        if gone(engine):
+            break
+        await asyncio.sleep(0.01)
+    # Still running, it would hold the shard's lock: the restarted server could not open it.
+    index = EdgeVectorIndex(tmp_path / "v", tuning=EAGER)
+    await index.open()
+    try:
+        assert await index.collections() == [MODEL]
     finally:
         await index.close()

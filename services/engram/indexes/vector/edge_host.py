@@ -16,10 +16,13 @@ pickles); the parent maps them to `IndexUnavailable`.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from multiprocessing import forkserver
 from typing import Any
 
 import numpy as np
@@ -29,6 +32,7 @@ import qdrant_edge as qe
 from engram.domain.scoping import PATH_SCOPES_FIELD
 
 SHARD_DIR = "shard"
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _SCROLL_PAGE = 1024
 
 # The open shards of this process, by model id.
@@ -105,9 +109,25 @@ def shard_config(dimension: int, tuning: EdgeTuning) -> qe.EdgeConfig:
 
 
 def start() -> None:
-    """The worker's initializer: Ctrl-C reaches the whole process group, but the parent
-    decides when the shards close (it flushes them first)."""
+    """The worker's initializer. Ctrl-C reaches the whole process group, but the parent
+    decides when the shards close (it flushes them first).
+
+    And the engine dies with the serving process, even mid-call: left running, it would
+    hold the shard's lock (the restarted server could not open it), and a pool's worker
+    never sees its parent go (it holds both ends of its own call queue). Its parent is
+    multiprocessing's fork server, which exits once no process holds the write end of its
+    "alive" pipe: the serving process does, and a forked child gets a copy, closed here.
+    Then the kernel kills this process when the fork server exits (PR_SET_PDEATHSIG, which
+    needs no Python code to run: an engine call holds the GIL)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    alive = getattr(forkserver._forkserver, "_forkserver_alive_fd", None)
+    if isinstance(alive, int):
+        with contextlib.suppress(OSError):
+            os.close(alive)
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:  # the fork server was already gone
+            os._exit(1)
 
 
 def create(model_id: str, shard_dir: str, dimension: int, tuning: EdgeTuning) -> None:
