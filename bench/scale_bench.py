@@ -12,7 +12,8 @@ fresh child process opens the embedded indexes exactly as `engram dev` does
 (TantivyKeywordIndex + NumpyVectorIndex under SearchService, in process: no gRPC) and
 measures, one client at a time, p50/p99 of lexical, semantic and hybrid search over three
 kinds of scope, then hybrid QPS at concurrency 8, and reports the process's RSS (before
-opening, after opening, after the searches, and the peak) and the time to open.
+opening, after opening, after the searches, and the peak) and the time to open. Qdrant Edge
+runs in a process of its own (EdgeVectorIndex), whose RSS is reported apart.
 
 Corpus (deterministic, seeded): N/1000 spaces; space 0 - "the big space" - holds 10 % of
 the chunks, the others share the rest with lognormal sizes (the median one holds ~800
