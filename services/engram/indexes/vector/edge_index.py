@@ -53,18 +53,14 @@ import asyncio
 import contextlib
 import json
 import logging
-import multiprocessing
 import os
 import shutil
-import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -73,7 +69,8 @@ from engram.domain.errors import InvalidArgument
 from engram.domain.scoping import normalize_path_prefix, path_scopes
 from engram.indexes.ports import IndexModelMismatch, IndexUnavailable, Vectors
 from engram.indexes.vector import edge_host
-from engram.indexes.vector.edge_host import SHARD_DIR, EdgeTuning, EngineFailure, Where
+from engram.indexes.vector.edge_host import SHARD_DIR, EdgeTuning, Where
+from engram.indexes.vector.edge_process import EngineProcess, Run
 from engram.indexes.vector.legacy import LEGACY_COLLECTIONS_DIR, migrate_legacy
 from engram.indexes.vector.paths import atomic_write_json, collection_dir_name
 from engram.indexes.vector.points import check_chunks, chunk_of, payload, point_id
@@ -85,13 +82,6 @@ log = logging.getLogger(__name__)
 ALIAS_FILE = "alias.json"
 EDGE_DIR = "edge"
 MODEL_FILE = "model.json"
-# After a failed restart of the engine process, calls fail at once for this long.
-RESTART_BACKOFF_SECONDS = 2.0
-DIED = (
-    "the vector engine's process died during this call; the next call starts a new one, "
-    "which reopens the shards from disk (acknowledged writes are in the WAL)"
-)
-T = TypeVar("T")
 
 
 class _Collection:
@@ -132,10 +122,7 @@ class EdgeVectorIndex:
         self._path_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
-        # The engine process, and a restart of it under way or failed lately.
-        self._engine: ProcessPoolExecutor | None = None
-        self._restart: asyncio.Task[ProcessPoolExecutor] | None = None
-        self._restart_failed: tuple[float, str] | None = None
+        self._engine = EngineProcess(self._reopen)
 
     @property
     def tuning(self) -> EdgeTuning:
@@ -147,18 +134,17 @@ class EdgeVectorIndex:
         if self._opened:
             return
         await asyncio.to_thread((self._root / EDGE_DIR).mkdir, parents=True, exist_ok=True)
-        engine = _start_engine()
-        loaded: dict[str, _Collection] = {}
+        found: dict[str, _Collection] = {}
+        for directory in sorted(await asyncio.to_thread(_collection_dirs, self._root)):
+            info = await asyncio.to_thread(_read_model, directory)
+            if info is not None:
+                found[info.model_id] = _Collection(info, directory)
+        self._collections = found
         try:
-            for directory in sorted(await asyncio.to_thread(_collection_dirs, self._root)):
-                collection = await self._load_collection(engine, directory)
-                if collection is not None:
-                    loaded[collection.info.model_id] = collection
+            await self._engine.start()  # loads every shard (_reopen)
         except BaseException:
-            await _stop_engine(engine)
+            self._collections = {}
             raise
-        self._engine = engine
-        self._collections = loaded
         self._opened = True
         if await asyncio.to_thread((self._root / LEGACY_COLLECTIONS_DIR).is_dir):
             await migrate_legacy(self._root, self)
@@ -167,8 +153,6 @@ class EdgeVectorIndex:
         for collection in self._collections.values():
             if collection.optimizer is None:
                 self._start_optimizer(collection)
-            # An index built by an earlier process may have been left unoptimized.
-            self._mark_written(collection)
 
     async def close(self) -> None:
         if not self._opened:
@@ -177,17 +161,13 @@ class EdgeVectorIndex:
         collections, self._collections = list(self._collections.values()), {}
         for collection in collections:
             await self._stop_optimizer(collection)
-        restart, self._restart = self._restart, None
-        if restart is not None:
-            with contextlib.suppress(IndexUnavailable):
-                await restart
-        engine, self._engine = self._engine, None
-        if engine is None:
-            return
-        for collection in collections:
-            with contextlib.suppress(IndexUnavailable):
-                await _run(engine, edge_host.close, collection.info.model_id)
-        await _stop_engine(engine)
+
+        async def closing(run: Run) -> None:
+            for collection in collections:
+                with contextlib.suppress(IndexUnavailable):
+                    await run(edge_host.close, collection.info.model_id)
+
+        await self._engine.stop(closing)
 
     async def optimize(self) -> None:
         """Builds every pending index now (benchmarks and the migration wait on this)."""
@@ -199,7 +179,7 @@ class EdgeVectorIndex:
     async def engine_pid(self) -> int:
         """The engine process's id (tests and benchmarks read its memory, or stop it)."""
         self._check_open()
-        return await self._call(edge_host.pid)
+        return await self._engine.call(edge_host.pid)
 
     # --- collections -------------------------------------------------------------------------
 
@@ -223,7 +203,7 @@ class EdgeVectorIndex:
             # The shard first, the model file last: a directory without its model file is a
             # creation that did not finish, removed at the next open.
             await asyncio.to_thread(fresh_directory)
-            await self._call(
+            await self._engine.call(
                 edge_host.create,
                 model.model_id,
                 collection.shard_dir,
@@ -269,7 +249,7 @@ class EdgeVectorIndex:
                 )
                 self._active = None
             await self._stop_optimizer(collection)
-            await self._call(edge_host.close, model_id)
+            await self._engine.call(edge_host.close, model_id)
             # Renamed first, so a crash mid-delete never leaves a half collection to load.
             doomed = collection.directory.with_name(f".dropped-{uuid.uuid4().hex}")
             await asyncio.to_thread(os.replace, collection.directory, doomed)
@@ -308,7 +288,7 @@ class EdgeVectorIndex:
             # Looked up again: the collection may have been dropped while this waited (the
             # engine then fails on the closed shard instead of naming the model).
             collection = self._collection(model_id)
-            await self._call(edge_host.replace, model_id, ids, matrix, payloads, stale)
+            await self._engine.call(edge_host.replace, model_id, ids, matrix, payloads, stale)
         self._mark_written(collection)
 
     async def delete_chunks(self, space_id: str, path: str) -> None:
@@ -346,7 +326,7 @@ class EdgeVectorIndex:
         where = Where(
             tuple(sorted(set(space_ids))), scope=normalize_path_prefix(path_prefix) or None
         )
-        call = self._call(
+        call = self._engine.call(
             edge_host.search,
             model_id,
             query,
@@ -369,7 +349,7 @@ class EdgeVectorIndex:
         collection = self._target(model_id)
         if collection is None:
             return []
-        found = await self._call(
+        found = await self._engine.call(
             edge_host.scroll, collection.info.model_id, Where((space_id,), path=path), True
         )
         return sorted((chunk_of(fields) for fields in found), key=lambda c: c.chunk_index)
@@ -381,7 +361,7 @@ class EdgeVectorIndex:
         collection = self._target(model_id)
         if collection is None:
             return {}
-        found = await self._call(
+        found = await self._engine.call(
             edge_host.scroll,
             collection.info.model_id,
             Where((space_id,)),
@@ -401,81 +381,10 @@ class EdgeVectorIndex:
         """Adds ready-made points (the migration of an earlier index; benchmarks' bulk load)."""
         collection = self._collection(model_id)
         matrix = np.asarray(vectors, dtype=np.float32)
-        await self._call(edge_host.upsert, model_id, list(ids), matrix, [dict(p) for p in payloads])
-        self._mark_written(collection)
-
-    # --- the engine process ------------------------------------------------------------------
-
-    async def _call(self, work: Callable[..., T], *args: Any) -> T:
-        """Runs `work(*args)` in the engine process, starting a new one if it died."""
-        for attempt in range(2):
-            engine = await self._live_engine()
-            try:
-                return await _run(engine, work, *args)
-            except _NotSent:
-                # It died while idle: this call never reached it, so once more on a new one.
-                self._lost(engine)
-                if attempt:
-                    raise IndexUnavailable(DIED) from None
-            except _Died:
-                self._lost(engine)
-                raise IndexUnavailable(DIED) from None
-            except EngineFailure as error:
-                raise IndexUnavailable(f"qdrant edge failed: {error}") from None
-        raise AssertionError("unreachable")
-
-    async def _live_engine(self) -> ProcessPoolExecutor:
-        if self._engine is not None:
-            return self._engine
-        self._check_open()
-        if self._restart is None:
-            if self._restart_failed is not None:
-                failed_at, why = self._restart_failed
-                if time.monotonic() - failed_at < RESTART_BACKOFF_SECONDS:
-                    raise IndexUnavailable(f"the vector engine's process could not start: {why}")
-            self._restart = asyncio.create_task(self._restart_engine())
-        # Shielded: a caller that gives up (a search's timeout) leaves the restart running.
-        return await asyncio.shield(self._restart)
-
-    async def _restart_engine(self) -> ProcessPoolExecutor:
-        started = time.perf_counter()
-        engine = _start_engine()
-        try:
-            for collection in list(self._collections.values()):
-                await _run_mapped(
-                    engine,
-                    edge_host.load,
-                    collection.info.model_id,
-                    collection.shard_dir,
-                    collection.info.dimension,
-                    self._tuning,
-                )
-        except BaseException as error:
-            await _stop_engine(engine)
-            message = error.message if isinstance(error, IndexUnavailable) else repr(error)
-            self._restart_failed = (time.monotonic(), message)
-            self._restart = None
-            log.error("vector engine process could not restart", extra={"error": message})
-            raise
-        self._restart_failed = None
-        self._restart = None
-        if not self._opened:  # closed meanwhile
-            await _stop_engine(engine)
-            raise IndexUnavailable("the vector index is not open")
-        self._engine = engine
-        log.warning(
-            "vector engine process restarted",
-            extra={"collections": len(self._collections), "seconds": time.perf_counter() - started},
+        await self._engine.call(
+            edge_host.upsert, model_id, list(ids), matrix, [dict(p) for p in payloads]
         )
-        for collection in self._collections.values():
-            self._mark_written(collection)
-        return engine
-
-    def _lost(self, engine: ProcessPoolExecutor) -> None:
-        if self._engine is engine:
-            self._engine = None
-            log.error("vector engine process died")
-        engine.shutdown(wait=False, cancel_futures=True)
+        self._mark_written(collection)
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -503,11 +412,11 @@ class EdgeVectorIndex:
         for collection in list(self._collections.values()):
             if self._collections.get(collection.info.model_id) is not collection:
                 continue  # dropped meanwhile
-            await self._call(edge_host.delete, collection.info.model_id, where)
+            await self._engine.call(edge_host.delete, collection.info.model_id, where)
             self._mark_written(collection)
 
     async def _optimize(self, collection: _Collection) -> None:
-        await self._call(edge_host.optimize, collection.info.model_id)
+        await self._engine.call(edge_host.optimize, collection.info.model_id)
 
     def _mark_written(self, collection: _Collection) -> None:
         collection.dirty = True
@@ -555,89 +464,43 @@ class EdgeVectorIndex:
             return None
         return value if isinstance(value, str) else None
 
-    async def _load_collection(
-        self, engine: ProcessPoolExecutor, directory: Path
-    ) -> _Collection | None:
-        model_file = directory / MODEL_FILE
-        if not await asyncio.to_thread(model_file.is_file):
-            # A collection whose creation did not finish.
-            await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
-            return None
-        stored = json.loads(await asyncio.to_thread(model_file.read_text, encoding="utf-8"))
-        collection = _Collection(
-            ModelInfo(str(stored["model_id"]), int(stored["dimension"])), directory
-        )
-        info = collection.info
-        try:
-            await _run(
-                engine,
-                edge_host.load,
-                info.model_id,
-                collection.shard_dir,
-                info.dimension,
-                self._tuning,
-            )
-        except EngineFailure as error:
-            owned = "WouldBlock" in str(error)
-            raise IndexUnavailable(
-                f"vector collection {info.model_id!r} at {directory} "
-                + (
-                    "is open in another process (one process owns the embedded vector "
-                    "index; the others reach it through that process)"
-                    if owned
-                    else f"could not be opened: {error}"
+    async def _reopen(self, run: Run) -> None:
+        """Loads every collection's shard into a new engine process (the WAL replays what
+        was acknowledged), then has the optimizer look at it: an index built by an earlier
+        process, or by one that died, may have been left unoptimized."""
+        for collection in list(self._collections.values()):
+            info = collection.info
+            try:
+                await run(
+                    edge_host.load,
+                    info.model_id,
+                    collection.shard_dir,
+                    info.dimension,
+                    self._tuning,
                 )
-            ) from None
-        except (_NotSent, _Died):
-            raise IndexUnavailable(DIED) from None
-        return collection
+            except IndexUnavailable as error:
+                owned = "WouldBlock" in error.message
+                raise IndexUnavailable(
+                    f"vector collection {info.model_id!r} at {collection.directory} "
+                    + (
+                        "is open in another process (one process owns the embedded vector "
+                        "index; the others reach it through that process)"
+                        if owned
+                        else f"could not be opened: {error.message}"
+                    )
+                ) from None
+            self._mark_written(collection)
 
 
-class _NotSent(Exception):
-    """The engine process was gone before the call was handed to it."""
-
-
-class _Died(Exception):
-    """The engine process died while the call was queued or running."""
-
-
-def _start_engine() -> ProcessPoolExecutor:
-    """A new engine process, forked from multiprocessing's fork server: a single-threaded
-    process started once (none of this process's threads or locks), with the engine module
-    and the pool's worker already imported: a new engine answers its first call ~0.2 s
-    after it starts, against ~0.8 s for a spawned interpreter (measured here)."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([edge_host.__name__, "concurrent.futures.process"])
-    return ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=edge_host.start)
-
-
-async def _stop_engine(engine: ProcessPoolExecutor) -> None:
-    await asyncio.to_thread(engine.shutdown, wait=True, cancel_futures=True)
-
-
-async def _run(engine: ProcessPoolExecutor, work: Callable[..., T], *args: Any) -> T:
-    """`work(*args)` in the engine; EngineFailure as the engine raised it, _NotSent or _Died
-    if the process is gone."""
-    try:
-        future = engine.submit(work, *args)
-    except BrokenProcessPool:
-        raise _NotSent from None
-    except RuntimeError:  # shut down by close()
-        raise IndexUnavailable("the vector index is not open") from None
-    try:
-        return await asyncio.wrap_future(future)
-    except BrokenProcessPool:
-        raise _Died from None
-
-
-async def _run_mapped(engine: ProcessPoolExecutor, work: Callable[..., T], *args: Any) -> T:
-    """`_run`, with every failure as IndexUnavailable."""
-    try:
-        return await _run(engine, work, *args)
-    except EngineFailure as error:
-        raise IndexUnavailable(f"qdrant edge failed: {error}") from None
-    except (_NotSent, _Died):
-        raise IndexUnavailable(DIED) from None
+def _read_model(directory: Path) -> ModelInfo | None:
+    """The collection's model, or None (and the directory removed) for a collection whose
+    creation did not finish."""
+    model_file = directory / MODEL_FILE
+    if not model_file.is_file():
+        shutil.rmtree(directory, ignore_errors=True)
+        return None
+    stored = json.loads(model_file.read_text(encoding="utf-8"))
+    return ModelInfo(str(stored["model_id"]), int(stored["dimension"]))
 
 
 def _collection_dirs(root: Path) -> list[Path]:
