@@ -22,12 +22,13 @@ vectors exactly from the payload index, so tiny spaces lose nothing. The default
 Where the engine runs: `qdrant-edge-py` holds the GIL for the whole of every engine call
 (an optimize of 20,000 points froze every other thread of its process for 22 s), so in the
 serving process it would stop every RPC, health check and timer while it works. The shards
-live instead in one child process (`engram.indexes.vector.edge_host`, a one-worker
-`ProcessPoolExecutor` started by `open()` and stopped by `close()`); this process sends it
-plain data and awaits the answer, its event loop free meanwhile. The child runs one call
-at a time, in order. A child that dies fails the calls it was running with
-`IndexUnavailable`; the next call starts a new child, which reopens the shards from disk
-(the WAL replays every acknowledged write).
+live instead in one child process (`EngineProcess` in `edge_process`, started by `open()`
+and stopped by `close()`, running the calls in `edge_host`); this process sends it plain
+data and awaits the answer, its event loop free meanwhile (bench/RESULTS.md, "The engine's
+own process"). The child runs one call at a time, in order. A child that dies fails the
+calls it was running with `IndexUnavailable`; the next call starts a new child, which
+reopens the shards from disk (the WAL replays every acknowledged write). The child dies
+with the serving process, so a restarted server finds the shards unlocked.
 
 Edge builds indexes only when asked: writes land in an appendable segment that searches
 scan in full; once writes have settled, a background task asks the child to run the
