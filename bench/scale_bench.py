@@ -12,7 +12,8 @@ fresh child process opens the embedded indexes exactly as `engram dev` does
 (TantivyKeywordIndex + NumpyVectorIndex under SearchService, in process: no gRPC) and
 measures, one client at a time, p50/p99 of lexical, semantic and hybrid search over three
 kinds of scope, then hybrid QPS at concurrency 8, and reports the process's RSS (before
-opening, after opening, after the searches, and the peak) and the time to open.
+opening, after opening, after the searches, and the peak) and the time to open. Qdrant Edge
+runs in a process of its own (EdgeVectorIndex), whose RSS is reported apart.
 
 Corpus (deterministic, seeded): N/1000 spaces; space 0 - "the big space" - holds 10 % of
 the chunks, the others share the rest with lognormal sizes (the median one holds ~800
@@ -59,7 +60,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import qdrant_edge as qe
 import tantivy
 from benchlib import bench_token, load_launcher, new_events_consumer, percentile, process_cpu
 
@@ -250,16 +250,14 @@ class EdgeSink:
         await self._index.activate(MODEL.model_id)
 
     def add(self, chunks: Sequence[Chunk], vectors: np.ndarray) -> None:
-        rows = vectors.tolist()
-        points = [
-            qe.Point(
-                id=point_id(c.chunk_id), vector=rows[i], payload=payload(c, path_scopes(c.path))
-            )
-            for i, c in enumerate(chunks)
-        ]
-        for start in range(0, len(points), 4096):
+        ids = [point_id(c.chunk_id) for c in chunks]
+        payloads = [payload(c, path_scopes(c.path)) for c in chunks]
+        for start in range(0, len(ids), 4096):
+            end = start + 4096
             self._runner.run(
-                self._index.import_points(MODEL.model_id, points[start : start + 4096])
+                self._index.import_points(
+                    MODEL.model_id, ids[start:end], vectors[start:end], payloads[start:end]
+                )
             )
 
     def build(self) -> float:
@@ -469,10 +467,10 @@ def scopes(layout: Layout) -> dict[str, list[list[SpaceRef]]]:
 # --- measuring ----------------------------------------------------------------------------------
 
 
-def memory() -> dict[str, float]:
-    """This process's resident and peak resident memory, MiB (from /proc)."""
+def memory(pid: int | str = "self") -> dict[str, float]:
+    """A process's (this one's by default) resident and peak resident memory, MiB."""
     values: dict[str, float] = {}
-    with open("/proc/self/status", encoding="ascii") as status:
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
         for line in status:
             key, _, rest = line.partition(":")
             if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
@@ -483,6 +481,11 @@ def memory() -> dict[str, float]:
         "anon_mib": values["RssAnon"],
         "file_mib": values["RssFile"],
     }
+
+
+def engine_memory(pid: int | None) -> dict[str, float] | None:
+    """The vector engine's own process's memory, if it has one."""
+    return None if pid is None else memory(pid)
 
 
 def page_in(directory: Path) -> None:
@@ -540,11 +543,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         f"{args.ef_construct or EdgeTuning().ef_construct}"
         if args.engine == "edge"
         else "",
-    }
-    result["sizes"] = {
-        "big": layout.sizes[0],
-        "median": int(statistics.median(layout.sizes[1:])),
-        "max_other": max(layout.sizes[1:]),
+        "sizes": {
+            "big": layout.sizes[0],
+            "median": int(statistics.median(layout.sizes[1:])),
+            "max_other": max(layout.sizes[1:]),
+        },
     }
     result["memory_before_open"] = memory()
     # The keyword index's files are read once first, as a serving process finds them in the
@@ -566,6 +569,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
     gc.collect()
     result["memory_after_open"] = memory()
+    # Edge runs in a process of its own (EdgeVectorIndex): its memory is counted apart.
+    engine_pid = await vector.engine_pid() if isinstance(vector, EdgeVectorIndex) else None
+    result["engine_memory_after_open"] = engine_memory(engine_pid)
     # A full collection stops the event loop: what the resident index adds to it.
     pauses = []
     for _ in range(3):
@@ -633,6 +639,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             stats.sort_stats("tottime").print_stats(20)
     finally:
         result["memory_after_search"] = memory()
+        result["engine_memory_after_search"] = engine_memory(engine_pid)
         await keyword.close()
         await vector.close()
     result["rows"] = rows
@@ -1097,6 +1104,13 @@ def report(results: list[dict[str, Any]]) -> None:
             f" {r.get('vector_disk_mib', 0):.0f} MiB, load {load.get('vector', 0):.1f} s,"
             f" build {load.get('vector_build', 0):.1f} s"
         )
+        if r.get("engine_memory_after_open"):
+            opened, end = r["engine_memory_after_open"], r["engine_memory_after_search"]
+            print(
+                f"   engine process RSS anon/file after open {opened['anon_mib']:.0f}/"
+                f"{opened['file_mib']:.0f} MiB, after the searches {end['anon_mib']:.0f}/"
+                f"{end['file_mib']:.0f} MiB, peak {end['peak_mib']:.0f} MiB"
+            )
         for row in r["recall"]:
             setting = (
                 f"ef {row['hnsw_ef']:>3} x{row['oversampling']:.0f}"

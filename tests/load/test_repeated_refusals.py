@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
@@ -182,22 +181,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
         )
         assert not isinstance(loaded, CallFailure), loaded.message
         asyncio.run(wait_indexed(running.port))
-        settle(running)
         yield running
-
-
-def settle(server: DevServer, *, within: int = 8 * MIB, readings: int = 5) -> None:
-    """Waits (at most 120 s) until RSS holds still: after the indexer's backlog empties, the
-    vector engine (Qdrant Edge) still optimizes the new segment in the background (HNSW graph,
-    int8 quantization), ~120 MiB that is the index's own, not a refusal's."""
-    last: list[int] = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        last = [*last[-(readings - 1) :], server.rss()]
-        if len(last) == readings and max(last) - min(last) < within:
-            return
-        time.sleep(1)
-    raise AssertionError(f"RSS never settled after indexing (MiB: {[r // MIB for r in last]})")
 
 
 @contextlib.asynccontextmanager

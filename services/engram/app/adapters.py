@@ -112,8 +112,8 @@ def opensearch_index(url: str, settings: Settings) -> OpenSearchKeywordIndex:
 
 
 def embedded_vector_index(settings: Settings) -> EdgeVectorIndex:
-    """`engram dev`'s vector index under the data directory: Qdrant Edge, in this process
-    (an earlier exact index found there is migrated when it opens)."""
+    """`engram dev`'s vector index under the data directory: Qdrant Edge, in a child process
+    the index owns (an earlier exact index found there is migrated when it opens)."""
     return EdgeVectorIndex(settings.data_dir / VECTOR_DIR)
 
 

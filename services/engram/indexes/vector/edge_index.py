@@ -1,4 +1,5 @@
-"""EdgeVectorIndex: the embedded vector index on Qdrant Edge, Qdrant's own engine in process.
+"""EdgeVectorIndex: the embedded vector index on Qdrant Edge, Qdrant's own engine, run in a
+child process that the index owns.
 
 Layout under `root`:
 
@@ -18,13 +19,28 @@ float vectors; the planner answers a space smaller than `full_scan_threshold_kb`
 vectors exactly from the payload index, so tiny spaces lose nothing. The defaults in
 `EdgeTuning` were chosen by measurement (bench/scale_bench.py, bench/RESULTS.md).
 
-Edge builds indexes only when asked: writes land in an appendable segment that searches
-scan in full; a background task runs the optimizer after writes settle, off the event
-loop, while searches go on against the old segments.
+Where the engine runs: `qdrant-edge-py` holds the GIL for the whole of every engine call
+(an optimize of 20,000 points froze every other thread of its process for 22 s), so in the
+serving process it would stop every RPC, health check and timer while it works. The shards
+live instead in one child process (`EngineProcess` in `edge_process`, started by `open()`
+and stopped by `close()`, running the calls in `edge_host`); this process sends it plain
+data and awaits the answer, its event loop free meanwhile (bench/RESULTS.md, "The engine's
+own process"). The child runs one call at a time, in order. A child that dies fails the
+calls it was running with `IndexUnavailable`; the next call starts a new child, which
+reopens the shards from disk (the WAL replays every acknowledged write). The child dies
+with the serving process, so a restarted server finds the shards unlocked.
 
-One process owns a shard: Edge locks its WAL, and a second process opening the same
-directory gets IndexUnavailable naming the owner problem (processes that share vectors
-reach them through the process that owns the engine, see engram.app).
+Edge builds indexes only when asked: writes land in an appendable segment that searches
+scan in full; once writes have settled, a background task asks the child to run the
+optimizer. The child is busy while it does: calls queue behind the optimization, and a
+search whose leg times out meanwhile degrades with that reason (SearchService's backend
+timeout); its call is cancelled before it reaches the child, so no backlog of abandoned
+searches delays the next ones. `EdgeTuning.max_segment_size_kb` bounds how large a segment
+one merge rebuilds.
+
+One process owns a shard: Edge locks its WAL, and a second index opening the same directory
+gets IndexUnavailable naming the owner problem (processes that share vectors reach them
+through the process that owns the engine, see engram.app).
 
 A root that still holds the earlier exact index's files (`collections/*/vectors.sqlite3`)
 is migrated on open: each stored chunk and vector is copied into a new shard (progress
@@ -42,93 +58,52 @@ import os
 import shutil
 import uuid
 import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
-import qdrant_edge as qe
 
 from engram.domain.chunks import Chunk, IndexedDocument, ModelInfo, ScoredChunk, indexed_documents
 from engram.domain.errors import InvalidArgument
-from engram.domain.scoping import PATH_SCOPES_FIELD, normalize_path_prefix, path_scopes
+from engram.domain.scoping import normalize_path_prefix, path_scopes
 from engram.indexes.ports import IndexModelMismatch, IndexUnavailable, Vectors
+from engram.indexes.vector import edge_host
+from engram.indexes.vector.edge_host import SHARD_DIR, EdgeTuning, Where
+from engram.indexes.vector.edge_process import EngineProcess, Run
 from engram.indexes.vector.legacy import LEGACY_COLLECTIONS_DIR, migrate_legacy
 from engram.indexes.vector.paths import atomic_write_json, collection_dir_name
 from engram.indexes.vector.points import check_chunks, chunk_of, payload, point_id
+
+__all__ = ["EdgeTuning", "EdgeVectorIndex"]
 
 log = logging.getLogger(__name__)
 
 ALIAS_FILE = "alias.json"
 EDGE_DIR = "edge"
 MODEL_FILE = "model.json"
-SHARD_DIR = "shard"
-_SCROLL_PAGE = 1024
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class EdgeTuning:
-    """The engine's settings (bench/RESULTS.md, "Qdrant Edge": how each was chosen).
-
-    m, ef_construct, payload_m: HNSW graph degree, build beam width, and the degree of the
-    extra per-space links. hnsw_ef: the search beam width. oversampling: how many more
-    quantized candidates than asked for are rescored on the original vectors.
-    full_scan_threshold_kb: below this many KB of vectors matching a filter, a search is
-    an exact scan of those points. indexing_threshold_kb: a segment is HNSW-indexed once
-    its vectors pass this size. optimize_delay_seconds: how long writes must settle
-    before the optimizer runs.
-    """
-
-    m: int = 16
-    ef_construct: int = 128
-    payload_m: int = 16
-    hnsw_ef: int = 128
-    oversampling: float = 2.0
-    full_scan_threshold_kb: int = 2_000
-    indexing_threshold_kb: int = 10_000
-    optimize_delay_seconds: float = 1.0
-
-
-def shard_config(dimension: int, tuning: EdgeTuning) -> qe.EdgeConfig:
-    """A collection's shard: the HNSW graph and the int8 vectors in RAM; the original
-    vectors (read only to rescore a query's candidates) and the payload memory-mapped from
-    disk; the WAL on."""
-    return qe.EdgeConfig(
-        vectors=qe.EdgeVectorParams(
-            size=dimension, distance=qe.Distance.Cosine, memory=qe.Memory.Cold
-        ),
-        hnsw_config=qe.HnswIndexConfig(
-            m=tuning.m,
-            ef_construct=tuning.ef_construct,
-            full_scan_threshold=tuning.full_scan_threshold_kb,
-            payload_m=tuning.payload_m,
-        ),
-        quantization_config=qe.ScalarQuantizationConfig(
-            type=qe.ScalarType.Int8, quantile=0.99, memory=qe.Memory.Pinned
-        ),
-        optimizers=qe.EdgeOptimizersConfig(indexing_threshold=tuning.indexing_threshold_kb),
-        payload_memory=qe.Memory.Cold,
-        wal_enabled=True,
-    )
 
 
 class _Collection:
-    def __init__(self, info: ModelInfo, directory: Path, shard: qe.EdgeShard) -> None:
+    def __init__(self, info: ModelInfo, directory: Path) -> None:
         self.info = info
         self.directory = directory
-        self.shard = shard
         # Writes since the optimizer last ran; the optimizer task waits on `written`.
         self.dirty = False
         self.written = asyncio.Event()
         self.optimizer: asyncio.Task[None] | None = None
         # The optimization running now, if any (a close waits for it).
-        self.optimizing: asyncio.Future[bool] | None = None
+        self.optimizing: asyncio.Future[None] | None = None
+
+    @property
+    def shard_dir(self) -> str:
+        return str(self.directory / SHARD_DIR)
 
 
 class EdgeVectorIndex:
-    """The `VectorIndex` on Qdrant Edge shards under `root` (see the module docstring)."""
+    """The `VectorIndex` on Qdrant Edge shards under `root`, served by a child process (see
+    the module docstring)."""
 
     def __init__(
         self,
@@ -148,6 +123,7 @@ class EdgeVectorIndex:
         self._path_locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (
             weakref.WeakValueDictionary()
         )
+        self._engine = EngineProcess(self._reopen)
 
     @property
     def tuning(self) -> EdgeTuning:
@@ -159,17 +135,17 @@ class EdgeVectorIndex:
         if self._opened:
             return
         await asyncio.to_thread((self._root / EDGE_DIR).mkdir, parents=True, exist_ok=True)
-        loaded: dict[str, _Collection] = {}
+        found: dict[str, _Collection] = {}
+        for directory in sorted(await asyncio.to_thread(_collection_dirs, self._root)):
+            info = await asyncio.to_thread(_read_model, directory)
+            if info is not None:
+                found[info.model_id] = _Collection(info, directory)
+        self._collections = found
         try:
-            for directory in sorted(await asyncio.to_thread(_collection_dirs, self._root)):
-                collection = await self._load_collection(directory)
-                if collection is not None:
-                    loaded[collection.info.model_id] = collection
+            await self._engine.start()  # loads every shard (_reopen)
         except BaseException:
-            for collection in loaded.values():
-                await asyncio.to_thread(collection.shard.close)
+            self._collections = {}
             raise
-        self._collections = loaded
         self._opened = True
         if await asyncio.to_thread((self._root / LEGACY_COLLECTIONS_DIR).is_dir):
             await migrate_legacy(self._root, self)
@@ -178,8 +154,6 @@ class EdgeVectorIndex:
         for collection in self._collections.values():
             if collection.optimizer is None:
                 self._start_optimizer(collection)
-            # An index built by an earlier process may have been left unoptimized.
-            self._mark_written(collection)
 
     async def close(self) -> None:
         if not self._opened:
@@ -188,14 +162,25 @@ class EdgeVectorIndex:
         collections, self._collections = list(self._collections.values()), {}
         for collection in collections:
             await self._stop_optimizer(collection)
-            await asyncio.to_thread(_close_shard, collection.shard)
+
+        async def closing(run: Run) -> None:
+            for collection in collections:
+                with contextlib.suppress(IndexUnavailable):
+                    await run(edge_host.close, collection.info.model_id)
+
+        await self._engine.stop(closing)
 
     async def optimize(self) -> None:
         """Builds every pending index now (benchmarks and the migration wait on this)."""
         self._check_open()
         for collection in list(self._collections.values()):
             collection.dirty = False
-            await self._engine(collection.shard.optimize)
+            await self._optimize(collection)
+
+    async def engine_pid(self) -> int:
+        """The engine process's id (tests and benchmarks read its memory, or stop it)."""
+        self._check_open()
+        return await self._engine.call(edge_host.pid)
 
     # --- collections -------------------------------------------------------------------------
 
@@ -208,25 +193,29 @@ class EdgeVectorIndex:
             if existing is not None:
                 _check_same_dimension(existing.info, model.dimension)
                 return
-            directory = self._root / EDGE_DIR / collection_dir_name(model.model_id)
-            config = shard_config(model.dimension, self._tuning)
+            collection = _Collection(
+                model, self._root / EDGE_DIR / collection_dir_name(model.model_id)
+            )
 
-            def create() -> qe.EdgeShard:
-                # The shard first, the model file last: a directory without its model file
-                # is a creation that did not finish, removed at the next open.
-                shutil.rmtree(directory, ignore_errors=True)
-                directory.mkdir(parents=True)
-                shard = qe.EdgeShard.create(str(directory / SHARD_DIR), config)
-                _create_payload_indexes(shard)
-                shard.flush()
-                atomic_write_json(
-                    directory / MODEL_FILE,
-                    {"model_id": model.model_id, "dimension": model.dimension},
-                )
-                return shard
+            def fresh_directory() -> None:
+                shutil.rmtree(collection.directory, ignore_errors=True)
+                collection.directory.mkdir(parents=True)
 
-            shard = await self._engine(create)
-            collection = _Collection(model, directory, shard)
+            # The shard first, the model file last: a directory without its model file is a
+            # creation that did not finish, removed at the next open.
+            await asyncio.to_thread(fresh_directory)
+            await self._engine.call(
+                edge_host.create,
+                model.model_id,
+                collection.shard_dir,
+                model.dimension,
+                self._tuning,
+            )
+            await asyncio.to_thread(
+                atomic_write_json,
+                collection.directory / MODEL_FILE,
+                {"model_id": model.model_id, "dimension": model.dimension},
+            )
             self._collections[model.model_id] = collection
             self._start_optimizer(collection)
 
@@ -261,7 +250,7 @@ class EdgeVectorIndex:
                 )
                 self._active = None
             await self._stop_optimizer(collection)
-            await asyncio.to_thread(_close_shard, collection.shard)
+            await self._engine.call(edge_host.close, model_id)
             # Renamed first, so a crash mid-delete never leaves a half collection to load.
             doomed = collection.directory.with_name(f".dropped-{uuid.uuid4().hex}")
             await asyncio.to_thread(os.replace, collection.directory, doomed)
@@ -288,22 +277,11 @@ class EdgeVectorIndex:
         if len({chunk.chunk_index for chunk in chunks}) != len(chunks):
             raise InvalidArgument("two chunks share a chunk_index", field="chunks")
         scopes = path_scopes(path)
-        points = [
-            qe.Point(id=point_id(chunk.chunk_id), vector=row, payload=payload(chunk, scopes))
-            for chunk, row in zip(chunks, matrix.tolist(), strict=True)
-        ]
+        ids = [point_id(chunk.chunk_id) for chunk in chunks]
+        payloads = [payload(chunk, scopes) for chunk in chunks]
         # By id, not by chunk_index: a path re-created as a new document has new chunk ids
         # at the same indexes, and its predecessor's points must go too.
-        stale = qe.Filter(
-            must=_path_conditions(space_id, path),
-            must_not=[qe.HasIdCondition({p.id for p in points})] if points else None,
-        )
-
-        def write() -> None:
-            if points:
-                collection.shard.update(qe.UpdateOperation.upsert_points(points))
-            collection.shard.update(qe.UpdateOperation.delete_points_by_filter(stale))
-
+        stale = Where((space_id,), path=path, except_ids=tuple(ids))
         lock = self._path_locks.get((space_id, path))
         if lock is None:
             lock = self._path_locks[(space_id, path)] = asyncio.Lock()
@@ -311,16 +289,16 @@ class EdgeVectorIndex:
             # Looked up again: the collection may have been dropped while this waited (the
             # engine then fails on the closed shard instead of naming the model).
             collection = self._collection(model_id)
-            await self._engine(write)
+            await self._engine.call(edge_host.replace, model_id, ids, matrix, payloads, stale)
         self._mark_written(collection)
 
     async def delete_chunks(self, space_id: str, path: str) -> None:
         self._check_open()
-        await self._delete_everywhere(qe.Filter(must=_path_conditions(space_id, path)))
+        await self._delete_everywhere(Where((space_id,), path=path))
 
     async def delete_space(self, space_id: str) -> None:
         self._check_open()
-        await self._delete_everywhere(qe.Filter(must=[_space_condition(space_id)]))
+        await self._delete_everywhere(Where((space_id,)))
 
     async def search(
         self,
@@ -346,34 +324,20 @@ class EdgeVectorIndex:
             )
         if limit <= 0 or not space_ids:
             return []
-        conditions: list[qe.FieldCondition] = [
-            qe.FieldCondition(key="space_id", match=qe.MatchAny(sorted(set(space_ids))))
-        ]
-        scope = normalize_path_prefix(path_prefix)
-        if scope:
-            conditions.append(qe.FieldCondition(key=PATH_SCOPES_FIELD, match=qe.MatchValue(scope)))
-        request = qe.QueryRequest(
-            query=qe.Query.Nearest(query.tolist()),
-            filter=qe.Filter(must=list(conditions)),
-            limit=limit,
-            with_payload=True,
-            with_vector=False,
-            params=self.search_params(),
+        where = Where(
+            tuple(sorted(set(space_ids))), scope=normalize_path_prefix(path_prefix) or None
         )
-        points = await self._engine(collection.shard.query, request)
-        return [
-            ScoredChunk(chunk=chunk_of(point.payload or {}), score=float(point.score))
-            for point in points
-        ]
-
-    def search_params(self) -> qe.SearchParams:
-        """The search settings every query uses."""
-        return qe.SearchParams(
-            hnsw_ef=self._tuning.hnsw_ef,
-            quantization=qe.QuantizationSearchParams(
-                rescore=True, oversampling=self._tuning.oversampling
-            ),
+        call = self._engine.call(
+            edge_host.search,
+            model_id,
+            query,
+            where,
+            limit,
+            self._tuning.hnsw_ef,
+            self._tuning.oversampling,
         )
+        rows = await call
+        return [ScoredChunk(chunk=chunk_of(fields), score=score) for score, fields in rows]
 
     def retune_search(self, *, hnsw_ef: int, oversampling: float) -> None:
         """Changes the search-time settings (no rebuild; bench/scale_bench.py's ef curve)."""
@@ -386,10 +350,10 @@ class EdgeVectorIndex:
         collection = self._target(model_id)
         if collection is None:
             return []
-        records = await self._scroll(
-            collection, qe.Filter(must=_path_conditions(space_id, path)), True
+        found = await self._engine.call(
+            edge_host.scroll, collection.info.model_id, Where((space_id,), path=path), True
         )
-        return sorted((chunk_of(r.payload or {}) for r in records), key=lambda c: c.chunk_index)
+        return sorted((chunk_of(fields) for fields in found), key=lambda c: c.chunk_index)
 
     async def indexed_documents(
         self, space_id: str, *, model_id: str | None = None
@@ -398,20 +362,29 @@ class EdgeVectorIndex:
         collection = self._target(model_id)
         if collection is None:
             return {}
-        records = await self._scroll(
-            collection,
-            qe.Filter(must=[_space_condition(space_id)]),
+        found = await self._engine.call(
+            edge_host.scroll,
+            collection.info.model_id,
+            Where((space_id,)),
             ["path", "document_id", "doc_version"],
         )
         return indexed_documents(
-            (str(p["path"]), str(p["document_id"]), int(p["doc_version"]))
-            for p in (r.payload or {} for r in records)
+            (str(p["path"]), str(p["document_id"]), int(p["doc_version"])) for p in found
         )
 
-    async def import_points(self, model_id: str, points: Sequence[qe.Point]) -> None:
+    async def import_points(
+        self,
+        model_id: str,
+        ids: Sequence[str],
+        vectors: Vectors,
+        payloads: Sequence[Mapping[str, Any]],
+    ) -> None:
         """Adds ready-made points (the migration of an earlier index; benchmarks' bulk load)."""
         collection = self._collection(model_id)
-        await self._engine(collection.shard.update, qe.UpdateOperation.upsert_points(list(points)))
+        matrix = np.asarray(vectors, dtype=np.float32)
+        await self._engine.call(
+            edge_host.upsert, model_id, list(ids), matrix, [dict(p) for p in payloads]
+        )
         self._mark_written(collection)
 
     # --- internals ---------------------------------------------------------------------------
@@ -436,46 +409,15 @@ class EdgeVectorIndex:
             model_id = self._active
         return self._collection(model_id)
 
-    async def _delete_everywhere(self, where: qe.Filter) -> None:
+    async def _delete_everywhere(self, where: Where) -> None:
         for collection in list(self._collections.values()):
             if self._collections.get(collection.info.model_id) is not collection:
                 continue  # dropped meanwhile
-            await self._engine(
-                collection.shard.update, qe.UpdateOperation.delete_points_by_filter(where)
-            )
+            await self._engine.call(edge_host.delete, collection.info.model_id, where)
             self._mark_written(collection)
 
-    async def _scroll(
-        self, collection: _Collection, where: qe.Filter, with_payload: bool | list[str]
-    ) -> list[Any]:
-        def scroll_all() -> list[Any]:
-            found: list[Any] = []
-            offset: Any = None
-            while True:
-                records, offset = collection.shard.scroll(
-                    qe.ScrollRequest(
-                        offset=offset,
-                        limit=_SCROLL_PAGE,
-                        filter=where,
-                        with_payload=with_payload,
-                        with_vector=False,
-                    )
-                )
-                found.extend(records)
-                if offset is None:
-                    return found
-
-        return await self._engine(scroll_all)
-
-    @staticmethod
-    async def _engine(work: Callable[..., T], *args: Any) -> T:
-        """Runs an engine call in a worker thread; its failures become IndexUnavailable."""
-        try:
-            return await asyncio.to_thread(work, *args)
-        except (IndexUnavailable, InvalidArgument):
-            raise
-        except Exception as error:  # noqa: BLE001 - the engine raises plain Exception
-            raise IndexUnavailable(f"qdrant edge failed: {error}") from None
+    async def _optimize(self, collection: _Collection) -> None:
+        await self._engine.call(edge_host.optimize, collection.info.model_id)
 
     def _mark_written(self, collection: _Collection) -> None:
         collection.dirty = True
@@ -507,7 +449,7 @@ class EdgeVectorIndex:
             if not collection.dirty:
                 continue
             collection.dirty = False
-            running = asyncio.ensure_future(self._engine(collection.shard.optimize))
+            running = asyncio.ensure_future(self._optimize(collection))
             collection.optimizing = running
             try:
                 # Shielded: a close cancels this task, then waits for the build itself.
@@ -523,29 +465,43 @@ class EdgeVectorIndex:
             return None
         return value if isinstance(value, str) else None
 
-    async def _load_collection(self, directory: Path) -> _Collection | None:
-        model_file = directory / MODEL_FILE
-        if not await asyncio.to_thread(model_file.is_file):
-            # A collection whose creation did not finish.
-            await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
-            return None
-        stored = json.loads(await asyncio.to_thread(model_file.read_text, encoding="utf-8"))
-        info = ModelInfo(str(stored["model_id"]), int(stored["dimension"]))
-        config = shard_config(info.dimension, self._tuning)
-        try:
-            shard = await asyncio.to_thread(qe.EdgeShard.load, str(directory / SHARD_DIR), config)
-        except Exception as error:  # noqa: BLE001 - the engine raises plain Exception
-            owned = "WouldBlock" in str(error)
-            raise IndexUnavailable(
-                f"vector collection {info.model_id!r} at {directory} "
-                + (
-                    "is open in another process (one process owns the embedded vector "
-                    "index; the others reach it through that process)"
-                    if owned
-                    else f"could not be opened: {error}"
+    async def _reopen(self, run: Run) -> None:
+        """Loads every collection's shard into a new engine process (the WAL replays what
+        was acknowledged), then has the optimizer look at it: an index built by an earlier
+        process, or by one that died, may have been left unoptimized."""
+        for collection in list(self._collections.values()):
+            info = collection.info
+            try:
+                await run(
+                    edge_host.load,
+                    info.model_id,
+                    collection.shard_dir,
+                    info.dimension,
+                    self._tuning,
                 )
-            ) from None
-        return _Collection(info, directory, shard)
+            except IndexUnavailable as error:
+                owned = "WouldBlock" in error.message
+                raise IndexUnavailable(
+                    f"vector collection {info.model_id!r} at {collection.directory} "
+                    + (
+                        "is open in another process (one process owns the embedded vector "
+                        "index; the others reach it through that process)"
+                        if owned
+                        else f"could not be opened: {error.message}"
+                    )
+                ) from None
+            self._mark_written(collection)
+
+
+def _read_model(directory: Path) -> ModelInfo | None:
+    """The collection's model, or None (and the directory removed) for a collection whose
+    creation did not finish."""
+    model_file = directory / MODEL_FILE
+    if not model_file.is_file():
+        shutil.rmtree(directory, ignore_errors=True)
+        return None
+    stored = json.loads(model_file.read_text(encoding="utf-8"))
+    return ModelInfo(str(stored["model_id"]), int(stored["dimension"]))
 
 
 def _collection_dirs(root: Path) -> list[Path]:
@@ -557,32 +513,6 @@ def _collection_dirs(root: Path) -> list[Path]:
         elif directory.is_dir():
             found.append(directory)
     return found
-
-
-def _close_shard(shard: qe.EdgeShard) -> None:
-    shard.flush()
-    shard.close()
-
-
-def _create_payload_indexes(shard: qe.EdgeShard) -> None:
-    shard.update(
-        qe.UpdateOperation.create_field_index("space_id", qe.KeywordIndexParams(is_tenant=True))
-    )
-    # Filters of replace/delete and path_prefix; read from disk, kept off the RSS.
-    for field in ("path", PATH_SCOPES_FIELD):
-        shard.update(
-            qe.UpdateOperation.create_field_index(
-                field, qe.KeywordIndexParams(memory=qe.Memory.Cold)
-            )
-        )
-
-
-def _space_condition(space_id: str) -> qe.FieldCondition:
-    return qe.FieldCondition(key="space_id", match=qe.MatchValue(space_id))
-
-
-def _path_conditions(space_id: str, path: str) -> list[Any]:
-    return [_space_condition(space_id), qe.FieldCondition(key="path", match=qe.MatchValue(path))]
 
 
 def _check_same_dimension(known: ModelInfo, dimension: int) -> None:

@@ -17,15 +17,15 @@ import shutil
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
-import qdrant_edge as qe
 
 from engram.domain.chunks import Chunk, ModelInfo
 from engram.domain.scoping import path_scopes
+from engram.indexes.ports import Vectors
 from engram.indexes.vector.points import payload, point_id
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,13 @@ class MigrationTarget(Protocol):
 
     async def ensure_collection(self, model: ModelInfo) -> None: ...
 
-    async def import_points(self, model_id: str, points: Sequence[qe.Point]) -> None: ...
+    async def import_points(
+        self,
+        model_id: str,
+        ids: Sequence[str],
+        vectors: Vectors,
+        payloads: Sequence[Mapping[str, Any]],
+    ) -> None: ...
 
     async def optimize(self) -> None: ...
 
@@ -78,9 +84,10 @@ async def _migrate_collection(database: Path, index: MigrationTarget) -> int:
         copied = 0
         last_report = time.monotonic()
         batches = _batches(connection)
-        while (points := await asyncio.to_thread(next, batches, None)) is not None:
-            await index.import_points(model.model_id, points)
-            copied += len(points)
+        while (batch := await asyncio.to_thread(next, batches, None)) is not None:
+            ids, vectors, payloads = batch
+            await index.import_points(model.model_id, ids, vectors, payloads)
+            copied += len(ids)
             if time.monotonic() - last_report >= 5.0 or copied == total:
                 last_report = time.monotonic()
                 log.info(
@@ -96,13 +103,16 @@ def _connect(database: Path) -> sqlite3.Connection:
     return sqlite3.connect(database, check_same_thread=False)
 
 
-def _batches(connection: sqlite3.Connection) -> Iterator[list[qe.Point]]:
+def _batches(
+    connection: sqlite3.Connection,
+) -> Iterator[tuple[list[str], Vectors, list[dict[str, Any]]]]:
+    """Point ids, vectors and payloads, BATCH rows at a time."""
     cursor = connection.execute(
         "SELECT space_id, path, chunk_index, chunk_id, document_id, tenant, doc_version,"
         " content, vector FROM vector_chunks"
     )
     while rows := cursor.fetchmany(BATCH):
-        points = []
+        ids, vectors, payloads = [], [], []
         for space_id, path, index, cid, did, tenant, version, content, blob in rows:
             chunk = Chunk(
                 chunk_id=cid,
@@ -114,8 +124,7 @@ def _batches(connection: sqlite3.Connection) -> Iterator[list[qe.Point]]:
                 doc_version=int(version),
                 content=content,
             )
-            vector = np.frombuffer(blob, dtype="<f4").tolist()
-            points.append(
-                qe.Point(id=point_id(cid), vector=vector, payload=payload(chunk, path_scopes(path)))
-            )
-        yield points
+            ids.append(point_id(cid))
+            vectors.append(np.frombuffer(blob, dtype="<f4"))
+            payloads.append(payload(chunk, path_scopes(path)))
+        yield ids, np.stack(vectors).astype(np.float32), payloads
