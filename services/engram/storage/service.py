@@ -45,6 +45,7 @@ from engram.storage.rooms.documents import (
 )
 from engram.storage.rooms.erasure import Erasures, PurgeResult, SpaceDeletion
 from engram.storage.rooms.feed import DEFAULT_MAX_WATCHERS, SpaceWatches
+from engram.storage.rooms.upkeep import Upkeep
 from engram.storage.rooms.versions import DocumentVersions
 
 __all__ = [
@@ -93,6 +94,8 @@ class StorageService:
         self._erasures = Erasures(core)
         self._watches = SpaceWatches(core, feed, max_watchers)
         self._watchers = self._watches.watchers
+        # What other services need of the documents (quota, maintenance): services only.
+        self.upkeep = Upkeep(core)
 
     @property
     def limits(self) -> DocumentLimits:

@@ -2110,6 +2110,420 @@ func (x *SpaceChange) GetEventId() string {
 	return ""
 }
 
+type GetStoredUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// SpaceRef ID of the space.
+	SpaceId       string `protobuf:"bytes,1,opt,name=space_id,json=spaceId,proto3" json:"space_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStoredUsageRequest) Reset() {
+	*x = GetStoredUsageRequest{}
+	mi := &file_engram_v1_storage_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStoredUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStoredUsageRequest) ProtoMessage() {}
+
+func (x *GetStoredUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStoredUsageRequest.ProtoReflect.Descriptor instead.
+func (*GetStoredUsageRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GetStoredUsageRequest) GetSpaceId() string {
+	if x != nil {
+		return x.SpaceId
+	}
+	return ""
+}
+
+type GetStoredUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes of the space's live documents.
+	UsedBytes int64 `protobuf:"varint,1,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	// The space's live documents.
+	DocumentCount int64 `protobuf:"varint,2,opt,name=document_count,json=documentCount,proto3" json:"document_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStoredUsageResponse) Reset() {
+	*x = GetStoredUsageResponse{}
+	mi := &file_engram_v1_storage_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStoredUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStoredUsageResponse) ProtoMessage() {}
+
+func (x *GetStoredUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStoredUsageResponse.ProtoReflect.Descriptor instead.
+func (*GetStoredUsageResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetStoredUsageResponse) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *GetStoredUsageResponse) GetDocumentCount() int64 {
+	if x != nil {
+		return x.DocumentCount
+	}
+	return 0
+}
+
+type PruneVersionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Space         *SpaceRef              `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneVersionsRequest) Reset() {
+	*x = PruneVersionsRequest{}
+	mi := &file_engram_v1_storage_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneVersionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneVersionsRequest) ProtoMessage() {}
+
+func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneVersionsRequest.ProtoReflect.Descriptor instead.
+func (*PruneVersionsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *PruneVersionsRequest) GetSpace() *SpaceRef {
+	if x != nil {
+		return x.Space
+	}
+	return nil
+}
+
+type PruneVersionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Kept versions erased.
+	VersionsPruned int64 `protobuf:"varint,1,opt,name=versions_pruned,json=versionsPruned,proto3" json:"versions_pruned,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PruneVersionsResponse) Reset() {
+	*x = PruneVersionsResponse{}
+	mi := &file_engram_v1_storage_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneVersionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneVersionsResponse) ProtoMessage() {}
+
+func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneVersionsResponse.ProtoReflect.Descriptor instead.
+func (*PruneVersionsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *PruneVersionsResponse) GetVersionsPruned() int64 {
+	if x != nil {
+		return x.VersionsPruned
+	}
+	return 0
+}
+
+type ListAllSpacesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 0 = default (100); larger than the maximum (1000) is clamped; negative is
+	// refused.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAllSpacesRequest) Reset() {
+	*x = ListAllSpacesRequest{}
+	mi := &file_engram_v1_storage_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAllSpacesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAllSpacesRequest) ProtoMessage() {}
+
+func (x *ListAllSpacesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAllSpacesRequest.ProtoReflect.Descriptor instead.
+func (*ListAllSpacesRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListAllSpacesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAllSpacesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListAllSpacesResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Spaces []*SpaceRef            `protobuf:"bytes,1,rep,name=spaces,proto3" json:"spaces,omitempty"`
+	// Empty when there is nothing more.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAllSpacesResponse) Reset() {
+	*x = ListAllSpacesResponse{}
+	mi := &file_engram_v1_storage_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAllSpacesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAllSpacesResponse) ProtoMessage() {}
+
+func (x *ListAllSpacesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAllSpacesResponse.ProtoReflect.Descriptor instead.
+func (*ListAllSpacesResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListAllSpacesResponse) GetSpaces() []*SpaceRef {
+	if x != nil {
+		return x.Spaces
+	}
+	return nil
+}
+
+func (x *ListAllSpacesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type ScanDocumentsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Space *SpaceRef              `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	// 0 = default (100); larger than the maximum (1000) is clamped; negative is
+	// refused. A page also ends once it holds 1 MiB of content (never before its
+	// first document).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token, with the same space.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanDocumentsRequest) Reset() {
+	*x = ScanDocumentsRequest{}
+	mi := &file_engram_v1_storage_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanDocumentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanDocumentsRequest) ProtoMessage() {}
+
+func (x *ScanDocumentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanDocumentsRequest.ProtoReflect.Descriptor instead.
+func (*ScanDocumentsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ScanDocumentsRequest) GetSpace() *SpaceRef {
+	if x != nil {
+		return x.Space
+	}
+	return nil
+}
+
+func (x *ScanDocumentsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ScanDocumentsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ScanDocumentsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// With their content.
+	Documents []*Document `protobuf:"bytes,1,rep,name=documents,proto3" json:"documents,omitempty"`
+	// Empty when there is nothing more.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanDocumentsResponse) Reset() {
+	*x = ScanDocumentsResponse{}
+	mi := &file_engram_v1_storage_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanDocumentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanDocumentsResponse) ProtoMessage() {}
+
+func (x *ScanDocumentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanDocumentsResponse.ProtoReflect.Descriptor instead.
+func (*ScanDocumentsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ScanDocumentsResponse) GetDocuments() []*Document {
+	if x != nil {
+		return x.Documents
+	}
+	return nil
+}
+
+func (x *ScanDocumentsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_engram_v1_storage_proto protoreflect.FileDescriptor
 
 const file_engram_v1_storage_proto_rawDesc = "" +
@@ -2252,7 +2666,32 @@ const file_engram_v1_storage_proto_rawDesc = "" +
 	"\x02at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1f\n" +
 	"\vdocument_id\x18\b \x01(\tR\n" +
 	"documentId\x12\x19\n" +
-	"\bevent_id\x18\t \x01(\tR\aeventId*\x92\x01\n" +
+	"\bevent_id\x18\t \x01(\tR\aeventId\"2\n" +
+	"\x15GetStoredUsageRequest\x12\x19\n" +
+	"\bspace_id\x18\x01 \x01(\tR\aspaceId\"^\n" +
+	"\x16GetStoredUsageResponse\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x01 \x01(\x03R\tusedBytes\x12%\n" +
+	"\x0edocument_count\x18\x02 \x01(\x03R\rdocumentCount\"A\n" +
+	"\x14PruneVersionsRequest\x12)\n" +
+	"\x05space\x18\x01 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\"@\n" +
+	"\x15PruneVersionsResponse\x12'\n" +
+	"\x0fversions_pruned\x18\x01 \x01(\x03R\x0eversionsPruned\"R\n" +
+	"\x14ListAllSpacesRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"l\n" +
+	"\x15ListAllSpacesResponse\x12+\n" +
+	"\x06spaces\x18\x01 \x03(\v2\x13.engram.v1.SpaceRefR\x06spaces\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"}\n" +
+	"\x14ScanDocumentsRequest\x12)\n" +
+	"\x05space\x18\x01 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"r\n" +
+	"\x15ScanDocumentsResponse\x121\n" +
+	"\tdocuments\x18\x01 \x03(\v2\x13.engram.v1.DocumentR\tdocuments\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\x92\x01\n" +
 	"\n" +
 	"ChangeKind\x12\x1b\n" +
 	"\x17CHANGE_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2276,7 +2715,8 @@ const file_engram_v1_storage_proto_rawDesc = "" +
 	"\x16IMPORT_OUTCOME_SKIPPED\x10\x03\x12\x1a\n" +
 	"\x16IMPORT_OUTCOME_RENAMED\x10\x04\x12\x1c\n" +
 	"\x18IMPORT_OUTCOME_UNCHANGED\x10\x05\x12\x1e\n" +
-	"\x1aIMPORT_OUTCOME_UNSUPPORTED\x10\x062\xe8\a\n" +
+	"\x1aIMPORT_OUTCOME_UNSUPPORTED\x10\x062\xbb\n" +
+	"\n" +
 	"\x0eStorageService\x12O\n" +
 	"\fReadDocument\x12\x1e.engram.v1.ReadDocumentRequest\x1a\x1f.engram.v1.ReadDocumentResponse\x12R\n" +
 	"\rWriteDocument\x12\x1f.engram.v1.WriteDocumentRequest\x1a .engram.v1.WriteDocumentResponse\x12U\n" +
@@ -2291,7 +2731,11 @@ const file_engram_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"ListSpaces\x12\x1c.engram.v1.ListSpacesRequest\x1a\x1d.engram.v1.ListSpacesResponse\x12K\n" +
 	"\n" +
-	"WatchSpace\x12\x1c.engram.v1.WatchSpaceRequest\x1a\x1d.engram.v1.WatchSpaceResponse0\x01B\x90\x01\n" +
+	"WatchSpace\x12\x1c.engram.v1.WatchSpaceRequest\x1a\x1d.engram.v1.WatchSpaceResponse0\x01\x12U\n" +
+	"\x0eGetStoredUsage\x12 .engram.v1.GetStoredUsageRequest\x1a!.engram.v1.GetStoredUsageResponse\x12R\n" +
+	"\rPruneVersions\x12\x1f.engram.v1.PruneVersionsRequest\x1a .engram.v1.PruneVersionsResponse\x12R\n" +
+	"\rListAllSpaces\x12\x1f.engram.v1.ListAllSpacesRequest\x1a .engram.v1.ListAllSpacesResponse\x12R\n" +
+	"\rScanDocuments\x12\x1f.engram.v1.ScanDocumentsRequest\x1a .engram.v1.ScanDocumentsResponseB\x90\x01\n" +
 	"\rcom.engram.v1B\fStorageProtoP\x01Z,engram.dev/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
 	"Engram::V1b\x06proto3"
 
@@ -2308,7 +2752,7 @@ func file_engram_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_engram_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_engram_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_engram_v1_storage_proto_goTypes = []any{
 	(ChangeKind)(0),                      // 0: engram.v1.ChangeKind
 	(WriteMode)(0),                       // 1: engram.v1.WriteMode
@@ -2342,70 +2786,90 @@ var file_engram_v1_storage_proto_goTypes = []any{
 	(*WatchSpaceRequest)(nil),            // 29: engram.v1.WatchSpaceRequest
 	(*WatchSpaceResponse)(nil),           // 30: engram.v1.WatchSpaceResponse
 	(*SpaceChange)(nil),                  // 31: engram.v1.SpaceChange
-	(*SpaceRef)(nil),                     // 32: engram.v1.SpaceRef
-	(*Document)(nil),                     // 33: engram.v1.Document
-	(*IndexPosition)(nil),                // 34: engram.v1.IndexPosition
-	(*timestamppb.Timestamp)(nil),        // 35: google.protobuf.Timestamp
-	(*DocumentVersion)(nil),              // 36: engram.v1.DocumentVersion
+	(*GetStoredUsageRequest)(nil),        // 32: engram.v1.GetStoredUsageRequest
+	(*GetStoredUsageResponse)(nil),       // 33: engram.v1.GetStoredUsageResponse
+	(*PruneVersionsRequest)(nil),         // 34: engram.v1.PruneVersionsRequest
+	(*PruneVersionsResponse)(nil),        // 35: engram.v1.PruneVersionsResponse
+	(*ListAllSpacesRequest)(nil),         // 36: engram.v1.ListAllSpacesRequest
+	(*ListAllSpacesResponse)(nil),        // 37: engram.v1.ListAllSpacesResponse
+	(*ScanDocumentsRequest)(nil),         // 38: engram.v1.ScanDocumentsRequest
+	(*ScanDocumentsResponse)(nil),        // 39: engram.v1.ScanDocumentsResponse
+	(*SpaceRef)(nil),                     // 40: engram.v1.SpaceRef
+	(*Document)(nil),                     // 41: engram.v1.Document
+	(*IndexPosition)(nil),                // 42: engram.v1.IndexPosition
+	(*timestamppb.Timestamp)(nil),        // 43: google.protobuf.Timestamp
+	(*DocumentVersion)(nil),              // 44: engram.v1.DocumentVersion
 }
 var file_engram_v1_storage_proto_depIdxs = []int32{
-	32, // 0: engram.v1.ReadDocumentRequest.space:type_name -> engram.v1.SpaceRef
-	33, // 1: engram.v1.ReadDocumentResponse.document:type_name -> engram.v1.Document
-	32, // 2: engram.v1.WriteDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	40, // 0: engram.v1.ReadDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	41, // 1: engram.v1.ReadDocumentResponse.document:type_name -> engram.v1.Document
+	40, // 2: engram.v1.WriteDocumentRequest.space:type_name -> engram.v1.SpaceRef
 	1,  // 3: engram.v1.WriteDocumentRequest.mode:type_name -> engram.v1.WriteMode
-	33, // 4: engram.v1.WriteDocumentResponse.document:type_name -> engram.v1.Document
-	34, // 5: engram.v1.WriteDocumentResponse.position:type_name -> engram.v1.IndexPosition
-	32, // 6: engram.v1.DeleteDocumentRequest.space:type_name -> engram.v1.SpaceRef
-	34, // 7: engram.v1.DeleteDocumentResponse.position:type_name -> engram.v1.IndexPosition
-	32, // 8: engram.v1.ListDocumentsRequest.space:type_name -> engram.v1.SpaceRef
+	41, // 4: engram.v1.WriteDocumentResponse.document:type_name -> engram.v1.Document
+	42, // 5: engram.v1.WriteDocumentResponse.position:type_name -> engram.v1.IndexPosition
+	40, // 6: engram.v1.DeleteDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	42, // 7: engram.v1.DeleteDocumentResponse.position:type_name -> engram.v1.IndexPosition
+	40, // 8: engram.v1.ListDocumentsRequest.space:type_name -> engram.v1.SpaceRef
 	12, // 9: engram.v1.ListDocumentsResponse.entries:type_name -> engram.v1.DirectoryEntry
-	35, // 10: engram.v1.DirectoryEntry.updated_at:type_name -> google.protobuf.Timestamp
-	32, // 11: engram.v1.ListDocumentVersionsRequest.space:type_name -> engram.v1.SpaceRef
-	36, // 12: engram.v1.ListDocumentVersionsResponse.versions:type_name -> engram.v1.DocumentVersion
-	32, // 13: engram.v1.GetUsageRequest.space:type_name -> engram.v1.SpaceRef
-	32, // 14: engram.v1.ExportSpaceRequest.space:type_name -> engram.v1.SpaceRef
-	32, // 15: engram.v1.ImportSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	43, // 10: engram.v1.DirectoryEntry.updated_at:type_name -> google.protobuf.Timestamp
+	40, // 11: engram.v1.ListDocumentVersionsRequest.space:type_name -> engram.v1.SpaceRef
+	44, // 12: engram.v1.ListDocumentVersionsResponse.versions:type_name -> engram.v1.DocumentVersion
+	40, // 13: engram.v1.GetUsageRequest.space:type_name -> engram.v1.SpaceRef
+	40, // 14: engram.v1.ExportSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	40, // 15: engram.v1.ImportSpaceRequest.space:type_name -> engram.v1.SpaceRef
 	2,  // 16: engram.v1.ImportSpaceRequest.strategy:type_name -> engram.v1.ImportStrategy
 	21, // 17: engram.v1.ImportSpaceResponse.entries:type_name -> engram.v1.ImportedEntry
 	3,  // 18: engram.v1.ImportedEntry.outcome:type_name -> engram.v1.ImportOutcome
-	32, // 19: engram.v1.PurgeDocumentRequest.space:type_name -> engram.v1.SpaceRef
-	32, // 20: engram.v1.DeleteSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	40, // 19: engram.v1.PurgeDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	40, // 20: engram.v1.DeleteSpaceRequest.space:type_name -> engram.v1.SpaceRef
 	28, // 21: engram.v1.ListSpacesResponse.spaces:type_name -> engram.v1.SpaceSummary
-	32, // 22: engram.v1.SpaceSummary.space:type_name -> engram.v1.SpaceRef
-	35, // 23: engram.v1.SpaceSummary.last_write_at:type_name -> google.protobuf.Timestamp
-	32, // 24: engram.v1.WatchSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	40, // 22: engram.v1.SpaceSummary.space:type_name -> engram.v1.SpaceRef
+	43, // 23: engram.v1.SpaceSummary.last_write_at:type_name -> google.protobuf.Timestamp
+	40, // 24: engram.v1.WatchSpaceRequest.space:type_name -> engram.v1.SpaceRef
 	31, // 25: engram.v1.WatchSpaceResponse.change:type_name -> engram.v1.SpaceChange
 	0,  // 26: engram.v1.SpaceChange.kind:type_name -> engram.v1.ChangeKind
-	35, // 27: engram.v1.SpaceChange.at:type_name -> google.protobuf.Timestamp
-	4,  // 28: engram.v1.StorageService.ReadDocument:input_type -> engram.v1.ReadDocumentRequest
-	6,  // 29: engram.v1.StorageService.WriteDocument:input_type -> engram.v1.WriteDocumentRequest
-	8,  // 30: engram.v1.StorageService.DeleteDocument:input_type -> engram.v1.DeleteDocumentRequest
-	10, // 31: engram.v1.StorageService.ListDocuments:input_type -> engram.v1.ListDocumentsRequest
-	13, // 32: engram.v1.StorageService.ListDocumentVersions:input_type -> engram.v1.ListDocumentVersionsRequest
-	15, // 33: engram.v1.StorageService.GetUsage:input_type -> engram.v1.GetUsageRequest
-	17, // 34: engram.v1.StorageService.ExportSpace:input_type -> engram.v1.ExportSpaceRequest
-	19, // 35: engram.v1.StorageService.ImportSpace:input_type -> engram.v1.ImportSpaceRequest
-	22, // 36: engram.v1.StorageService.PurgeDocument:input_type -> engram.v1.PurgeDocumentRequest
-	24, // 37: engram.v1.StorageService.DeleteSpace:input_type -> engram.v1.DeleteSpaceRequest
-	26, // 38: engram.v1.StorageService.ListSpaces:input_type -> engram.v1.ListSpacesRequest
-	29, // 39: engram.v1.StorageService.WatchSpace:input_type -> engram.v1.WatchSpaceRequest
-	5,  // 40: engram.v1.StorageService.ReadDocument:output_type -> engram.v1.ReadDocumentResponse
-	7,  // 41: engram.v1.StorageService.WriteDocument:output_type -> engram.v1.WriteDocumentResponse
-	9,  // 42: engram.v1.StorageService.DeleteDocument:output_type -> engram.v1.DeleteDocumentResponse
-	11, // 43: engram.v1.StorageService.ListDocuments:output_type -> engram.v1.ListDocumentsResponse
-	14, // 44: engram.v1.StorageService.ListDocumentVersions:output_type -> engram.v1.ListDocumentVersionsResponse
-	16, // 45: engram.v1.StorageService.GetUsage:output_type -> engram.v1.GetUsageResponse
-	18, // 46: engram.v1.StorageService.ExportSpace:output_type -> engram.v1.ExportSpaceResponse
-	20, // 47: engram.v1.StorageService.ImportSpace:output_type -> engram.v1.ImportSpaceResponse
-	23, // 48: engram.v1.StorageService.PurgeDocument:output_type -> engram.v1.PurgeDocumentResponse
-	25, // 49: engram.v1.StorageService.DeleteSpace:output_type -> engram.v1.DeleteSpaceResponse
-	27, // 50: engram.v1.StorageService.ListSpaces:output_type -> engram.v1.ListSpacesResponse
-	30, // 51: engram.v1.StorageService.WatchSpace:output_type -> engram.v1.WatchSpaceResponse
-	40, // [40:52] is the sub-list for method output_type
-	28, // [28:40] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	43, // 27: engram.v1.SpaceChange.at:type_name -> google.protobuf.Timestamp
+	40, // 28: engram.v1.PruneVersionsRequest.space:type_name -> engram.v1.SpaceRef
+	40, // 29: engram.v1.ListAllSpacesResponse.spaces:type_name -> engram.v1.SpaceRef
+	40, // 30: engram.v1.ScanDocumentsRequest.space:type_name -> engram.v1.SpaceRef
+	41, // 31: engram.v1.ScanDocumentsResponse.documents:type_name -> engram.v1.Document
+	4,  // 32: engram.v1.StorageService.ReadDocument:input_type -> engram.v1.ReadDocumentRequest
+	6,  // 33: engram.v1.StorageService.WriteDocument:input_type -> engram.v1.WriteDocumentRequest
+	8,  // 34: engram.v1.StorageService.DeleteDocument:input_type -> engram.v1.DeleteDocumentRequest
+	10, // 35: engram.v1.StorageService.ListDocuments:input_type -> engram.v1.ListDocumentsRequest
+	13, // 36: engram.v1.StorageService.ListDocumentVersions:input_type -> engram.v1.ListDocumentVersionsRequest
+	15, // 37: engram.v1.StorageService.GetUsage:input_type -> engram.v1.GetUsageRequest
+	17, // 38: engram.v1.StorageService.ExportSpace:input_type -> engram.v1.ExportSpaceRequest
+	19, // 39: engram.v1.StorageService.ImportSpace:input_type -> engram.v1.ImportSpaceRequest
+	22, // 40: engram.v1.StorageService.PurgeDocument:input_type -> engram.v1.PurgeDocumentRequest
+	24, // 41: engram.v1.StorageService.DeleteSpace:input_type -> engram.v1.DeleteSpaceRequest
+	26, // 42: engram.v1.StorageService.ListSpaces:input_type -> engram.v1.ListSpacesRequest
+	29, // 43: engram.v1.StorageService.WatchSpace:input_type -> engram.v1.WatchSpaceRequest
+	32, // 44: engram.v1.StorageService.GetStoredUsage:input_type -> engram.v1.GetStoredUsageRequest
+	34, // 45: engram.v1.StorageService.PruneVersions:input_type -> engram.v1.PruneVersionsRequest
+	36, // 46: engram.v1.StorageService.ListAllSpaces:input_type -> engram.v1.ListAllSpacesRequest
+	38, // 47: engram.v1.StorageService.ScanDocuments:input_type -> engram.v1.ScanDocumentsRequest
+	5,  // 48: engram.v1.StorageService.ReadDocument:output_type -> engram.v1.ReadDocumentResponse
+	7,  // 49: engram.v1.StorageService.WriteDocument:output_type -> engram.v1.WriteDocumentResponse
+	9,  // 50: engram.v1.StorageService.DeleteDocument:output_type -> engram.v1.DeleteDocumentResponse
+	11, // 51: engram.v1.StorageService.ListDocuments:output_type -> engram.v1.ListDocumentsResponse
+	14, // 52: engram.v1.StorageService.ListDocumentVersions:output_type -> engram.v1.ListDocumentVersionsResponse
+	16, // 53: engram.v1.StorageService.GetUsage:output_type -> engram.v1.GetUsageResponse
+	18, // 54: engram.v1.StorageService.ExportSpace:output_type -> engram.v1.ExportSpaceResponse
+	20, // 55: engram.v1.StorageService.ImportSpace:output_type -> engram.v1.ImportSpaceResponse
+	23, // 56: engram.v1.StorageService.PurgeDocument:output_type -> engram.v1.PurgeDocumentResponse
+	25, // 57: engram.v1.StorageService.DeleteSpace:output_type -> engram.v1.DeleteSpaceResponse
+	27, // 58: engram.v1.StorageService.ListSpaces:output_type -> engram.v1.ListSpacesResponse
+	30, // 59: engram.v1.StorageService.WatchSpace:output_type -> engram.v1.WatchSpaceResponse
+	33, // 60: engram.v1.StorageService.GetStoredUsage:output_type -> engram.v1.GetStoredUsageResponse
+	35, // 61: engram.v1.StorageService.PruneVersions:output_type -> engram.v1.PruneVersionsResponse
+	37, // 62: engram.v1.StorageService.ListAllSpaces:output_type -> engram.v1.ListAllSpacesResponse
+	39, // 63: engram.v1.StorageService.ScanDocuments:output_type -> engram.v1.ScanDocumentsResponse
+	48, // [48:64] is the sub-list for method output_type
+	32, // [32:48] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_storage_proto_init() }
@@ -2422,7 +2886,7 @@ func file_engram_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_storage_proto_rawDesc), len(file_engram_v1_storage_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   28,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

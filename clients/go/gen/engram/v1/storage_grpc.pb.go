@@ -31,6 +31,10 @@ const (
 	StorageService_DeleteSpace_FullMethodName          = "/engram.v1.StorageService/DeleteSpace"
 	StorageService_ListSpaces_FullMethodName           = "/engram.v1.StorageService/ListSpaces"
 	StorageService_WatchSpace_FullMethodName           = "/engram.v1.StorageService/WatchSpace"
+	StorageService_GetStoredUsage_FullMethodName       = "/engram.v1.StorageService/GetStoredUsage"
+	StorageService_PruneVersions_FullMethodName        = "/engram.v1.StorageService/PruneVersions"
+	StorageService_ListAllSpaces_FullMethodName        = "/engram.v1.StorageService/ListAllSpaces"
+	StorageService_ScanDocuments_FullMethodName        = "/engram.v1.StorageService/ScanDocuments"
 )
 
 // StorageServiceClient is the client API for StorageService service.
@@ -70,6 +74,18 @@ type StorageServiceClient interface {
 	// as it happens. Resume after a disconnect from the last cursor received:
 	// nothing is missed or repeated.
 	WatchSpace(ctx context.Context, in *WatchSpaceRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSpaceResponse], error)
+	// Reports the bytes and documents stored in one space, read from the documents
+	// alone (service principals only: QuotaService's usage reports).
+	GetStoredUsage(ctx context.Context, in *GetStoredUsageRequest, opts ...grpc.CallOption) (*GetStoredUsageResponse, error)
+	// Erases the space's kept versions beyond the retention (service principals
+	// only: the maintenance worker's version pruning).
+	PruneVersions(ctx context.Context, in *PruneVersionsRequest, opts ...grpc.CallOption) (*PruneVersionsResponse, error)
+	// Lists every space of every tenant (and the global ones) that holds documents,
+	// in space id order (service principals only: the maintenance worker's walk).
+	ListAllSpaces(ctx context.Context, in *ListAllSpacesRequest, opts ...grpc.CallOption) (*ListAllSpacesResponse, error)
+	// Lists a space's live documents with their content, in path order (service
+	// principals only: the maintenance worker's scans).
+	ScanDocuments(ctx context.Context, in *ScanDocumentsRequest, opts ...grpc.CallOption) (*ScanDocumentsResponse, error)
 }
 
 type storageServiceClient struct {
@@ -221,6 +237,46 @@ func (c *storageServiceClient) WatchSpace(ctx context.Context, in *WatchSpaceReq
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type StorageService_WatchSpaceClient = grpc.ServerStreamingClient[WatchSpaceResponse]
 
+func (c *storageServiceClient) GetStoredUsage(ctx context.Context, in *GetStoredUsageRequest, opts ...grpc.CallOption) (*GetStoredUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetStoredUsageResponse)
+	err := c.cc.Invoke(ctx, StorageService_GetStoredUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storageServiceClient) PruneVersions(ctx context.Context, in *PruneVersionsRequest, opts ...grpc.CallOption) (*PruneVersionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PruneVersionsResponse)
+	err := c.cc.Invoke(ctx, StorageService_PruneVersions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storageServiceClient) ListAllSpaces(ctx context.Context, in *ListAllSpacesRequest, opts ...grpc.CallOption) (*ListAllSpacesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAllSpacesResponse)
+	err := c.cc.Invoke(ctx, StorageService_ListAllSpaces_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storageServiceClient) ScanDocuments(ctx context.Context, in *ScanDocumentsRequest, opts ...grpc.CallOption) (*ScanDocumentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScanDocumentsResponse)
+	err := c.cc.Invoke(ctx, StorageService_ScanDocuments_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StorageServiceServer is the server API for StorageService service.
 // All implementations must embed UnimplementedStorageServiceServer
 // for forward compatibility.
@@ -258,6 +314,18 @@ type StorageServiceServer interface {
 	// as it happens. Resume after a disconnect from the last cursor received:
 	// nothing is missed or repeated.
 	WatchSpace(*WatchSpaceRequest, grpc.ServerStreamingServer[WatchSpaceResponse]) error
+	// Reports the bytes and documents stored in one space, read from the documents
+	// alone (service principals only: QuotaService's usage reports).
+	GetStoredUsage(context.Context, *GetStoredUsageRequest) (*GetStoredUsageResponse, error)
+	// Erases the space's kept versions beyond the retention (service principals
+	// only: the maintenance worker's version pruning).
+	PruneVersions(context.Context, *PruneVersionsRequest) (*PruneVersionsResponse, error)
+	// Lists every space of every tenant (and the global ones) that holds documents,
+	// in space id order (service principals only: the maintenance worker's walk).
+	ListAllSpaces(context.Context, *ListAllSpacesRequest) (*ListAllSpacesResponse, error)
+	// Lists a space's live documents with their content, in path order (service
+	// principals only: the maintenance worker's scans).
+	ScanDocuments(context.Context, *ScanDocumentsRequest) (*ScanDocumentsResponse, error)
 	mustEmbedUnimplementedStorageServiceServer()
 }
 
@@ -303,6 +371,18 @@ func (UnimplementedStorageServiceServer) ListSpaces(context.Context, *ListSpaces
 }
 func (UnimplementedStorageServiceServer) WatchSpace(*WatchSpaceRequest, grpc.ServerStreamingServer[WatchSpaceResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchSpace not implemented")
+}
+func (UnimplementedStorageServiceServer) GetStoredUsage(context.Context, *GetStoredUsageRequest) (*GetStoredUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStoredUsage not implemented")
+}
+func (UnimplementedStorageServiceServer) PruneVersions(context.Context, *PruneVersionsRequest) (*PruneVersionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PruneVersions not implemented")
+}
+func (UnimplementedStorageServiceServer) ListAllSpaces(context.Context, *ListAllSpacesRequest) (*ListAllSpacesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAllSpaces not implemented")
+}
+func (UnimplementedStorageServiceServer) ScanDocuments(context.Context, *ScanDocumentsRequest) (*ScanDocumentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ScanDocuments not implemented")
 }
 func (UnimplementedStorageServiceServer) mustEmbedUnimplementedStorageServiceServer() {}
 func (UnimplementedStorageServiceServer) testEmbeddedByValue()                        {}
@@ -516,6 +596,78 @@ func _StorageService_WatchSpace_Handler(srv interface{}, stream grpc.ServerStrea
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type StorageService_WatchSpaceServer = grpc.ServerStreamingServer[WatchSpaceResponse]
 
+func _StorageService_GetStoredUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStoredUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).GetStoredUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_GetStoredUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).GetStoredUsage(ctx, req.(*GetStoredUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StorageService_PruneVersions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PruneVersionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).PruneVersions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_PruneVersions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).PruneVersions(ctx, req.(*PruneVersionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StorageService_ListAllSpaces_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAllSpacesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).ListAllSpaces(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_ListAllSpaces_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).ListAllSpaces(ctx, req.(*ListAllSpacesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StorageService_ScanDocuments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScanDocumentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).ScanDocuments(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_ScanDocuments_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).ScanDocuments(ctx, req.(*ScanDocumentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // StorageService_ServiceDesc is the grpc.ServiceDesc for StorageService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -558,6 +710,22 @@ var StorageService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListSpaces",
 			Handler:    _StorageService_ListSpaces_Handler,
+		},
+		{
+			MethodName: "GetStoredUsage",
+			Handler:    _StorageService_GetStoredUsage_Handler,
+		},
+		{
+			MethodName: "PruneVersions",
+			Handler:    _StorageService_PruneVersions_Handler,
+		},
+		{
+			MethodName: "ListAllSpaces",
+			Handler:    _StorageService_ListAllSpaces_Handler,
+		},
+		{
+			MethodName: "ScanDocuments",
+			Handler:    _StorageService_ScanDocuments_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
