@@ -63,6 +63,18 @@ async def test_every_space_is_walked_page_by_page(deployment: Deployment) -> Non
         ]
         with pytest.raises(InvalidArgument):
             await service.list_all_spaces(page_size=-1)
+        assert await service.sum_stored_usage(tenant="acme") == {
+            "v1:private:acme::::a": 1,
+            "v1:private:acme::::b": 1,
+            "v1:private:acme::::c": 1,
+        }
+        assert await service.sum_stored_usage(global_spaces=True) == {
+            "v1:global:::::handbook": len("shared")
+        }
+        with pytest.raises(InvalidArgument):
+            await service.sum_stored_usage(tenant="instance")
+        with pytest.raises(InvalidArgument):
+            await service.sum_stored_usage(tenant="acme", global_spaces=True)
 
 
 async def test_documents_are_scanned_with_content_in_pages_bounded_by_bytes(

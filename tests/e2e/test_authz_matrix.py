@@ -229,6 +229,13 @@ def calls(deployment: Deployment) -> dict[str, Call]:
         "/engram.v1.StorageService/GetStoredUsage": lambda t, s, md, _: storage.GetStoredUsage(
             storage_pb2.GetStoredUsageRequest(space_id=target_space_id(t)), metadata=md
         ),
+        "/engram.v1.StorageService/SumStoredUsage": lambda t, s, md, _: storage.SumStoredUsage(
+            storage_pb2.SumStoredUsageRequest(
+                tenant="" if t is Target.GLOBAL else OTHER if t is Target.OTHER else OWN,
+                **{"global": t is Target.GLOBAL},
+            ),
+            metadata=md,
+        ),
         "/engram.v1.StorageService/PruneVersions": lambda t, s, md, _: storage.PruneVersions(
             storage_pb2.PruneVersionsRequest(space=S(t, s)), metadata=md
         ),

@@ -182,6 +182,7 @@ class Engram:
     watch_space = _blocking_iter(EngramClient.watch_space)
     # StorageService's upkeep (service principals)
     stored_usage = _blocking(EngramClient.stored_usage)
+    sum_stored_usage = _blocking(EngramClient.sum_stored_usage)
     prune_versions = _blocking(EngramClient.prune_versions)
     list_all_spaces = _blocking(EngramClient.list_all_spaces)
     scan_documents = _blocking(EngramClient.scan_documents)

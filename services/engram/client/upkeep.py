@@ -40,6 +40,20 @@ class UpkeepCalls(ClientBase):
         )
         return StoredUsage(response.used_bytes, response.document_count)
 
+    async def sum_stored_usage(
+        self, *, tenant: str = "", global_spaces: bool = False
+    ) -> dict[str, int]:
+        """Bytes stored per space id of a tenant (or of the global spaces), in one call."""
+        request = storage_pb2.SumStoredUsageRequest(tenant=tenant)
+        setattr(request, "global", global_spaces)  # noqa: B010 - `global` is a keyword
+        response = await self._call(
+            "StorageService.SumStoredUsage",
+            self._stub(_storage).SumStoredUsage,
+            request,
+            idempotent=True,
+        )
+        return {space.space_id: space.used_bytes for space in response.spaces}
+
     async def prune_versions(self, *, space: AnySpace | None = None) -> int:
         """Erases the space's kept versions beyond the retention; returns how many.
         Retried on UNAVAILABLE: a repeat erases nothing more."""

@@ -300,6 +300,7 @@ RPC_ACTIONS: dict[str, Action] = {
     "/engram.v1.StorageService/ListSpaces": Action.LIST_SPACES,
     "/engram.v1.StorageService/WatchSpace": Action.READ,
     "/engram.v1.StorageService/GetStoredUsage": Action.STORED_USAGE,
+    "/engram.v1.StorageService/SumStoredUsage": Action.STORED_USAGE,
     "/engram.v1.StorageService/PruneVersions": Action.PRUNE_VERSIONS,
     "/engram.v1.StorageService/ListAllSpaces": Action.LIST_ALL_SPACES,
     "/engram.v1.StorageService/ScanDocuments": Action.SCAN_DOCUMENTS,

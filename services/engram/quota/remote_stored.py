@@ -10,21 +10,16 @@ from engram.client import EngramClient
 from engram.domain.documents import SpaceUsage
 from engram.domain.quotas import INSTANCE
 
-SPACES_PAGE = 1000
-
 
 class StorageServiceStoredUsage:
     def __init__(self, channel: grpc.aio.Channel, token: str, *, timeout: float = 30.0) -> None:
         self._client = EngramClient(channel=channel, token=token, timeout=timeout)
 
     async def usage_by_space(self, aggregate_owner: str) -> dict[str, int]:
-        """Bytes per space of a tenant ("instance" = the global spaces), page by page."""
-        spaces = (
-            self._client.iter_spaces(global_spaces=True, page_size=SPACES_PAGE)
-            if aggregate_owner == INSTANCE
-            else self._client.iter_spaces(tenant=aggregate_owner, page_size=SPACES_PAGE)
-        )
-        return {summary.space_id: summary.used_bytes async for summary in spaces}
+        """Bytes per space of a tenant ("instance" = the global spaces), one aggregate."""
+        if aggregate_owner == INSTANCE:
+            return await self._client.sum_stored_usage(global_spaces=True)
+        return await self._client.sum_stored_usage(tenant=aggregate_owner)
 
     async def space_usage(self, space_id: str) -> SpaceUsage:
         usage = await self._client.stored_usage(space_id)

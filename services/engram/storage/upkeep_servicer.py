@@ -27,6 +27,21 @@ class UpkeepRpcs:
             used_bytes=usage.used_bytes, document_count=usage.document_count
         )
 
+    async def SumStoredUsage(
+        self, request: storage_pb2.SumStoredUsageRequest, context: Context
+    ) -> storage_pb2.SumStoredUsageResponse:
+        sums = await self._service.upkeep.sum_usage(
+            current_principal(),
+            request.tenant,
+            global_=getattr(request, "global"),  # a Python keyword
+        )
+        return storage_pb2.SumStoredUsageResponse(
+            spaces=[
+                storage_pb2.StoredSpaceUsage(space_id=space_id, used_bytes=used)
+                for space_id, used in sorted(sums.items())
+            ]
+        )
+
     async def PruneVersions(
         self, request: storage_pb2.PruneVersionsRequest, context: Context
     ) -> storage_pb2.PruneVersionsResponse:

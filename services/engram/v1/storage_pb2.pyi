@@ -1034,6 +1034,74 @@ class GetStoredUsageResponse(_message.Message):
 Global___GetStoredUsageResponse: _TypeAlias = GetStoredUsageResponse  # noqa: Y015
 
 @_typing.final
+class SumStoredUsageRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    GLOBAL_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    """The tenant whose spaces to sum."""
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["global", b"global", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SumStoredUsageRequest: _TypeAlias = SumStoredUsageRequest  # noqa: Y015
+
+@_typing.final
+class SumStoredUsageResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def spaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoredSpaceUsage]:
+        """Every space of the tenant that holds live documents, in space id order."""
+
+    def __init__(
+        self,
+        *,
+        spaces: _abc.Iterable[Global___StoredSpaceUsage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["spaces", b"spaces"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SumStoredUsageResponse: _TypeAlias = SumStoredUsageResponse  # noqa: Y015
+
+@_typing.final
+class StoredSpaceUsage(_message.Message):
+    """StoredSpaceUsage is the bytes one space's live documents hold."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_ID_FIELD_NUMBER: _builtins.int
+    USED_BYTES_FIELD_NUMBER: _builtins.int
+    space_id: _builtins.str
+    """SpaceRef ID of the space."""
+    used_bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        space_id: _builtins.str = ...,
+        used_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["space_id", b"space_id", "used_bytes", b"used_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StoredSpaceUsage: _TypeAlias = StoredSpaceUsage  # noqa: Y015
+
+@_typing.final
 class PruneVersionsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

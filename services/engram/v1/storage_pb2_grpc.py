@@ -100,6 +100,11 @@ class StorageServiceStub:
                 request_serializer=engram_dot_v1_dot_storage__pb2.GetStoredUsageRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_storage__pb2.GetStoredUsageResponse.FromString,
                 _registered_method=True)
+        self.SumStoredUsage = channel.unary_unary(
+                '/engram.v1.StorageService/SumStoredUsage',
+                request_serializer=engram_dot_v1_dot_storage__pb2.SumStoredUsageRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_storage__pb2.SumStoredUsageResponse.FromString,
+                _registered_method=True)
         self.PruneVersions = channel.unary_unary(
                 '/engram.v1.StorageService/PruneVersions',
                 request_serializer=engram_dot_v1_dot_storage__pb2.PruneVersionsRequest.SerializeToString,
@@ -220,6 +225,14 @@ class StorageServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SumStoredUsage(self, request, context):
+        """Sums the bytes stored per space of a tenant (or of the global spaces) in one
+        aggregate (service principals only: QuotaService's Reconcile).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PruneVersions(self, request, context):
         """Erases the space's kept versions beyond the retention (service principals
         only: the maintenance worker's version pruning).
@@ -311,6 +324,11 @@ def add_StorageServiceServicer_to_server(servicer, server):
                     servicer.GetStoredUsage,
                     request_deserializer=engram_dot_v1_dot_storage__pb2.GetStoredUsageRequest.FromString,
                     response_serializer=engram_dot_v1_dot_storage__pb2.GetStoredUsageResponse.SerializeToString,
+            ),
+            'SumStoredUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.SumStoredUsage,
+                    request_deserializer=engram_dot_v1_dot_storage__pb2.SumStoredUsageRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_storage__pb2.SumStoredUsageResponse.SerializeToString,
             ),
             'PruneVersions': grpc.unary_unary_rpc_method_handler(
                     servicer.PruneVersions,
@@ -680,6 +698,33 @@ class StorageService:
             '/engram.v1.StorageService/GetStoredUsage',
             engram_dot_v1_dot_storage__pb2.GetStoredUsageRequest.SerializeToString,
             engram_dot_v1_dot_storage__pb2.GetStoredUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SumStoredUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.StorageService/SumStoredUsage',
+            engram_dot_v1_dot_storage__pb2.SumStoredUsageRequest.SerializeToString,
+            engram_dot_v1_dot_storage__pb2.SumStoredUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -73,6 +73,10 @@ class StorageServiceStub:
     """Reports the bytes and documents stored in one space, read from the documents
     alone (service principals only: QuotaService's usage reports).
     """
+    SumStoredUsage: _grpc.UnaryUnaryMultiCallable[_storage_pb2.SumStoredUsageRequest, _storage_pb2.SumStoredUsageResponse]
+    """Sums the bytes stored per space of a tenant (or of the global spaces) in one
+    aggregate (service principals only: QuotaService's Reconcile).
+    """
     PruneVersions: _grpc.UnaryUnaryMultiCallable[_storage_pb2.PruneVersionsRequest, _storage_pb2.PruneVersionsResponse]
     """Erases the space's kept versions beyond the retention (service principals
     only: the maintenance worker's version pruning).
@@ -130,6 +134,10 @@ class StorageServiceAsyncStub(StorageServiceStub):
     GetStoredUsage: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetStoredUsageRequest, _storage_pb2.GetStoredUsageResponse]  # type: ignore[assignment]
     """Reports the bytes and documents stored in one space, read from the documents
     alone (service principals only: QuotaService's usage reports).
+    """
+    SumStoredUsage: _aio.UnaryUnaryMultiCallable[_storage_pb2.SumStoredUsageRequest, _storage_pb2.SumStoredUsageResponse]  # type: ignore[assignment]
+    """Sums the bytes stored per space of a tenant (or of the global spaces) in one
+    aggregate (service principals only: QuotaService's Reconcile).
     """
     PruneVersions: _aio.UnaryUnaryMultiCallable[_storage_pb2.PruneVersionsRequest, _storage_pb2.PruneVersionsResponse]  # type: ignore[assignment]
     """Erases the space's kept versions beyond the retention (service principals
@@ -263,6 +271,16 @@ class StorageServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_storage_pb2.GetStoredUsageResponse, _abc.Awaitable[_storage_pb2.GetStoredUsageResponse]]:
         """Reports the bytes and documents stored in one space, read from the documents
         alone (service principals only: QuotaService's usage reports).
+        """
+
+    @_abc_1.abstractmethod
+    def SumStoredUsage(
+        self,
+        request: _storage_pb2.SumStoredUsageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.SumStoredUsageResponse, _abc.Awaitable[_storage_pb2.SumStoredUsageResponse]]:
+        """Sums the bytes stored per space of a tenant (or of the global spaces) in one
+        aggregate (service principals only: QuotaService's Reconcile).
         """
 
     @_abc_1.abstractmethod

@@ -6,11 +6,12 @@ principals only (each action's row in the policy table)."""
 from __future__ import annotations
 
 from engram.domain.documents import SpaceUsage, StoredDocument
-from engram.domain.errors import PermissionDenied
+from engram.domain.errors import InvalidArgument, PermissionDenied
 from engram.domain.pagination import PageSize, decode_page_token, encode_page_token
 from engram.domain.policy import SERVICE_REQUIRED, Target
 from engram.domain.principals import Action, Principal
-from engram.domain.spaces import SpaceRef, parse_space_id
+from engram.domain.quotas import INSTANCE
+from engram.domain.spaces import SpaceRef, parse_space_id, validate_field
 from engram.storage.rooms.core import Page, StorageCore
 
 SPACES_PAGE = PageSize(default=100, maximum=1000)
@@ -31,6 +32,30 @@ class Upkeep:
             principal, Action.STORED_USAGE, parse_space_id(space_id)
         )
         return await self._core.repository.space_usage(granted.space.id)
+
+    async def sum_usage(
+        self, principal: Principal, tenant: str, *, global_: bool
+    ) -> dict[str, int]:
+        """Bytes stored per space of a tenant (or of the global spaces), in one aggregate:
+        what QuotaService's Reconcile corrects its counters to."""
+        if global_:
+            if tenant:
+                raise InvalidArgument("set tenant or global, not both", field="tenant")
+            owner, target = INSTANCE, Target.GLOBAL
+        else:
+            validate_field("tenant", tenant, required=True)
+            if tenant == INSTANCE:
+                raise InvalidArgument(
+                    f"tenant {INSTANCE!r} is reserved; set global to sum the global spaces",
+                    field="tenant",
+                )
+            owner = tenant
+            target = Target.OWN if tenant == principal.tenant else Target.OTHER
+        if not await self._core.permits(principal, Action.STORED_USAGE, target):
+            raise PermissionDenied(
+                "summing stored usage is for service principals", rule=SERVICE_REQUIRED
+            )
+        return await self._core.repository.usage_by_space(owner)
 
     async def prune_versions(self, principal: Principal, space: SpaceRef) -> int:
         """Erases the space's kept versions beyond the retention; returns how many."""

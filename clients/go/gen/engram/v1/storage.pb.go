@@ -2209,6 +2209,159 @@ func (x *GetStoredUsageResponse) GetDocumentCount() int64 {
 	return 0
 }
 
+type SumStoredUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant whose spaces to sum.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Sum the global spaces instead (tenant must be empty).
+	Global        bool `protobuf:"varint,2,opt,name=global,proto3" json:"global,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SumStoredUsageRequest) Reset() {
+	*x = SumStoredUsageRequest{}
+	mi := &file_engram_v1_storage_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SumStoredUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SumStoredUsageRequest) ProtoMessage() {}
+
+func (x *SumStoredUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SumStoredUsageRequest.ProtoReflect.Descriptor instead.
+func (*SumStoredUsageRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SumStoredUsageRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *SumStoredUsageRequest) GetGlobal() bool {
+	if x != nil {
+		return x.Global
+	}
+	return false
+}
+
+type SumStoredUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every space of the tenant that holds live documents, in space id order.
+	Spaces        []*StoredSpaceUsage `protobuf:"bytes,1,rep,name=spaces,proto3" json:"spaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SumStoredUsageResponse) Reset() {
+	*x = SumStoredUsageResponse{}
+	mi := &file_engram_v1_storage_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SumStoredUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SumStoredUsageResponse) ProtoMessage() {}
+
+func (x *SumStoredUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SumStoredUsageResponse.ProtoReflect.Descriptor instead.
+func (*SumStoredUsageResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SumStoredUsageResponse) GetSpaces() []*StoredSpaceUsage {
+	if x != nil {
+		return x.Spaces
+	}
+	return nil
+}
+
+// StoredSpaceUsage is the bytes one space's live documents hold.
+type StoredSpaceUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// SpaceRef ID of the space.
+	SpaceId       string `protobuf:"bytes,1,opt,name=space_id,json=spaceId,proto3" json:"space_id,omitempty"`
+	UsedBytes     int64  `protobuf:"varint,2,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoredSpaceUsage) Reset() {
+	*x = StoredSpaceUsage{}
+	mi := &file_engram_v1_storage_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoredSpaceUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoredSpaceUsage) ProtoMessage() {}
+
+func (x *StoredSpaceUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoredSpaceUsage.ProtoReflect.Descriptor instead.
+func (*StoredSpaceUsage) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *StoredSpaceUsage) GetSpaceId() string {
+	if x != nil {
+		return x.SpaceId
+	}
+	return ""
+}
+
+func (x *StoredSpaceUsage) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
 type PruneVersionsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Space         *SpaceRef              `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
@@ -2218,7 +2371,7 @@ type PruneVersionsRequest struct {
 
 func (x *PruneVersionsRequest) Reset() {
 	*x = PruneVersionsRequest{}
-	mi := &file_engram_v1_storage_proto_msgTypes[30]
+	mi := &file_engram_v1_storage_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +2383,7 @@ func (x *PruneVersionsRequest) String() string {
 func (*PruneVersionsRequest) ProtoMessage() {}
 
 func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_storage_proto_msgTypes[30]
+	mi := &file_engram_v1_storage_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +2396,7 @@ func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneVersionsRequest.ProtoReflect.Descriptor instead.
 func (*PruneVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_storage_proto_rawDescGZIP(), []int{30}
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PruneVersionsRequest) GetSpace() *SpaceRef {
@@ -2263,7 +2416,7 @@ type PruneVersionsResponse struct {
 
 func (x *PruneVersionsResponse) Reset() {
 	*x = PruneVersionsResponse{}
-	mi := &file_engram_v1_storage_proto_msgTypes[31]
+	mi := &file_engram_v1_storage_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2275,7 +2428,7 @@ func (x *PruneVersionsResponse) String() string {
 func (*PruneVersionsResponse) ProtoMessage() {}
 
 func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_storage_proto_msgTypes[31]
+	mi := &file_engram_v1_storage_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2288,7 +2441,7 @@ func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneVersionsResponse.ProtoReflect.Descriptor instead.
 func (*PruneVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_storage_proto_rawDescGZIP(), []int{31}
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PruneVersionsResponse) GetVersionsPruned() int64 {
@@ -2311,7 +2464,7 @@ type ListAllSpacesRequest struct {
 
 func (x *ListAllSpacesRequest) Reset() {
 	*x = ListAllSpacesRequest{}
-	mi := &file_engram_v1_storage_proto_msgTypes[32]
+	mi := &file_engram_v1_storage_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2476,7 @@ func (x *ListAllSpacesRequest) String() string {
 func (*ListAllSpacesRequest) ProtoMessage() {}
 
 func (x *ListAllSpacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_storage_proto_msgTypes[32]
+	mi := &file_engram_v1_storage_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2489,7 @@ func (x *ListAllSpacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllSpacesRequest.ProtoReflect.Descriptor instead.
 func (*ListAllSpacesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_storage_proto_rawDescGZIP(), []int{32}
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListAllSpacesRequest) GetPageSize() int32 {
@@ -2364,7 +2517,7 @@ type ListAllSpacesResponse struct {
 
 func (x *ListAllSpacesResponse) Reset() {
 	*x = ListAllSpacesResponse{}
-	mi := &file_engram_v1_storage_proto_msgTypes[33]
+	mi := &file_engram_v1_storage_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2529,7 @@ func (x *ListAllSpacesResponse) String() string {
 func (*ListAllSpacesResponse) ProtoMessage() {}
 
 func (x *ListAllSpacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_storage_proto_msgTypes[33]
+	mi := &file_engram_v1_storage_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2542,7 @@ func (x *ListAllSpacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllSpacesResponse.ProtoReflect.Descriptor instead.
 func (*ListAllSpacesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_storage_proto_rawDescGZIP(), []int{33}
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListAllSpacesResponse) GetSpaces() []*SpaceRef {
@@ -2421,7 +2574,7 @@ type ScanDocumentsRequest struct {
 
 func (x *ScanDocumentsRequest) Reset() {
 	*x = ScanDocumentsRequest{}
-	mi := &file_engram_v1_storage_proto_msgTypes[34]
+	mi := &file_engram_v1_storage_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2433,7 +2586,7 @@ func (x *ScanDocumentsRequest) String() string {
 func (*ScanDocumentsRequest) ProtoMessage() {}
 
 func (x *ScanDocumentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_storage_proto_msgTypes[34]
+	mi := &file_engram_v1_storage_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2446,7 +2599,7 @@ func (x *ScanDocumentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanDocumentsRequest.ProtoReflect.Descriptor instead.
 func (*ScanDocumentsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_storage_proto_rawDescGZIP(), []int{34}
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ScanDocumentsRequest) GetSpace() *SpaceRef {
@@ -2482,7 +2635,7 @@ type ScanDocumentsResponse struct {
 
 func (x *ScanDocumentsResponse) Reset() {
 	*x = ScanDocumentsResponse{}
-	mi := &file_engram_v1_storage_proto_msgTypes[35]
+	mi := &file_engram_v1_storage_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2647,7 @@ func (x *ScanDocumentsResponse) String() string {
 func (*ScanDocumentsResponse) ProtoMessage() {}
 
 func (x *ScanDocumentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_storage_proto_msgTypes[35]
+	mi := &file_engram_v1_storage_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2660,7 @@ func (x *ScanDocumentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanDocumentsResponse.ProtoReflect.Descriptor instead.
 func (*ScanDocumentsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_storage_proto_rawDescGZIP(), []int{35}
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ScanDocumentsResponse) GetDocuments() []*Document {
@@ -2672,7 +2825,16 @@ const file_engram_v1_storage_proto_rawDesc = "" +
 	"\x16GetStoredUsageResponse\x12\x1d\n" +
 	"\n" +
 	"used_bytes\x18\x01 \x01(\x03R\tusedBytes\x12%\n" +
-	"\x0edocument_count\x18\x02 \x01(\x03R\rdocumentCount\"A\n" +
+	"\x0edocument_count\x18\x02 \x01(\x03R\rdocumentCount\"G\n" +
+	"\x15SumStoredUsageRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06global\x18\x02 \x01(\bR\x06global\"M\n" +
+	"\x16SumStoredUsageResponse\x123\n" +
+	"\x06spaces\x18\x01 \x03(\v2\x1b.engram.v1.StoredSpaceUsageR\x06spaces\"L\n" +
+	"\x10StoredSpaceUsage\x12\x19\n" +
+	"\bspace_id\x18\x01 \x01(\tR\aspaceId\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x02 \x01(\x03R\tusedBytes\"A\n" +
 	"\x14PruneVersionsRequest\x12)\n" +
 	"\x05space\x18\x01 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\"@\n" +
 	"\x15PruneVersionsResponse\x12'\n" +
@@ -2715,8 +2877,7 @@ const file_engram_v1_storage_proto_rawDesc = "" +
 	"\x16IMPORT_OUTCOME_SKIPPED\x10\x03\x12\x1a\n" +
 	"\x16IMPORT_OUTCOME_RENAMED\x10\x04\x12\x1c\n" +
 	"\x18IMPORT_OUTCOME_UNCHANGED\x10\x05\x12\x1e\n" +
-	"\x1aIMPORT_OUTCOME_UNSUPPORTED\x10\x062\xbb\n" +
-	"\n" +
+	"\x1aIMPORT_OUTCOME_UNSUPPORTED\x10\x062\x92\v\n" +
 	"\x0eStorageService\x12O\n" +
 	"\fReadDocument\x12\x1e.engram.v1.ReadDocumentRequest\x1a\x1f.engram.v1.ReadDocumentResponse\x12R\n" +
 	"\rWriteDocument\x12\x1f.engram.v1.WriteDocumentRequest\x1a .engram.v1.WriteDocumentResponse\x12U\n" +
@@ -2732,7 +2893,8 @@ const file_engram_v1_storage_proto_rawDesc = "" +
 	"ListSpaces\x12\x1c.engram.v1.ListSpacesRequest\x1a\x1d.engram.v1.ListSpacesResponse\x12K\n" +
 	"\n" +
 	"WatchSpace\x12\x1c.engram.v1.WatchSpaceRequest\x1a\x1d.engram.v1.WatchSpaceResponse0\x01\x12U\n" +
-	"\x0eGetStoredUsage\x12 .engram.v1.GetStoredUsageRequest\x1a!.engram.v1.GetStoredUsageResponse\x12R\n" +
+	"\x0eGetStoredUsage\x12 .engram.v1.GetStoredUsageRequest\x1a!.engram.v1.GetStoredUsageResponse\x12U\n" +
+	"\x0eSumStoredUsage\x12 .engram.v1.SumStoredUsageRequest\x1a!.engram.v1.SumStoredUsageResponse\x12R\n" +
 	"\rPruneVersions\x12\x1f.engram.v1.PruneVersionsRequest\x1a .engram.v1.PruneVersionsResponse\x12R\n" +
 	"\rListAllSpaces\x12\x1f.engram.v1.ListAllSpacesRequest\x1a .engram.v1.ListAllSpacesResponse\x12R\n" +
 	"\rScanDocuments\x12\x1f.engram.v1.ScanDocumentsRequest\x1a .engram.v1.ScanDocumentsResponseB\x90\x01\n" +
@@ -2752,7 +2914,7 @@ func file_engram_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_engram_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_engram_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_engram_v1_storage_proto_goTypes = []any{
 	(ChangeKind)(0),                      // 0: engram.v1.ChangeKind
 	(WriteMode)(0),                       // 1: engram.v1.WriteMode
@@ -2788,88 +2950,94 @@ var file_engram_v1_storage_proto_goTypes = []any{
 	(*SpaceChange)(nil),                  // 31: engram.v1.SpaceChange
 	(*GetStoredUsageRequest)(nil),        // 32: engram.v1.GetStoredUsageRequest
 	(*GetStoredUsageResponse)(nil),       // 33: engram.v1.GetStoredUsageResponse
-	(*PruneVersionsRequest)(nil),         // 34: engram.v1.PruneVersionsRequest
-	(*PruneVersionsResponse)(nil),        // 35: engram.v1.PruneVersionsResponse
-	(*ListAllSpacesRequest)(nil),         // 36: engram.v1.ListAllSpacesRequest
-	(*ListAllSpacesResponse)(nil),        // 37: engram.v1.ListAllSpacesResponse
-	(*ScanDocumentsRequest)(nil),         // 38: engram.v1.ScanDocumentsRequest
-	(*ScanDocumentsResponse)(nil),        // 39: engram.v1.ScanDocumentsResponse
-	(*SpaceRef)(nil),                     // 40: engram.v1.SpaceRef
-	(*Document)(nil),                     // 41: engram.v1.Document
-	(*IndexPosition)(nil),                // 42: engram.v1.IndexPosition
-	(*timestamppb.Timestamp)(nil),        // 43: google.protobuf.Timestamp
-	(*DocumentVersion)(nil),              // 44: engram.v1.DocumentVersion
+	(*SumStoredUsageRequest)(nil),        // 34: engram.v1.SumStoredUsageRequest
+	(*SumStoredUsageResponse)(nil),       // 35: engram.v1.SumStoredUsageResponse
+	(*StoredSpaceUsage)(nil),             // 36: engram.v1.StoredSpaceUsage
+	(*PruneVersionsRequest)(nil),         // 37: engram.v1.PruneVersionsRequest
+	(*PruneVersionsResponse)(nil),        // 38: engram.v1.PruneVersionsResponse
+	(*ListAllSpacesRequest)(nil),         // 39: engram.v1.ListAllSpacesRequest
+	(*ListAllSpacesResponse)(nil),        // 40: engram.v1.ListAllSpacesResponse
+	(*ScanDocumentsRequest)(nil),         // 41: engram.v1.ScanDocumentsRequest
+	(*ScanDocumentsResponse)(nil),        // 42: engram.v1.ScanDocumentsResponse
+	(*SpaceRef)(nil),                     // 43: engram.v1.SpaceRef
+	(*Document)(nil),                     // 44: engram.v1.Document
+	(*IndexPosition)(nil),                // 45: engram.v1.IndexPosition
+	(*timestamppb.Timestamp)(nil),        // 46: google.protobuf.Timestamp
+	(*DocumentVersion)(nil),              // 47: engram.v1.DocumentVersion
 }
 var file_engram_v1_storage_proto_depIdxs = []int32{
-	40, // 0: engram.v1.ReadDocumentRequest.space:type_name -> engram.v1.SpaceRef
-	41, // 1: engram.v1.ReadDocumentResponse.document:type_name -> engram.v1.Document
-	40, // 2: engram.v1.WriteDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	43, // 0: engram.v1.ReadDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	44, // 1: engram.v1.ReadDocumentResponse.document:type_name -> engram.v1.Document
+	43, // 2: engram.v1.WriteDocumentRequest.space:type_name -> engram.v1.SpaceRef
 	1,  // 3: engram.v1.WriteDocumentRequest.mode:type_name -> engram.v1.WriteMode
-	41, // 4: engram.v1.WriteDocumentResponse.document:type_name -> engram.v1.Document
-	42, // 5: engram.v1.WriteDocumentResponse.position:type_name -> engram.v1.IndexPosition
-	40, // 6: engram.v1.DeleteDocumentRequest.space:type_name -> engram.v1.SpaceRef
-	42, // 7: engram.v1.DeleteDocumentResponse.position:type_name -> engram.v1.IndexPosition
-	40, // 8: engram.v1.ListDocumentsRequest.space:type_name -> engram.v1.SpaceRef
+	44, // 4: engram.v1.WriteDocumentResponse.document:type_name -> engram.v1.Document
+	45, // 5: engram.v1.WriteDocumentResponse.position:type_name -> engram.v1.IndexPosition
+	43, // 6: engram.v1.DeleteDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	45, // 7: engram.v1.DeleteDocumentResponse.position:type_name -> engram.v1.IndexPosition
+	43, // 8: engram.v1.ListDocumentsRequest.space:type_name -> engram.v1.SpaceRef
 	12, // 9: engram.v1.ListDocumentsResponse.entries:type_name -> engram.v1.DirectoryEntry
-	43, // 10: engram.v1.DirectoryEntry.updated_at:type_name -> google.protobuf.Timestamp
-	40, // 11: engram.v1.ListDocumentVersionsRequest.space:type_name -> engram.v1.SpaceRef
-	44, // 12: engram.v1.ListDocumentVersionsResponse.versions:type_name -> engram.v1.DocumentVersion
-	40, // 13: engram.v1.GetUsageRequest.space:type_name -> engram.v1.SpaceRef
-	40, // 14: engram.v1.ExportSpaceRequest.space:type_name -> engram.v1.SpaceRef
-	40, // 15: engram.v1.ImportSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	46, // 10: engram.v1.DirectoryEntry.updated_at:type_name -> google.protobuf.Timestamp
+	43, // 11: engram.v1.ListDocumentVersionsRequest.space:type_name -> engram.v1.SpaceRef
+	47, // 12: engram.v1.ListDocumentVersionsResponse.versions:type_name -> engram.v1.DocumentVersion
+	43, // 13: engram.v1.GetUsageRequest.space:type_name -> engram.v1.SpaceRef
+	43, // 14: engram.v1.ExportSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	43, // 15: engram.v1.ImportSpaceRequest.space:type_name -> engram.v1.SpaceRef
 	2,  // 16: engram.v1.ImportSpaceRequest.strategy:type_name -> engram.v1.ImportStrategy
 	21, // 17: engram.v1.ImportSpaceResponse.entries:type_name -> engram.v1.ImportedEntry
 	3,  // 18: engram.v1.ImportedEntry.outcome:type_name -> engram.v1.ImportOutcome
-	40, // 19: engram.v1.PurgeDocumentRequest.space:type_name -> engram.v1.SpaceRef
-	40, // 20: engram.v1.DeleteSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	43, // 19: engram.v1.PurgeDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	43, // 20: engram.v1.DeleteSpaceRequest.space:type_name -> engram.v1.SpaceRef
 	28, // 21: engram.v1.ListSpacesResponse.spaces:type_name -> engram.v1.SpaceSummary
-	40, // 22: engram.v1.SpaceSummary.space:type_name -> engram.v1.SpaceRef
-	43, // 23: engram.v1.SpaceSummary.last_write_at:type_name -> google.protobuf.Timestamp
-	40, // 24: engram.v1.WatchSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	43, // 22: engram.v1.SpaceSummary.space:type_name -> engram.v1.SpaceRef
+	46, // 23: engram.v1.SpaceSummary.last_write_at:type_name -> google.protobuf.Timestamp
+	43, // 24: engram.v1.WatchSpaceRequest.space:type_name -> engram.v1.SpaceRef
 	31, // 25: engram.v1.WatchSpaceResponse.change:type_name -> engram.v1.SpaceChange
 	0,  // 26: engram.v1.SpaceChange.kind:type_name -> engram.v1.ChangeKind
-	43, // 27: engram.v1.SpaceChange.at:type_name -> google.protobuf.Timestamp
-	40, // 28: engram.v1.PruneVersionsRequest.space:type_name -> engram.v1.SpaceRef
-	40, // 29: engram.v1.ListAllSpacesResponse.spaces:type_name -> engram.v1.SpaceRef
-	40, // 30: engram.v1.ScanDocumentsRequest.space:type_name -> engram.v1.SpaceRef
-	41, // 31: engram.v1.ScanDocumentsResponse.documents:type_name -> engram.v1.Document
-	4,  // 32: engram.v1.StorageService.ReadDocument:input_type -> engram.v1.ReadDocumentRequest
-	6,  // 33: engram.v1.StorageService.WriteDocument:input_type -> engram.v1.WriteDocumentRequest
-	8,  // 34: engram.v1.StorageService.DeleteDocument:input_type -> engram.v1.DeleteDocumentRequest
-	10, // 35: engram.v1.StorageService.ListDocuments:input_type -> engram.v1.ListDocumentsRequest
-	13, // 36: engram.v1.StorageService.ListDocumentVersions:input_type -> engram.v1.ListDocumentVersionsRequest
-	15, // 37: engram.v1.StorageService.GetUsage:input_type -> engram.v1.GetUsageRequest
-	17, // 38: engram.v1.StorageService.ExportSpace:input_type -> engram.v1.ExportSpaceRequest
-	19, // 39: engram.v1.StorageService.ImportSpace:input_type -> engram.v1.ImportSpaceRequest
-	22, // 40: engram.v1.StorageService.PurgeDocument:input_type -> engram.v1.PurgeDocumentRequest
-	24, // 41: engram.v1.StorageService.DeleteSpace:input_type -> engram.v1.DeleteSpaceRequest
-	26, // 42: engram.v1.StorageService.ListSpaces:input_type -> engram.v1.ListSpacesRequest
-	29, // 43: engram.v1.StorageService.WatchSpace:input_type -> engram.v1.WatchSpaceRequest
-	32, // 44: engram.v1.StorageService.GetStoredUsage:input_type -> engram.v1.GetStoredUsageRequest
-	34, // 45: engram.v1.StorageService.PruneVersions:input_type -> engram.v1.PruneVersionsRequest
-	36, // 46: engram.v1.StorageService.ListAllSpaces:input_type -> engram.v1.ListAllSpacesRequest
-	38, // 47: engram.v1.StorageService.ScanDocuments:input_type -> engram.v1.ScanDocumentsRequest
-	5,  // 48: engram.v1.StorageService.ReadDocument:output_type -> engram.v1.ReadDocumentResponse
-	7,  // 49: engram.v1.StorageService.WriteDocument:output_type -> engram.v1.WriteDocumentResponse
-	9,  // 50: engram.v1.StorageService.DeleteDocument:output_type -> engram.v1.DeleteDocumentResponse
-	11, // 51: engram.v1.StorageService.ListDocuments:output_type -> engram.v1.ListDocumentsResponse
-	14, // 52: engram.v1.StorageService.ListDocumentVersions:output_type -> engram.v1.ListDocumentVersionsResponse
-	16, // 53: engram.v1.StorageService.GetUsage:output_type -> engram.v1.GetUsageResponse
-	18, // 54: engram.v1.StorageService.ExportSpace:output_type -> engram.v1.ExportSpaceResponse
-	20, // 55: engram.v1.StorageService.ImportSpace:output_type -> engram.v1.ImportSpaceResponse
-	23, // 56: engram.v1.StorageService.PurgeDocument:output_type -> engram.v1.PurgeDocumentResponse
-	25, // 57: engram.v1.StorageService.DeleteSpace:output_type -> engram.v1.DeleteSpaceResponse
-	27, // 58: engram.v1.StorageService.ListSpaces:output_type -> engram.v1.ListSpacesResponse
-	30, // 59: engram.v1.StorageService.WatchSpace:output_type -> engram.v1.WatchSpaceResponse
-	33, // 60: engram.v1.StorageService.GetStoredUsage:output_type -> engram.v1.GetStoredUsageResponse
-	35, // 61: engram.v1.StorageService.PruneVersions:output_type -> engram.v1.PruneVersionsResponse
-	37, // 62: engram.v1.StorageService.ListAllSpaces:output_type -> engram.v1.ListAllSpacesResponse
-	39, // 63: engram.v1.StorageService.ScanDocuments:output_type -> engram.v1.ScanDocumentsResponse
-	48, // [48:64] is the sub-list for method output_type
-	32, // [32:48] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	46, // 27: engram.v1.SpaceChange.at:type_name -> google.protobuf.Timestamp
+	36, // 28: engram.v1.SumStoredUsageResponse.spaces:type_name -> engram.v1.StoredSpaceUsage
+	43, // 29: engram.v1.PruneVersionsRequest.space:type_name -> engram.v1.SpaceRef
+	43, // 30: engram.v1.ListAllSpacesResponse.spaces:type_name -> engram.v1.SpaceRef
+	43, // 31: engram.v1.ScanDocumentsRequest.space:type_name -> engram.v1.SpaceRef
+	44, // 32: engram.v1.ScanDocumentsResponse.documents:type_name -> engram.v1.Document
+	4,  // 33: engram.v1.StorageService.ReadDocument:input_type -> engram.v1.ReadDocumentRequest
+	6,  // 34: engram.v1.StorageService.WriteDocument:input_type -> engram.v1.WriteDocumentRequest
+	8,  // 35: engram.v1.StorageService.DeleteDocument:input_type -> engram.v1.DeleteDocumentRequest
+	10, // 36: engram.v1.StorageService.ListDocuments:input_type -> engram.v1.ListDocumentsRequest
+	13, // 37: engram.v1.StorageService.ListDocumentVersions:input_type -> engram.v1.ListDocumentVersionsRequest
+	15, // 38: engram.v1.StorageService.GetUsage:input_type -> engram.v1.GetUsageRequest
+	17, // 39: engram.v1.StorageService.ExportSpace:input_type -> engram.v1.ExportSpaceRequest
+	19, // 40: engram.v1.StorageService.ImportSpace:input_type -> engram.v1.ImportSpaceRequest
+	22, // 41: engram.v1.StorageService.PurgeDocument:input_type -> engram.v1.PurgeDocumentRequest
+	24, // 42: engram.v1.StorageService.DeleteSpace:input_type -> engram.v1.DeleteSpaceRequest
+	26, // 43: engram.v1.StorageService.ListSpaces:input_type -> engram.v1.ListSpacesRequest
+	29, // 44: engram.v1.StorageService.WatchSpace:input_type -> engram.v1.WatchSpaceRequest
+	32, // 45: engram.v1.StorageService.GetStoredUsage:input_type -> engram.v1.GetStoredUsageRequest
+	34, // 46: engram.v1.StorageService.SumStoredUsage:input_type -> engram.v1.SumStoredUsageRequest
+	37, // 47: engram.v1.StorageService.PruneVersions:input_type -> engram.v1.PruneVersionsRequest
+	39, // 48: engram.v1.StorageService.ListAllSpaces:input_type -> engram.v1.ListAllSpacesRequest
+	41, // 49: engram.v1.StorageService.ScanDocuments:input_type -> engram.v1.ScanDocumentsRequest
+	5,  // 50: engram.v1.StorageService.ReadDocument:output_type -> engram.v1.ReadDocumentResponse
+	7,  // 51: engram.v1.StorageService.WriteDocument:output_type -> engram.v1.WriteDocumentResponse
+	9,  // 52: engram.v1.StorageService.DeleteDocument:output_type -> engram.v1.DeleteDocumentResponse
+	11, // 53: engram.v1.StorageService.ListDocuments:output_type -> engram.v1.ListDocumentsResponse
+	14, // 54: engram.v1.StorageService.ListDocumentVersions:output_type -> engram.v1.ListDocumentVersionsResponse
+	16, // 55: engram.v1.StorageService.GetUsage:output_type -> engram.v1.GetUsageResponse
+	18, // 56: engram.v1.StorageService.ExportSpace:output_type -> engram.v1.ExportSpaceResponse
+	20, // 57: engram.v1.StorageService.ImportSpace:output_type -> engram.v1.ImportSpaceResponse
+	23, // 58: engram.v1.StorageService.PurgeDocument:output_type -> engram.v1.PurgeDocumentResponse
+	25, // 59: engram.v1.StorageService.DeleteSpace:output_type -> engram.v1.DeleteSpaceResponse
+	27, // 60: engram.v1.StorageService.ListSpaces:output_type -> engram.v1.ListSpacesResponse
+	30, // 61: engram.v1.StorageService.WatchSpace:output_type -> engram.v1.WatchSpaceResponse
+	33, // 62: engram.v1.StorageService.GetStoredUsage:output_type -> engram.v1.GetStoredUsageResponse
+	35, // 63: engram.v1.StorageService.SumStoredUsage:output_type -> engram.v1.SumStoredUsageResponse
+	38, // 64: engram.v1.StorageService.PruneVersions:output_type -> engram.v1.PruneVersionsResponse
+	40, // 65: engram.v1.StorageService.ListAllSpaces:output_type -> engram.v1.ListAllSpacesResponse
+	42, // 66: engram.v1.StorageService.ScanDocuments:output_type -> engram.v1.ScanDocumentsResponse
+	50, // [50:67] is the sub-list for method output_type
+	33, // [33:50] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_storage_proto_init() }
@@ -2886,7 +3054,7 @@ func file_engram_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_storage_proto_rawDesc), len(file_engram_v1_storage_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   36,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,7 @@ const (
 	StorageService_ListSpaces_FullMethodName           = "/engram.v1.StorageService/ListSpaces"
 	StorageService_WatchSpace_FullMethodName           = "/engram.v1.StorageService/WatchSpace"
 	StorageService_GetStoredUsage_FullMethodName       = "/engram.v1.StorageService/GetStoredUsage"
+	StorageService_SumStoredUsage_FullMethodName       = "/engram.v1.StorageService/SumStoredUsage"
 	StorageService_PruneVersions_FullMethodName        = "/engram.v1.StorageService/PruneVersions"
 	StorageService_ListAllSpaces_FullMethodName        = "/engram.v1.StorageService/ListAllSpaces"
 	StorageService_ScanDocuments_FullMethodName        = "/engram.v1.StorageService/ScanDocuments"
@@ -77,6 +78,9 @@ type StorageServiceClient interface {
 	// Reports the bytes and documents stored in one space, read from the documents
 	// alone (service principals only: QuotaService's usage reports).
 	GetStoredUsage(ctx context.Context, in *GetStoredUsageRequest, opts ...grpc.CallOption) (*GetStoredUsageResponse, error)
+	// Sums the bytes stored per space of a tenant (or of the global spaces) in one
+	// aggregate (service principals only: QuotaService's Reconcile).
+	SumStoredUsage(ctx context.Context, in *SumStoredUsageRequest, opts ...grpc.CallOption) (*SumStoredUsageResponse, error)
 	// Erases the space's kept versions beyond the retention (service principals
 	// only: the maintenance worker's version pruning).
 	PruneVersions(ctx context.Context, in *PruneVersionsRequest, opts ...grpc.CallOption) (*PruneVersionsResponse, error)
@@ -247,6 +251,16 @@ func (c *storageServiceClient) GetStoredUsage(ctx context.Context, in *GetStored
 	return out, nil
 }
 
+func (c *storageServiceClient) SumStoredUsage(ctx context.Context, in *SumStoredUsageRequest, opts ...grpc.CallOption) (*SumStoredUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SumStoredUsageResponse)
+	err := c.cc.Invoke(ctx, StorageService_SumStoredUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *storageServiceClient) PruneVersions(ctx context.Context, in *PruneVersionsRequest, opts ...grpc.CallOption) (*PruneVersionsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PruneVersionsResponse)
@@ -317,6 +331,9 @@ type StorageServiceServer interface {
 	// Reports the bytes and documents stored in one space, read from the documents
 	// alone (service principals only: QuotaService's usage reports).
 	GetStoredUsage(context.Context, *GetStoredUsageRequest) (*GetStoredUsageResponse, error)
+	// Sums the bytes stored per space of a tenant (or of the global spaces) in one
+	// aggregate (service principals only: QuotaService's Reconcile).
+	SumStoredUsage(context.Context, *SumStoredUsageRequest) (*SumStoredUsageResponse, error)
 	// Erases the space's kept versions beyond the retention (service principals
 	// only: the maintenance worker's version pruning).
 	PruneVersions(context.Context, *PruneVersionsRequest) (*PruneVersionsResponse, error)
@@ -374,6 +391,9 @@ func (UnimplementedStorageServiceServer) WatchSpace(*WatchSpaceRequest, grpc.Ser
 }
 func (UnimplementedStorageServiceServer) GetStoredUsage(context.Context, *GetStoredUsageRequest) (*GetStoredUsageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStoredUsage not implemented")
+}
+func (UnimplementedStorageServiceServer) SumStoredUsage(context.Context, *SumStoredUsageRequest) (*SumStoredUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SumStoredUsage not implemented")
 }
 func (UnimplementedStorageServiceServer) PruneVersions(context.Context, *PruneVersionsRequest) (*PruneVersionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PruneVersions not implemented")
@@ -614,6 +634,24 @@ func _StorageService_GetStoredUsage_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _StorageService_SumStoredUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SumStoredUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).SumStoredUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_SumStoredUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).SumStoredUsage(ctx, req.(*SumStoredUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _StorageService_PruneVersions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PruneVersionsRequest)
 	if err := dec(in); err != nil {
@@ -714,6 +752,10 @@ var StorageService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetStoredUsage",
 			Handler:    _StorageService_GetStoredUsage_Handler,
+		},
+		{
+			MethodName: "SumStoredUsage",
+			Handler:    _StorageService_SumStoredUsage_Handler,
 		},
 		{
 			MethodName: "PruneVersions",
