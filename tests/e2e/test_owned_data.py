@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from engram.app.production import authz_on_mongo
 from engram.client import AsyncClient, NotFound, Space, SpaceMaintenance
 from engram.domain.maintenance import JobOutcome
 from engram.maintenance.remote_storage import RemoteReconciler, RemoteStorage
 from tests.support.backends import RealBackends
 from tests.support.owned_data import OwnedData, owned_data
-from tests.support.tokens import service_token
+from tests.support.tokens import mint, service_token
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_backend]
 
@@ -111,3 +112,22 @@ async def test_maintenance_jobs_act_through_storage_service(
             assert [v.version for v in versions] == [4, 3]
             usage = await storage.get_usage()
             assert (usage.document_count, usage.tenant_used_bytes) == (4, usage.used_bytes)
+
+
+async def test_maintenance_audits_settings_changes_at_authz(
+    tmp_path: Path, real_backends: RealBackends
+) -> None:
+    """The audit log is AuthzService's: maintenance, on a database of its own, records a
+    settings change there, and ListAuditEvents shows it."""
+    async with owned_data(tmp_path, real_backends) as running:
+        async with authz_on_mongo(running.settings("authz")) as authz:
+            address = f"127.0.0.1:{authz.port}"
+            async with running.maintenance(settings={"authz_addr": address}) as maintenance:
+                async with running.client(maintenance.server.port, NOTES) as jobs:
+                    await jobs.set_space_maintenance(SpaceMaintenance(stale_after_days=7))
+            root = mint("root", "acme", "admin", platform_admin=True)
+            async with AsyncClient(address, token=root) as admin:
+                events = [e async for e in admin.iter_audit_events()]
+    assert [(e.action, e.space_id, e.subject) for e in events] == [
+        ("maintenance.settings", "v1:private:acme::::notes", "ada")
+    ]

@@ -93,8 +93,14 @@ class OwnedData:
         )
 
     @contextlib.asynccontextmanager
-    async def maintenance(self, **kwargs: Any) -> AsyncIterator[Any]:
-        async with open_maintenance(self.maintenance_settings(), **kwargs) as running:
+    async def maintenance(
+        self, settings: dict[str, Any] | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """The maintenance worker with these settings overridden (open_maintenance's
+        keyword arguments in `kwargs`)."""
+        async with open_maintenance(
+            self.maintenance_settings(**(settings or {})), **kwargs
+        ) as running:
             yield running
 
 
@@ -126,6 +132,6 @@ async def owned_data(
                 await topology.storage_stack.aclose()
     finally:
         client, _ = connect(real_backends.url("mongo"), "admin")
-        for service in ("storage", "quota", "maintenance"):
+        for service in ("storage", "quota", "maintenance", "authz"):
             await client.drop_database(f"{service}_{topology.run}")
         await client.close()

@@ -59,9 +59,11 @@ from engram.app.parts import (
 from engram.authz.enforcement import PolicyAuthorizer
 from engram.authz.mongo_audit import MongoAuditLog
 from engram.authz.mongo_tokens import MongoTokenStore
+from engram.authz.remote_audit import AuthzServiceAuditSink
 from engram.authz.service import AuthzService
 from engram.authz.tokens import TokenAuthenticator
 from engram.backends.mongo import MongoDatabase
+from engram.domain.ports import AuditSink
 from engram.domain.principals import MAINTENANCE
 from engram.events.jetstream import JetStreamPublisher, connect_nats
 from engram.events.jetstream_feed import JetStreamChangeFeed
@@ -556,8 +558,9 @@ async def open_maintenance(
     service principal of ENGRAM_SERVICE_TOKEN (this process opens no document repository
     and no outbox: storage's collections are storage's); they read OpenSearch and the vector
     index the settings choose, and re-queue documents for the indexer on JetStream. Leases,
-    runs, settings, watermarks and its audit rows live on this process's MongoDB, so
-    replicas share them. `jobs` builds other jobs than the configured ones (tests)."""
+    runs, settings and watermarks live on this process's MongoDB, so replicas share them;
+    its audit rows go to AuthzService when ENGRAM_AUTHZ_ADDR is set. `jobs` builds other
+    jobs than the configured ones (tests)."""
     needs: list[type[Needs]] = [OpenSearchNeeds, NatsNeeds, MaintenanceClientNeeds]
     # One error naming every missing setting, the vector index's included.
     vectors = require(settings, [MongoNeeds, *needs], vector=True).vector
@@ -571,8 +574,7 @@ async def open_maintenance(
                 addr, process.components.channels, interceptors=tracing_client_interceptors()
             )
             stack.push_async_callback(channels[name].close)
-        audit = MongoAuditLog(database)
-        await audit.ensure_indexes()
+        audit = await _maintenance_audit(process, token)
         keyword = opensearch_index(process.required[OpenSearchNeeds].opensearch_url, settings)
         await open_or_keep_trying(keyword, "keyword", stack)
         vector = vector_index(vectors)
@@ -616,6 +618,22 @@ async def open_maintenance(
         )
         await serve(server, stack)
         yield ProductionMaintenance(server, maintenance, deps)
+
+
+async def _maintenance_audit(process: _OnMongo, token: str) -> AuditSink:
+    """Where MaintenanceService's audit rows go: AuthzService at ENGRAM_AUTHZ_ADDR (which
+    owns the audit log), else this process's MongoDB."""
+    if process.settings.authz_addr:
+        channel = open_channel(
+            process.settings.authz_addr,
+            process.components.channels,
+            interceptors=tracing_client_interceptors(),
+        )
+        process.stack.push_async_callback(channel.close)
+        return AuthzServiceAuditSink(channel, token)
+    audit = MongoAuditLog(process.database)
+    await audit.ensure_indexes()
+    return audit
 
 
 @contextlib.asynccontextmanager
