@@ -36,6 +36,7 @@ from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.service import utc_now
 from tests.support.backends import RealBackends
 from tests.support.maintenance import (
+    StoreDeps,
     content_of,
     log_path,
     maintenance_deps,
@@ -52,7 +53,7 @@ SPACE = parse_space_id("v1:private:local::::notes")
 OTHER = parse_space_id("v1:private:local::::other")
 INTERVAL = timedelta(hours=24)
 
-Deps = Callable[..., MaintenanceDeps]
+Deps = Callable[..., StoreDeps]
 
 
 @contextlib.asynccontextmanager
@@ -77,7 +78,7 @@ async def mongo_builder(
     await keyword.open()
     await vector.open()
 
-    def build(clock: Callable[[], datetime] = utc_now, **settings: Any) -> MaintenanceDeps:
+    def build(clock: Callable[[], datetime] = utc_now, **settings: Any) -> StoreDeps:
         return mongo_deps(
             database,
             server_settings(tmp_path / "engram", **settings),
@@ -123,13 +124,13 @@ async def any_deps(
         return
     async with embedded_engram(server_settings(tmp_path / "engram")) as engram:
 
-        def build_dev(clock: Callable[[], datetime] = utc_now) -> MaintenanceDeps:
+        def build_dev(clock: Callable[[], datetime] = utc_now) -> StoreDeps:
             return maintenance_deps(engram, clock=clock)
 
         yield build_dev
 
 
-async def publish_all(deps: MaintenanceDeps) -> None:
+async def publish_all(deps: StoreDeps) -> None:
     """What the outbox relay does once events are published (a revision whose event is
     unpublished is kept: it carries the event's payload)."""
     repository = deps.repository
@@ -172,7 +173,7 @@ async def test_log_retention_archives_and_completes_interrupted_runs(any_deps: D
         assert await content_of(built, SPACE, "archive/" + log_path(days_ago)) == content
     assert await content_of(built, SPACE, log_path(50)) == "mine\n"
     assert await content_of(built, SPACE, "archive/" + log_path(50)) == "not a copy\n"
-    usage = await built.storage.usage(LOCAL_ADMIN, SPACE)
+    usage = await built.service.usage(LOCAL_ADMIN, SPACE)
     stored = await built.repository.space_usage(SPACE.id)
     assert usage.used_bytes == stored.used_bytes, "the quota follows the moves"
 
@@ -201,7 +202,7 @@ async def test_version_pruning_applies_a_lowered_retention(
     assert report.counts == {"versions_pruned": 6}
     assert await raw.count_documents({"space_id": SPACE.id}) == 3
     assert await raw.count_documents({"space_id": SPACE.id, "content": "plan v6\n"}) == 0
-    page = await strict.storage.list_versions(
+    page = await strict.service.list_versions(
         LOCAL_ADMIN, SPACE, "plan.md", page_size=100, page_token=""
     )
     assert [v.version for v in page.items] == [9, 8, 7]
@@ -214,13 +215,13 @@ async def test_version_pruning_applies_a_lowered_retention(
 async def test_usage_reconcile_corrects_the_mongo_ledger(deps: Deps) -> None:
     built = deps()
     await write(built, SPACE, "a.md", "x" * 100)
-    await built.quota.apply_charge(SPACE, 500, "a-write-that-never-landed")
+    await built.quota_service.apply_charge(SPACE, 500, "a-write-that-never-landed")
     job = UsageReconcileJob(built, INTERVAL)
 
     report = await job.run(SPACE, SpaceSettings())
 
     assert report.counts == {"spaces_checked": 1, "counters_corrected": 2, "drift_bytes": 1000}
-    assert (await built.quota.usage(SPACE)).space_used_bytes == 100
+    assert (await built.quota_service.usage(SPACE)).space_used_bytes == 100
     again = await second_run_changes_nothing(built, job, SpaceSettings())
     assert again["counters_corrected"] == 0
 

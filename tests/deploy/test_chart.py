@@ -402,6 +402,10 @@ def test_only_callers_reach_internal_services(default_docs: list[Manifest]) -> N
         ("search", "indexer"),
         # Storage charges quota at the quota service, which owns the counters.
         ("storage", "quota"),
+        # Quota and maintenance reach documents through storage only (issue 34); the
+        # maintenance worker reconciles counters through quota.
+        ("quota", "storage"),
+        ("maintenance", "storage"),
         ("maintenance", "quota"),
         # Every service looks personal access tokens up at authz, which alone reads them.
         *((caller, "authz") for caller in GRPC_SERVICES if caller != "authz"),
@@ -436,7 +440,6 @@ def test_services_look_tokens_up_at_authz(helm: Helm, tmp_path: Path) -> None:
     for name in ("storage", "quota", "indexer", "search", "workspace", "maintenance"):
         assert found[name].env["ENGRAM_AUTHZ_ADDR"] == f"engram-authz.{NAMESPACE}.svc:50051"
     assert "ENGRAM_AUTHZ_ADDR" not in found["authz"].env
-    assert "ENGRAM_SERVICE_TOKEN" not in found["quota"].env
     assert found["storage"].env["ENGRAM_SERVICE_TOKEN"] == "t"
 
 
@@ -461,6 +464,24 @@ def test_search_reads_no_database_with_authz_deployed(helm: Helm, tmp_path: Path
     assert "ENGRAM_AUTHZ_ADDR" not in search.env
     assert "ENGRAM_MONGO_DB" in search.env and "ENGRAM_INDEXER_ADDR" in search.env
     assert NetworkPolicies.of(alone).allows(_pod_peer(alone, "search"), Peer(ip="10.1.2.3"), 27017)
+
+
+def test_quota_and_maintenance_reach_documents_through_storage(helm: Helm, tmp_path: Path) -> None:
+    """Quota (Reconcile's stored usage) and maintenance (its jobs) call StorageService as the
+    service principal; maintenance reconciles at quota, even with storage.remoteQuota off."""
+    docs = helm.render(
+        overrides={"auth": {"serviceToken": "t"}, "storage": {"remoteQuota": False}}, tmp=tmp_path
+    )
+    found = processes(docs)
+    storage = f"engram-storage.{NAMESPACE}.svc:50051"
+    for name in ("quota", "maintenance"):
+        assert found[name].env["ENGRAM_STORAGE_ADDR"] == storage, name
+        assert found[name].env["ENGRAM_SERVICE_TOKEN"] == "t", name
+    assert found["maintenance"].env["ENGRAM_QUOTA_ADDR"] == f"engram-quota.{NAMESPACE}.svc:50051"
+    rules = NetworkPolicies.of(docs)
+    for name in ("quota", "maintenance"):
+        assert rules.allows(_pod_peer(docs, name), _pod_peer(docs, "storage"), 50051), name
+    assert rules.allows(_pod_peer(docs, "maintenance"), _pod_peer(docs, "quota"), 50051)
 
 
 def test_clients_reach_public_services_only(
@@ -609,6 +630,10 @@ def test_each_process_environment_is_valid_settings(
                 assert settings.storage_addr == f"engram-storage.{NAMESPACE}.svc:50051"
                 assert settings.indexer_concurrency == 16
                 assert settings.qdrant_url == "http://qdrant.qdrant.svc:6333"
+            if name in ("quota", "maintenance"):
+                assert settings.storage_addr == f"engram-storage.{NAMESPACE}.svc:50051"
+            if name == "maintenance":
+                assert settings.quota_addr == f"engram-quota.{NAMESPACE}.svc:50051"
             if name == "workspace":
                 assert settings.search_addr == f"engram-search.{NAMESPACE}.svc:50051"
                 assert settings.log_level == "DEBUG", "<service>.config wins over config"

@@ -28,6 +28,7 @@ from engram.authz.sqlite_tokens import SqliteTokenStore
 from engram.authz.tokens import StoredToken, hash_token, new_personal_token
 from engram.domain.policy import RPC_POLICY, Target, Who, admits
 from engram.domain.principals import Principal, Role
+from engram.domain.spaces import SpaceRef, Visibility
 from engram.runtime.server import served_methods
 from engram.v1 import (
     authz_pb2,
@@ -85,6 +86,15 @@ def target_space(target: Target, service: bool) -> space_pb2.SpaceRef:
     if target is Target.OTHER:
         return space("notes", tenant=OTHER)
     return space("notes", tenant=OWN if service else "")
+
+
+def target_space_id(target: Target) -> str:
+    """The id of target_space's space (an id always names its tenant)."""
+    if target is Target.GLOBAL:
+        return SpaceRef.create(Visibility.GLOBAL, tenant="", name="shared").id
+    return SpaceRef.create(
+        Visibility.PRIVATE, tenant=OTHER if target is Target.OTHER else OWN, name="notes"
+    ).id
 
 
 def target_tenant(target: Target, service: bool) -> str:
@@ -219,6 +229,25 @@ def calls(deployment: Deployment) -> dict[str, Call]:
             metadata=md,
         ),
         "/engram.v1.StorageService/WatchSpace": watch,
+        "/engram.v1.StorageService/GetStoredUsage": lambda t, s, md, _: storage.GetStoredUsage(
+            storage_pb2.GetStoredUsageRequest(space_id=target_space_id(t)), metadata=md
+        ),
+        "/engram.v1.StorageService/SumStoredUsage": lambda t, s, md, _: storage.SumStoredUsage(
+            storage_pb2.SumStoredUsageRequest(
+                tenant="" if t is Target.GLOBAL else OTHER if t is Target.OTHER else OWN,
+                **{"global": t is Target.GLOBAL},
+            ),
+            metadata=md,
+        ),
+        "/engram.v1.StorageService/PruneVersions": lambda t, s, md, _: storage.PruneVersions(
+            storage_pb2.PruneVersionsRequest(space=S(t, s)), metadata=md
+        ),
+        "/engram.v1.StorageService/ListAllSpaces": lambda t, s, md, _: storage.ListAllSpaces(
+            storage_pb2.ListAllSpacesRequest(), metadata=md
+        ),
+        "/engram.v1.StorageService/ScanDocuments": lambda t, s, md, _: storage.ScanDocuments(
+            storage_pb2.ScanDocumentsRequest(space=S(t, s)), metadata=md
+        ),
         "/engram.v1.SearchService/Search": lambda t, s, md, _: search.Search(
             search_pb2.SearchRequest(spaces=[S(t, s)], query="matrix"), metadata=md
         ),

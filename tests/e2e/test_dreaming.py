@@ -25,6 +25,7 @@ from engram.domain.spaces import SpaceRef, Visibility
 from engram.maintenance.chat import ChatConfig, OpenAICompatibleChat
 from engram.maintenance.dream_watermarks import SCHEMA, SqliteWatermarkStore
 from engram.maintenance.dreaming import DreamConfig, DreamJob
+from engram.maintenance.local_storage import LocalStorage
 from engram.storage.service import WriteMode
 from tests.support.openai_test_double import (
     ChatReply,
@@ -68,7 +69,7 @@ class Dreaming:
         client = OpenAICompatibleChat(chat)
         self.chats.append(client)
         return DreamJob(
-            self.engram.storage,
+            LocalStorage(self.engram.storage, MAINTENANCE),
             MAINTENANCE,
             watermarks or self.watermarks,
             client,
@@ -341,7 +342,12 @@ async def test_the_schedule_needs_the_worker_switch_and_the_space_opt_in(
     assert not off.scheduled(ENABLED)
     assert on.interval(ENABLED) == timedelta(hours=6) and on.name == "dream"
     no_model = DreamJob(
-        d.engram.storage, MAINTENANCE, d.watermarks, None, DreamConfig(), clock=lambda: NOW
+        LocalStorage(d.engram.storage, MAINTENANCE),
+        MAINTENANCE,
+        d.watermarks,
+        None,
+        DreamConfig(),
+        clock=lambda: NOW,
     )
     with pytest.raises(Misconfigured, match="ENGRAM_LLM_BASE_URL"):
         await no_model.run(SPACE, ENABLED)

@@ -47,6 +47,7 @@ from engram.maintenance.sqlite_stores import (
 )
 from engram.maintenance.worker import MaintenanceWorker, WorkerConfig
 from engram.storage.mongo_repository import MongoDocumentRepository
+from engram.storage.ports import DocumentRepository
 from engram.v1 import maintenance_pb2, maintenance_pb2_grpc, storage_pb2_grpc
 from tests.e2e.test_cli import Cli
 from tests.support.backends import RealBackends
@@ -92,6 +93,18 @@ class Shared:
     clock: ManualClock
 
 
+class RepositorySpaces:
+    """The worker's SpaceSource straight over a document repository (the documents these
+    workers share), a page being the spaces after the last one's id."""
+
+    def __init__(self, repository: DocumentRepository) -> None:
+        self._repository = repository
+
+    async def space_page(self, *, page_token: str, limit: int) -> tuple[list[SpaceRef], str]:
+        spaces = await self._repository.all_spaces(after=page_token, limit=limit)
+        return spaces, spaces[-1].id if len(spaces) == limit else ""
+
+
 def _workers(shared: Shared, count: int) -> list[MaintenanceWorker]:
     return [
         MaintenanceWorker(
@@ -126,7 +139,7 @@ async def shared(
         if request.param == "sqlite":
             database = engram.database
             yield Shared(
-                engram.repository,
+                RepositorySpaces(engram.repository),
                 SqliteLeaseStore(database, clock=clock),
                 SqliteJobRunStore(database),
                 SqliteSpaceSettingsStore(database),
@@ -158,7 +171,7 @@ async def shared(
                 await store.ensure_indexes()
             try:
                 yield Shared(
-                    MongoDocumentRepository(mongo, retention=5),
+                    RepositorySpaces(MongoDocumentRepository(mongo, retention=5)),
                     leases,
                     runs,
                     MongoSpaceSettingsStore(mongo),

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from pydantic import SecretStr
 
 from engram.app.embedded import embedded_engram
 from engram.v1 import authz_pb2_grpc, quota_pb2_grpc, storage_pb2_grpc
 from tests.support.backends import RealBackends
 from tests.support.settings import server_settings
-from tests.support.tokens import TEST_JWT_SECRET
+from tests.support.tokens import TEST_JWT_SECRET, service_token
 
 BACKENDS = ("sqlite", "mongo")
 
@@ -78,14 +79,19 @@ async def secure_deployment(
     # without the tokens).
     async with authz_on_mongo(settings) as authz:
         callers = settings.model_copy(update={"authz_addr": f"127.0.0.1:{authz.port}"})
-        async with (
-            storage_on_mongo(callers, publish_events=False) as storage,
-            quota_on_mongo(callers) as quota,
-        ):
-            deployment = Deployment(
-                backend, {"storage": storage.port, "quota": quota.port, "authz": authz.port}
+        async with storage_on_mongo(callers, publish_events=False) as storage:
+            # QuotaService reads what the documents hold through StorageService.
+            quota_settings = callers.model_copy(
+                update={
+                    "storage_addr": f"127.0.0.1:{storage.port}",
+                    "service_token": SecretStr(service_token("quota")),
+                }
             )
-            try:
-                yield deployment
-            finally:
-                await deployment.close()
+            async with quota_on_mongo(quota_settings) as quota:
+                deployment = Deployment(
+                    backend, {"storage": storage.port, "quota": quota.port, "authz": authz.port}
+                )
+                try:
+                    yield deployment
+                finally:
+                    await deployment.close()

@@ -7,7 +7,7 @@ test's clock."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from datetime import date, datetime, timedelta
 from typing import Any, Protocol
 
@@ -20,6 +20,7 @@ from engram.domain.principals import LOCAL_ADMIN, MAINTENANCE
 from engram.domain.spaces import SpaceRef
 from engram.indexer.service import ReindexQueue
 from engram.indexes.ports import KeywordIndex, VectorIndex
+from engram.maintenance.local_storage import LocalReconciler, LocalStorage
 from engram.maintenance.ports import MaintenanceDeps
 from engram.quota.mongo_ledger import MongoUsageLedger
 from engram.quota.service import QuotaService
@@ -29,10 +30,26 @@ from engram.storage.ports import DocumentRepository
 from engram.storage.service import StorageService, utc_now
 
 
+@dataclass(frozen=True, kw_only=True)
+class StoreDeps(MaintenanceDeps):
+    """MaintenanceDeps (what the jobs see, through the maintenance ports) with the
+    services behind them, which the tests use to set up and look at a space."""
+
+    service: StorageService
+    repository: DocumentRepository
+    quota_service: QuotaService
+
+
 def maintenance_deps(
     engram: EmbeddedEngram, *, clock: Callable[[], datetime] = utc_now
-) -> MaintenanceDeps:
-    return replace(engram.maintenance.deps, clock=clock)
+) -> StoreDeps:
+    deps = replace(engram.maintenance.deps, clock=clock)
+    return StoreDeps(
+        **{f.name: getattr(deps, f.name) for f in fields(MaintenanceDeps)},
+        service=engram.storage,
+        repository=engram.repository,
+        quota_service=engram.quota,
+    )
 
 
 class _NoRelay:
@@ -48,9 +65,10 @@ def mongo_deps(
     keyword: KeywordIndex,
     vector: VectorIndex,
     clock: Callable[[], datetime] = utc_now,
-) -> MaintenanceDeps:
-    """MaintenanceDeps on MongoDB as `engram serve maintenance` builds them: storage and
-    quota in process on the database, the indexes and reindex queue given."""
+) -> StoreDeps:
+    """MaintenanceDeps on MongoDB: StorageService and QuotaService in process on the
+    database, reached through the in-process maintenance ports; the indexes and reindex
+    queue given. (`engram serve maintenance` reaches the same services over gRPC.)"""
     components = Components.from_settings(settings)
     repository = MongoDocumentRepository(database, retention=components.version_retention)
     quota = QuotaService(
@@ -64,21 +82,21 @@ def mongo_deps(
         _NoRelay(),
         components.limits,
     )
-    return MaintenanceDeps(
-        storage=storage,
-        repository=repository,
-        quota=quota,
+    return StoreDeps(
+        storage=LocalStorage(storage, MAINTENANCE),
+        quota=LocalReconciler(quota, MAINTENANCE),
         reindex=reindex,
         keyword=keyword,
         vector=vector,
         principal=MAINTENANCE,
         clock=clock,
+        service=storage,
+        repository=repository,
+        quota_service=quota,
     )
 
 
-async def space_state(
-    deps: MaintenanceDeps, space: SpaceRef, *, indexes: bool = True
-) -> dict[str, Any]:
+async def space_state(deps: StoreDeps, space: SpaceRef, *, indexes: bool = True) -> dict[str, Any]:
     """Everything a hygiene job could change in a space: its documents (version, sha256),
     their kept versions, its usage counters, and (unless `indexes` is False: an indexer
     may still be catching up) what both indexes hold for it."""
@@ -86,7 +104,7 @@ async def space_state(
     documents = await repository.list_documents(space.id, after="", limit=10_000)
     state: dict[str, Any] = {
         "documents": {d.path: (d.version, d.sha256) for d in documents},
-        "usage": await deps.quota.usage(space),
+        "usage": await deps.quota_service.usage(space),
     }
     if indexes:
         state["keyword"] = await deps.keyword.indexed_documents(space.id)
@@ -99,14 +117,22 @@ async def space_state(
     return state
 
 
-class Store(Protocol):
-    """Storage and its repository: an EmbeddedEngram or a MaintenanceDeps."""
+class Engram(Protocol):
+    """Storage and its repository (an EmbeddedEngram)."""
 
     @property
     def storage(self) -> StorageService: ...
 
     @property
     def repository(self) -> DocumentRepository: ...
+
+
+# An EmbeddedEngram or a StoreDeps.
+Store = Engram | StoreDeps
+
+
+def _service(store: Store) -> StorageService:
+    return store.service if isinstance(store, StoreDeps) else store.storage
 
 
 # The date the log-retention tests take as today.
@@ -119,7 +145,7 @@ def log_path(days_ago: int) -> str:
 
 
 async def write(store: Store, space: SpaceRef, path: str, content: str) -> None:
-    await store.storage.write(LOCAL_ADMIN, space, path, content)
+    await _service(store).write(LOCAL_ADMIN, space, path, content)
 
 
 async def content_of(store: Store, space: SpaceRef, path: str) -> str | None:

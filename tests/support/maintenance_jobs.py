@@ -1,5 +1,5 @@
-"""A maintenance job of the tests' own: `UsageSnapshotJob` reads a space's usage through the
-StorageService as the maintenance principal and reports it."""
+"""A maintenance job of the tests' own: `UsageSnapshotJob` lists a space's documents through
+StorageService as the maintenance principal and reports their count and bytes."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ DAY = timedelta(days=1)
 
 
 class UsageSnapshotJob:
-    """Reports a space's document count and bytes (read through StorageService as the
+    """Reports a space's document count and bytes (listed through StorageService as the
     maintenance principal); `gate`, when set, holds each run until the test opens it."""
 
     name: ClassVar[str] = "usage_snapshot"
@@ -35,10 +35,13 @@ class UsageSnapshotJob:
         self.started.set()
         if self._gate is not None:
             await self._gate.wait()
-        usage = await self._deps.storage.usage(self._deps.principal, space)
+        documents = used = 0
+        async for entry in self._deps.storage.list_paths(space):
+            documents += 1
+            used += entry.size_bytes
         # Every run yields once more, so racing workers interleave.
         await asyncio.sleep(0.01)
         return JobReport(
-            counts={"documents": usage.document_count, "bytes": usage.used_bytes},
-            message=f"{usage.document_count} documents",
+            counts={"documents": documents, "bytes": used},
+            message=f"{documents} documents",
         )

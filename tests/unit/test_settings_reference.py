@@ -66,12 +66,23 @@ def test_readers_follow_the_wiring() -> None:
     # `require`); `engram dev` has its own embedded one.
     assert read["qdrant_url"] == ["indexer", "search", "maintenance"]
     # Peers and the service principal: the callers only.
-    assert read["storage_addr"] == ["indexer", "workspace"]
+    # Quota and maintenance reach storage's documents through its RPCs (issue 34).
+    assert read["storage_addr"] == ["quota", "indexer", "workspace", "maintenance"]
     assert read["search_addr"] == ["workspace"]
     assert read["quota_addr"] == ["storage", "maintenance"]
-    assert read["service_token"] == ["storage", "indexer", "search", "workspace", "maintenance"]
+    assert read["service_token"] == [
+        "storage",
+        "quota",
+        "indexer",
+        "search",
+        "workspace",
+        "maintenance",
+    ]
     # Search asks the indexer for index progress (issue 34).
     assert read["indexer_addr"] == ["search"]
+    # Maintenance builds no StorageService or QuotaService of its own any more.
+    assert "maintenance" not in read["max_doc_bytes"]
+    assert "maintenance" not in read["quota_tenant_total"]
     # Every service but authz looks personal tokens up at authz, over (m)TLS when it is on.
     callers_of_authz = [name for name in SERVE if name != "authz"]
     assert read["authz_addr"] == callers_of_authz

@@ -101,19 +101,21 @@ indexer. */}}
 
 {{/* The engram services each component calls over gRPC (ENGRAM_<CALLEE>_ADDR). Every
 service resolves personal access tokens through authz (which alone reads them), when authz
-is deployed; search reads the indexer's progress through the indexer. */}}
+is deployed; search reads the indexer's progress through the indexer. Quota and maintenance reach documents through storage only (quota sums stored
+usage for Reconcile; maintenance's jobs read, write, scan and prune through it), and
+maintenance reconciles through quota. */}}
 {{- define "engram.callees" -}}
 {{- $quota := ternary (list "quota") (list) (.root.Values.storage.remoteQuota | default false) -}}
 {{- $authz := ternary (list "authz") (list) (.root.Values.authz.enabled | default false) -}}
 {{- $indexer := ternary (list "indexer") (list) (.root.Values.indexer.enabled | default false) -}}
 {{- $c := dict
   "storage" (concat $quota $authz)
-  "quota" $authz
+  "quota" (concat (list "storage") $authz)
   "authz" (list)
   "indexer" (concat (list "storage") $authz)
   "search" (concat $indexer $authz)
   "workspace" (concat (list "storage" "search") $authz)
-  "maintenance" (concat $quota $authz)
+  "maintenance" (concat (list "storage" "quota") $authz)
   "mcp" (ternary (list "workspace" "authz") (list "workspace") (eq .root.Values.mcp.hosted true)) -}}
 {{- index $c .component | toJson -}}
 {{- end -}}

@@ -52,7 +52,8 @@ class OpenSearchNeeds(Needs):
 
 
 class StorageClientNeeds(Needs):
-    """The indexer reads documents from StorageService as a service principal."""
+    """The indexer reads documents from StorageService as a service principal, and
+    QuotaService reads what the documents hold (Reconcile) the same way."""
 
     storage_addr: str
     service_token: SecretStr
@@ -77,6 +78,15 @@ class WorkspaceClientNeeds(Needs):
 class QuotaClientNeeds(Needs):
     """Storage charges bytes through a remote QuotaService as a service principal."""
 
+    quota_addr: str
+    service_token: SecretStr
+
+
+class MaintenanceClientNeeds(Needs):
+    """The maintenance worker acts through StorageService and reconciles through
+    QuotaService, as a service principal."""
+
+    storage_addr: str
     quota_addr: str
     service_token: SecretStr
 

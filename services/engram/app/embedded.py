@@ -51,6 +51,7 @@ from engram.indexer.service import IndexerService
 from engram.indexer.sources import RepositoryDocumentSource
 from engram.indexes.progress import SqliteIndexProgress
 from engram.maintenance.dream_watermarks import SqliteWatermarkStore
+from engram.maintenance.local_storage import LocalReconciler, LocalStorage
 from engram.maintenance.ports import MaintenanceDeps
 from engram.maintenance.sqlite_stores import (
     SqliteJobRunStore,
@@ -314,9 +315,8 @@ def _start_maintenance(
     return start_maintenance(
         settings,
         MaintenanceDeps(
-            storage=core.storage,
-            repository=core.repository,
-            quota=core.quota,
+            storage=LocalStorage(core.storage, MAINTENANCE),
+            quota=LocalReconciler(core.quota, MAINTENANCE),
             reindex=reindex,
             keyword=indexing.keyword,
             vector=indexing.vector,

@@ -114,7 +114,7 @@ def start_maintenance(
     with the stack. `jobs` builds other jobs than the configured ones (tests)."""
     worker = MaintenanceWorker(
         maintenance_jobs(deps, settings, stores, stack) if jobs is None else jobs(deps),
-        deps.repository,
+        deps.storage,
         stores.leases,
         stores.runs,
         stores.settings,

@@ -33,6 +33,7 @@ from engram.app.adapters import (
 from engram.app.config import (
     Components,
     IndexerClientNeeds,
+    MaintenanceClientNeeds,
     MongoNeeds,
     NatsNeeds,
     Needs,
@@ -59,10 +60,12 @@ from engram.app.parts import (
 from engram.authz.enforcement import PolicyAuthorizer
 from engram.authz.mongo_audit import MongoAuditLog
 from engram.authz.mongo_tokens import MongoTokenStore
+from engram.authz.remote_audit import AuthzServiceAuditSink
 from engram.authz.service import AuthzService
 from engram.authz.tokens import TokenAuthenticator
 from engram.backends.mongo import MongoDatabase
 from engram.client.aio import EngramClient
+from engram.domain.ports import AuditSink
 from engram.domain.principals import MAINTENANCE
 from engram.events.jetstream import JetStreamPublisher, connect_nats
 from engram.events.jetstream_feed import JetStreamChangeFeed
@@ -80,8 +83,11 @@ from engram.maintenance.mongo_stores import (
     MongoSpaceSettingsStore,
 )
 from engram.maintenance.ports import MaintenanceDeps, utc_now
+from engram.maintenance.remote_storage import RemoteReconciler, RemoteStorage
 from engram.quota.client import GrpcQuotaGate
 from engram.quota.mongo_ledger import MongoUsageLedger
+from engram.quota.ports import StoredUsage
+from engram.quota.remote_stored import StorageServiceStoredUsage
 from engram.quota.service import QuotaService
 from engram.runtime.channels import open_channel
 from engram.runtime.gc_pauses import freeze_startup_heap
@@ -228,12 +234,12 @@ async def _mongo_storage(
     return _MongoStorage(repository, audit, storage)
 
 
-async def _mongo_quota(process: _OnMongo, repository: MongoDocumentRepository) -> QuotaService:
+async def _mongo_quota(process: _OnMongo, stored: StoredUsage) -> QuotaService:
+    """QuotaService with its counters on the process's MongoDB; what the documents hold
+    from `stored` (storage's repository in storage's process, StorageService elsewhere)."""
     ledger = MongoUsageLedger(process.database)
     await ledger.ensure_indexes()
-    return QuotaService(
-        ledger, process.components.quotas, repository, authorizer=PolicyAuthorizer()
-    )
+    return QuotaService(ledger, process.components.quotas, stored, authorizer=PolicyAuthorizer())
 
 
 def _storage_needs(settings: Settings, *, publish_events: bool) -> list[type[Needs]]:
@@ -272,12 +278,19 @@ async def storage_on_mongo(
 async def quota_on_mongo(
     settings: Settings, *, authenticator: Authenticator | None = None
 ) -> AsyncIterator[GrpcServer]:
-    """QuotaService on MongoDB (counters, overrides; documents for Reconcile)."""
-    async with _on_mongo(settings) as process:
-        repository = MongoDocumentRepository(
-            process.database, retention=process.components.version_retention
+    """QuotaService on MongoDB (counters, overrides, orgs); what the documents hold
+    (Reconcile, a space's document count) from StorageService at ENGRAM_STORAGE_ADDR as the
+    service principal of ENGRAM_SERVICE_TOKEN: quota never reads storage's collections."""
+    async with _on_mongo(settings, [StorageClientNeeds]) as process:
+        remote = process.required[StorageClientNeeds]
+        channel = open_channel(
+            remote.storage_addr,
+            process.components.channels,
+            interceptors=tracing_client_interceptors(),
         )
-        quota = await _mongo_quota(process, repository)
+        process.stack.push_async_callback(channel.close)
+        stored = StorageServiceStoredUsage(channel, remote.service_token.get_secret_value())
+        quota = await _mongo_quota(process, stored)
         yield await process.serve(
             registry.quota(quota, PolicyAuthorizer()),
             authenticator or await _process_tokens(process),
@@ -571,20 +584,28 @@ async def open_maintenance(
     authenticator: Authenticator | None = None,
     jobs: JobFactory | None = None,
 ) -> AsyncIterator[ProductionMaintenance]:
-    """The maintenance worker and MaintenanceService. Jobs act through a StorageService on
-    MongoDB in this process (as the MAINTENANCE service principal; its events go through the
-    outbox to NATS JetStream like storage's own), quota on MongoDB (charges at
-    ENGRAM_QUOTA_ADDR when set, as storage does), OpenSearch and the vector index the
-    settings choose, and re-queue documents for the indexer on JetStream. Leases, runs and
-    settings live on MongoDB, so replicas share them. `jobs` builds other jobs than the
-    configured ones (tests)."""
-    needs: list[type[Needs]] = [OpenSearchNeeds, *_storage_needs(settings, publish_events=True)]
+    """The maintenance worker and MaintenanceService. Jobs act through StorageService at
+    ENGRAM_STORAGE_ADDR and reconcile through QuotaService at ENGRAM_QUOTA_ADDR, as the
+    service principal of ENGRAM_SERVICE_TOKEN (this process opens no document repository
+    and no outbox: storage's collections are storage's); they read OpenSearch and the vector
+    index the settings choose, and re-queue documents for the indexer on JetStream. Leases,
+    runs, settings and watermarks live on this process's MongoDB, so replicas share them;
+    its audit rows go to AuthzService when ENGRAM_AUTHZ_ADDR is set. `jobs` builds other
+    jobs than the configured ones (tests)."""
+    needs: list[type[Needs]] = [OpenSearchNeeds, NatsNeeds, MaintenanceClientNeeds]
     # One error naming every missing setting, the vector index's included.
     vectors = require(settings, [MongoNeeds, *needs], vector=True).vector
     async with _on_mongo(settings, needs) as process:
         stack, database = process.stack, process.database
-        built = await _mongo_storage(process, publish_events=True, name="engram-maintenance")
-        quota = await _mongo_quota(process, built.repository)
+        remote = process.required[MaintenanceClientNeeds]
+        token = remote.service_token.get_secret_value()
+        channels = {}
+        for name, addr in (("storage", remote.storage_addr), ("quota", remote.quota_addr)):
+            channels[name] = open_channel(
+                addr, process.components.channels, interceptors=tracing_client_interceptors()
+            )
+            stack.push_async_callback(channels[name].close)
+        audit = await _maintenance_audit(process, token)
         keyword = opensearch_index(process.required[OpenSearchNeeds].opensearch_url, settings)
         await open_or_keep_trying(keyword, "keyword", stack)
         vector = vector_index(vectors)
@@ -594,9 +615,8 @@ async def open_maintenance(
         )
         stack.push_async_callback(publisher.close)
         deps = MaintenanceDeps(
-            storage=built.storage,
-            repository=built.repository,
-            quota=quota,
+            storage=RemoteStorage(channels["storage"], token),
+            quota=RemoteReconciler(channels["quota"], token),
             reindex=JetStreamReindexQueue(publisher, durable=settings.indexer_durable),
             keyword=keyword,
             vector=vector,
@@ -613,7 +633,7 @@ async def open_maintenance(
             settings,
             deps,
             MaintenanceStores(leases, runs, MongoSpaceSettingsStore(database), watermarks),
-            built.audit,
+            audit,
             stack,
             jobs=jobs,
         )
@@ -629,6 +649,22 @@ async def open_maintenance(
         )
         await serve(server, stack)
         yield ProductionMaintenance(server, maintenance, deps)
+
+
+async def _maintenance_audit(process: _OnMongo, token: str) -> AuditSink:
+    """Where MaintenanceService's audit rows go: AuthzService at ENGRAM_AUTHZ_ADDR (which
+    owns the audit log), else this process's MongoDB."""
+    if process.settings.authz_addr:
+        channel = open_channel(
+            process.settings.authz_addr,
+            process.components.channels,
+            interceptors=tracing_client_interceptors(),
+        )
+        process.stack.push_async_callback(channel.close)
+        return AuthzServiceAuditSink(channel, token)
+    audit = MongoAuditLog(process.database)
+    await audit.ensure_indexes()
+    return audit
 
 
 @contextlib.asynccontextmanager

@@ -74,6 +74,7 @@ from engram.client.models import (
 from engram.client.quota import QuotaCalls
 from engram.client.search import SearchCalls
 from engram.client.storage import StorageCalls
+from engram.client.upkeep import UpkeepCalls
 from engram.domain.errors import InvalidArgument
 from engram.domain.positions import IndexPosition
 from engram.v1 import (
@@ -108,7 +109,13 @@ PROMPT_LAYOUTS = {
 
 
 class EngramClient(
-    StorageCalls, SearchCalls, QuotaCalls, AuthzCalls, IndexerCalls, MaintenanceCalls
+    StorageCalls,
+    UpkeepCalls,
+    SearchCalls,
+    QuotaCalls,
+    AuthzCalls,
+    IndexerCalls,
+    MaintenanceCalls,
 ):
     """Async client of an engram server (or of several replicas, balanced round-robin):
     every RPC of WorkspaceService (the memory tools), StorageService, SearchService,

@@ -106,10 +106,19 @@ class QuotaCalls(ClientBase):
             response.org_used_bytes,
         )
 
-    async def quota_usage(self, *, tenant: str = "", space: AnySpace | None = None) -> QuotaUsage:
+    async def quota_usage(
+        self,
+        *,
+        tenant: str = "",
+        space: AnySpace | None = None,
+        without_document_count: bool = False,
+    ) -> QuotaUsage:
         """A tenant's usage and limit ("" = yours, "instance" = the global spaces'), its
-        org's usage and ceiling, and the space's when one is named."""
-        request = quota_pb2.QuotaServiceGetUsageRequest(tenant=tenant)
+        org's usage and ceiling, and the space's when one is named (its document count
+        too, unless `without_document_count`: QuotaService asks storage for it)."""
+        request = quota_pb2.QuotaServiceGetUsageRequest(
+            tenant=tenant, without_document_count=without_document_count
+        )
         if space is not None:
             request.space.CopyFrom(space_to_proto(space))
         response = await self._call(

@@ -173,6 +173,13 @@ class Engram:
     list_all_documents = _blocking(EngramClient.list_all_documents)
     iter_all_documents = _blocking_iter(EngramClient.iter_all_documents)
     watch_space = _blocking_iter(EngramClient.watch_space)
+    # StorageService's upkeep (service principals)
+    stored_usage = _blocking(EngramClient.stored_usage)
+    sum_stored_usage = _blocking(EngramClient.sum_stored_usage)
+    prune_versions = _blocking(EngramClient.prune_versions)
+    list_all_spaces = _blocking(EngramClient.list_all_spaces)
+    scan_documents = _blocking(EngramClient.scan_documents)
+    iter_scan_documents = _blocking_iter(EngramClient.iter_scan_documents)
     # SearchService
     search = _blocking(EngramClient.search)
     # QuotaService

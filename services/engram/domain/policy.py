@@ -280,6 +280,12 @@ ACTION_POLICY: dict[Action, dict[Target, Who]] = {
     },
     Action.LIST_AUDIT_EVENTS: _every(Who.PLATFORM_ADMIN),
     Action.RECORD_AUDIT_EVENT: _every(Who.SERVICE),
+    # What other services need of storage's documents (quota's usage reports, the
+    # maintenance worker's walk, scans and pruning): services only, any tenant's.
+    Action.STORED_USAGE: _every(Who.SERVICE, (Target.OWN, Target.OTHER, Target.GLOBAL)),
+    Action.PRUNE_VERSIONS: _every(Who.SERVICE, (Target.OWN, Target.OTHER, Target.GLOBAL)),
+    Action.LIST_ALL_SPACES: _every(Who.SERVICE, (Target.INSTANCE,)),
+    Action.SCAN_DOCUMENTS: _every(Who.SERVICE, (Target.OWN, Target.OTHER, Target.GLOBAL)),
 }
 
 # The edge's table: the action each served RPC takes. Only the server's start-up check and
@@ -298,6 +304,11 @@ RPC_ACTIONS: dict[str, Action] = {
     "/engram.v1.StorageService/ListSpaces": Action.LIST_SPACES,
     "/engram.v1.StorageService/WatchSpace": Action.READ,
     "/engram.v1.StorageService/ListAllDocuments": Action.LIST_ALL_DOCUMENTS,
+    "/engram.v1.StorageService/GetStoredUsage": Action.STORED_USAGE,
+    "/engram.v1.StorageService/SumStoredUsage": Action.STORED_USAGE,
+    "/engram.v1.StorageService/PruneVersions": Action.PRUNE_VERSIONS,
+    "/engram.v1.StorageService/ListAllSpaces": Action.LIST_ALL_SPACES,
+    "/engram.v1.StorageService/ScanDocuments": Action.SCAN_DOCUMENTS,
     "/engram.v1.MaintenanceService/ListJobRuns": Action.LIST_JOB_RUNS,
     "/engram.v1.MaintenanceService/RunJob": Action.RUN_JOB,
     "/engram.v1.MaintenanceService/GetSpaceMaintenance": Action.GET_SPACE_MAINTENANCE,
@@ -392,6 +403,8 @@ def _decide_by_row(principal: Principal, action: Action, requested: SpaceRef) ->
         return stamped
     if not admits(who, principal, target):
         rule = PLATFORM_ADMIN_REQUIRED if target is Target.GLOBAL else ADMIN_ROLE_REQUIRED
+        if who is Who.SERVICE:
+            rule = SERVICE_PRINCIPAL_REQUIRED
         return _deny(rule, f"{_ACTION_TEXT.get(action, action.value)} needs {_who_text(who)}")
     validate_space_ref(stamped)
     return Decision(allowed=True, rule="", message="", space=stamped)
@@ -414,4 +427,5 @@ _WHO_TEXT = {
     Who.TENANT_ADMIN_OR_SERVICE: "role admin in the space's tenant, a platform admin or a service",
     Who.PLATFORM_ADMIN: "a platform admin",
     Who.PLATFORM_ADMIN_OR_SERVICE: "a platform admin or a service",
+    Who.SERVICE: "a service principal",
 }

@@ -59,6 +59,11 @@ class Action(StrEnum):
     LIST_TOKENS = "list_tokens"
     LIST_AUDIT_EVENTS = "list_audit_events"
     RECORD_AUDIT_EVENT = "record_audit_event"
+    # Storage's upkeep for other services (quota, maintenance): service principals only.
+    STORED_USAGE = "stored_usage"
+    PRUNE_VERSIONS = "prune_versions"
+    LIST_ALL_SPACES = "list_all_spaces"
+    SCAN_DOCUMENTS = "scan_documents"
 
     @property
     def mutates(self) -> bool:

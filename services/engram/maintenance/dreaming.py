@@ -46,7 +46,7 @@ from engram.domain.spaces import SpaceRef
 from engram.domain.workspace import JOURNAL_DIRS, MEMORY_PATH
 from engram.maintenance.chat import ChatModel
 from engram.maintenance.dream_watermarks import WatermarkStore
-from engram.storage.service import StorageService, WriteMode
+from engram.maintenance.ports import MaintenanceStorage
 
 PROMPT_VERSION = "dream-v1"
 DEFAULT_INTERVAL = timedelta(hours=24)
@@ -55,7 +55,6 @@ DEFAULT_MAX_ANSWER_CHARS = 16_000
 DEFAULT_MAX_MEMORY_CHARS = 32_000
 # Appends that lost to an edit of MEMORY.md before the run gives up (and retries next time).
 WRITE_ATTEMPTS = 5
-LIST_PAGE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +91,7 @@ class DreamJob:
 
     def __init__(
         self,
-        storage: StorageService,
+        storage: MaintenanceStorage,
         principal: Principal,
         watermarks: WatermarkStore,
         model: ChatModel | None,
@@ -184,20 +183,8 @@ class DreamJob:
         """The logs of `daily/` and of `memory/` (the OpenClaw/Minara layout)."""
         paths: list[str] = []
         for directory in JOURNAL_DIRS:
-            token = ""
-            while True:
-                page = await self._storage.list_directory(
-                    self._principal,
-                    space,
-                    directory,
-                    recursive=False,
-                    page_size=LIST_PAGE,
-                    page_token=token,
-                )
-                paths.extend(item.path for item in page.items if not item.is_dir)
-                token = page.next_page_token
-                if not token:
-                    break
+            async for entry in self._storage.list_paths(space, directory, recursive=False):
+                paths.append(entry.path)
         return dream_logs(paths)
 
     async def _excerpts(
@@ -210,7 +197,7 @@ class DreamJob:
         sent: dict[str, LogMark] = {}
         for path in logs:
             try:
-                document, _ = await self._storage.read(self._principal, space, path)
+                document = await self._storage.read(space, path)
             except DocumentNotFound:
                 continue  # deleted since the listing; its mark goes with it
             # Hashing a long log's prefix is CPU work: off the event loop.
@@ -231,7 +218,7 @@ class DreamJob:
 
     async def _read_memory(self, space: SpaceRef) -> _Memory:
         try:
-            document, _ = await self._storage.read(self._principal, space, MEMORY_PATH)
+            document = await self._storage.read(space, MEMORY_PATH)
         except DocumentNotFound:
             return _Memory(content="", sha256="")
         return _Memory(content=document.content, sha256=document.sha256)
@@ -256,16 +243,14 @@ class DreamJob:
                 section = dreamed_section(
                     memory.content, today=today, key=key, version=version, facts=facts
                 )
-                result = await self._storage.write(
-                    self._principal,
+                return await self._storage.write(
                     space,
                     MEMORY_PATH,
                     section,
-                    mode=WriteMode.APPEND,
+                    append=True,
                     expected_sha256=memory.sha256,
                     create_only=not memory.sha256,
                 )
-                return result.bytes_delta
         raise AssertionError("unreachable: tenacity re-raises the last EtagMismatch")
 
     async def _advance(

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar, Protocol
 
+from engram.domain.documents import PathEntry, StoredDocument
 from engram.domain.maintenance import JobReport, JobRun, SpaceSettings
 from engram.domain.maintenance_rules import LastRuns
 from engram.domain.principals import Principal
 from engram.domain.spaces import SpaceRef
 from engram.indexer.service import ReindexQueue
 from engram.indexes.ports import KeywordIndex, VectorIndex
-from engram.quota.service import QuotaService
-from engram.storage.ports import DocumentRepository
-from engram.storage.service import StorageService
+from engram.quota.service import ReconcileReport
 
 
 def utc_now() -> datetime:
@@ -47,17 +46,69 @@ class Job(Protocol):
         ...
 
 
+class MaintenanceStorage(Protocol):
+    """What the jobs and the worker need of StorageService, acting as the maintenance
+    principal: quota, events and authorization as for any caller. In process over the local
+    StorageService (`engram dev`), over gRPC otherwise (`engram serve maintenance` owns no
+    documents: it reaches them through StorageService's RPCs only)."""
+
+    async def read(self, space: SpaceRef, path: str) -> StoredDocument:
+        """The current document; raises DocumentNotFound."""
+        ...
+
+    async def write(
+        self,
+        space: SpaceRef,
+        path: str,
+        content: str,
+        *,
+        append: bool = False,
+        expected_sha256: str = "",
+        create_only: bool = False,
+    ) -> int:
+        """Writes (conditionally: EtagMismatch) and returns the bytes it added."""
+        ...
+
+    async def delete(self, space: SpaceRef, path: str, *, expected_sha256: str) -> None:
+        """Deletes the document if its sha256 is still `expected_sha256` (EtagMismatch
+        otherwise, DocumentNotFound when gone)."""
+        ...
+
+    def list_paths(
+        self, space: SpaceRef, directory: str = "", *, recursive: bool = True
+    ) -> AsyncIterator[PathEntry]:
+        """The documents under `directory` ('' = all; only its direct children unless
+        `recursive`), in path order."""
+        ...
+
+    def documents(self, space: SpaceRef) -> AsyncIterator[StoredDocument]:
+        """Every live document of the space with its content, in path order."""
+        ...
+
+    async def prune_versions(self, space: SpaceRef) -> int:
+        """Erases the space's kept versions beyond the retention; returns how many."""
+        ...
+
+    async def space_page(self, *, page_token: str, limit: int) -> tuple[list[SpaceRef], str]:
+        """A page of every space holding documents, in space id order, and the token of the
+        next ("" after the last)."""
+        ...
+
+
+class UsageReconciler(Protocol):
+    """QuotaService's Reconcile, as the maintenance principal."""
+
+    async def reconcile(self, tenant: str) -> ReconcileReport: ...
+
+
 @dataclass(frozen=True)
 class MaintenanceDeps:
     """The parts of a process the jobs are built on; the composition root fills it in
-    `engram dev` (the embedded services) and in `engram serve maintenance` (the same
-    services on MongoDB, NATS, OpenSearch and the vector index)."""
+    `engram dev` (the embedded services) and in `engram serve maintenance` (StorageService
+    and QuotaService over gRPC, NATS, OpenSearch and the vector index)."""
 
-    # Reads and writes as `principal`: quota, events and authorization as for any caller.
-    storage: StorageService
-    # Direct access for what no RPC offers (version pruning, scans for reports).
-    repository: DocumentRepository
-    quota: QuotaService
+    storage: MaintenanceStorage
+    quota: UsageReconciler
     # Re-queues documents for the indexer (embedding backfill).
     reindex: ReindexQueue
     keyword: KeywordIndex
@@ -71,9 +122,9 @@ class MaintenanceDeps:
 
 
 class SpaceSource(Protocol):
-    """Where the worker finds the spaces to walk (the document repository)."""
+    """Where the worker finds the spaces to walk (MaintenanceStorage)."""
 
-    async def all_spaces(self, *, after: str, limit: int) -> list[SpaceRef]: ...
+    async def space_page(self, *, page_token: str, limit: int) -> tuple[list[SpaceRef], str]: ...
 
 
 # --- the worker's stores (SQLite in `engram dev`, MongoDB in production) ---------------------

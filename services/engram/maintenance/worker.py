@@ -160,9 +160,11 @@ class MaintenanceWorker:
         done: list[JobRun] = []
         if not self._jobs:
             return done
-        after = ""
+        token = ""
         while True:
-            spaces = await self._spaces.all_spaces(after=after, limit=self._config.space_page)
+            spaces, token = await self._spaces.space_page(
+                page_token=token, limit=self._config.space_page
+            )
             if not spaces:
                 break
             ids = [space.id for space in spaces]
@@ -178,8 +180,7 @@ class MaintenanceWorker:
                     run = await self._run(job, space, space_settings, on_demand=False)
                     if run is not None:
                         done.append(run)
-            after = ids[-1]
-            if len(spaces) < self._config.space_page:
+            if not token:
                 break
         retention = timedelta(days=self._config.run_retention_days)
         await self._runs.prune(self._clock() - retention, limit=1000)

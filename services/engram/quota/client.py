@@ -41,7 +41,10 @@ class GrpcQuotaGate:
         )
 
     async def usage(self, space: SpaceRef) -> UsageReport:
-        report = await self._client.quota_usage(tenant=space.tenant or "instance", space=space)
+        # Storage counts its documents itself: no round trip back to it for the count.
+        report = await self._client.quota_usage(
+            tenant=space.tenant or "instance", space=space, without_document_count=True
+        )
         return UsageReport(
             space_used_bytes=report.space_used_bytes,
             space_quota_bytes=report.space_quota_bytes,

@@ -62,10 +62,10 @@ class QuotaServicer(quota_pb2_grpc.QuotaServiceServicer):
                 principal, Action.USAGE, requested_space(request.space)
             )
             report = await self._service.usage(granted.space)
-            documents = await self._service.document_count(granted.space)
             response.space_used_bytes = report.space_used_bytes
             response.space_quota_bytes = report.space_quota_bytes
-            response.space_document_count = documents
+            if not request.without_document_count:
+                response.space_document_count = await self._service.document_count(granted.space)
         tenant = await self._service.tenant_usage(principal, request.tenant)
         response.tenant = tenant.tenant
         response.tenant_used_bytes = tenant.used_bytes

@@ -46,6 +46,7 @@ from engram.storage.rooms.documents import (
 )
 from engram.storage.rooms.erasure import Erasures, PurgeResult, SpaceDeletion
 from engram.storage.rooms.feed import DEFAULT_MAX_WATCHERS, SpaceWatches
+from engram.storage.rooms.upkeep import Upkeep
 from engram.storage.rooms.versions import DocumentVersions
 
 __all__ = [
@@ -95,6 +96,8 @@ class StorageService:
         self._watches = SpaceWatches(core, feed, max_watchers)
         self._watchers = self._watches.watchers
         self._catalog = DocumentCatalog(core)
+        # What other services need of the documents (quota, maintenance): services only.
+        self.upkeep = Upkeep(core)
 
     @property
     def limits(self) -> DocumentLimits:

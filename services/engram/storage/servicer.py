@@ -12,6 +12,7 @@ from engram.domain.errors import InvalidArgument
 from engram.runtime.context import current_principal
 from engram.storage import mapping
 from engram.storage.service import Appending, StorageService
+from engram.storage.upkeep_servicer import UpkeepRpcs
 from engram.v1 import storage_pb2, storage_pb2_grpc
 from engram.wire import requested_space
 
@@ -20,7 +21,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 EXPORT_CHUNK_BYTES = 256 * 1024
 
 
-class StorageServicer(storage_pb2_grpc.StorageServiceServicer):
+class StorageServicer(UpkeepRpcs, storage_pb2_grpc.StorageServiceServicer):
     def __init__(self, service: StorageService) -> None:
         self._service = service
 

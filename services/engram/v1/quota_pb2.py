@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from engram.v1 import space_pb2 as engram_dot_v1_dot_space__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x65ngram/v1/quota.proto\x12\tengram.v1\x1a\x15\x65ngram/v1/space.proto\"|\n\rChargeRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x13\n\x0b\x64\x65lta_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x19\n\x11\x61ttributed_tenant\x18\x04 \x01(\t\"n\n\x0e\x43hargeResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x12\x18\n\x10space_used_bytes\x18\x02 \x01(\x03\x12\x19\n\x11tenant_used_bytes\x18\x03 \x01(\x03\x12\x16\n\x0eorg_used_bytes\x18\x04 \x01(\x03\"Q\n\x1bQuotaServiceGetUsageRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\"\n\x05space\x18\x02 \x01(\x0b\x32\x13.engram.v1.SpaceRef\"\xf5\x02\n\x1cQuotaServiceGetUsageResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x19\n\x11tenant_used_bytes\x18\x02 \x01(\x03\x12\x1a\n\x12tenant_quota_bytes\x18\x03 \x01(\x03\x12\x18\n\x10space_used_bytes\x18\x04 \x01(\x03\x12\x19\n\x11space_quota_bytes\x18\x05 \x01(\x03\x12\x1c\n\x14space_document_count\x18\x06 \x01(\x03\x12\x1f\n\x17tenant_quota_overridden\x18\x07 \x01(\x08\x12\x0b\n\x03org\x18\x08 \x01(\t\x12\x16\n\x0eorg_used_bytes\x18\t \x01(\x03\x12\x17\n\x0forg_quota_bytes\x18\n \x01(\x03\x12\x15\n\rorg_quota_set\x18\x0b \x01(\x08\x12$\n\x1ctenant_effective_quota_bytes\x18\x0c \x01(\x03\x12\x1f\n\x17global_attributed_bytes\x18\r \x01(\x03\"<\n\x15SetTenantQuotaRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x13\n\x0bquota_bytes\x18\x02 \x01(\x03\"=\n\x16SetTenantQuotaResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x13\n\x0bquota_bytes\x18\x02 \x01(\x03\"\"\n\x10ReconcileRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"R\n\x11ReconcileResponse\x12%\n\x06\x64rifts\x18\x01 \x03(\x0b\x32\x15.engram.v1.UsageDrift\x12\x16\n\x0espaces_checked\x18\x02 \x01(\x03\"6\n\x12SetOrgQuotaRequest\x12\x0b\n\x03org\x18\x01 \x01(\t\x12\x13\n\x0bquota_bytes\x18\x02 \x01(\x03\"7\n\x13SetOrgQuotaResponse\x12\x0b\n\x03org\x18\x01 \x01(\t\x12\x13\n\x0bquota_bytes\x18\x02 \x01(\x03\"2\n\x13SetTenantOrgRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0b\n\x03org\x18\x02 \x01(\t\"K\n\x14SetTenantOrgResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0b\n\x03org\x18\x02 \x01(\t\x12\x16\n\x0eorg_used_bytes\x18\x03 \x01(\x03\"K\n\nUsageDrift\x12\x0f\n\x07\x63ounter\x18\x01 \x01(\t\x12\x16\n\x0erecorded_bytes\x18\x02 \x01(\x03\x12\x14\n\x0c\x61\x63tual_bytes\x18\x03 \x01(\x03\x32\xe8\x03\n\x0cQuotaService\x12=\n\x06\x43harge\x12\x18.engram.v1.ChargeRequest\x1a\x19.engram.v1.ChargeResponse\x12[\n\x08GetUsage\x12&.engram.v1.QuotaServiceGetUsageRequest\x1a\'.engram.v1.QuotaServiceGetUsageResponse\x12U\n\x0eSetTenantQuota\x12 .engram.v1.SetTenantQuotaRequest\x1a!.engram.v1.SetTenantQuotaResponse\x12\x46\n\tReconcile\x12\x1b.engram.v1.ReconcileRequest\x1a\x1c.engram.v1.ReconcileResponse\x12L\n\x0bSetOrgQuota\x12\x1d.engram.v1.SetOrgQuotaRequest\x1a\x1e.engram.v1.SetOrgQuotaResponse\x12O\n\x0cSetTenantOrg\x12\x1e.engram.v1.SetTenantOrgRequest\x1a\x1f.engram.v1.SetTenantOrgResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15\x65ngram/v1/quota.proto\x12\tengram.v1\x1a\x15\x65ngram/v1/space.proto\"|\n\rChargeRequest\x12\"\n\x05space\x18\x01 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x13\n\x0b\x64\x65lta_bytes\x18\x02 \x01(\x03\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\x12\x19\n\x11\x61ttributed_tenant\x18\x04 \x01(\t\"n\n\x0e\x43hargeResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\x12\x18\n\x10space_used_bytes\x18\x02 \x01(\x03\x12\x19\n\x11tenant_used_bytes\x18\x03 \x01(\x03\x12\x16\n\x0eorg_used_bytes\x18\x04 \x01(\x03\"q\n\x1bQuotaServiceGetUsageRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\"\n\x05space\x18\x02 \x01(\x0b\x32\x13.engram.v1.SpaceRef\x12\x1e\n\x16without_document_count\x18\x03 \x01(\x08\"\xf5\x02\n\x1cQuotaServiceGetUsageResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x19\n\x11tenant_used_bytes\x18\x02 \x01(\x03\x12\x1a\n\x12tenant_quota_bytes\x18\x03 \x01(\x03\x12\x18\n\x10space_used_bytes\x18\x04 \x01(\x03\x12\x19\n\x11space_quota_bytes\x18\x05 \x01(\x03\x12\x1c\n\x14space_document_count\x18\x06 \x01(\x03\x12\x1f\n\x17tenant_quota_overridden\x18\x07 \x01(\x08\x12\x0b\n\x03org\x18\x08 \x01(\t\x12\x16\n\x0eorg_used_bytes\x18\t \x01(\x03\x12\x17\n\x0forg_quota_bytes\x18\n \x01(\x03\x12\x15\n\rorg_quota_set\x18\x0b \x01(\x08\x12$\n\x1ctenant_effective_quota_bytes\x18\x0c \x01(\x03\x12\x1f\n\x17global_attributed_bytes\x18\r \x01(\x03\"<\n\x15SetTenantQuotaRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x13\n\x0bquota_bytes\x18\x02 \x01(\x03\"=\n\x16SetTenantQuotaResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x13\n\x0bquota_bytes\x18\x02 \x01(\x03\"\"\n\x10ReconcileRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"R\n\x11ReconcileResponse\x12%\n\x06\x64rifts\x18\x01 \x03(\x0b\x32\x15.engram.v1.UsageDrift\x12\x16\n\x0espaces_checked\x18\x02 \x01(\x03\"6\n\x12SetOrgQuotaRequest\x12\x0b\n\x03org\x18\x01 \x01(\t\x12\x13\n\x0bquota_bytes\x18\x02 \x01(\x03\"7\n\x13SetOrgQuotaResponse\x12\x0b\n\x03org\x18\x01 \x01(\t\x12\x13\n\x0bquota_bytes\x18\x02 \x01(\x03\"2\n\x13SetTenantOrgRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0b\n\x03org\x18\x02 \x01(\t\"K\n\x14SetTenantOrgResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0b\n\x03org\x18\x02 \x01(\t\x12\x16\n\x0eorg_used_bytes\x18\x03 \x01(\x03\"K\n\nUsageDrift\x12\x0f\n\x07\x63ounter\x18\x01 \x01(\t\x12\x16\n\x0erecorded_bytes\x18\x02 \x01(\x03\x12\x14\n\x0c\x61\x63tual_bytes\x18\x03 \x01(\x03\x32\xe8\x03\n\x0cQuotaService\x12=\n\x06\x43harge\x12\x18.engram.v1.ChargeRequest\x1a\x19.engram.v1.ChargeResponse\x12[\n\x08GetUsage\x12&.engram.v1.QuotaServiceGetUsageRequest\x1a\'.engram.v1.QuotaServiceGetUsageResponse\x12U\n\x0eSetTenantQuota\x12 .engram.v1.SetTenantQuotaRequest\x1a!.engram.v1.SetTenantQuotaResponse\x12\x46\n\tReconcile\x12\x1b.engram.v1.ReconcileRequest\x1a\x1c.engram.v1.ReconcileResponse\x12L\n\x0bSetOrgQuota\x12\x1d.engram.v1.SetOrgQuotaRequest\x1a\x1e.engram.v1.SetOrgQuotaResponse\x12O\n\x0cSetTenantOrg\x12\x1e.engram.v1.SetTenantOrgRequest\x1a\x1f.engram.v1.SetTenantOrgResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,27 +37,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHARGERESPONSE']._serialized_start=185
   _globals['_CHARGERESPONSE']._serialized_end=295
   _globals['_QUOTASERVICEGETUSAGEREQUEST']._serialized_start=297
-  _globals['_QUOTASERVICEGETUSAGEREQUEST']._serialized_end=378
-  _globals['_QUOTASERVICEGETUSAGERESPONSE']._serialized_start=381
-  _globals['_QUOTASERVICEGETUSAGERESPONSE']._serialized_end=754
-  _globals['_SETTENANTQUOTAREQUEST']._serialized_start=756
-  _globals['_SETTENANTQUOTAREQUEST']._serialized_end=816
-  _globals['_SETTENANTQUOTARESPONSE']._serialized_start=818
-  _globals['_SETTENANTQUOTARESPONSE']._serialized_end=879
-  _globals['_RECONCILEREQUEST']._serialized_start=881
-  _globals['_RECONCILEREQUEST']._serialized_end=915
-  _globals['_RECONCILERESPONSE']._serialized_start=917
-  _globals['_RECONCILERESPONSE']._serialized_end=999
-  _globals['_SETORGQUOTAREQUEST']._serialized_start=1001
-  _globals['_SETORGQUOTAREQUEST']._serialized_end=1055
-  _globals['_SETORGQUOTARESPONSE']._serialized_start=1057
-  _globals['_SETORGQUOTARESPONSE']._serialized_end=1112
-  _globals['_SETTENANTORGREQUEST']._serialized_start=1114
-  _globals['_SETTENANTORGREQUEST']._serialized_end=1164
-  _globals['_SETTENANTORGRESPONSE']._serialized_start=1166
-  _globals['_SETTENANTORGRESPONSE']._serialized_end=1241
-  _globals['_USAGEDRIFT']._serialized_start=1243
-  _globals['_USAGEDRIFT']._serialized_end=1318
-  _globals['_QUOTASERVICE']._serialized_start=1321
-  _globals['_QUOTASERVICE']._serialized_end=1809
+  _globals['_QUOTASERVICEGETUSAGEREQUEST']._serialized_end=410
+  _globals['_QUOTASERVICEGETUSAGERESPONSE']._serialized_start=413
+  _globals['_QUOTASERVICEGETUSAGERESPONSE']._serialized_end=786
+  _globals['_SETTENANTQUOTAREQUEST']._serialized_start=788
+  _globals['_SETTENANTQUOTAREQUEST']._serialized_end=848
+  _globals['_SETTENANTQUOTARESPONSE']._serialized_start=850
+  _globals['_SETTENANTQUOTARESPONSE']._serialized_end=911
+  _globals['_RECONCILEREQUEST']._serialized_start=913
+  _globals['_RECONCILEREQUEST']._serialized_end=947
+  _globals['_RECONCILERESPONSE']._serialized_start=949
+  _globals['_RECONCILERESPONSE']._serialized_end=1031
+  _globals['_SETORGQUOTAREQUEST']._serialized_start=1033
+  _globals['_SETORGQUOTAREQUEST']._serialized_end=1087
+  _globals['_SETORGQUOTARESPONSE']._serialized_start=1089
+  _globals['_SETORGQUOTARESPONSE']._serialized_end=1144
+  _globals['_SETTENANTORGREQUEST']._serialized_start=1146
+  _globals['_SETTENANTORGREQUEST']._serialized_end=1196
+  _globals['_SETTENANTORGRESPONSE']._serialized_start=1198
+  _globals['_SETTENANTORGRESPONSE']._serialized_end=1273
+  _globals['_USAGEDRIFT']._serialized_start=1275
+  _globals['_USAGEDRIFT']._serialized_end=1350
+  _globals['_QUOTASERVICE']._serialized_start=1353
+  _globals['_QUOTASERVICE']._serialized_end=1841
 # @@protoc_insertion_point(module_scope)

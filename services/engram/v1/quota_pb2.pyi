@@ -91,8 +91,13 @@ class QuotaServiceGetUsageRequest(_message.Message):
 
     TENANT_FIELD_NUMBER: _builtins.int
     SPACE_FIELD_NUMBER: _builtins.int
+    WITHOUT_DOCUMENT_COUNT_FIELD_NUMBER: _builtins.int
     tenant: _builtins.str
     """The tenant to report (empty = the caller's; "instance" = global spaces)."""
+    without_document_count: _builtins.bool
+    """Leave space_document_count at 0: QuotaService counts documents through
+    StorageService, and storage, which counts its own, asks without it.
+    """
     @_builtins.property
     def space(self) -> _space_pb2.SpaceRef:
         """When set, also report this space."""
@@ -102,10 +107,11 @@ class QuotaServiceGetUsageRequest(_message.Message):
         *,
         tenant: _builtins.str = ...,
         space: _space_pb2.SpaceRef | None = ...,
+        without_document_count: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["space", b"space", "tenant", b"tenant"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["space", b"space", "tenant", b"tenant", "without_document_count", b"without_document_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

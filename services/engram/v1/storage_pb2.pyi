@@ -989,6 +989,265 @@ class SpaceChange(_message.Message):
 Global___SpaceChange: _TypeAlias = SpaceChange  # noqa: Y015
 
 @_typing.final
+class GetStoredUsageRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_ID_FIELD_NUMBER: _builtins.int
+    space_id: _builtins.str
+    """SpaceRef ID of the space."""
+    def __init__(
+        self,
+        *,
+        space_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["space_id", b"space_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStoredUsageRequest: _TypeAlias = GetStoredUsageRequest  # noqa: Y015
+
+@_typing.final
+class GetStoredUsageResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    USED_BYTES_FIELD_NUMBER: _builtins.int
+    DOCUMENT_COUNT_FIELD_NUMBER: _builtins.int
+    used_bytes: _builtins.int
+    """Bytes of the space's live documents."""
+    document_count: _builtins.int
+    """The space's live documents."""
+    def __init__(
+        self,
+        *,
+        used_bytes: _builtins.int = ...,
+        document_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document_count", b"document_count", "used_bytes", b"used_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetStoredUsageResponse: _TypeAlias = GetStoredUsageResponse  # noqa: Y015
+
+@_typing.final
+class SumStoredUsageRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    GLOBAL_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    """The tenant whose spaces to sum."""
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["global", b"global", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SumStoredUsageRequest: _TypeAlias = SumStoredUsageRequest  # noqa: Y015
+
+@_typing.final
+class SumStoredUsageResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def spaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___StoredSpaceUsage]:
+        """Every space of the tenant that holds live documents, in space id order."""
+
+    def __init__(
+        self,
+        *,
+        spaces: _abc.Iterable[Global___StoredSpaceUsage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["spaces", b"spaces"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SumStoredUsageResponse: _TypeAlias = SumStoredUsageResponse  # noqa: Y015
+
+@_typing.final
+class StoredSpaceUsage(_message.Message):
+    """StoredSpaceUsage is the bytes one space's live documents hold."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_ID_FIELD_NUMBER: _builtins.int
+    USED_BYTES_FIELD_NUMBER: _builtins.int
+    space_id: _builtins.str
+    """SpaceRef ID of the space."""
+    used_bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        space_id: _builtins.str = ...,
+        used_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["space_id", b"space_id", "used_bytes", b"used_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StoredSpaceUsage: _TypeAlias = StoredSpaceUsage  # noqa: Y015
+
+@_typing.final
+class PruneVersionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def space(self) -> _space_pb2.SpaceRef: ...
+    def __init__(
+        self,
+        *,
+        space: _space_pb2.SpaceRef | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PruneVersionsRequest: _TypeAlias = PruneVersionsRequest  # noqa: Y015
+
+@_typing.final
+class PruneVersionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSIONS_PRUNED_FIELD_NUMBER: _builtins.int
+    versions_pruned: _builtins.int
+    """Kept versions erased."""
+    def __init__(
+        self,
+        *,
+        versions_pruned: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["versions_pruned", b"versions_pruned"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PruneVersionsResponse: _TypeAlias = PruneVersionsResponse  # noqa: Y015
+
+@_typing.final
+class ListAllSpacesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """0 = default (100); larger than the maximum (1000) is clamped; negative is
+    refused.
+    """
+    page_token: _builtins.str
+    """From a previous response's next_page_token."""
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAllSpacesRequest: _TypeAlias = ListAllSpacesRequest  # noqa: Y015
+
+@_typing.final
+class ListAllSpacesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty when there is nothing more."""
+    @_builtins.property
+    def spaces(self) -> _containers.RepeatedCompositeFieldContainer[_space_pb2.SpaceRef]: ...
+    def __init__(
+        self,
+        *,
+        spaces: _abc.Iterable[_space_pb2.SpaceRef] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "spaces", b"spaces"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAllSpacesResponse: _TypeAlias = ListAllSpacesResponse  # noqa: Y015
+
+@_typing.final
+class ScanDocumentsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPACE_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """0 = default (100); larger than the maximum (1000) is clamped; negative is
+    refused. A page also ends once it holds 1 MiB of content (never before its
+    first document).
+    """
+    page_token: _builtins.str
+    """From a previous response's next_page_token, with the same space."""
+    @_builtins.property
+    def space(self) -> _space_pb2.SpaceRef: ...
+    def __init__(
+        self,
+        *,
+        space: _space_pb2.SpaceRef | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["space", b"space"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "space", b"space"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScanDocumentsRequest: _TypeAlias = ScanDocumentsRequest  # noqa: Y015
+
+@_typing.final
+class ScanDocumentsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty when there is nothing more."""
+    @_builtins.property
+    def documents(self) -> _containers.RepeatedCompositeFieldContainer[_document_pb2.Document]:
+        """With their content."""
+
+    def __init__(
+        self,
+        *,
+        documents: _abc.Iterable[_document_pb2.Document] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents", b"documents", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScanDocumentsResponse: _TypeAlias = ScanDocumentsResponse  # noqa: Y015
+
+@_typing.final
 class ListAllDocumentsRequest(_message.Message):
     """WriteMode selects how content is applied."""
 

@@ -100,6 +100,31 @@ class StorageServiceStub:
                 request_serializer=engram_dot_v1_dot_storage__pb2.ListAllDocumentsRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_storage__pb2.ListAllDocumentsResponse.FromString,
                 _registered_method=True)
+        self.GetStoredUsage = channel.unary_unary(
+                '/engram.v1.StorageService/GetStoredUsage',
+                request_serializer=engram_dot_v1_dot_storage__pb2.GetStoredUsageRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_storage__pb2.GetStoredUsageResponse.FromString,
+                _registered_method=True)
+        self.SumStoredUsage = channel.unary_unary(
+                '/engram.v1.StorageService/SumStoredUsage',
+                request_serializer=engram_dot_v1_dot_storage__pb2.SumStoredUsageRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_storage__pb2.SumStoredUsageResponse.FromString,
+                _registered_method=True)
+        self.PruneVersions = channel.unary_unary(
+                '/engram.v1.StorageService/PruneVersions',
+                request_serializer=engram_dot_v1_dot_storage__pb2.PruneVersionsRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_storage__pb2.PruneVersionsResponse.FromString,
+                _registered_method=True)
+        self.ListAllSpaces = channel.unary_unary(
+                '/engram.v1.StorageService/ListAllSpaces',
+                request_serializer=engram_dot_v1_dot_storage__pb2.ListAllSpacesRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_storage__pb2.ListAllSpacesResponse.FromString,
+                _registered_method=True)
+        self.ScanDocuments = channel.unary_unary(
+                '/engram.v1.StorageService/ScanDocuments',
+                request_serializer=engram_dot_v1_dot_storage__pb2.ScanDocumentsRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_storage__pb2.ScanDocumentsResponse.FromString,
+                _registered_method=True)
 
 
 class StorageServiceServicer:
@@ -205,6 +230,46 @@ class StorageServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStoredUsage(self, request, context):
+        """Reports the bytes and documents stored in one space, read from the documents
+        alone (service principals only: QuotaService's usage reports).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SumStoredUsage(self, request, context):
+        """Sums the bytes stored per space of a tenant (or of the global spaces) in one
+        aggregate (service principals only: QuotaService's Reconcile).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PruneVersions(self, request, context):
+        """Erases the space's kept versions beyond the retention (service principals
+        only: the maintenance worker's version pruning).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAllSpaces(self, request, context):
+        """Lists every space of every tenant (and the global ones) that holds documents,
+        in space id order (service principals only: the maintenance worker's walk).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ScanDocuments(self, request, context):
+        """Lists a space's live documents with their content, in path order (service
+        principals only: the maintenance worker's scans).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StorageServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -272,6 +337,31 @@ def add_StorageServiceServicer_to_server(servicer, server):
                     servicer.ListAllDocuments,
                     request_deserializer=engram_dot_v1_dot_storage__pb2.ListAllDocumentsRequest.FromString,
                     response_serializer=engram_dot_v1_dot_storage__pb2.ListAllDocumentsResponse.SerializeToString,
+            ),
+            'GetStoredUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStoredUsage,
+                    request_deserializer=engram_dot_v1_dot_storage__pb2.GetStoredUsageRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_storage__pb2.GetStoredUsageResponse.SerializeToString,
+            ),
+            'SumStoredUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.SumStoredUsage,
+                    request_deserializer=engram_dot_v1_dot_storage__pb2.SumStoredUsageRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_storage__pb2.SumStoredUsageResponse.SerializeToString,
+            ),
+            'PruneVersions': grpc.unary_unary_rpc_method_handler(
+                    servicer.PruneVersions,
+                    request_deserializer=engram_dot_v1_dot_storage__pb2.PruneVersionsRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_storage__pb2.PruneVersionsResponse.SerializeToString,
+            ),
+            'ListAllSpaces': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAllSpaces,
+                    request_deserializer=engram_dot_v1_dot_storage__pb2.ListAllSpacesRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_storage__pb2.ListAllSpacesResponse.SerializeToString,
+            ),
+            'ScanDocuments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScanDocuments,
+                    request_deserializer=engram_dot_v1_dot_storage__pb2.ScanDocumentsRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_storage__pb2.ScanDocumentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -626,6 +716,141 @@ class StorageService:
             '/engram.v1.StorageService/ListAllDocuments',
             engram_dot_v1_dot_storage__pb2.ListAllDocumentsRequest.SerializeToString,
             engram_dot_v1_dot_storage__pb2.ListAllDocumentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStoredUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.StorageService/GetStoredUsage',
+            engram_dot_v1_dot_storage__pb2.GetStoredUsageRequest.SerializeToString,
+            engram_dot_v1_dot_storage__pb2.GetStoredUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SumStoredUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.StorageService/SumStoredUsage',
+            engram_dot_v1_dot_storage__pb2.SumStoredUsageRequest.SerializeToString,
+            engram_dot_v1_dot_storage__pb2.SumStoredUsageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PruneVersions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.StorageService/PruneVersions',
+            engram_dot_v1_dot_storage__pb2.PruneVersionsRequest.SerializeToString,
+            engram_dot_v1_dot_storage__pb2.PruneVersionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAllSpaces(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.StorageService/ListAllSpaces',
+            engram_dot_v1_dot_storage__pb2.ListAllSpacesRequest.SerializeToString,
+            engram_dot_v1_dot_storage__pb2.ListAllSpacesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScanDocuments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.StorageService/ScanDocuments',
+            engram_dot_v1_dot_storage__pb2.ScanDocumentsRequest.SerializeToString,
+            engram_dot_v1_dot_storage__pb2.ScanDocumentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -73,6 +73,26 @@ class StorageServiceStub:
     """Lists every live document of every space, as (space_id, path), in that order
     (service principals only: the indexer's backfills and reindexes).
     """
+    GetStoredUsage: _grpc.UnaryUnaryMultiCallable[_storage_pb2.GetStoredUsageRequest, _storage_pb2.GetStoredUsageResponse]
+    """Reports the bytes and documents stored in one space, read from the documents
+    alone (service principals only: QuotaService's usage reports).
+    """
+    SumStoredUsage: _grpc.UnaryUnaryMultiCallable[_storage_pb2.SumStoredUsageRequest, _storage_pb2.SumStoredUsageResponse]
+    """Sums the bytes stored per space of a tenant (or of the global spaces) in one
+    aggregate (service principals only: QuotaService's Reconcile).
+    """
+    PruneVersions: _grpc.UnaryUnaryMultiCallable[_storage_pb2.PruneVersionsRequest, _storage_pb2.PruneVersionsResponse]
+    """Erases the space's kept versions beyond the retention (service principals
+    only: the maintenance worker's version pruning).
+    """
+    ListAllSpaces: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ListAllSpacesRequest, _storage_pb2.ListAllSpacesResponse]
+    """Lists every space of every tenant (and the global ones) that holds documents,
+    in space id order (service principals only: the maintenance worker's walk).
+    """
+    ScanDocuments: _grpc.UnaryUnaryMultiCallable[_storage_pb2.ScanDocumentsRequest, _storage_pb2.ScanDocumentsResponse]
+    """Lists a space's live documents with their content, in path order (service
+    principals only: the maintenance worker's scans).
+    """
 
 @_typing.type_check_only
 class StorageServiceAsyncStub(StorageServiceStub):
@@ -118,6 +138,26 @@ class StorageServiceAsyncStub(StorageServiceStub):
     ListAllDocuments: _aio.UnaryUnaryMultiCallable[_storage_pb2.ListAllDocumentsRequest, _storage_pb2.ListAllDocumentsResponse]  # type: ignore[assignment]
     """Lists every live document of every space, as (space_id, path), in that order
     (service principals only: the indexer's backfills and reindexes).
+    """
+    GetStoredUsage: _aio.UnaryUnaryMultiCallable[_storage_pb2.GetStoredUsageRequest, _storage_pb2.GetStoredUsageResponse]  # type: ignore[assignment]
+    """Reports the bytes and documents stored in one space, read from the documents
+    alone (service principals only: QuotaService's usage reports).
+    """
+    SumStoredUsage: _aio.UnaryUnaryMultiCallable[_storage_pb2.SumStoredUsageRequest, _storage_pb2.SumStoredUsageResponse]  # type: ignore[assignment]
+    """Sums the bytes stored per space of a tenant (or of the global spaces) in one
+    aggregate (service principals only: QuotaService's Reconcile).
+    """
+    PruneVersions: _aio.UnaryUnaryMultiCallable[_storage_pb2.PruneVersionsRequest, _storage_pb2.PruneVersionsResponse]  # type: ignore[assignment]
+    """Erases the space's kept versions beyond the retention (service principals
+    only: the maintenance worker's version pruning).
+    """
+    ListAllSpaces: _aio.UnaryUnaryMultiCallable[_storage_pb2.ListAllSpacesRequest, _storage_pb2.ListAllSpacesResponse]  # type: ignore[assignment]
+    """Lists every space of every tenant (and the global ones) that holds documents,
+    in space id order (service principals only: the maintenance worker's walk).
+    """
+    ScanDocuments: _aio.UnaryUnaryMultiCallable[_storage_pb2.ScanDocumentsRequest, _storage_pb2.ScanDocumentsResponse]  # type: ignore[assignment]
+    """Lists a space's live documents with their content, in path order (service
+    principals only: the maintenance worker's scans).
     """
 
 class StorageServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -239,6 +279,56 @@ class StorageServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_storage_pb2.ListAllDocumentsResponse, _abc.Awaitable[_storage_pb2.ListAllDocumentsResponse]]:
         """Lists every live document of every space, as (space_id, path), in that order
         (service principals only: the indexer's backfills and reindexes).
+        """
+
+    @_abc_1.abstractmethod
+    def GetStoredUsage(
+        self,
+        request: _storage_pb2.GetStoredUsageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.GetStoredUsageResponse, _abc.Awaitable[_storage_pb2.GetStoredUsageResponse]]:
+        """Reports the bytes and documents stored in one space, read from the documents
+        alone (service principals only: QuotaService's usage reports).
+        """
+
+    @_abc_1.abstractmethod
+    def SumStoredUsage(
+        self,
+        request: _storage_pb2.SumStoredUsageRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.SumStoredUsageResponse, _abc.Awaitable[_storage_pb2.SumStoredUsageResponse]]:
+        """Sums the bytes stored per space of a tenant (or of the global spaces) in one
+        aggregate (service principals only: QuotaService's Reconcile).
+        """
+
+    @_abc_1.abstractmethod
+    def PruneVersions(
+        self,
+        request: _storage_pb2.PruneVersionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.PruneVersionsResponse, _abc.Awaitable[_storage_pb2.PruneVersionsResponse]]:
+        """Erases the space's kept versions beyond the retention (service principals
+        only: the maintenance worker's version pruning).
+        """
+
+    @_abc_1.abstractmethod
+    def ListAllSpaces(
+        self,
+        request: _storage_pb2.ListAllSpacesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.ListAllSpacesResponse, _abc.Awaitable[_storage_pb2.ListAllSpacesResponse]]:
+        """Lists every space of every tenant (and the global ones) that holds documents,
+        in space id order (service principals only: the maintenance worker's walk).
+        """
+
+    @_abc_1.abstractmethod
+    def ScanDocuments(
+        self,
+        request: _storage_pb2.ScanDocumentsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.ScanDocumentsResponse, _abc.Awaitable[_storage_pb2.ScanDocumentsResponse]]:
+        """Lists a space's live documents with their content, in path order (service
+        principals only: the maintenance worker's scans).
         """
 
 def add_StorageServiceServicer_to_server(servicer: StorageServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

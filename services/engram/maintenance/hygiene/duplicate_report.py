@@ -17,7 +17,7 @@ from engram.domain.hygiene import (
 from engram.domain.maintenance import JobReport, SpaceSettings
 from engram.domain.near_duplicates import near_duplicate_groups, near_duplicate_line, signature
 from engram.domain.spaces import SpaceRef
-from engram.maintenance.hygiene.common import Details, HygieneJob, documents
+from engram.maintenance.hygiene.common import Details, HygieneJob
 
 
 class DuplicateReportJob(HygieneJob):
@@ -29,7 +29,7 @@ class DuplicateReportJob(HygieneJob):
         keys: dict[str, str | None] = {}
         signatures = {}
         sizes: dict[str, int] = {}
-        async for document in documents(self._deps.repository, space.id):
+        async for document in self._deps.storage.documents(space):
             keys[document.path], minhash = await asyncio.to_thread(_fingerprints, document.content)
             if minhash is not None and counts_for_staleness(document.path):
                 signatures[document.path] = minhash

@@ -17,7 +17,7 @@ from typing import ClassVar
 from engram.domain.hygiene import StoredState, reindex_reason
 from engram.domain.maintenance import JobReport, SpaceSettings
 from engram.domain.spaces import SpaceRef
-from engram.maintenance.hygiene.common import Details, HygieneJob, documents
+from engram.maintenance.hygiene.common import Details, HygieneJob
 
 # Documents handed to the reindex queue at a time.
 ENQUEUE_BATCH = 500
@@ -49,7 +49,7 @@ class EmbeddingBackfillJob(HygieneJob):
                 details.add(f"{path}: {reason}")
 
         requeued = 0
-        async for document in documents(deps.repository, space.id):
+        async for document in deps.storage.documents(space):
             checked += 1
             if late_from is not None and document.updated_at >= late_from:
                 # Its change event is still queued: the indexer will get to it.

@@ -25,7 +25,7 @@ from engram.domain.hygiene import (
 from engram.domain.maintenance import JobReport, LogRetention, SpaceSettings
 from engram.domain.spaces import SpaceRef
 from engram.domain.workspace import JOURNAL_DIRS
-from engram.maintenance.hygiene.common import Details, HygieneJob, path_entries
+from engram.maintenance.hygiene.common import Details, HygieneJob
 
 
 class LogRetentionJob(HygieneJob):
@@ -40,7 +40,7 @@ class LogRetentionJob(HygieneJob):
         paths = [
             entry.path
             for directory in JOURNAL_DIRS
-            async for entry in path_entries(self._deps.repository, space.id, directory)
+            async for entry in self._deps.storage.list_paths(space, directory)
         ]
         logs = daily_logs(paths)
         retired = logs_to_retire(
@@ -76,10 +76,9 @@ class LogRetentionJob(HygieneJob):
 
     async def _read(self, space: SpaceRef, path: str) -> StoredDocument | None:
         try:
-            document, _ = await self._deps.storage.read(self._deps.principal, space, path)
+            return await self._deps.storage.read(space, path)
         except DocumentNotFound:
             return None
-        return document
 
     async def _delete(
         self, space: SpaceRef, path: str, log: StoredDocument | None = None
@@ -89,9 +88,7 @@ class LogRetentionJob(HygieneJob):
         if log is None:
             return None  # gone already
         try:
-            await self._deps.storage.delete(
-                self._deps.principal, space, path, expected_sha256=log.sha256
-            )
+            await self._deps.storage.delete(space, path, expected_sha256=log.sha256)
         except DocumentNotFound:
             return None
         except EtagMismatch:
@@ -107,15 +104,11 @@ class LogRetentionJob(HygieneJob):
         copy = await self._read(space, target)
         try:
             if copy is None:
-                await deps.storage.write(
-                    deps.principal, space, target, log.content, create_only=True
-                )
+                await deps.storage.write(space, target, log.content, create_only=True)
             elif copy.content != log.content:
                 if not archive_completes(copy.content, log.content):
                     return f"{target} already holds other content"
-                await deps.storage.write(
-                    deps.principal, space, target, log.content, expected_sha256=copy.sha256
-                )
+                await deps.storage.write(space, target, log.content, expected_sha256=copy.sha256)
         except EtagMismatch:
             return f"{target} changed during the run; the next run tries again"
         return await self._delete(space, path, log)

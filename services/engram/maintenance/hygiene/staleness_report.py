@@ -8,7 +8,7 @@ from typing import ClassVar
 from engram.domain.hygiene import counts_for_staleness, stale_cutoff, stale_line
 from engram.domain.maintenance import JobReport, SpaceSettings
 from engram.domain.spaces import SpaceRef
-from engram.maintenance.hygiene.common import Details, HygieneJob, path_entries
+from engram.maintenance.hygiene.common import Details, HygieneJob
 
 
 class StalenessReportJob(HygieneJob):
@@ -19,7 +19,7 @@ class StalenessReportJob(HygieneJob):
         cutoff = stale_cutoff(now, settings.stale_after_days)
         checked = stale = 0
         details = Details()
-        async for entry in path_entries(self._deps.repository, space.id):
+        async for entry in self._deps.storage.list_paths(space):
             if not counts_for_staleness(entry.path):
                 continue
             checked += 1

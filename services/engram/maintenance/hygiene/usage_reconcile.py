@@ -27,7 +27,7 @@ class UsageReconcileJob(HygieneJob):
 
     async def run(self, space: SpaceRef, settings: SpaceSettings) -> JobReport:
         owner = aggregate_owner(space)
-        report = await self._deps.quota.reconcile(self._deps.principal, owner)
+        report = await self._deps.quota.reconcile(owner)
         drift = sum(abs(d.actual_bytes - d.recorded_bytes) for d in report.drifts)
         DRIFTED_COUNTERS.inc(len(report.drifts))
         DRIFT_BYTES.inc(drift)

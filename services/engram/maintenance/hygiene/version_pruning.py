@@ -14,7 +14,7 @@ class VersionPruningJob(HygieneJob):
     name: ClassVar[str] = "version_pruning"
 
     async def run(self, space: SpaceRef, settings: SpaceSettings) -> JobReport:
-        pruned = await self._deps.repository.prune_versions(space.id)
+        pruned = await self._deps.storage.prune_versions(space)
         return JobReport(
             counts={"versions_pruned": pruned},
             message=f"{pruned} versions beyond the retention erased",

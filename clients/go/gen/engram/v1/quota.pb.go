@@ -169,9 +169,12 @@ type QuotaServiceGetUsageRequest struct {
 	// The tenant to report (empty = the caller's; "instance" = global spaces).
 	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// When set, also report this space.
-	Space         *SpaceRef `protobuf:"bytes,2,opt,name=space,proto3" json:"space,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Space *SpaceRef `protobuf:"bytes,2,opt,name=space,proto3" json:"space,omitempty"`
+	// Leave space_document_count at 0: QuotaService counts documents through
+	// StorageService, and storage, which counts its own, asks without it.
+	WithoutDocumentCount bool `protobuf:"varint,3,opt,name=without_document_count,json=withoutDocumentCount,proto3" json:"without_document_count,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *QuotaServiceGetUsageRequest) Reset() {
@@ -216,6 +219,13 @@ func (x *QuotaServiceGetUsageRequest) GetSpace() *SpaceRef {
 		return x.Space
 	}
 	return nil
+}
+
+func (x *QuotaServiceGetUsageRequest) GetWithoutDocumentCount() bool {
+	if x != nil {
+		return x.WithoutDocumentCount
+	}
+	return false
 }
 
 type QuotaServiceGetUsageResponse struct {
@@ -867,10 +877,11 @@ const file_engram_v1_quota_proto_rawDesc = "" +
 	"\aapplied\x18\x01 \x01(\bR\aapplied\x12(\n" +
 	"\x10space_used_bytes\x18\x02 \x01(\x03R\x0espaceUsedBytes\x12*\n" +
 	"\x11tenant_used_bytes\x18\x03 \x01(\x03R\x0ftenantUsedBytes\x12$\n" +
-	"\x0eorg_used_bytes\x18\x04 \x01(\x03R\forgUsedBytes\"`\n" +
+	"\x0eorg_used_bytes\x18\x04 \x01(\x03R\forgUsedBytes\"\x96\x01\n" +
 	"\x1bQuotaServiceGetUsageRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12)\n" +
-	"\x05space\x18\x02 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\"\xcd\x04\n" +
+	"\x05space\x18\x02 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\x124\n" +
+	"\x16without_document_count\x18\x03 \x01(\bR\x14withoutDocumentCount\"\xcd\x04\n" +
 	"\x1cQuotaServiceGetUsageResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12*\n" +
 	"\x11tenant_used_bytes\x18\x02 \x01(\x03R\x0ftenantUsedBytes\x12,\n" +

@@ -2109,6 +2109,573 @@ func (x *SpaceChange) GetEventId() string {
 	return ""
 }
 
+type GetStoredUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// SpaceRef ID of the space.
+	SpaceId       string `protobuf:"bytes,1,opt,name=space_id,json=spaceId,proto3" json:"space_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStoredUsageRequest) Reset() {
+	*x = GetStoredUsageRequest{}
+	mi := &file_engram_v1_storage_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStoredUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStoredUsageRequest) ProtoMessage() {}
+
+func (x *GetStoredUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStoredUsageRequest.ProtoReflect.Descriptor instead.
+func (*GetStoredUsageRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GetStoredUsageRequest) GetSpaceId() string {
+	if x != nil {
+		return x.SpaceId
+	}
+	return ""
+}
+
+type GetStoredUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes of the space's live documents.
+	UsedBytes int64 `protobuf:"varint,1,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	// The space's live documents.
+	DocumentCount int64 `protobuf:"varint,2,opt,name=document_count,json=documentCount,proto3" json:"document_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStoredUsageResponse) Reset() {
+	*x = GetStoredUsageResponse{}
+	mi := &file_engram_v1_storage_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStoredUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStoredUsageResponse) ProtoMessage() {}
+
+func (x *GetStoredUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStoredUsageResponse.ProtoReflect.Descriptor instead.
+func (*GetStoredUsageResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetStoredUsageResponse) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *GetStoredUsageResponse) GetDocumentCount() int64 {
+	if x != nil {
+		return x.DocumentCount
+	}
+	return 0
+}
+
+type SumStoredUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant whose spaces to sum.
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Sum the global spaces instead (tenant must be empty).
+	Global        bool `protobuf:"varint,2,opt,name=global,proto3" json:"global,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SumStoredUsageRequest) Reset() {
+	*x = SumStoredUsageRequest{}
+	mi := &file_engram_v1_storage_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SumStoredUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SumStoredUsageRequest) ProtoMessage() {}
+
+func (x *SumStoredUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SumStoredUsageRequest.ProtoReflect.Descriptor instead.
+func (*SumStoredUsageRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *SumStoredUsageRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *SumStoredUsageRequest) GetGlobal() bool {
+	if x != nil {
+		return x.Global
+	}
+	return false
+}
+
+type SumStoredUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every space of the tenant that holds live documents, in space id order.
+	Spaces        []*StoredSpaceUsage `protobuf:"bytes,1,rep,name=spaces,proto3" json:"spaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SumStoredUsageResponse) Reset() {
+	*x = SumStoredUsageResponse{}
+	mi := &file_engram_v1_storage_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SumStoredUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SumStoredUsageResponse) ProtoMessage() {}
+
+func (x *SumStoredUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SumStoredUsageResponse.ProtoReflect.Descriptor instead.
+func (*SumStoredUsageResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *SumStoredUsageResponse) GetSpaces() []*StoredSpaceUsage {
+	if x != nil {
+		return x.Spaces
+	}
+	return nil
+}
+
+// StoredSpaceUsage is the bytes one space's live documents hold.
+type StoredSpaceUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// SpaceRef ID of the space.
+	SpaceId       string `protobuf:"bytes,1,opt,name=space_id,json=spaceId,proto3" json:"space_id,omitempty"`
+	UsedBytes     int64  `protobuf:"varint,2,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoredSpaceUsage) Reset() {
+	*x = StoredSpaceUsage{}
+	mi := &file_engram_v1_storage_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoredSpaceUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoredSpaceUsage) ProtoMessage() {}
+
+func (x *StoredSpaceUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoredSpaceUsage.ProtoReflect.Descriptor instead.
+func (*StoredSpaceUsage) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *StoredSpaceUsage) GetSpaceId() string {
+	if x != nil {
+		return x.SpaceId
+	}
+	return ""
+}
+
+func (x *StoredSpaceUsage) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+type PruneVersionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Space         *SpaceRef              `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneVersionsRequest) Reset() {
+	*x = PruneVersionsRequest{}
+	mi := &file_engram_v1_storage_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneVersionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneVersionsRequest) ProtoMessage() {}
+
+func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneVersionsRequest.ProtoReflect.Descriptor instead.
+func (*PruneVersionsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PruneVersionsRequest) GetSpace() *SpaceRef {
+	if x != nil {
+		return x.Space
+	}
+	return nil
+}
+
+type PruneVersionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Kept versions erased.
+	VersionsPruned int64 `protobuf:"varint,1,opt,name=versions_pruned,json=versionsPruned,proto3" json:"versions_pruned,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PruneVersionsResponse) Reset() {
+	*x = PruneVersionsResponse{}
+	mi := &file_engram_v1_storage_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneVersionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneVersionsResponse) ProtoMessage() {}
+
+func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneVersionsResponse.ProtoReflect.Descriptor instead.
+func (*PruneVersionsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *PruneVersionsResponse) GetVersionsPruned() int64 {
+	if x != nil {
+		return x.VersionsPruned
+	}
+	return 0
+}
+
+type ListAllSpacesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 0 = default (100); larger than the maximum (1000) is clamped; negative is
+	// refused.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAllSpacesRequest) Reset() {
+	*x = ListAllSpacesRequest{}
+	mi := &file_engram_v1_storage_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAllSpacesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAllSpacesRequest) ProtoMessage() {}
+
+func (x *ListAllSpacesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAllSpacesRequest.ProtoReflect.Descriptor instead.
+func (*ListAllSpacesRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ListAllSpacesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAllSpacesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListAllSpacesResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Spaces []*SpaceRef            `protobuf:"bytes,1,rep,name=spaces,proto3" json:"spaces,omitempty"`
+	// Empty when there is nothing more.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAllSpacesResponse) Reset() {
+	*x = ListAllSpacesResponse{}
+	mi := &file_engram_v1_storage_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAllSpacesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAllSpacesResponse) ProtoMessage() {}
+
+func (x *ListAllSpacesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAllSpacesResponse.ProtoReflect.Descriptor instead.
+func (*ListAllSpacesResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListAllSpacesResponse) GetSpaces() []*SpaceRef {
+	if x != nil {
+		return x.Spaces
+	}
+	return nil
+}
+
+func (x *ListAllSpacesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+type ScanDocumentsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Space *SpaceRef              `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	// 0 = default (100); larger than the maximum (1000) is clamped; negative is
+	// refused. A page also ends once it holds 1 MiB of content (never before its
+	// first document).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// From a previous response's next_page_token, with the same space.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanDocumentsRequest) Reset() {
+	*x = ScanDocumentsRequest{}
+	mi := &file_engram_v1_storage_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanDocumentsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanDocumentsRequest) ProtoMessage() {}
+
+func (x *ScanDocumentsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanDocumentsRequest.ProtoReflect.Descriptor instead.
+func (*ScanDocumentsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ScanDocumentsRequest) GetSpace() *SpaceRef {
+	if x != nil {
+		return x.Space
+	}
+	return nil
+}
+
+func (x *ScanDocumentsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ScanDocumentsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ScanDocumentsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// With their content.
+	Documents []*Document `protobuf:"bytes,1,rep,name=documents,proto3" json:"documents,omitempty"`
+	// Empty when there is nothing more.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanDocumentsResponse) Reset() {
+	*x = ScanDocumentsResponse{}
+	mi := &file_engram_v1_storage_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanDocumentsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanDocumentsResponse) ProtoMessage() {}
+
+func (x *ScanDocumentsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_storage_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanDocumentsResponse.ProtoReflect.Descriptor instead.
+func (*ScanDocumentsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ScanDocumentsResponse) GetDocuments() []*Document {
+	if x != nil {
+		return x.Documents
+	}
+	return nil
+}
+
+func (x *ScanDocumentsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // WriteMode selects how content is applied.
 type ListAllDocumentsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2123,7 +2690,7 @@ type ListAllDocumentsRequest struct {
 
 func (x *ListAllDocumentsRequest) Reset() {
 	*x = ListAllDocumentsRequest{}
-	mi := &file_engram_v1_storage_proto_msgTypes[28]
+	mi := &file_engram_v1_storage_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2702,7 @@ func (x *ListAllDocumentsRequest) String() string {
 func (*ListAllDocumentsRequest) ProtoMessage() {}
 
 func (x *ListAllDocumentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_storage_proto_msgTypes[28]
+	mi := &file_engram_v1_storage_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2715,7 @@ func (x *ListAllDocumentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllDocumentsRequest.ProtoReflect.Descriptor instead.
 func (*ListAllDocumentsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_storage_proto_rawDescGZIP(), []int{28}
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListAllDocumentsRequest) GetPageSize() int32 {
@@ -2176,7 +2743,7 @@ type ListAllDocumentsResponse struct {
 
 func (x *ListAllDocumentsResponse) Reset() {
 	*x = ListAllDocumentsResponse{}
-	mi := &file_engram_v1_storage_proto_msgTypes[29]
+	mi := &file_engram_v1_storage_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2755,7 @@ func (x *ListAllDocumentsResponse) String() string {
 func (*ListAllDocumentsResponse) ProtoMessage() {}
 
 func (x *ListAllDocumentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_storage_proto_msgTypes[29]
+	mi := &file_engram_v1_storage_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2768,7 @@ func (x *ListAllDocumentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAllDocumentsResponse.ProtoReflect.Descriptor instead.
 func (*ListAllDocumentsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_storage_proto_rawDescGZIP(), []int{29}
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListAllDocumentsResponse) GetDocuments() []*ListedDocument {
@@ -2230,7 +2797,7 @@ type ListedDocument struct {
 
 func (x *ListedDocument) Reset() {
 	*x = ListedDocument{}
-	mi := &file_engram_v1_storage_proto_msgTypes[30]
+	mi := &file_engram_v1_storage_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2809,7 @@ func (x *ListedDocument) String() string {
 func (*ListedDocument) ProtoMessage() {}
 
 func (x *ListedDocument) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_storage_proto_msgTypes[30]
+	mi := &file_engram_v1_storage_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2822,7 @@ func (x *ListedDocument) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListedDocument.ProtoReflect.Descriptor instead.
 func (*ListedDocument) Descriptor() ([]byte, []int) {
-	return file_engram_v1_storage_proto_rawDescGZIP(), []int{30}
+	return file_engram_v1_storage_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListedDocument) GetSpaceId() string {
@@ -2414,7 +2981,41 @@ const file_engram_v1_storage_proto_rawDesc = "" +
 	"\x02at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1f\n" +
 	"\vdocument_id\x18\b \x01(\tR\n" +
 	"documentId\x12\x19\n" +
-	"\bevent_id\x18\t \x01(\tR\aeventId\"U\n" +
+	"\bevent_id\x18\t \x01(\tR\aeventId\"2\n" +
+	"\x15GetStoredUsageRequest\x12\x19\n" +
+	"\bspace_id\x18\x01 \x01(\tR\aspaceId\"^\n" +
+	"\x16GetStoredUsageResponse\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x01 \x01(\x03R\tusedBytes\x12%\n" +
+	"\x0edocument_count\x18\x02 \x01(\x03R\rdocumentCount\"G\n" +
+	"\x15SumStoredUsageRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06global\x18\x02 \x01(\bR\x06global\"M\n" +
+	"\x16SumStoredUsageResponse\x123\n" +
+	"\x06spaces\x18\x01 \x03(\v2\x1b.engram.v1.StoredSpaceUsageR\x06spaces\"L\n" +
+	"\x10StoredSpaceUsage\x12\x19\n" +
+	"\bspace_id\x18\x01 \x01(\tR\aspaceId\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x02 \x01(\x03R\tusedBytes\"A\n" +
+	"\x14PruneVersionsRequest\x12)\n" +
+	"\x05space\x18\x01 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\"@\n" +
+	"\x15PruneVersionsResponse\x12'\n" +
+	"\x0fversions_pruned\x18\x01 \x01(\x03R\x0eversionsPruned\"R\n" +
+	"\x14ListAllSpacesRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"l\n" +
+	"\x15ListAllSpacesResponse\x12+\n" +
+	"\x06spaces\x18\x01 \x03(\v2\x13.engram.v1.SpaceRefR\x06spaces\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"}\n" +
+	"\x14ScanDocumentsRequest\x12)\n" +
+	"\x05space\x18\x01 \x01(\v2\x13.engram.v1.SpaceRefR\x05space\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"r\n" +
+	"\x15ScanDocumentsResponse\x121\n" +
+	"\tdocuments\x18\x01 \x03(\v2\x13.engram.v1.DocumentR\tdocuments\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"U\n" +
 	"\x17ListAllDocumentsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
@@ -2448,7 +3049,7 @@ const file_engram_v1_storage_proto_rawDesc = "" +
 	"\x16IMPORT_OUTCOME_SKIPPED\x10\x03\x12\x1a\n" +
 	"\x16IMPORT_OUTCOME_RENAMED\x10\x04\x12\x1c\n" +
 	"\x18IMPORT_OUTCOME_UNCHANGED\x10\x05\x12\x1e\n" +
-	"\x1aIMPORT_OUTCOME_UNSUPPORTED\x10\x062\xc5\b\n" +
+	"\x1aIMPORT_OUTCOME_UNSUPPORTED\x10\x062\xef\v\n" +
 	"\x0eStorageService\x12O\n" +
 	"\fReadDocument\x12\x1e.engram.v1.ReadDocumentRequest\x1a\x1f.engram.v1.ReadDocumentResponse\x12R\n" +
 	"\rWriteDocument\x12\x1f.engram.v1.WriteDocumentRequest\x1a .engram.v1.WriteDocumentResponse\x12U\n" +
@@ -2464,7 +3065,12 @@ const file_engram_v1_storage_proto_rawDesc = "" +
 	"ListSpaces\x12\x1c.engram.v1.ListSpacesRequest\x1a\x1d.engram.v1.ListSpacesResponse\x12K\n" +
 	"\n" +
 	"WatchSpace\x12\x1c.engram.v1.WatchSpaceRequest\x1a\x1d.engram.v1.WatchSpaceResponse0\x01\x12[\n" +
-	"\x10ListAllDocuments\x12\".engram.v1.ListAllDocumentsRequest\x1a#.engram.v1.ListAllDocumentsResponseB\x90\x01\n" +
+	"\x10ListAllDocuments\x12\".engram.v1.ListAllDocumentsRequest\x1a#.engram.v1.ListAllDocumentsResponse\x12U\n" +
+	"\x0eGetStoredUsage\x12 .engram.v1.GetStoredUsageRequest\x1a!.engram.v1.GetStoredUsageResponse\x12U\n" +
+	"\x0eSumStoredUsage\x12 .engram.v1.SumStoredUsageRequest\x1a!.engram.v1.SumStoredUsageResponse\x12R\n" +
+	"\rPruneVersions\x12\x1f.engram.v1.PruneVersionsRequest\x1a .engram.v1.PruneVersionsResponse\x12R\n" +
+	"\rListAllSpaces\x12\x1f.engram.v1.ListAllSpacesRequest\x1a .engram.v1.ListAllSpacesResponse\x12R\n" +
+	"\rScanDocuments\x12\x1f.engram.v1.ScanDocumentsRequest\x1a .engram.v1.ScanDocumentsResponseB\x90\x01\n" +
 	"\rcom.engram.v1B\fStorageProtoP\x01Z,engram.dev/clients/go/gen/engram/v1;engramv1\xa2\x02\x03EXX\xaa\x02\tEngram.V1\xca\x02\tEngram\\V1\xe2\x02\x15Engram\\V1\\GPBMetadata\xea\x02\n" +
 	"Engram::V1b\x06proto3"
 
@@ -2481,7 +3087,7 @@ func file_engram_v1_storage_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_storage_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_engram_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_engram_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_engram_v1_storage_proto_goTypes = []any{
 	(ChangeKind)(0),                      // 0: engram.v1.ChangeKind
 	(WriteMode)(0),                       // 1: engram.v1.WriteMode
@@ -2515,76 +3121,102 @@ var file_engram_v1_storage_proto_goTypes = []any{
 	(*WatchSpaceRequest)(nil),            // 29: engram.v1.WatchSpaceRequest
 	(*WatchSpaceResponse)(nil),           // 30: engram.v1.WatchSpaceResponse
 	(*SpaceChange)(nil),                  // 31: engram.v1.SpaceChange
-	(*ListAllDocumentsRequest)(nil),      // 32: engram.v1.ListAllDocumentsRequest
-	(*ListAllDocumentsResponse)(nil),     // 33: engram.v1.ListAllDocumentsResponse
-	(*ListedDocument)(nil),               // 34: engram.v1.ListedDocument
-	(*SpaceRef)(nil),                     // 35: engram.v1.SpaceRef
-	(*Document)(nil),                     // 36: engram.v1.Document
-	(*IndexPosition)(nil),                // 37: engram.v1.IndexPosition
-	(*timestamppb.Timestamp)(nil),        // 38: google.protobuf.Timestamp
-	(*DocumentVersion)(nil),              // 39: engram.v1.DocumentVersion
+	(*GetStoredUsageRequest)(nil),        // 32: engram.v1.GetStoredUsageRequest
+	(*GetStoredUsageResponse)(nil),       // 33: engram.v1.GetStoredUsageResponse
+	(*SumStoredUsageRequest)(nil),        // 34: engram.v1.SumStoredUsageRequest
+	(*SumStoredUsageResponse)(nil),       // 35: engram.v1.SumStoredUsageResponse
+	(*StoredSpaceUsage)(nil),             // 36: engram.v1.StoredSpaceUsage
+	(*PruneVersionsRequest)(nil),         // 37: engram.v1.PruneVersionsRequest
+	(*PruneVersionsResponse)(nil),        // 38: engram.v1.PruneVersionsResponse
+	(*ListAllSpacesRequest)(nil),         // 39: engram.v1.ListAllSpacesRequest
+	(*ListAllSpacesResponse)(nil),        // 40: engram.v1.ListAllSpacesResponse
+	(*ScanDocumentsRequest)(nil),         // 41: engram.v1.ScanDocumentsRequest
+	(*ScanDocumentsResponse)(nil),        // 42: engram.v1.ScanDocumentsResponse
+	(*ListAllDocumentsRequest)(nil),      // 43: engram.v1.ListAllDocumentsRequest
+	(*ListAllDocumentsResponse)(nil),     // 44: engram.v1.ListAllDocumentsResponse
+	(*ListedDocument)(nil),               // 45: engram.v1.ListedDocument
+	(*SpaceRef)(nil),                     // 46: engram.v1.SpaceRef
+	(*Document)(nil),                     // 47: engram.v1.Document
+	(*IndexPosition)(nil),                // 48: engram.v1.IndexPosition
+	(*timestamppb.Timestamp)(nil),        // 49: google.protobuf.Timestamp
+	(*DocumentVersion)(nil),              // 50: engram.v1.DocumentVersion
 }
 var file_engram_v1_storage_proto_depIdxs = []int32{
-	35, // 0: engram.v1.ReadDocumentRequest.space:type_name -> engram.v1.SpaceRef
-	36, // 1: engram.v1.ReadDocumentResponse.document:type_name -> engram.v1.Document
-	35, // 2: engram.v1.WriteDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	46, // 0: engram.v1.ReadDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	47, // 1: engram.v1.ReadDocumentResponse.document:type_name -> engram.v1.Document
+	46, // 2: engram.v1.WriteDocumentRequest.space:type_name -> engram.v1.SpaceRef
 	1,  // 3: engram.v1.WriteDocumentRequest.mode:type_name -> engram.v1.WriteMode
-	36, // 4: engram.v1.WriteDocumentResponse.document:type_name -> engram.v1.Document
-	37, // 5: engram.v1.WriteDocumentResponse.position:type_name -> engram.v1.IndexPosition
-	35, // 6: engram.v1.DeleteDocumentRequest.space:type_name -> engram.v1.SpaceRef
-	37, // 7: engram.v1.DeleteDocumentResponse.position:type_name -> engram.v1.IndexPosition
-	35, // 8: engram.v1.ListDocumentsRequest.space:type_name -> engram.v1.SpaceRef
+	47, // 4: engram.v1.WriteDocumentResponse.document:type_name -> engram.v1.Document
+	48, // 5: engram.v1.WriteDocumentResponse.position:type_name -> engram.v1.IndexPosition
+	46, // 6: engram.v1.DeleteDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	48, // 7: engram.v1.DeleteDocumentResponse.position:type_name -> engram.v1.IndexPosition
+	46, // 8: engram.v1.ListDocumentsRequest.space:type_name -> engram.v1.SpaceRef
 	12, // 9: engram.v1.ListDocumentsResponse.entries:type_name -> engram.v1.DirectoryEntry
-	38, // 10: engram.v1.DirectoryEntry.updated_at:type_name -> google.protobuf.Timestamp
-	35, // 11: engram.v1.ListDocumentVersionsRequest.space:type_name -> engram.v1.SpaceRef
-	39, // 12: engram.v1.ListDocumentVersionsResponse.versions:type_name -> engram.v1.DocumentVersion
-	35, // 13: engram.v1.GetUsageRequest.space:type_name -> engram.v1.SpaceRef
-	35, // 14: engram.v1.ExportSpaceRequest.space:type_name -> engram.v1.SpaceRef
-	35, // 15: engram.v1.ImportSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	49, // 10: engram.v1.DirectoryEntry.updated_at:type_name -> google.protobuf.Timestamp
+	46, // 11: engram.v1.ListDocumentVersionsRequest.space:type_name -> engram.v1.SpaceRef
+	50, // 12: engram.v1.ListDocumentVersionsResponse.versions:type_name -> engram.v1.DocumentVersion
+	46, // 13: engram.v1.GetUsageRequest.space:type_name -> engram.v1.SpaceRef
+	46, // 14: engram.v1.ExportSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	46, // 15: engram.v1.ImportSpaceRequest.space:type_name -> engram.v1.SpaceRef
 	2,  // 16: engram.v1.ImportSpaceRequest.strategy:type_name -> engram.v1.ImportStrategy
 	21, // 17: engram.v1.ImportSpaceResponse.entries:type_name -> engram.v1.ImportedEntry
 	3,  // 18: engram.v1.ImportedEntry.outcome:type_name -> engram.v1.ImportOutcome
-	35, // 19: engram.v1.PurgeDocumentRequest.space:type_name -> engram.v1.SpaceRef
-	35, // 20: engram.v1.DeleteSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	46, // 19: engram.v1.PurgeDocumentRequest.space:type_name -> engram.v1.SpaceRef
+	46, // 20: engram.v1.DeleteSpaceRequest.space:type_name -> engram.v1.SpaceRef
 	28, // 21: engram.v1.ListSpacesResponse.spaces:type_name -> engram.v1.SpaceSummary
-	35, // 22: engram.v1.SpaceSummary.space:type_name -> engram.v1.SpaceRef
-	38, // 23: engram.v1.SpaceSummary.last_write_at:type_name -> google.protobuf.Timestamp
-	35, // 24: engram.v1.WatchSpaceRequest.space:type_name -> engram.v1.SpaceRef
+	46, // 22: engram.v1.SpaceSummary.space:type_name -> engram.v1.SpaceRef
+	49, // 23: engram.v1.SpaceSummary.last_write_at:type_name -> google.protobuf.Timestamp
+	46, // 24: engram.v1.WatchSpaceRequest.space:type_name -> engram.v1.SpaceRef
 	31, // 25: engram.v1.WatchSpaceResponse.change:type_name -> engram.v1.SpaceChange
 	0,  // 26: engram.v1.SpaceChange.kind:type_name -> engram.v1.ChangeKind
-	38, // 27: engram.v1.SpaceChange.at:type_name -> google.protobuf.Timestamp
-	34, // 28: engram.v1.ListAllDocumentsResponse.documents:type_name -> engram.v1.ListedDocument
-	4,  // 29: engram.v1.StorageService.ReadDocument:input_type -> engram.v1.ReadDocumentRequest
-	6,  // 30: engram.v1.StorageService.WriteDocument:input_type -> engram.v1.WriteDocumentRequest
-	8,  // 31: engram.v1.StorageService.DeleteDocument:input_type -> engram.v1.DeleteDocumentRequest
-	10, // 32: engram.v1.StorageService.ListDocuments:input_type -> engram.v1.ListDocumentsRequest
-	13, // 33: engram.v1.StorageService.ListDocumentVersions:input_type -> engram.v1.ListDocumentVersionsRequest
-	15, // 34: engram.v1.StorageService.GetUsage:input_type -> engram.v1.GetUsageRequest
-	17, // 35: engram.v1.StorageService.ExportSpace:input_type -> engram.v1.ExportSpaceRequest
-	19, // 36: engram.v1.StorageService.ImportSpace:input_type -> engram.v1.ImportSpaceRequest
-	22, // 37: engram.v1.StorageService.PurgeDocument:input_type -> engram.v1.PurgeDocumentRequest
-	24, // 38: engram.v1.StorageService.DeleteSpace:input_type -> engram.v1.DeleteSpaceRequest
-	26, // 39: engram.v1.StorageService.ListSpaces:input_type -> engram.v1.ListSpacesRequest
-	29, // 40: engram.v1.StorageService.WatchSpace:input_type -> engram.v1.WatchSpaceRequest
-	32, // 41: engram.v1.StorageService.ListAllDocuments:input_type -> engram.v1.ListAllDocumentsRequest
-	5,  // 42: engram.v1.StorageService.ReadDocument:output_type -> engram.v1.ReadDocumentResponse
-	7,  // 43: engram.v1.StorageService.WriteDocument:output_type -> engram.v1.WriteDocumentResponse
-	9,  // 44: engram.v1.StorageService.DeleteDocument:output_type -> engram.v1.DeleteDocumentResponse
-	11, // 45: engram.v1.StorageService.ListDocuments:output_type -> engram.v1.ListDocumentsResponse
-	14, // 46: engram.v1.StorageService.ListDocumentVersions:output_type -> engram.v1.ListDocumentVersionsResponse
-	16, // 47: engram.v1.StorageService.GetUsage:output_type -> engram.v1.GetUsageResponse
-	18, // 48: engram.v1.StorageService.ExportSpace:output_type -> engram.v1.ExportSpaceResponse
-	20, // 49: engram.v1.StorageService.ImportSpace:output_type -> engram.v1.ImportSpaceResponse
-	23, // 50: engram.v1.StorageService.PurgeDocument:output_type -> engram.v1.PurgeDocumentResponse
-	25, // 51: engram.v1.StorageService.DeleteSpace:output_type -> engram.v1.DeleteSpaceResponse
-	27, // 52: engram.v1.StorageService.ListSpaces:output_type -> engram.v1.ListSpacesResponse
-	30, // 53: engram.v1.StorageService.WatchSpace:output_type -> engram.v1.WatchSpaceResponse
-	33, // 54: engram.v1.StorageService.ListAllDocuments:output_type -> engram.v1.ListAllDocumentsResponse
-	42, // [42:55] is the sub-list for method output_type
-	29, // [29:42] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	49, // 27: engram.v1.SpaceChange.at:type_name -> google.protobuf.Timestamp
+	36, // 28: engram.v1.SumStoredUsageResponse.spaces:type_name -> engram.v1.StoredSpaceUsage
+	46, // 29: engram.v1.PruneVersionsRequest.space:type_name -> engram.v1.SpaceRef
+	46, // 30: engram.v1.ListAllSpacesResponse.spaces:type_name -> engram.v1.SpaceRef
+	46, // 31: engram.v1.ScanDocumentsRequest.space:type_name -> engram.v1.SpaceRef
+	47, // 32: engram.v1.ScanDocumentsResponse.documents:type_name -> engram.v1.Document
+	45, // 33: engram.v1.ListAllDocumentsResponse.documents:type_name -> engram.v1.ListedDocument
+	4,  // 34: engram.v1.StorageService.ReadDocument:input_type -> engram.v1.ReadDocumentRequest
+	6,  // 35: engram.v1.StorageService.WriteDocument:input_type -> engram.v1.WriteDocumentRequest
+	8,  // 36: engram.v1.StorageService.DeleteDocument:input_type -> engram.v1.DeleteDocumentRequest
+	10, // 37: engram.v1.StorageService.ListDocuments:input_type -> engram.v1.ListDocumentsRequest
+	13, // 38: engram.v1.StorageService.ListDocumentVersions:input_type -> engram.v1.ListDocumentVersionsRequest
+	15, // 39: engram.v1.StorageService.GetUsage:input_type -> engram.v1.GetUsageRequest
+	17, // 40: engram.v1.StorageService.ExportSpace:input_type -> engram.v1.ExportSpaceRequest
+	19, // 41: engram.v1.StorageService.ImportSpace:input_type -> engram.v1.ImportSpaceRequest
+	22, // 42: engram.v1.StorageService.PurgeDocument:input_type -> engram.v1.PurgeDocumentRequest
+	24, // 43: engram.v1.StorageService.DeleteSpace:input_type -> engram.v1.DeleteSpaceRequest
+	26, // 44: engram.v1.StorageService.ListSpaces:input_type -> engram.v1.ListSpacesRequest
+	29, // 45: engram.v1.StorageService.WatchSpace:input_type -> engram.v1.WatchSpaceRequest
+	43, // 46: engram.v1.StorageService.ListAllDocuments:input_type -> engram.v1.ListAllDocumentsRequest
+	32, // 47: engram.v1.StorageService.GetStoredUsage:input_type -> engram.v1.GetStoredUsageRequest
+	34, // 48: engram.v1.StorageService.SumStoredUsage:input_type -> engram.v1.SumStoredUsageRequest
+	37, // 49: engram.v1.StorageService.PruneVersions:input_type -> engram.v1.PruneVersionsRequest
+	39, // 50: engram.v1.StorageService.ListAllSpaces:input_type -> engram.v1.ListAllSpacesRequest
+	41, // 51: engram.v1.StorageService.ScanDocuments:input_type -> engram.v1.ScanDocumentsRequest
+	5,  // 52: engram.v1.StorageService.ReadDocument:output_type -> engram.v1.ReadDocumentResponse
+	7,  // 53: engram.v1.StorageService.WriteDocument:output_type -> engram.v1.WriteDocumentResponse
+	9,  // 54: engram.v1.StorageService.DeleteDocument:output_type -> engram.v1.DeleteDocumentResponse
+	11, // 55: engram.v1.StorageService.ListDocuments:output_type -> engram.v1.ListDocumentsResponse
+	14, // 56: engram.v1.StorageService.ListDocumentVersions:output_type -> engram.v1.ListDocumentVersionsResponse
+	16, // 57: engram.v1.StorageService.GetUsage:output_type -> engram.v1.GetUsageResponse
+	18, // 58: engram.v1.StorageService.ExportSpace:output_type -> engram.v1.ExportSpaceResponse
+	20, // 59: engram.v1.StorageService.ImportSpace:output_type -> engram.v1.ImportSpaceResponse
+	23, // 60: engram.v1.StorageService.PurgeDocument:output_type -> engram.v1.PurgeDocumentResponse
+	25, // 61: engram.v1.StorageService.DeleteSpace:output_type -> engram.v1.DeleteSpaceResponse
+	27, // 62: engram.v1.StorageService.ListSpaces:output_type -> engram.v1.ListSpacesResponse
+	30, // 63: engram.v1.StorageService.WatchSpace:output_type -> engram.v1.WatchSpaceResponse
+	44, // 64: engram.v1.StorageService.ListAllDocuments:output_type -> engram.v1.ListAllDocumentsResponse
+	33, // 65: engram.v1.StorageService.GetStoredUsage:output_type -> engram.v1.GetStoredUsageResponse
+	35, // 66: engram.v1.StorageService.SumStoredUsage:output_type -> engram.v1.SumStoredUsageResponse
+	38, // 67: engram.v1.StorageService.PruneVersions:output_type -> engram.v1.PruneVersionsResponse
+	40, // 68: engram.v1.StorageService.ListAllSpaces:output_type -> engram.v1.ListAllSpacesResponse
+	42, // 69: engram.v1.StorageService.ScanDocuments:output_type -> engram.v1.ScanDocumentsResponse
+	52, // [52:70] is the sub-list for method output_type
+	34, // [34:52] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_storage_proto_init() }
@@ -2601,7 +3233,7 @@ func file_engram_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_storage_proto_rawDesc), len(file_engram_v1_storage_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   31,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

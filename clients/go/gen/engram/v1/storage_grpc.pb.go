@@ -32,6 +32,11 @@ const (
 	StorageService_ListSpaces_FullMethodName           = "/engram.v1.StorageService/ListSpaces"
 	StorageService_WatchSpace_FullMethodName           = "/engram.v1.StorageService/WatchSpace"
 	StorageService_ListAllDocuments_FullMethodName     = "/engram.v1.StorageService/ListAllDocuments"
+	StorageService_GetStoredUsage_FullMethodName       = "/engram.v1.StorageService/GetStoredUsage"
+	StorageService_SumStoredUsage_FullMethodName       = "/engram.v1.StorageService/SumStoredUsage"
+	StorageService_PruneVersions_FullMethodName        = "/engram.v1.StorageService/PruneVersions"
+	StorageService_ListAllSpaces_FullMethodName        = "/engram.v1.StorageService/ListAllSpaces"
+	StorageService_ScanDocuments_FullMethodName        = "/engram.v1.StorageService/ScanDocuments"
 )
 
 // StorageServiceClient is the client API for StorageService service.
@@ -74,6 +79,21 @@ type StorageServiceClient interface {
 	// Lists every live document of every space, as (space_id, path), in that order
 	// (service principals only: the indexer's backfills and reindexes).
 	ListAllDocuments(ctx context.Context, in *ListAllDocumentsRequest, opts ...grpc.CallOption) (*ListAllDocumentsResponse, error)
+	// Reports the bytes and documents stored in one space, read from the documents
+	// alone (service principals only: QuotaService's usage reports).
+	GetStoredUsage(ctx context.Context, in *GetStoredUsageRequest, opts ...grpc.CallOption) (*GetStoredUsageResponse, error)
+	// Sums the bytes stored per space of a tenant (or of the global spaces) in one
+	// aggregate (service principals only: QuotaService's Reconcile).
+	SumStoredUsage(ctx context.Context, in *SumStoredUsageRequest, opts ...grpc.CallOption) (*SumStoredUsageResponse, error)
+	// Erases the space's kept versions beyond the retention (service principals
+	// only: the maintenance worker's version pruning).
+	PruneVersions(ctx context.Context, in *PruneVersionsRequest, opts ...grpc.CallOption) (*PruneVersionsResponse, error)
+	// Lists every space of every tenant (and the global ones) that holds documents,
+	// in space id order (service principals only: the maintenance worker's walk).
+	ListAllSpaces(ctx context.Context, in *ListAllSpacesRequest, opts ...grpc.CallOption) (*ListAllSpacesResponse, error)
+	// Lists a space's live documents with their content, in path order (service
+	// principals only: the maintenance worker's scans).
+	ScanDocuments(ctx context.Context, in *ScanDocumentsRequest, opts ...grpc.CallOption) (*ScanDocumentsResponse, error)
 }
 
 type storageServiceClient struct {
@@ -235,6 +255,56 @@ func (c *storageServiceClient) ListAllDocuments(ctx context.Context, in *ListAll
 	return out, nil
 }
 
+func (c *storageServiceClient) GetStoredUsage(ctx context.Context, in *GetStoredUsageRequest, opts ...grpc.CallOption) (*GetStoredUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetStoredUsageResponse)
+	err := c.cc.Invoke(ctx, StorageService_GetStoredUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storageServiceClient) SumStoredUsage(ctx context.Context, in *SumStoredUsageRequest, opts ...grpc.CallOption) (*SumStoredUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SumStoredUsageResponse)
+	err := c.cc.Invoke(ctx, StorageService_SumStoredUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storageServiceClient) PruneVersions(ctx context.Context, in *PruneVersionsRequest, opts ...grpc.CallOption) (*PruneVersionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PruneVersionsResponse)
+	err := c.cc.Invoke(ctx, StorageService_PruneVersions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storageServiceClient) ListAllSpaces(ctx context.Context, in *ListAllSpacesRequest, opts ...grpc.CallOption) (*ListAllSpacesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAllSpacesResponse)
+	err := c.cc.Invoke(ctx, StorageService_ListAllSpaces_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storageServiceClient) ScanDocuments(ctx context.Context, in *ScanDocumentsRequest, opts ...grpc.CallOption) (*ScanDocumentsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScanDocumentsResponse)
+	err := c.cc.Invoke(ctx, StorageService_ScanDocuments_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StorageServiceServer is the server API for StorageService service.
 // All implementations must embed UnimplementedStorageServiceServer
 // for forward compatibility.
@@ -275,6 +345,21 @@ type StorageServiceServer interface {
 	// Lists every live document of every space, as (space_id, path), in that order
 	// (service principals only: the indexer's backfills and reindexes).
 	ListAllDocuments(context.Context, *ListAllDocumentsRequest) (*ListAllDocumentsResponse, error)
+	// Reports the bytes and documents stored in one space, read from the documents
+	// alone (service principals only: QuotaService's usage reports).
+	GetStoredUsage(context.Context, *GetStoredUsageRequest) (*GetStoredUsageResponse, error)
+	// Sums the bytes stored per space of a tenant (or of the global spaces) in one
+	// aggregate (service principals only: QuotaService's Reconcile).
+	SumStoredUsage(context.Context, *SumStoredUsageRequest) (*SumStoredUsageResponse, error)
+	// Erases the space's kept versions beyond the retention (service principals
+	// only: the maintenance worker's version pruning).
+	PruneVersions(context.Context, *PruneVersionsRequest) (*PruneVersionsResponse, error)
+	// Lists every space of every tenant (and the global ones) that holds documents,
+	// in space id order (service principals only: the maintenance worker's walk).
+	ListAllSpaces(context.Context, *ListAllSpacesRequest) (*ListAllSpacesResponse, error)
+	// Lists a space's live documents with their content, in path order (service
+	// principals only: the maintenance worker's scans).
+	ScanDocuments(context.Context, *ScanDocumentsRequest) (*ScanDocumentsResponse, error)
 	mustEmbedUnimplementedStorageServiceServer()
 }
 
@@ -323,6 +408,21 @@ func (UnimplementedStorageServiceServer) WatchSpace(*WatchSpaceRequest, grpc.Ser
 }
 func (UnimplementedStorageServiceServer) ListAllDocuments(context.Context, *ListAllDocumentsRequest) (*ListAllDocumentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAllDocuments not implemented")
+}
+func (UnimplementedStorageServiceServer) GetStoredUsage(context.Context, *GetStoredUsageRequest) (*GetStoredUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStoredUsage not implemented")
+}
+func (UnimplementedStorageServiceServer) SumStoredUsage(context.Context, *SumStoredUsageRequest) (*SumStoredUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SumStoredUsage not implemented")
+}
+func (UnimplementedStorageServiceServer) PruneVersions(context.Context, *PruneVersionsRequest) (*PruneVersionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PruneVersions not implemented")
+}
+func (UnimplementedStorageServiceServer) ListAllSpaces(context.Context, *ListAllSpacesRequest) (*ListAllSpacesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAllSpaces not implemented")
+}
+func (UnimplementedStorageServiceServer) ScanDocuments(context.Context, *ScanDocumentsRequest) (*ScanDocumentsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ScanDocuments not implemented")
 }
 func (UnimplementedStorageServiceServer) mustEmbedUnimplementedStorageServiceServer() {}
 func (UnimplementedStorageServiceServer) testEmbeddedByValue()                        {}
@@ -554,6 +654,96 @@ func _StorageService_ListAllDocuments_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _StorageService_GetStoredUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStoredUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).GetStoredUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_GetStoredUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).GetStoredUsage(ctx, req.(*GetStoredUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StorageService_SumStoredUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SumStoredUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).SumStoredUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_SumStoredUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).SumStoredUsage(ctx, req.(*SumStoredUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StorageService_PruneVersions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PruneVersionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).PruneVersions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_PruneVersions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).PruneVersions(ctx, req.(*PruneVersionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StorageService_ListAllSpaces_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAllSpacesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).ListAllSpaces(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_ListAllSpaces_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).ListAllSpaces(ctx, req.(*ListAllSpacesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StorageService_ScanDocuments_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScanDocumentsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServiceServer).ScanDocuments(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorageService_ScanDocuments_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServiceServer).ScanDocuments(ctx, req.(*ScanDocumentsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // StorageService_ServiceDesc is the grpc.ServiceDesc for StorageService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -600,6 +790,26 @@ var StorageService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAllDocuments",
 			Handler:    _StorageService_ListAllDocuments_Handler,
+		},
+		{
+			MethodName: "GetStoredUsage",
+			Handler:    _StorageService_GetStoredUsage_Handler,
+		},
+		{
+			MethodName: "SumStoredUsage",
+			Handler:    _StorageService_SumStoredUsage_Handler,
+		},
+		{
+			MethodName: "PruneVersions",
+			Handler:    _StorageService_PruneVersions_Handler,
+		},
+		{
+			MethodName: "ListAllSpaces",
+			Handler:    _StorageService_ListAllSpaces_Handler,
+		},
+		{
+			MethodName: "ScanDocuments",
+			Handler:    _StorageService_ScanDocuments_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file engram/v1/storage.proto.
  */
 export const file_engram_v1_storage: GenFile = /*@__PURE__*/
-  fileDesc("ChdlbmdyYW0vdjEvc3RvcmFnZS5wcm90bxIJZW5ncmFtLnYxIlgKE1JlYWREb2N1bWVudFJlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYSDAoEcGF0aBgCIAEoCRIPCgd2ZXJzaW9uGAMgASgDIj0KFFJlYWREb2N1bWVudFJlc3BvbnNlEiUKCGRvY3VtZW50GAEgASgLMhMuZW5ncmFtLnYxLkRvY3VtZW50It4BChRXcml0ZURvY3VtZW50UmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhIMCgRwYXRoGAIgASgJEg8KB2NvbnRlbnQYAyABKAkSIgoEbW9kZRgEIAEoDjIULmVuZ3JhbS52MS5Xcml0ZU1vZGUSFwoPZXhwZWN0ZWRfc2hhMjU2GAUgASgJEhMKC2NyZWF0ZV9vbmx5GAYgASgIEhYKDmFwcGVuZF9hc19saW5lGAcgASgIEhkKEXByZWZpeF9pZl9jcmVhdGVkGAggASgJIpABChVXcml0ZURvY3VtZW50UmVzcG9uc2USJQoIZG9jdW1lbnQYASABKAsyEy5lbmdyYW0udjEuRG9jdW1lbnQSDwoHY3JlYXRlZBgCIAEoCBITCgtieXRlc19kZWx0YRgDIAEoAxIqCghwb3NpdGlvbhgEIAEoCzIYLmVuZ3JhbS52MS5JbmRleFBvc2l0aW9uImIKFURlbGV0ZURvY3VtZW50UmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhIMCgRwYXRoGAIgASgJEhcKD2V4cGVjdGVkX3NoYTI1NhgDIAEoCSJbChZEZWxldGVEb2N1bWVudFJlc3BvbnNlEhUKDWRlbGV0ZWRfYnl0ZXMYASABKAMSKgoIcG9zaXRpb24YAiABKAsyGC5lbmdyYW0udjEuSW5kZXhQb3NpdGlvbiKBAQoUTGlzdERvY3VtZW50c1JlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYSCwoDZGlyGAIgASgJEhEKCXJlY3Vyc2l2ZRgDIAEoCBIRCglwYWdlX3NpemUYBCABKAUSEgoKcGFnZV90b2tlbhgFIAEoCSJcChVMaXN0RG9jdW1lbnRzUmVzcG9uc2USKgoHZW50cmllcxgBIAMoCzIZLmVuZ3JhbS52MS5EaXJlY3RvcnlFbnRyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkicgoORGlyZWN0b3J5RW50cnkSDAoEcGF0aBgBIAEoCRIOCgZpc19kaXIYAiABKAgSEgoKc2l6ZV9ieXRlcxgDIAEoAxIuCgp1cGRhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ2ChtMaXN0RG9jdW1lbnRWZXJzaW9uc1JlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYSDAoEcGF0aBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJlChxMaXN0RG9jdW1lbnRWZXJzaW9uc1Jlc3BvbnNlEiwKCHZlcnNpb25zGAEgAygLMhouZW5ncmFtLnYxLkRvY3VtZW50VmVyc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiNQoPR2V0VXNhZ2VSZXF1ZXN0EiIKBXNwYWNlGAEgASgLMhMuZW5ncmFtLnYxLlNwYWNlUmVmIooBChBHZXRVc2FnZVJlc3BvbnNlEhIKCnVzZWRfYnl0ZXMYASABKAMSEwoLcXVvdGFfYnl0ZXMYAiABKAMSGQoRdGVuYW50X3VzZWRfYnl0ZXMYAyABKAMSGgoSdGVuYW50X3F1b3RhX2J5dGVzGAQgASgDEhYKDmRvY3VtZW50X2NvdW50GAUgASgDIjgKEkV4cG9ydFNwYWNlUmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZiIjChNFeHBvcnRTcGFjZVJlc3BvbnNlEgwKBGRhdGEYASABKAwijQEKEkltcG9ydFNwYWNlUmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhIrCghzdHJhdGVneRgCIAEoDjIZLmVuZ3JhbS52MS5JbXBvcnRTdHJhdGVneRIMCgRkYXRhGAMgASgMEhgKEHNraXBfdW5zdXBwb3J0ZWQYBCABKAgilwEKE0ltcG9ydFNwYWNlUmVzcG9uc2USDwoHd3JpdHRlbhgBIAEoAxIPCgdza2lwcGVkGAIgASgDEg8KB3JlbmFtZWQYAyABKAMSDQoFYnl0ZXMYBCABKAMSKQoHZW50cmllcxgFIAMoCzIYLmVuZ3JhbS52MS5JbXBvcnRlZEVudHJ5EhMKC3Vuc3VwcG9ydGVkGAYgASgDIm0KDUltcG9ydGVkRW50cnkSDAoEcGF0aBgBIAEoCRITCgtzdG9yZWRfcGF0aBgCIAEoCRIpCgdvdXRjb21lGAMgASgOMhguZW5ncmFtLnYxLkltcG9ydE91dGNvbWUSDgoGZGV0YWlsGAQgASgJIkgKFFB1cmdlRG9jdW1lbnRSZXF1ZXN0EiIKBXNwYWNlGAEgASgLMhMuZW5ncmFtLnYxLlNwYWNlUmVmEgwKBHBhdGgYAiABKAkiWAoVUHVyZ2VEb2N1bWVudFJlc3BvbnNlEg4KBnB1cmdlZBgBIAEoCBIXCg92ZXJzaW9uc19lcmFzZWQYAiABKAMSFgoOcmVmdW5kZWRfYnl0ZXMYAyABKAMiUgoSRGVsZXRlU3BhY2VSZXF1ZXN0EiIKBXNwYWNlGAEgASgLMhMuZW5ncmFtLnYxLlNwYWNlUmVmEhgKEGNvbmZpcm1fc3BhY2VfaWQYAiABKAkicgoTRGVsZXRlU3BhY2VSZXNwb25zZRIQCghzcGFjZV9pZBgBIAEoCRIYChBkb2N1bWVudHNfZXJhc2VkGAIgASgDEhcKD3ZlcnNpb25zX2VyYXNlZBgDIAEoAxIWCg5yZWZ1bmRlZF9ieXRlcxgEIAEoAyJaChFMaXN0U3BhY2VzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSDgoGZ2xvYmFsGAIgASgIEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlYKEkxpc3RTcGFjZXNSZXNwb25zZRInCgZzcGFjZXMYASADKAsyFy5lbmdyYW0udjEuU3BhY2VTdW1tYXJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKjAQoMU3BhY2VTdW1tYXJ5EiIKBXNwYWNlGAEgASgLMhMuZW5ncmFtLnYxLlNwYWNlUmVmEhAKCHNwYWNlX2lkGAIgASgJEhYKDmRvY3VtZW50X2NvdW50GAMgASgDEhIKCnVzZWRfYnl0ZXMYBCABKAMSMQoNbGFzdF93cml0ZV9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiWwoRV2F0Y2hTcGFjZVJlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYSDgoGY3Vyc29yGAIgASgJEhIKCmZyb21fc3RhcnQYAyABKAgiTwoSV2F0Y2hTcGFjZVJlc3BvbnNlEiYKBmNoYW5nZRgBIAEoCzIWLmVuZ3JhbS52MS5TcGFjZUNoYW5nZRIRCgljYXVnaHRfdXAYAiABKAgi1AEKC1NwYWNlQ2hhbmdlEg4KBmN1cnNvchgBIAEoCRIjCgRraW5kGAIgASgOMhUuZW5ncmFtLnYxLkNoYW5nZUtpbmQSDAoEcGF0aBgDIAEoCRIPCgd2ZXJzaW9uGAQgASgDEg4KBnNoYTI1NhgFIAEoCRISCgpzaXplX2J5dGVzGAYgASgDEiYKAmF0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtkb2N1bWVudF9pZBgIIAEoCRIQCghldmVudF9pZBgJIAEoCSJAChdMaXN0QWxsRG9jdW1lbnRzUmVxdWVzdBIRCglwYWdlX3NpemUYASABKAUSEgoKcGFnZV90b2tlbhgCIAEoCSJhChhMaXN0QWxsRG9jdW1lbnRzUmVzcG9uc2USLAoJZG9jdW1lbnRzGAEgAygLMhkuZW5ncmFtLnYxLkxpc3RlZERvY3VtZW50EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSIwCg5MaXN0ZWREb2N1bWVudBIQCghzcGFjZV9pZBgBIAEoCRIMCgRwYXRoGAIgASgJKpIBCgpDaGFuZ2VLaW5kEhsKF0NIQU5HRV9LSU5EX1VOU1BFQ0lGSUVEEAASFwoTQ0hBTkdFX0tJTkRfV1JJVFRFThABEhcKE0NIQU5HRV9LSU5EX0RFTEVURUQQAhIWChJDSEFOR0VfS0lORF9QVVJHRUQQAxIdChlDSEFOR0VfS0lORF9TUEFDRV9ERUxFVEVEEAQqVgoJV3JpdGVNb2RlEhoKFldSSVRFX01PREVfVU5TUEVDSUZJRUQQABIWChJXUklURV9NT0RFX1JFUExBQ0UQARIVChFXUklURV9NT0RFX0FQUEVORBACKoYBCg5JbXBvcnRTdHJhdGVneRIfChtJTVBPUlRfU1RSQVRFR1lfVU5TUEVDSUZJRUQQABIYChRJTVBPUlRfU1RSQVRFR1lfU0tJUBABEh0KGUlNUE9SVF9TVFJBVEVHWV9PVkVSV1JJVEUQAhIaChZJTVBPUlRfU1RSQVRFR1lfUkVOQU1FEAMq4QEKDUltcG9ydE91dGNvbWUSHgoaSU1QT1JUX09VVENPTUVfVU5TUEVDSUZJRUQQABIaChZJTVBPUlRfT1VUQ09NRV9DUkVBVEVEEAESHgoaSU1QT1JUX09VVENPTUVfT1ZFUldSSVRURU4QAhIaChZJTVBPUlRfT1VUQ09NRV9TS0lQUEVEEAMSGgoWSU1QT1JUX09VVENPTUVfUkVOQU1FRBAEEhwKGElNUE9SVF9PVVRDT01FX1VOQ0hBTkdFRBAFEh4KGklNUE9SVF9PVVRDT01FX1VOU1VQUE9SVEVEEAYyxQgKDlN0b3JhZ2VTZXJ2aWNlEk8KDFJlYWREb2N1bWVudBIeLmVuZ3JhbS52MS5SZWFkRG9jdW1lbnRSZXF1ZXN0Gh8uZW5ncmFtLnYxLlJlYWREb2N1bWVudFJlc3BvbnNlElIKDVdyaXRlRG9jdW1lbnQSHy5lbmdyYW0udjEuV3JpdGVEb2N1bWVudFJlcXVlc3QaIC5lbmdyYW0udjEuV3JpdGVEb2N1bWVudFJlc3BvbnNlElUKDkRlbGV0ZURvY3VtZW50EiAuZW5ncmFtLnYxLkRlbGV0ZURvY3VtZW50UmVxdWVzdBohLmVuZ3JhbS52MS5EZWxldGVEb2N1bWVudFJlc3BvbnNlElIKDUxpc3REb2N1bWVudHMSHy5lbmdyYW0udjEuTGlzdERvY3VtZW50c1JlcXVlc3QaIC5lbmdyYW0udjEuTGlzdERvY3VtZW50c1Jlc3BvbnNlEmcKFExpc3REb2N1bWVudFZlcnNpb25zEiYuZW5ncmFtLnYxLkxpc3REb2N1bWVudFZlcnNpb25zUmVxdWVzdBonLmVuZ3JhbS52MS5MaXN0RG9jdW1lbnRWZXJzaW9uc1Jlc3BvbnNlEkMKCEdldFVzYWdlEhouZW5ncmFtLnYxLkdldFVzYWdlUmVxdWVzdBobLmVuZ3JhbS52MS5HZXRVc2FnZVJlc3BvbnNlEk4KC0V4cG9ydFNwYWNlEh0uZW5ncmFtLnYxLkV4cG9ydFNwYWNlUmVxdWVzdBoeLmVuZ3JhbS52MS5FeHBvcnRTcGFjZVJlc3BvbnNlMAESTgoLSW1wb3J0U3BhY2USHS5lbmdyYW0udjEuSW1wb3J0U3BhY2VSZXF1ZXN0Gh4uZW5ncmFtLnYxLkltcG9ydFNwYWNlUmVzcG9uc2UoARJSCg1QdXJnZURvY3VtZW50Eh8uZW5ncmFtLnYxLlB1cmdlRG9jdW1lbnRSZXF1ZXN0GiAuZW5ncmFtLnYxLlB1cmdlRG9jdW1lbnRSZXNwb25zZRJMCgtEZWxldGVTcGFjZRIdLmVuZ3JhbS52MS5EZWxldGVTcGFjZVJlcXVlc3QaHi5lbmdyYW0udjEuRGVsZXRlU3BhY2VSZXNwb25zZRJJCgpMaXN0U3BhY2VzEhwuZW5ncmFtLnYxLkxpc3RTcGFjZXNSZXF1ZXN0Gh0uZW5ncmFtLnYxLkxpc3RTcGFjZXNSZXNwb25zZRJLCgpXYXRjaFNwYWNlEhwuZW5ncmFtLnYxLldhdGNoU3BhY2VSZXF1ZXN0Gh0uZW5ncmFtLnYxLldhdGNoU3BhY2VSZXNwb25zZTABElsKEExpc3RBbGxEb2N1bWVudHMSIi5lbmdyYW0udjEuTGlzdEFsbERvY3VtZW50c1JlcXVlc3QaIy5lbmdyYW0udjEuTGlzdEFsbERvY3VtZW50c1Jlc3BvbnNlYgZwcm90bzM", [file_engram_v1_document, file_engram_v1_position, file_engram_v1_space, file_google_protobuf_timestamp]);
+  fileDesc("ChdlbmdyYW0vdjEvc3RvcmFnZS5wcm90bxIJZW5ncmFtLnYxIlgKE1JlYWREb2N1bWVudFJlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYSDAoEcGF0aBgCIAEoCRIPCgd2ZXJzaW9uGAMgASgDIj0KFFJlYWREb2N1bWVudFJlc3BvbnNlEiUKCGRvY3VtZW50GAEgASgLMhMuZW5ncmFtLnYxLkRvY3VtZW50It4BChRXcml0ZURvY3VtZW50UmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhIMCgRwYXRoGAIgASgJEg8KB2NvbnRlbnQYAyABKAkSIgoEbW9kZRgEIAEoDjIULmVuZ3JhbS52MS5Xcml0ZU1vZGUSFwoPZXhwZWN0ZWRfc2hhMjU2GAUgASgJEhMKC2NyZWF0ZV9vbmx5GAYgASgIEhYKDmFwcGVuZF9hc19saW5lGAcgASgIEhkKEXByZWZpeF9pZl9jcmVhdGVkGAggASgJIpABChVXcml0ZURvY3VtZW50UmVzcG9uc2USJQoIZG9jdW1lbnQYASABKAsyEy5lbmdyYW0udjEuRG9jdW1lbnQSDwoHY3JlYXRlZBgCIAEoCBITCgtieXRlc19kZWx0YRgDIAEoAxIqCghwb3NpdGlvbhgEIAEoCzIYLmVuZ3JhbS52MS5JbmRleFBvc2l0aW9uImIKFURlbGV0ZURvY3VtZW50UmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhIMCgRwYXRoGAIgASgJEhcKD2V4cGVjdGVkX3NoYTI1NhgDIAEoCSJbChZEZWxldGVEb2N1bWVudFJlc3BvbnNlEhUKDWRlbGV0ZWRfYnl0ZXMYASABKAMSKgoIcG9zaXRpb24YAiABKAsyGC5lbmdyYW0udjEuSW5kZXhQb3NpdGlvbiKBAQoUTGlzdERvY3VtZW50c1JlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYSCwoDZGlyGAIgASgJEhEKCXJlY3Vyc2l2ZRgDIAEoCBIRCglwYWdlX3NpemUYBCABKAUSEgoKcGFnZV90b2tlbhgFIAEoCSJcChVMaXN0RG9jdW1lbnRzUmVzcG9uc2USKgoHZW50cmllcxgBIAMoCzIZLmVuZ3JhbS52MS5EaXJlY3RvcnlFbnRyeRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkicgoORGlyZWN0b3J5RW50cnkSDAoEcGF0aBgBIAEoCRIOCgZpc19kaXIYAiABKAgSEgoKc2l6ZV9ieXRlcxgDIAEoAxIuCgp1cGRhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ2ChtMaXN0RG9jdW1lbnRWZXJzaW9uc1JlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYSDAoEcGF0aBgCIAEoCRIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJlChxMaXN0RG9jdW1lbnRWZXJzaW9uc1Jlc3BvbnNlEiwKCHZlcnNpb25zGAEgAygLMhouZW5ncmFtLnYxLkRvY3VtZW50VmVyc2lvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiNQoPR2V0VXNhZ2VSZXF1ZXN0EiIKBXNwYWNlGAEgASgLMhMuZW5ncmFtLnYxLlNwYWNlUmVmIooBChBHZXRVc2FnZVJlc3BvbnNlEhIKCnVzZWRfYnl0ZXMYASABKAMSEwoLcXVvdGFfYnl0ZXMYAiABKAMSGQoRdGVuYW50X3VzZWRfYnl0ZXMYAyABKAMSGgoSdGVuYW50X3F1b3RhX2J5dGVzGAQgASgDEhYKDmRvY3VtZW50X2NvdW50GAUgASgDIjgKEkV4cG9ydFNwYWNlUmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZiIjChNFeHBvcnRTcGFjZVJlc3BvbnNlEgwKBGRhdGEYASABKAwijQEKEkltcG9ydFNwYWNlUmVxdWVzdBIiCgVzcGFjZRgBIAEoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhIrCghzdHJhdGVneRgCIAEoDjIZLmVuZ3JhbS52MS5JbXBvcnRTdHJhdGVneRIMCgRkYXRhGAMgASgMEhgKEHNraXBfdW5zdXBwb3J0ZWQYBCABKAgilwEKE0ltcG9ydFNwYWNlUmVzcG9uc2USDwoHd3JpdHRlbhgBIAEoAxIPCgdza2lwcGVkGAIgASgDEg8KB3JlbmFtZWQYAyABKAMSDQoFYnl0ZXMYBCABKAMSKQoHZW50cmllcxgFIAMoCzIYLmVuZ3JhbS52MS5JbXBvcnRlZEVudHJ5EhMKC3Vuc3VwcG9ydGVkGAYgASgDIm0KDUltcG9ydGVkRW50cnkSDAoEcGF0aBgBIAEoCRITCgtzdG9yZWRfcGF0aBgCIAEoCRIpCgdvdXRjb21lGAMgASgOMhguZW5ncmFtLnYxLkltcG9ydE91dGNvbWUSDgoGZGV0YWlsGAQgASgJIkgKFFB1cmdlRG9jdW1lbnRSZXF1ZXN0EiIKBXNwYWNlGAEgASgLMhMuZW5ncmFtLnYxLlNwYWNlUmVmEgwKBHBhdGgYAiABKAkiWAoVUHVyZ2VEb2N1bWVudFJlc3BvbnNlEg4KBnB1cmdlZBgBIAEoCBIXCg92ZXJzaW9uc19lcmFzZWQYAiABKAMSFgoOcmVmdW5kZWRfYnl0ZXMYAyABKAMiUgoSRGVsZXRlU3BhY2VSZXF1ZXN0EiIKBXNwYWNlGAEgASgLMhMuZW5ncmFtLnYxLlNwYWNlUmVmEhgKEGNvbmZpcm1fc3BhY2VfaWQYAiABKAkicgoTRGVsZXRlU3BhY2VSZXNwb25zZRIQCghzcGFjZV9pZBgBIAEoCRIYChBkb2N1bWVudHNfZXJhc2VkGAIgASgDEhcKD3ZlcnNpb25zX2VyYXNlZBgDIAEoAxIWCg5yZWZ1bmRlZF9ieXRlcxgEIAEoAyJaChFMaXN0U3BhY2VzUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSDgoGZ2xvYmFsGAIgASgIEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlYKEkxpc3RTcGFjZXNSZXNwb25zZRInCgZzcGFjZXMYASADKAsyFy5lbmdyYW0udjEuU3BhY2VTdW1tYXJ5EhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSKjAQoMU3BhY2VTdW1tYXJ5EiIKBXNwYWNlGAEgASgLMhMuZW5ncmFtLnYxLlNwYWNlUmVmEhAKCHNwYWNlX2lkGAIgASgJEhYKDmRvY3VtZW50X2NvdW50GAMgASgDEhIKCnVzZWRfYnl0ZXMYBCABKAMSMQoNbGFzdF93cml0ZV9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiWwoRV2F0Y2hTcGFjZVJlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYSDgoGY3Vyc29yGAIgASgJEhIKCmZyb21fc3RhcnQYAyABKAgiTwoSV2F0Y2hTcGFjZVJlc3BvbnNlEiYKBmNoYW5nZRgBIAEoCzIWLmVuZ3JhbS52MS5TcGFjZUNoYW5nZRIRCgljYXVnaHRfdXAYAiABKAgi1AEKC1NwYWNlQ2hhbmdlEg4KBmN1cnNvchgBIAEoCRIjCgRraW5kGAIgASgOMhUuZW5ncmFtLnYxLkNoYW5nZUtpbmQSDAoEcGF0aBgDIAEoCRIPCgd2ZXJzaW9uGAQgASgDEg4KBnNoYTI1NhgFIAEoCRISCgpzaXplX2J5dGVzGAYgASgDEiYKAmF0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBITCgtkb2N1bWVudF9pZBgIIAEoCRIQCghldmVudF9pZBgJIAEoCSIpChVHZXRTdG9yZWRVc2FnZVJlcXVlc3QSEAoIc3BhY2VfaWQYASABKAkiRAoWR2V0U3RvcmVkVXNhZ2VSZXNwb25zZRISCgp1c2VkX2J5dGVzGAEgASgDEhYKDmRvY3VtZW50X2NvdW50GAIgASgDIjcKFVN1bVN0b3JlZFVzYWdlUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSDgoGZ2xvYmFsGAIgASgIIkUKFlN1bVN0b3JlZFVzYWdlUmVzcG9uc2USKwoGc3BhY2VzGAEgAygLMhsuZW5ncmFtLnYxLlN0b3JlZFNwYWNlVXNhZ2UiOAoQU3RvcmVkU3BhY2VVc2FnZRIQCghzcGFjZV9pZBgBIAEoCRISCgp1c2VkX2J5dGVzGAIgASgDIjoKFFBydW5lVmVyc2lvbnNSZXF1ZXN0EiIKBXNwYWNlGAEgASgLMhMuZW5ncmFtLnYxLlNwYWNlUmVmIjAKFVBydW5lVmVyc2lvbnNSZXNwb25zZRIXCg92ZXJzaW9uc19wcnVuZWQYASABKAMiPQoUTGlzdEFsbFNwYWNlc1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkiVQoVTGlzdEFsbFNwYWNlc1Jlc3BvbnNlEiMKBnNwYWNlcxgBIAMoCzITLmVuZ3JhbS52MS5TcGFjZVJlZhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiYQoUU2NhbkRvY3VtZW50c1JlcXVlc3QSIgoFc3BhY2UYASABKAsyEy5lbmdyYW0udjEuU3BhY2VSZWYSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkiWAoVU2NhbkRvY3VtZW50c1Jlc3BvbnNlEiYKCWRvY3VtZW50cxgBIAMoCzITLmVuZ3JhbS52MS5Eb2N1bWVudBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiQAoXTGlzdEFsbERvY3VtZW50c1JlcXVlc3QSEQoJcGFnZV9zaXplGAEgASgFEhIKCnBhZ2VfdG9rZW4YAiABKAkiYQoYTGlzdEFsbERvY3VtZW50c1Jlc3BvbnNlEiwKCWRvY3VtZW50cxgBIAMoCzIZLmVuZ3JhbS52MS5MaXN0ZWREb2N1bWVudBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiMAoOTGlzdGVkRG9jdW1lbnQSEAoIc3BhY2VfaWQYASABKAkSDAoEcGF0aBgCIAEoCSqSAQoKQ2hhbmdlS2luZBIbChdDSEFOR0VfS0lORF9VTlNQRUNJRklFRBAAEhcKE0NIQU5HRV9LSU5EX1dSSVRURU4QARIXChNDSEFOR0VfS0lORF9ERUxFVEVEEAISFgoSQ0hBTkdFX0tJTkRfUFVSR0VEEAMSHQoZQ0hBTkdFX0tJTkRfU1BBQ0VfREVMRVRFRBAEKlYKCVdyaXRlTW9kZRIaChZXUklURV9NT0RFX1VOU1BFQ0lGSUVEEAASFgoSV1JJVEVfTU9ERV9SRVBMQUNFEAESFQoRV1JJVEVfTU9ERV9BUFBFTkQQAiqGAQoOSW1wb3J0U3RyYXRlZ3kSHwobSU1QT1JUX1NUUkFURUdZX1VOU1BFQ0lGSUVEEAASGAoUSU1QT1JUX1NUUkFURUdZX1NLSVAQARIdChlJTVBPUlRfU1RSQVRFR1lfT1ZFUldSSVRFEAISGgoWSU1QT1JUX1NUUkFURUdZX1JFTkFNRRADKuEBCg1JbXBvcnRPdXRjb21lEh4KGklNUE9SVF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGgoWSU1QT1JUX09VVENPTUVfQ1JFQVRFRBABEh4KGklNUE9SVF9PVVRDT01FX09WRVJXUklUVEVOEAISGgoWSU1QT1JUX09VVENPTUVfU0tJUFBFRBADEhoKFklNUE9SVF9PVVRDT01FX1JFTkFNRUQQBBIcChhJTVBPUlRfT1VUQ09NRV9VTkNIQU5HRUQQBRIeChpJTVBPUlRfT1VUQ09NRV9VTlNVUFBPUlRFRBAGMu8LCg5TdG9yYWdlU2VydmljZRJPCgxSZWFkRG9jdW1lbnQSHi5lbmdyYW0udjEuUmVhZERvY3VtZW50UmVxdWVzdBofLmVuZ3JhbS52MS5SZWFkRG9jdW1lbnRSZXNwb25zZRJSCg1Xcml0ZURvY3VtZW50Eh8uZW5ncmFtLnYxLldyaXRlRG9jdW1lbnRSZXF1ZXN0GiAuZW5ncmFtLnYxLldyaXRlRG9jdW1lbnRSZXNwb25zZRJVCg5EZWxldGVEb2N1bWVudBIgLmVuZ3JhbS52MS5EZWxldGVEb2N1bWVudFJlcXVlc3QaIS5lbmdyYW0udjEuRGVsZXRlRG9jdW1lbnRSZXNwb25zZRJSCg1MaXN0RG9jdW1lbnRzEh8uZW5ncmFtLnYxLkxpc3REb2N1bWVudHNSZXF1ZXN0GiAuZW5ncmFtLnYxLkxpc3REb2N1bWVudHNSZXNwb25zZRJnChRMaXN0RG9jdW1lbnRWZXJzaW9ucxImLmVuZ3JhbS52MS5MaXN0RG9jdW1lbnRWZXJzaW9uc1JlcXVlc3QaJy5lbmdyYW0udjEuTGlzdERvY3VtZW50VmVyc2lvbnNSZXNwb25zZRJDCghHZXRVc2FnZRIaLmVuZ3JhbS52MS5HZXRVc2FnZVJlcXVlc3QaGy5lbmdyYW0udjEuR2V0VXNhZ2VSZXNwb25zZRJOCgtFeHBvcnRTcGFjZRIdLmVuZ3JhbS52MS5FeHBvcnRTcGFjZVJlcXVlc3QaHi5lbmdyYW0udjEuRXhwb3J0U3BhY2VSZXNwb25zZTABEk4KC0ltcG9ydFNwYWNlEh0uZW5ncmFtLnYxLkltcG9ydFNwYWNlUmVxdWVzdBoeLmVuZ3JhbS52MS5JbXBvcnRTcGFjZVJlc3BvbnNlKAESUgoNUHVyZ2VEb2N1bWVudBIfLmVuZ3JhbS52MS5QdXJnZURvY3VtZW50UmVxdWVzdBogLmVuZ3JhbS52MS5QdXJnZURvY3VtZW50UmVzcG9uc2USTAoLRGVsZXRlU3BhY2USHS5lbmdyYW0udjEuRGVsZXRlU3BhY2VSZXF1ZXN0Gh4uZW5ncmFtLnYxLkRlbGV0ZVNwYWNlUmVzcG9uc2USSQoKTGlzdFNwYWNlcxIcLmVuZ3JhbS52MS5MaXN0U3BhY2VzUmVxdWVzdBodLmVuZ3JhbS52MS5MaXN0U3BhY2VzUmVzcG9uc2USSwoKV2F0Y2hTcGFjZRIcLmVuZ3JhbS52MS5XYXRjaFNwYWNlUmVxdWVzdBodLmVuZ3JhbS52MS5XYXRjaFNwYWNlUmVzcG9uc2UwARJbChBMaXN0QWxsRG9jdW1lbnRzEiIuZW5ncmFtLnYxLkxpc3RBbGxEb2N1bWVudHNSZXF1ZXN0GiMuZW5ncmFtLnYxLkxpc3RBbGxEb2N1bWVudHNSZXNwb25zZRJVCg5HZXRTdG9yZWRVc2FnZRIgLmVuZ3JhbS52MS5HZXRTdG9yZWRVc2FnZVJlcXVlc3QaIS5lbmdyYW0udjEuR2V0U3RvcmVkVXNhZ2VSZXNwb25zZRJVCg5TdW1TdG9yZWRVc2FnZRIgLmVuZ3JhbS52MS5TdW1TdG9yZWRVc2FnZVJlcXVlc3QaIS5lbmdyYW0udjEuU3VtU3RvcmVkVXNhZ2VSZXNwb25zZRJSCg1QcnVuZVZlcnNpb25zEh8uZW5ncmFtLnYxLlBydW5lVmVyc2lvbnNSZXF1ZXN0GiAuZW5ncmFtLnYxLlBydW5lVmVyc2lvbnNSZXNwb25zZRJSCg1MaXN0QWxsU3BhY2VzEh8uZW5ncmFtLnYxLkxpc3RBbGxTcGFjZXNSZXF1ZXN0GiAuZW5ncmFtLnYxLkxpc3RBbGxTcGFjZXNSZXNwb25zZRJSCg1TY2FuRG9jdW1lbnRzEh8uZW5ncmFtLnYxLlNjYW5Eb2N1bWVudHNSZXF1ZXN0GiAuZW5ncmFtLnYxLlNjYW5Eb2N1bWVudHNSZXNwb25zZWIGcHJvdG8z", [file_engram_v1_document, file_engram_v1_position, file_engram_v1_space, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message engram.v1.ReadDocumentRequest
@@ -987,6 +987,268 @@ export const SpaceChangeSchema: GenMessage<SpaceChange> = /*@__PURE__*/
   messageDesc(file_engram_v1_storage, 27);
 
 /**
+ * @generated from message engram.v1.GetStoredUsageRequest
+ */
+export type GetStoredUsageRequest = Message<"engram.v1.GetStoredUsageRequest"> & {
+  /**
+   * SpaceRef ID of the space.
+   *
+   * @generated from field: string space_id = 1;
+   */
+  spaceId: string;
+};
+
+/**
+ * Describes the message engram.v1.GetStoredUsageRequest.
+ * Use `create(GetStoredUsageRequestSchema)` to create a new message.
+ */
+export const GetStoredUsageRequestSchema: GenMessage<GetStoredUsageRequest> = /*@__PURE__*/
+  messageDesc(file_engram_v1_storage, 28);
+
+/**
+ * @generated from message engram.v1.GetStoredUsageResponse
+ */
+export type GetStoredUsageResponse = Message<"engram.v1.GetStoredUsageResponse"> & {
+  /**
+   * Bytes of the space's live documents.
+   *
+   * @generated from field: int64 used_bytes = 1;
+   */
+  usedBytes: bigint;
+
+  /**
+   * The space's live documents.
+   *
+   * @generated from field: int64 document_count = 2;
+   */
+  documentCount: bigint;
+};
+
+/**
+ * Describes the message engram.v1.GetStoredUsageResponse.
+ * Use `create(GetStoredUsageResponseSchema)` to create a new message.
+ */
+export const GetStoredUsageResponseSchema: GenMessage<GetStoredUsageResponse> = /*@__PURE__*/
+  messageDesc(file_engram_v1_storage, 29);
+
+/**
+ * @generated from message engram.v1.SumStoredUsageRequest
+ */
+export type SumStoredUsageRequest = Message<"engram.v1.SumStoredUsageRequest"> & {
+  /**
+   * The tenant whose spaces to sum.
+   *
+   * @generated from field: string tenant = 1;
+   */
+  tenant: string;
+
+  /**
+   * Sum the global spaces instead (tenant must be empty).
+   *
+   * @generated from field: bool global = 2;
+   */
+  global: boolean;
+};
+
+/**
+ * Describes the message engram.v1.SumStoredUsageRequest.
+ * Use `create(SumStoredUsageRequestSchema)` to create a new message.
+ */
+export const SumStoredUsageRequestSchema: GenMessage<SumStoredUsageRequest> = /*@__PURE__*/
+  messageDesc(file_engram_v1_storage, 30);
+
+/**
+ * @generated from message engram.v1.SumStoredUsageResponse
+ */
+export type SumStoredUsageResponse = Message<"engram.v1.SumStoredUsageResponse"> & {
+  /**
+   * Every space of the tenant that holds live documents, in space id order.
+   *
+   * @generated from field: repeated engram.v1.StoredSpaceUsage spaces = 1;
+   */
+  spaces: StoredSpaceUsage[];
+};
+
+/**
+ * Describes the message engram.v1.SumStoredUsageResponse.
+ * Use `create(SumStoredUsageResponseSchema)` to create a new message.
+ */
+export const SumStoredUsageResponseSchema: GenMessage<SumStoredUsageResponse> = /*@__PURE__*/
+  messageDesc(file_engram_v1_storage, 31);
+
+/**
+ * StoredSpaceUsage is the bytes one space's live documents hold.
+ *
+ * @generated from message engram.v1.StoredSpaceUsage
+ */
+export type StoredSpaceUsage = Message<"engram.v1.StoredSpaceUsage"> & {
+  /**
+   * SpaceRef ID of the space.
+   *
+   * @generated from field: string space_id = 1;
+   */
+  spaceId: string;
+
+  /**
+   * @generated from field: int64 used_bytes = 2;
+   */
+  usedBytes: bigint;
+};
+
+/**
+ * Describes the message engram.v1.StoredSpaceUsage.
+ * Use `create(StoredSpaceUsageSchema)` to create a new message.
+ */
+export const StoredSpaceUsageSchema: GenMessage<StoredSpaceUsage> = /*@__PURE__*/
+  messageDesc(file_engram_v1_storage, 32);
+
+/**
+ * @generated from message engram.v1.PruneVersionsRequest
+ */
+export type PruneVersionsRequest = Message<"engram.v1.PruneVersionsRequest"> & {
+  /**
+   * @generated from field: engram.v1.SpaceRef space = 1;
+   */
+  space?: SpaceRef | undefined;
+};
+
+/**
+ * Describes the message engram.v1.PruneVersionsRequest.
+ * Use `create(PruneVersionsRequestSchema)` to create a new message.
+ */
+export const PruneVersionsRequestSchema: GenMessage<PruneVersionsRequest> = /*@__PURE__*/
+  messageDesc(file_engram_v1_storage, 33);
+
+/**
+ * @generated from message engram.v1.PruneVersionsResponse
+ */
+export type PruneVersionsResponse = Message<"engram.v1.PruneVersionsResponse"> & {
+  /**
+   * Kept versions erased.
+   *
+   * @generated from field: int64 versions_pruned = 1;
+   */
+  versionsPruned: bigint;
+};
+
+/**
+ * Describes the message engram.v1.PruneVersionsResponse.
+ * Use `create(PruneVersionsResponseSchema)` to create a new message.
+ */
+export const PruneVersionsResponseSchema: GenMessage<PruneVersionsResponse> = /*@__PURE__*/
+  messageDesc(file_engram_v1_storage, 34);
+
+/**
+ * @generated from message engram.v1.ListAllSpacesRequest
+ */
+export type ListAllSpacesRequest = Message<"engram.v1.ListAllSpacesRequest"> & {
+  /**
+   * 0 = default (100); larger than the maximum (1000) is clamped; negative is
+   * refused.
+   *
+   * @generated from field: int32 page_size = 1;
+   */
+  pageSize: number;
+
+  /**
+   * From a previous response's next_page_token.
+   *
+   * @generated from field: string page_token = 2;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message engram.v1.ListAllSpacesRequest.
+ * Use `create(ListAllSpacesRequestSchema)` to create a new message.
+ */
+export const ListAllSpacesRequestSchema: GenMessage<ListAllSpacesRequest> = /*@__PURE__*/
+  messageDesc(file_engram_v1_storage, 35);
+
+/**
+ * @generated from message engram.v1.ListAllSpacesResponse
+ */
+export type ListAllSpacesResponse = Message<"engram.v1.ListAllSpacesResponse"> & {
+  /**
+   * @generated from field: repeated engram.v1.SpaceRef spaces = 1;
+   */
+  spaces: SpaceRef[];
+
+  /**
+   * Empty when there is nothing more.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message engram.v1.ListAllSpacesResponse.
+ * Use `create(ListAllSpacesResponseSchema)` to create a new message.
+ */
+export const ListAllSpacesResponseSchema: GenMessage<ListAllSpacesResponse> = /*@__PURE__*/
+  messageDesc(file_engram_v1_storage, 36);
+
+/**
+ * @generated from message engram.v1.ScanDocumentsRequest
+ */
+export type ScanDocumentsRequest = Message<"engram.v1.ScanDocumentsRequest"> & {
+  /**
+   * @generated from field: engram.v1.SpaceRef space = 1;
+   */
+  space?: SpaceRef | undefined;
+
+  /**
+   * 0 = default (100); larger than the maximum (1000) is clamped; negative is
+   * refused. A page also ends once it holds 1 MiB of content (never before its
+   * first document).
+   *
+   * @generated from field: int32 page_size = 2;
+   */
+  pageSize: number;
+
+  /**
+   * From a previous response's next_page_token, with the same space.
+   *
+   * @generated from field: string page_token = 3;
+   */
+  pageToken: string;
+};
+
+/**
+ * Describes the message engram.v1.ScanDocumentsRequest.
+ * Use `create(ScanDocumentsRequestSchema)` to create a new message.
+ */
+export const ScanDocumentsRequestSchema: GenMessage<ScanDocumentsRequest> = /*@__PURE__*/
+  messageDesc(file_engram_v1_storage, 37);
+
+/**
+ * @generated from message engram.v1.ScanDocumentsResponse
+ */
+export type ScanDocumentsResponse = Message<"engram.v1.ScanDocumentsResponse"> & {
+  /**
+   * With their content.
+   *
+   * @generated from field: repeated engram.v1.Document documents = 1;
+   */
+  documents: Document[];
+
+  /**
+   * Empty when there is nothing more.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
+};
+
+/**
+ * Describes the message engram.v1.ScanDocumentsResponse.
+ * Use `create(ScanDocumentsResponseSchema)` to create a new message.
+ */
+export const ScanDocumentsResponseSchema: GenMessage<ScanDocumentsResponse> = /*@__PURE__*/
+  messageDesc(file_engram_v1_storage, 38);
+
+/**
  * WriteMode selects how content is applied.
  *
  * @generated from message engram.v1.ListAllDocumentsRequest
@@ -1013,7 +1275,7 @@ export type ListAllDocumentsRequest = Message<"engram.v1.ListAllDocumentsRequest
  * Use `create(ListAllDocumentsRequestSchema)` to create a new message.
  */
 export const ListAllDocumentsRequestSchema: GenMessage<ListAllDocumentsRequest> = /*@__PURE__*/
-  messageDesc(file_engram_v1_storage, 28);
+  messageDesc(file_engram_v1_storage, 39);
 
 /**
  * @generated from message engram.v1.ListAllDocumentsResponse
@@ -1037,7 +1299,7 @@ export type ListAllDocumentsResponse = Message<"engram.v1.ListAllDocumentsRespon
  * Use `create(ListAllDocumentsResponseSchema)` to create a new message.
  */
 export const ListAllDocumentsResponseSchema: GenMessage<ListAllDocumentsResponse> = /*@__PURE__*/
-  messageDesc(file_engram_v1_storage, 29);
+  messageDesc(file_engram_v1_storage, 40);
 
 /**
  * ListedDocument names one live document.
@@ -1063,7 +1325,7 @@ export type ListedDocument = Message<"engram.v1.ListedDocument"> & {
  * Use `create(ListedDocumentSchema)` to create a new message.
  */
 export const ListedDocumentSchema: GenMessage<ListedDocument> = /*@__PURE__*/
-  messageDesc(file_engram_v1_storage, 30);
+  messageDesc(file_engram_v1_storage, 41);
 
 /**
  * ChangeKind is the kind of change the feed reports.
@@ -1371,6 +1633,61 @@ export const StorageService: GenService<{
     methodKind: "unary";
     input: typeof ListAllDocumentsRequestSchema;
     output: typeof ListAllDocumentsResponseSchema;
+  },
+  /**
+   * Reports the bytes and documents stored in one space, read from the documents
+   * alone (service principals only: QuotaService's usage reports).
+   *
+   * @generated from rpc engram.v1.StorageService.GetStoredUsage
+   */
+  getStoredUsage: {
+    methodKind: "unary";
+    input: typeof GetStoredUsageRequestSchema;
+    output: typeof GetStoredUsageResponseSchema;
+  },
+  /**
+   * Sums the bytes stored per space of a tenant (or of the global spaces) in one
+   * aggregate (service principals only: QuotaService's Reconcile).
+   *
+   * @generated from rpc engram.v1.StorageService.SumStoredUsage
+   */
+  sumStoredUsage: {
+    methodKind: "unary";
+    input: typeof SumStoredUsageRequestSchema;
+    output: typeof SumStoredUsageResponseSchema;
+  },
+  /**
+   * Erases the space's kept versions beyond the retention (service principals
+   * only: the maintenance worker's version pruning).
+   *
+   * @generated from rpc engram.v1.StorageService.PruneVersions
+   */
+  pruneVersions: {
+    methodKind: "unary";
+    input: typeof PruneVersionsRequestSchema;
+    output: typeof PruneVersionsResponseSchema;
+  },
+  /**
+   * Lists every space of every tenant (and the global ones) that holds documents,
+   * in space id order (service principals only: the maintenance worker's walk).
+   *
+   * @generated from rpc engram.v1.StorageService.ListAllSpaces
+   */
+  listAllSpaces: {
+    methodKind: "unary";
+    input: typeof ListAllSpacesRequestSchema;
+    output: typeof ListAllSpacesResponseSchema;
+  },
+  /**
+   * Lists a space's live documents with their content, in path order (service
+   * principals only: the maintenance worker's scans).
+   *
+   * @generated from rpc engram.v1.StorageService.ScanDocuments
+   */
+  scanDocuments: {
+    methodKind: "unary";
+    input: typeof ScanDocumentsRequestSchema;
+    output: typeof ScanDocumentsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_engram_v1_storage, 0);
