@@ -5,10 +5,11 @@ query does not drown the difference), against `engram dev` in a subprocess.
 Four callers make the same sequential calls: the grpc.aio stub and `AsyncClient` on an event
 loop, and the blocking stub and the blocking `Client` (which drives AsyncClient's coroutines
 over grpc's blocking channel, engram.client.driven; driving a coroutine that does nothing is
-measured too, as the floor under it). Raw stubs carry the same 30 s deadline as the clients. For each, the figures are this process's CPU time per
-call (every thread of it, the server's excluded: it runs in its own process), which is what
-the client's own work costs and what a busy shared machine disturbs least, and the median
-latency. The callers alternate over several rounds so that drift hits them alike.
+measured too, as the floor under it). Raw stubs carry the same 30 s deadline as the clients.
+For each, the figures are this process's CPU time per call (every thread of it, the server's
+excluded: it runs in its own process), which is what the client's own work costs and what a
+busy shared machine disturbs least, and the median latency. The callers alternate over
+several rounds so that drift hits them alike.
 
     python bench/client_overhead.py [--count 1000] [--rounds 3]
 """
@@ -112,9 +113,13 @@ async def measure(addr: str, count: int, rounds: int) -> Results:
             ("client", "search"): lambda n: ac.search("quick fox", limit=5, mode="lexical"),
         }
         calls_sync = {
-            ("sync stub", "read"): lambda n: sync_storage.ReadDocument(read_request(n), timeout=DEADLINE),
+            ("sync stub", "read"): lambda n: sync_storage.ReadDocument(
+                read_request(n), timeout=DEADLINE
+            ),
             ("sync client", "read"): lambda n: sc.read_document(f"doc-{n % DOCUMENTS}.md"),
-            ("sync stub", "write"): lambda n: sync_storage.WriteDocument(write_request(n), timeout=DEADLINE),
+            ("sync stub", "write"): lambda n: sync_storage.WriteDocument(
+                write_request(n), timeout=DEADLINE
+            ),
             ("sync client", "write"): lambda n: sc.write_document(
                 f"w-{n % DOCUMENTS}.md", f"{BODY}{n}"
             ),
