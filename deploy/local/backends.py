@@ -94,7 +94,10 @@ PG_RUN_AS = "nobody"  # PostgreSQL refuses to run as root: as root we run it as 
 # takes a second for the write: with as many concurrent updates/deletes as the pool has
 # connections (its default pool_max_conns is 50), every one waits for a second connection
 # and FerretDB hangs for good. A pool larger than engram's clients can keep busy avoids it.
-PG_MAX_CONNECTIONS = 400
+# FerretDB keeps one such pool per user: with each service on its own role
+# (provision_service_databases) several pools fill at once, so the server allows more
+# connections than one pool takes (each slot costs PostgreSQL a little shared memory only).
+PG_MAX_CONNECTIONS = 1000
 FERRETDB_PG_POOL = 380
 
 # FerretDB v1 filters on a field as `_jsonb->$1 @> $2` (`_id` lookups included) and indexes
