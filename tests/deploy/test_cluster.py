@@ -10,6 +10,7 @@ everything.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -58,13 +59,27 @@ T = TypeVar("T")
 cluster_py = load_script("deploy/local/cluster.py")
 
 
+def _own_databases(real_backends: RealBackends, database: str) -> dict[str, tuple[str, str]]:
+    """Each service its own PostgreSQL role behind FerretDB, as `make cluster-local` does;
+    none (one shared database) on a MongoDB given by URL or a FerretDB on SQLite, which have
+    no users to make here."""
+    if os.environ.get("ENGRAM_TEST_MONGO_URI"):
+        return {}
+    mongo = real_backends.running("mongo")
+    if mongo.extra.get("handler") != "postgresql":
+        return {}
+    own: dict[str, tuple[str, str]] = cluster_py.own_databases(
+        real_backends.launcher, mongo, database
+    )
+    return own
+
+
 @pytest.fixture(scope="module")
 def system(
     helm: Helm, real_backends: RealBackends, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Any]:
     database = f"engram_cluster_{uuid.uuid4().hex[:10]}"
-    # Each service its own PostgreSQL role behind FerretDB, as `make cluster-local` does.
-    own = cluster_py.own_databases(real_backends.launcher, real_backends.running("mongo"), database)
+    own = _own_databases(real_backends, database)
     backends = cluster_py.Backends(
         nats=real_backends.url("nats"),
         mongo=real_backends.url("mongo"),
@@ -188,13 +203,17 @@ def test_each_service_is_refused_every_other_services_database(system: Any) -> N
         if "ENGRAM_MONGO_URI" in spec.env
     }
     assert set(own) == SERVICES - {"search"}
+    if len(set(own.values())) == 1:
+        pytest.skip("one shared MongoDB (ENGRAM_TEST_MONGO_URI, or FerretDB on SQLite)")
     owners = {name for name in own if name not in cluster_py.SHARES_STORAGE}
     for name in cluster_py.SHARES_STORAGE:  # until they reach documents through storage
         assert own[name] == own["storage"]
     assert len({own[name] for name in owners}) == len(owners)  # one user and database each
-    clients = {name: MongoClient(own[name][0], serverSelectionTimeoutMS=10_000) for name in owners}
+    clients: dict[str, MongoClient[dict[str, Any]]] = {
+        name: MongoClient(own[name][0], serverSelectionTimeoutMS=10_000) for name in owners
+    }
     try:
-        collections = {}
+        collections: dict[str, list[str]] = {}
         for name, client in clients.items():
             database = client[own[name][1]]
             # Its own database: write, read back, and the collections it made at start.
@@ -215,6 +234,7 @@ def test_each_service_is_refused_every_other_services_database(system: Any) -> N
         uri, database_name = own["storage"]
         user, password = uri.split("//", 1)[1].split("@", 1)[0].split(":", 1)
         wrong = uri.replace(f"{user}:{password}@", f"{user}:not-{password}@")
+        impostor: MongoClient[dict[str, Any]]
         with MongoClient(wrong, serverSelectionTimeoutMS=10_000) as impostor:
             with pytest.raises(OperationFailure, match="password authentication failed"):
                 impostor[database_name][collections["storage"][0]].find_one({})
