@@ -79,13 +79,25 @@ MONGO_HANDLER_ENV = "ENGRAM_LOCAL_MONGO_HANDLER"
 POSTGRESQL_LIB = Path("/usr/lib/postgresql")
 POSTGRESQL_APT = "apt-get update && apt-get install -y --no-install-recommends postgresql"
 PG_USER = "engram"  # the cluster's superuser (initdb -U), trust auth on 127.0.0.1 only
+# Who may log in, and how: the superuser without a password (every test and tool that uses
+# the backend unauthenticated reaches it as this user), every other role (a service's own,
+# see provision_service_databases) only with its password.
+PG_HBA = f"""\
+local all {PG_USER} trust
+host  all {PG_USER} 127.0.0.1/32 trust
+local all all scram-sha-256
+host  all all 127.0.0.1/32 scram-sha-256
+"""
 PG_DATABASE = "postgres"  # FerretDB keeps each MongoDB database as a schema of this one
 PG_RUN_AS = "nobody"  # PostgreSQL refuses to run as root: as root we run it as this user
 # FerretDB v1's PostgreSQL handler holds one pooled connection for an update's read while it
 # takes a second for the write: with as many concurrent updates/deletes as the pool has
 # connections (its default pool_max_conns is 50), every one waits for a second connection
 # and FerretDB hangs for good. A pool larger than engram's clients can keep busy avoids it.
-PG_MAX_CONNECTIONS = 400
+# FerretDB keeps one such pool per user: with each service on its own role
+# (provision_service_databases) several pools fill at once, so the server allows more
+# connections than one pool takes (each slot costs PostgreSQL a little shared memory only).
+PG_MAX_CONNECTIONS = 1000
 FERRETDB_PG_POOL = 380
 
 # FerretDB v1 filters on a field as `_jsonb->$1 @> $2` (`_id` lookups included) and indexes
@@ -1176,6 +1188,75 @@ def start_mongo(data_dir: Path, port: int | None = None, *, timeout: float = 60.
     return backend
 
 
+# The services that keep data on MongoDB, each in a database of its own (search has none).
+MONGO_SERVICES: tuple[str, ...] = (
+    "storage", "quota", "authz", "indexer", "workspace", "maintenance")
+
+
+@dataclass(frozen=True)
+class ServiceDatabase:
+    """One service's own database on the local FerretDB, and the credentials that reach it
+    and nothing else."""
+
+    service: str
+    database: str
+    user: str
+    password: str
+    uri: str  # mongodb://user:password@127.0.0.1:P/?authMechanism=PLAIN
+
+
+def provision_service_databases(
+    backend: RunningBackend, prefix: str, services: Iterable[str] = MONGO_SERVICES,
+) -> dict[str, ServiceDatabase]:
+    """Give each service a database ``<prefix>_<service>`` and a PostgreSQL role of its own
+    (login with a fresh password) that owns that database and nothing else.
+
+    FerretDB v1 keeps each MongoDB database as a PostgreSQL schema and passes a client's
+    PLAIN credentials through to PostgreSQL: connected with them (:attr:`ServiceDatabase.uri`)
+    a service works in its own database and PostgreSQL refuses it every other one. The
+    database is created through FerretDB by the superuser (so FerretDB knows it) and then
+    handed to the role: a role may not create schemas, so it can make no database either.
+    Calling again with the same prefix sets new passwords and keeps the data."""
+    if backend.extra.get("handler") != "postgresql":
+        raise BackendError("per-service credentials need FerretDB's PostgreSQL handler")
+    bin_path = postgresql_bin_dir()
+    if bin_path is None:
+        raise ProvisionError("PostgreSQL client (psql) not found")
+    if not re.fullmatch(r"[a-z][a-z0-9_]{0,40}", prefix):
+        raise ValueError(f"prefix {prefix!r}: lower-case letters, digits and _ only")
+    out: dict[str, ServiceDatabase] = {}
+    statements: list[str] = []
+    for service in services:
+        database = f"{prefix}_{service}"
+        # Creating and dropping a collection leaves the database (schema and FerretDB's
+        # metadata table) behind; an existing one is kept as it is.
+        for command in ({"create": "_engram_provision", "$db": database},
+                        {"drop": "_engram_provision", "$db": database}):
+            reply = mongo_command(backend.port, command, timeout=10.0)
+            if reply.get("ok") != 1 and reply.get("codeName") != "NamespaceExists":
+                raise BackendError(f"{next(iter(command))} in {database}: {reply}")
+        user = database
+        password = os.urandom(18).hex()
+        statements += [
+            f"DO $$ BEGIN CREATE ROLE {user} LOGIN; EXCEPTION WHEN duplicate_object THEN "
+            f"NULL; END $$;",
+            f"ALTER ROLE {user} LOGIN NOCREATEDB NOCREATEROLE PASSWORD '{password}';",
+            f"ALTER SCHEMA {database} OWNER TO {user};",
+            f"ALTER TABLE {database}._ferretdb_database_metadata OWNER TO {user};",
+        ]
+        uri = (f"mongodb://{user}:{password}@127.0.0.1:{backend.port}/"
+               "?authMechanism=PLAIN")
+        out[service] = ServiceDatabase(service, database, user, password, uri)
+    proc = subprocess.run(
+        [str(bin_path / "psql"), backend.extra["postgresql_url"], "-q", "-v", "ON_ERROR_STOP=1",
+         "-f", "-"], input="\n".join(statements).encode(), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, check=False, timeout=60)
+    if proc.returncode != 0:
+        raise BackendError("creating the service roles failed:\n"
+                           + proc.stdout.decode("utf-8", "replace"))
+    return out
+
+
 @dataclass(frozen=True)
 class _PgLayout:
     bin_dir: Path
@@ -1261,7 +1342,12 @@ def _prepare_postgresql(data_dir: Path) -> _PgLayout:
             out = proc.stdout.decode("utf-8", "replace").splitlines()[-LOG_TAIL_LINES:]
             raise BackendStartError(f"initdb failed (exit {proc.returncode}): {' '.join(argv)}\n"
                                     + "\n".join(out))
-    elif run_as is not None and pg_dir.stat().st_uid != run_as[0]:
+    hba = pg_dir / "pg_hba.conf"
+    if hba.read_text() != PG_HBA:  # a cluster made before service roles existed: trust-all
+        hba.write_text(PG_HBA)
+        if run_as is not None:
+            os.chown(hba, *run_as)
+    if run_as is not None and pg_dir.stat().st_uid != run_as[0]:
         # A cluster copied or restored as root (a cached pre-loaded state, a backup): give it
         # back to the user PostgreSQL runs as, or it cannot read its own files.
         for path in [pg_dir, *pg_dir.rglob("*")]:

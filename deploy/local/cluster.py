@@ -13,6 +13,10 @@ requires is changed, and each change is listed in `Plan.changes`:
 * a volume's mount path becomes a directory of the process's own (an emptyDir an empty one,
   a ConfigMap or Secret volume its files), in environment values that name it.
 
+As the chart's default does, each service gets MongoDB credentials and a database of its
+own (a PostgreSQL role behind the local FerretDB that may use that database only), given
+through the chart's values like any install's.
+
 Anything else the chart sets reaches the process unchanged, so a chart that configures a
 service wrongly gives a process that fails here. `make cluster-local` runs it for people:
 
@@ -65,6 +69,12 @@ START_TIMEOUT = 120.0
 PR_SET_PDEATHSIG = 1
 
 
+# Quota (Reconcile sums the stored documents) and maintenance (its jobs build a
+# StorageService on MongoDB) still read storage's collections: until they reach documents
+# through StorageService only, they run with storage's credentials and database.
+SHARES_STORAGE = ("quota", "maintenance")
+
+
 @dataclass(frozen=True)
 class Backends:
     """URLs of the running backends (deploy/local)."""
@@ -72,6 +82,21 @@ class Backends:
     nats: str
     mongo: str
     opensearch: str
+    # Each service's own MongoDB URI and database, whose credentials reach that database
+    # only (`own_databases`); empty: every service shares `mongo`.
+    mongo_services: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+
+def own_databases(launcher: Any, mongo: Any, prefix: str) -> dict[str, tuple[str, str]]:
+    """A database and credentials of its own for each service that keeps data on MongoDB
+    (deploy/local/backends.py's provision_service_databases on the running FerretDB
+    `mongo`): service -> (URI, database). SHARES_STORAGE get storage's."""
+    services = [s for s in launcher.MONGO_SERVICES if s not in SHARES_STORAGE]
+    provisioned = launcher.provision_service_databases(mongo, prefix, services)
+    own = {name: (d.uri, d.database) for name, d in provisioned.items()}
+    for name in SHARES_STORAGE:
+        own[name] = own["storage"]
+    return own
 
 
 @dataclass
@@ -143,8 +168,18 @@ def render(
     database: str = "engram_local",
 ) -> list[Manifest]:
     """The chart rendered with `values` plus the backends, the secret and the token."""
+    mongodb: dict[str, Any] = {"perService": False, "uri": backends.mongo, "database": database}
+    if backends.mongo_services:
+        mongodb = {
+            "perService": True,
+            "database": database,
+            "services": {
+                name: {"uri": uri, "database": own}
+                for name, (uri, own) in backends.mongo_services.items()
+            },
+        }
     overrides: dict[str, Any] = {
-        "mongodb": {"uri": backends.mongo, "database": database},
+        "mongodb": mongodb,
         "nats": {"url": backends.nats},
         "opensearch": {"url": backends.opensearch, "index": f"{database}-chunks"},
         "auth": {"jwtSecret": secret, "serviceToken": token},
@@ -445,7 +480,11 @@ def _backends(root: Path) -> Iterator[Backends]:
             (root / name).mkdir(parents=True, exist_ok=True)
             print(f"starting {name} ...", flush=True)
             running.append(getattr(launcher, f"start_{name}")(root / name))
-        yield Backends(*(b.url for b in running))
+        mongo = running[1]
+        # FerretDB on SQLite has no users: there every service shares one database.
+        postgresql = mongo.extra.get("handler") == "postgresql"
+        own = own_databases(launcher, mongo, "engram_local") if postgresql else {}
+        yield Backends(*(b.url for b in running), mongo_services=own)
     finally:
         for backend in running:
             backend.stop()

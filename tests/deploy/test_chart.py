@@ -33,7 +33,12 @@ KUBERNETES_VERSIONS = ["1.30.0", kubernetes_validate.latest_version()]
 # Custom resources: no schema ships with Kubernetes; checked by their own tests below.
 CUSTOM_KINDS = {"ServiceMonitor"}
 SECRET_VALUES = {
-    "mongodb": {"uri": "mongodb://engram:pw@mongo:27017/?replicaSet=rs0"},
+    "mongodb": {
+        "services": {
+            name: {"uri": f"mongodb://engram-{name}:pw@mongo:27017/?replicaSet=rs0"}
+            for name in GRPC_SERVICES
+        }
+    },
     "qdrant": {"url": "http://qdrant:6333", "apiKey": "qdrant-key"},
     "auth": {"jwtSecret": "jwt-secret", "serviceToken": "service-token", "jwks": '{"keys": []}'},
     "embedder": {"provider": "openai", "openaiApiKey": "openai-key"},
@@ -148,8 +153,9 @@ def test_other_switches_render_valid_manifests(helm: Helm, tmp_path: Path, toggl
     if toggles == "secrets-in-values":
         (secret,) = [d for d in docs if d["kind"] == "Secret"]
         assert set(secret["data"]) == {
-            "ENGRAM_MONGO_URI", "ENGRAM_JWT_SECRET", "jwks.json", "ENGRAM_SERVICE_TOKEN",
+            "ENGRAM_JWT_SECRET", "jwks.json", "ENGRAM_SERVICE_TOKEN",
             "ENGRAM_QDRANT_API_KEY", "ENGRAM_OPENAI_API_KEY", "ENGRAM_TOKEN", "ENGRAM_LLM_API_KEY",
+            *(f"ENGRAM_MONGO_URI_{name.upper()}" for name in GRPC_SERVICES),
         }  # fmt: skip
         for deployment in deployments.values():
             for var in _container(deployment)["env"]:
@@ -595,7 +601,11 @@ def test_every_engram_setting_is_settable_from_values(helm: Helm, tmp_path: Path
                 assert found[service].env[variable] == config[variable], (service, variable)
         else:
             assert any(variable in p.env for p in found.values()), f"{variable} is not settable"
-    assert found["storage"].env["ENGRAM_MONGO_URI"] == SECRET_VALUES["mongodb"]["uri"]
+    # Each service its own MongoDB credentials and database (mongodb.perService).
+    for name in ("storage", "quota", "authz", "indexer", "workspace", "maintenance"):
+        assert found[name].env["ENGRAM_MONGO_URI"] == (
+            f"mongodb://engram-{name}:pw@mongo:27017/?replicaSet=rs0"
+        ), name
     assert found["indexer"].env["ENGRAM_SERVICE_TOKEN"] == "service-token"
     assert found["search"].env["ENGRAM_OPENAI_API_KEY"] == "openai-key"
     assert found["mcp"].env["ENGRAM_TOKEN"] == "mcp-token"
@@ -606,6 +616,23 @@ def test_every_engram_setting_is_settable_from_values(helm: Helm, tmp_path: Path
     assert "ENGRAM_SERVICE_TOKEN" not in found["quota"].env
     assert "ENGRAM_MONGO_URI" not in found["search"].env
     assert "ENGRAM_QDRANT_API_KEY" not in found["storage"].env
+
+
+def test_one_shared_mongodb_uri_is_an_option_for_simple_installs(
+    helm: Helm, tmp_path: Path
+) -> None:
+    shared = "mongodb://engram:pw@mongo:27017/"
+    docs = helm.render(
+        overrides={"mongodb": {"perService": False, "uri": shared, "database": "simple"}},
+        tmp=tmp_path,
+    )
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    assert "ENGRAM_MONGO_URI" in secret["data"]
+    assert not [k for k in secret["data"] if k.startswith("ENGRAM_MONGO_URI_")]
+    found = processes(docs)
+    for name in ("storage", "quota", "authz", "indexer", "workspace", "maintenance"):
+        assert found[name].env["ENGRAM_MONGO_URI"] == shared, name
+        assert found[name].env["ENGRAM_MONGO_DB"] == "simple", name
 
 
 @pytest.mark.parametrize("which", ["default", "production"])
@@ -624,7 +651,9 @@ def test_each_process_environment_is_valid_settings(
         assert settings.grpc_host == "0.0.0.0" and settings.grpc_port == 50051, name
         if which == "production":
             # Search reads no database (tokens at authz, progress at the indexer).
-            assert settings.mongo_db == ("engram" if name == "search" else "engram_prod"), name
+            # Each service in a database of its own (search reads none).
+            wanted = "engram" if name == "search" else f"engram_prod_{name}"
+            assert settings.mongo_db == wanted, name
             assert settings.jwt_audience == "engram"
             if name == "indexer":
                 assert settings.storage_addr == f"engram-storage.{NAMESPACE}.svc:50051"
@@ -754,7 +783,7 @@ def test_notes_say_how_to_reach_it_and_what_is_missing(helm: Helm, tmp_path: Pat
     for service in GRPC_SERVICES:
         assert f"engram-{service}.{NAMESPACE}.svc:50051" in notes
     assert f"helm test engram --namespace {NAMESPACE}" in notes
-    assert "WARNING: no MongoDB URI" in notes
+    assert "WARNING: no MongoDB URI for storage, quota, authz, indexer, workspace" in notes
     production = _notes(helm, tmp_path / "production", [PRODUCTION_VALUES])
     assert "WARNING" not in production
     assert f"engram-mcp.{NAMESPACE}.svc:8765  (MCP streamable HTTP, path /mcp)" in production

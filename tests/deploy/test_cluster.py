@@ -10,6 +10,7 @@ everything.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -23,6 +24,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from mcp import Client
+from pymongo import MongoClient
+from pymongo.errors import OperationFailure
 
 from engram.v1 import (
     authz_pb2,
@@ -56,21 +59,39 @@ T = TypeVar("T")
 cluster_py = load_script("deploy/local/cluster.py")
 
 
+def _own_databases(real_backends: RealBackends, database: str) -> dict[str, tuple[str, str]]:
+    """Each service its own PostgreSQL role behind FerretDB, as `make cluster-local` does;
+    none (one shared database) on a MongoDB given by URL or a FerretDB on SQLite, which have
+    no users to make here."""
+    if os.environ.get("ENGRAM_TEST_MONGO_URI"):
+        return {}
+    mongo = real_backends.running("mongo")
+    if mongo.extra.get("handler") != "postgresql":
+        return {}
+    own: dict[str, tuple[str, str]] = cluster_py.own_databases(
+        real_backends.launcher, mongo, database
+    )
+    return own
+
+
 @pytest.fixture(scope="module")
 def system(
     helm: Helm, real_backends: RealBackends, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Any]:
+    database = f"engram_cluster_{uuid.uuid4().hex[:10]}"
+    own = _own_databases(real_backends, database)
     backends = cluster_py.Backends(
         nats=real_backends.url("nats"),
         mongo=real_backends.url("mongo"),
         opensearch=real_backends.url("opensearch"),
+        mongo_services=own,
     )
     plan = cluster_py.local_plan(
         helm,
         backends,
         tmp_path_factory.mktemp("cluster"),
         secret=TEST_JWT_SECRET,
-        database=f"engram_cluster_{uuid.uuid4().hex[:10]}",
+        database=database,
     )
     cluster = cluster_py.Cluster(plan)
     try:
@@ -168,6 +189,58 @@ def test_every_deployment_runs_as_its_own_process_with_the_charts_settings(syste
     for name in ("storage", "indexer", "workspace", "search"):
         assert specs[name].env["ENGRAM_TLS_INTERNAL"] == "true"
         assert specs[name].env["ENGRAM_TLS_CLIENT_CERT_FILE"].endswith("/tls/tls.crt")
+
+
+def test_each_service_is_refused_every_other_services_database(system: Any) -> None:
+    """Issue 34: every process runs with the MongoDB credentials the rendered chart gives it
+    (its own Secret key), which reach its own database and no other: PostgreSQL, behind
+    FerretDB, refuses another service's collections (OperationFailure "permission denied").
+    The processes serve with them (this module's other tests)."""
+    specs = system.plan.specs
+    own = {
+        name: (spec.env["ENGRAM_MONGO_URI"], spec.env["ENGRAM_MONGO_DB"])
+        for name, spec in specs.items()
+        if "ENGRAM_MONGO_URI" in spec.env
+    }
+    assert set(own) == SERVICES - {"search"}
+    if len(set(own.values())) == 1:
+        pytest.skip("one shared MongoDB (ENGRAM_TEST_MONGO_URI, or FerretDB on SQLite)")
+    owners = {name for name in own if name not in cluster_py.SHARES_STORAGE}
+    for name in cluster_py.SHARES_STORAGE:  # until they reach documents through storage
+        assert own[name] == own["storage"]
+    assert len({own[name] for name in owners}) == len(owners)  # one user and database each
+    clients: dict[str, MongoClient[dict[str, Any]]] = {
+        name: MongoClient(own[name][0], serverSelectionTimeoutMS=10_000) for name in owners
+    }
+    try:
+        collections: dict[str, list[str]] = {}
+        for name, client in clients.items():
+            database = client[own[name][1]]
+            # Its own database: write, read back, and the collections it made at start.
+            database["isolation_probe"].insert_one({"_id": name})
+            assert database["isolation_probe"].find_one({"_id": name}) == {"_id": name}
+            database.drop_collection("isolation_probe")
+            collections[name] = [c for c in database.list_collection_names() if c]
+            assert collections[name], f"{name} made no collection in {own[name][1]}"
+        for name, client in clients.items():
+            for other in owners - {name}:
+                theirs = client[own[other][1]]
+                for collection in collections[other]:
+                    with pytest.raises(OperationFailure, match="permission denied"):
+                        theirs[collection].find_one({})
+                with pytest.raises(OperationFailure, match="permission denied"):
+                    theirs["isolation_probe"].insert_one({"_id": name})
+        # The password is checked: the same user with another password gets nothing.
+        uri, database_name = own["storage"]
+        user, password = uri.split("//", 1)[1].split("@", 1)[0].split(":", 1)
+        wrong = uri.replace(f"{user}:{password}@", f"{user}:not-{password}@")
+        impostor: MongoClient[dict[str, Any]]
+        with MongoClient(wrong, serverSelectionTimeoutMS=10_000) as impostor:
+            with pytest.raises(OperationFailure, match="password authentication failed"):
+                impostor[database_name][collections["storage"][0]].find_one({})
+    finally:
+        for client in clients.values():
+            client.close()
 
 
 async def test_every_port_speaks_tls_only_and_requires_a_client_certificate(system: Any) -> None:

@@ -1,6 +1,6 @@
 """deploy/local/backends.py's FerretDB: on its own PostgreSQL by default (one process group,
 one stop), the SQLite handler still selectable, the CLI's start/status/stop and a restart on
-the same port keeping the data."""
+the same port keeping the data, and per-service databases and roles."""
 
 from __future__ import annotations
 
@@ -171,6 +171,36 @@ def test_a_data_dir_copied_as_root_starts_with_its_data(
         assert found == {"_id": "kept"}
     finally:
         copy.stop()
+
+
+def test_service_databases_keep_their_data_across_a_restart_with_new_passwords(
+    launcher: ModuleType, tmp_path: Path, client_of: Any
+) -> None:
+    """provision_service_databases again after a restart (as `make cluster-local` does on
+    its --dir): the data stays, the new passwords work and the old ones no longer do, and
+    each role still reaches only its own database."""
+    mongo = launcher.start_mongo(tmp_path / "mongo")
+    try:
+        first = launcher.provision_service_databases(mongo, "iso", ["storage", "quota"])
+        storage = first["storage"]
+        client_of(storage.uri)[storage.database].documents.insert_one({"_id": "kept"})
+    finally:
+        mongo.stop()
+    mongo = launcher.start_mongo(tmp_path / "mongo", port=mongo.port)
+    try:
+        again = launcher.provision_service_databases(mongo, "iso", ["storage", "quota"])
+        assert again["storage"].password != storage.password
+        own = client_of(again["storage"].uri)[storage.database]
+        assert own.documents.find_one({"_id": "kept"}) == {"_id": "kept"}
+        with pytest.raises(pymongo.errors.OperationFailure, match="password authentication"):
+            client_of(storage.uri)[storage.database].documents.find_one({})
+        quota = client_of(again["quota"].uri)
+        with pytest.raises(pymongo.errors.OperationFailure, match="permission denied"):
+            quota[storage.database].documents.find_one({})
+        # The superuser (no credentials) still reaches every database.
+        assert client_of(mongo.url)[storage.database].documents.find_one({}) == {"_id": "kept"}
+    finally:
+        mongo.stop()
 
 
 def test_sqlite_handler_stays_selectable(

@@ -38,7 +38,20 @@ WITHOUT_AUTHZ = {("mongo_uri", "search")}
 
 def test_the_chart_gives_each_process_the_wiring_it_reads(helm: Helm, tmp_path: Path) -> None:
     values = {
-        "mongodb": {"uri": "mongodb://mongo:27017/"},
+        "mongodb": {
+            "services": {
+                name: {"uri": f"mongodb://engram-{name}:pw@mongo:27017/"}
+                for name in (
+                    "storage",
+                    "quota",
+                    "authz",
+                    "indexer",
+                    "search",
+                    "workspace",
+                    "maintenance",
+                )
+            }
+        },
         "nats": {"url": "nats://nats:4222"},
         "opensearch": {"url": "http://opensearch:9200"},
         "qdrant": {"url": "http://qdrant:6333", "apiKey": "qdrant-key"},

@@ -134,12 +134,30 @@ maintenance reconciles through quota. */}}
 {{- printf "%s.%s.svc:%v" (include "engram.componentName" .) .root.Release.Namespace $values.service.port -}}
 {{- end -}}
 
+{{/* The Secret key of a component's MongoDB URI: its own (mongodb.perService), or the
+shared one. */}}
+{{- define "engram.mongoUriKey" -}}
+{{- $key := .root.Values.auth.secretKeys.mongoUri -}}
+{{- if .root.Values.mongodb.perService -}}{{- printf "%s_%s" $key (upper .component) -}}{{- else -}}{{- $key -}}{{- end -}}
+{{- end -}}
+
+{{/* A component's MongoDB database: its own (mongodb.perService), or the shared one. */}}
+{{- define "engram.mongoDatabase" -}}
+{{- $m := .root.Values.mongodb -}}
+{{- if $m.perService -}}
+{{- $own := (index ($m.services | default dict) .component | default dict).database -}}
+{{- $own | default (printf "%s_%s" $m.database .component) -}}
+{{- else -}}
+{{- $m.database -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The secret settings of a component: env var -> key in the Secret. */}}
 {{- define "engram.secretEnv" -}}
 {{- $keys := .root.Values.auth.secretKeys -}}
 {{- $backends := include "engram.backends" . | fromJsonArray -}}
 {{- $env := dict -}}
-{{- if has "mongodb" $backends -}}{{- $_ := set $env "ENGRAM_MONGO_URI" $keys.mongoUri -}}{{- end -}}
+{{- if has "mongodb" $backends -}}{{- $_ := set $env "ENGRAM_MONGO_URI" (include "engram.mongoUriKey" .) -}}{{- end -}}
 {{- if ne .component "mcp" -}}{{- $_ := set $env "ENGRAM_JWT_SECRET" $keys.jwtSecret -}}{{- end -}}
 {{- if has "qdrant" $backends -}}{{- $_ := set $env "ENGRAM_QDRANT_API_KEY" $keys.qdrantApiKey -}}{{- end -}}
 {{- if has "embedder" $backends -}}{{- $_ := set $env "ENGRAM_OPENAI_API_KEY" $keys.openaiApiKey -}}{{- end -}}
@@ -167,7 +185,7 @@ maintenance reconciles through quota. */}}
 {{- $_ := set $s "ENGRAM_METRICS_PORT" (toString $values.containerPorts.metrics) -}}
 {{- $_ := set $s "ENGRAM_DATA_DIR" "/var/lib/engram" -}}
 {{- end -}}
-{{- if has "mongodb" $backends -}}{{- $_ := set $s "ENGRAM_MONGO_DB" $v.mongodb.database -}}{{- end -}}
+{{- if has "mongodb" $backends -}}{{- $_ := set $s "ENGRAM_MONGO_DB" (include "engram.mongoDatabase" .) -}}{{- end -}}
 {{- if ne .component "mcp" -}}
 {{- with $v.auth.audience }}{{- $_ := set $s "ENGRAM_JWT_AUDIENCE" . -}}{{- end -}}
 {{- with $v.auth.issuer }}{{- $_ := set $s "ENGRAM_JWT_ISSUER" . -}}{{- end -}}
@@ -223,7 +241,7 @@ maintenance reconciles through quota. */}}
   "ENGRAM_GRPC_PORT" "set <service>.containerPorts.grpc"
   "ENGRAM_METRICS_HOST" "the chart binds metrics to 0.0.0.0"
   "ENGRAM_METRICS_PORT" "set <service>.containerPorts.metrics"
-  "ENGRAM_MONGO_URI" "set mongodb.uri or auth.existingSecret"
+  "ENGRAM_MONGO_URI" "set mongodb.services.<service>.uri (or mongodb.uri without mongodb.perService) or auth.existingSecret"
   "ENGRAM_JWT_SECRET" "set auth.jwtSecret or auth.existingSecret"
   "ENGRAM_SERVICE_TOKEN" "set auth.serviceToken or auth.existingSecret"
   "ENGRAM_QDRANT_API_KEY" "set qdrant.apiKey or auth.existingSecret"
