@@ -69,12 +69,6 @@ START_TIMEOUT = 120.0
 PR_SET_PDEATHSIG = 1
 
 
-# Quota (Reconcile sums the stored documents) and maintenance (its jobs build a
-# StorageService on MongoDB) still read storage's collections: until they reach documents
-# through StorageService only, they run with storage's credentials and database.
-SHARES_STORAGE = ("quota", "maintenance")
-
-
 @dataclass(frozen=True)
 class Backends:
     """URLs of the running backends (deploy/local)."""
@@ -90,13 +84,9 @@ class Backends:
 def own_databases(launcher: Any, mongo: Any, prefix: str) -> dict[str, tuple[str, str]]:
     """A database and credentials of its own for each service that keeps data on MongoDB
     (deploy/local/backends.py's provision_service_databases on the running FerretDB
-    `mongo`): service -> (URI, database). SHARES_STORAGE get storage's."""
-    services = [s for s in launcher.MONGO_SERVICES if s not in SHARES_STORAGE]
-    provisioned = launcher.provision_service_databases(mongo, prefix, services)
-    own = {name: (d.uri, d.database) for name, d in provisioned.items()}
-    for name in SHARES_STORAGE:
-        own[name] = own["storage"]
-    return own
+    `mongo`): service -> (URI, database)."""
+    provisioned = launcher.provision_service_databases(mongo, prefix, launcher.MONGO_SERVICES)
+    return {name: (d.uri, d.database) for name, d in provisioned.items()}
 
 
 @dataclass

@@ -613,7 +613,7 @@ def test_every_engram_setting_is_settable_from_values(helm: Helm, tmp_path: Path
     assert (
         "ENGRAM_MONGO_URI" not in found["mcp"].env and "ENGRAM_JWT_SECRET" not in found["mcp"].env
     )
-    assert "ENGRAM_SERVICE_TOKEN" not in found["quota"].env
+    assert "ENGRAM_SERVICE_TOKEN" not in found["authz"].env  # it calls no other service
     assert "ENGRAM_MONGO_URI" not in found["search"].env
     assert "ENGRAM_QDRANT_API_KEY" not in found["storage"].env
 
