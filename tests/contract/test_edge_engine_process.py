@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -187,3 +188,39 @@ async def test_the_engine_dies_with_a_killed_server_and_frees_the_shard(tmp_path
         assert await index.collections() == [MODEL]
     finally:
         await index.close()
+
+
+OPEN_AND_SEARCH = """
+import asyncio, sys
+from pathlib import Path
+from engram.domain.chunks import ModelInfo
+from engram.indexes.vector.edge_index import EdgeVectorIndex
+
+async def main() -> None:
+    index = EdgeVectorIndex(Path(sys.argv[1]))
+    await index.open()
+    await index.ensure_collection(ModelInfo("m", 4))
+    await index.activate("m")
+    print("engine", await index.engine_pid() > 0)
+    await index.close()
+
+asyncio.run(main())
+"""
+
+
+def test_the_engine_starts_under_a_tmpdir_too_long_for_a_unix_socket(tmp_path: Path) -> None:
+    """The fork server listens on a socket under $TMPDIR; a long $TMPDIR (a container's or
+    a test's scratch directory) made `engram dev` exit with "AF_UNIX path too long". The
+    engine then starts as a spawned process instead."""
+    deep = tmp_path / ("t" * 60) / ("u" * 60)
+    deep.mkdir(parents=True)
+    result = subprocess.run(
+        [sys.executable, "-c", OPEN_AND_SEARCH, str(tmp_path / "v")],
+        env={**os.environ, "TMPDIR": str(deep)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "engine True" in result.stdout

@@ -18,6 +18,8 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import multiprocessing.util
+import os
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -152,9 +154,26 @@ def _start_pool() -> ProcessPoolExecutor:
     process started once (none of this process's threads or locks), with the engine module
     and the pool's worker already imported: a new engine answers its first call ~0.2 s
     after it starts, against ~0.8 s for a spawned interpreter (measured here)."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([edge_host.__name__, "concurrent.futures.process"])
+    context: multiprocessing.context.BaseContext
+    if _fork_server_fits():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([edge_host.__name__, "concurrent.futures.process"])
+    else:
+        context = multiprocessing.get_context("spawn")
     return ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=edge_host.start)
+
+
+# Linux's longest AF_UNIX socket path (sun_path is 108 bytes with its NUL).
+_UNIX_PATH_MAX = 107
+
+
+def _fork_server_fits() -> bool:
+    """Whether the fork server's socket path fits: it listens on
+    `<multiprocessing's temp dir>/listener-XXXXXXXX`, under $TMPDIR, and a long $TMPDIR
+    (a container's or a test's scratch directory) fails with "AF_UNIX path too long". A
+    spawned process needs no socket; it only starts slower."""
+    listener = os.path.join(multiprocessing.util.get_temp_dir(), "listener-XXXXXXXX")
+    return len(os.fsencode(listener)) <= _UNIX_PATH_MAX
 
 
 async def _shut(pool: ProcessPoolExecutor) -> None:
