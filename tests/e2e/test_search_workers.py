@@ -9,6 +9,7 @@ the shared embedded vector directory (ENGRAM_VECTOR_DIR), which several processe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -75,6 +76,21 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != b"Z"
+
+
+def survivors(pids: set[int], grace: float) -> dict[int, bytes]:
+    """The processes of `pids` still alive after `grace` seconds, with their command lines.
+    A child that exits a moment after its parent (a worker's last exit, or a
+    multiprocessing helper reading its EOF) is gone within the grace; one that stays is not."""
+    deadline = time.monotonic() + grace
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = {}
+    for pid in pids:
+        if alive(pid):
+            with contextlib.suppress(OSError):
+                left[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()[:120]
+    return left
 
 
 @dataclass
@@ -261,7 +277,8 @@ async def test_two_workers_answer_a_dead_one_is_replaced_and_sigterm_drains(
     assert all(a.degraded and a.results for a in answers), "a call in flight was cut off"
     assert time.monotonic() - signalled > 2.0, "the calls did not outlive the signal"
     assert await asyncio.to_thread(workers.process.wait, 30) == 0
-    assert not [pid for pid in pids if alive(pid)], "a worker outlived the command"
+    left = await asyncio.to_thread(survivors, pids, 10.0)
+    assert not left, f"a worker outlived the command: {left}"
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         await search_once(workers.port, request())
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
