@@ -81,6 +81,7 @@ async def run_demo(address: str, console: Console, *, token: str = "") -> None:
                 console.print(hits_table(found, title=title))
             else:
                 console.print(Text(f"{title}: ").append("no results", style="yellow"))
+                await _show_nearest(client, query, console)
             if found.degraded:
                 reasons = "; ".join(found.degraded_reasons) or "one index did not answer"
                 console.print(f"[yellow]degraded:[/] {reasons}", highlight=False)
@@ -110,6 +111,19 @@ async def _search(client: EngramClient, query: str) -> SearchResults:
         await asyncio.sleep(SEARCH_RETRY_SECONDS)
         found = await client.memory_search(query, limit=3)
     return found
+
+
+async def _show_nearest(client: EngramClient, query: str, console: Console) -> None:
+    """After an empty answer: what the same search finds with the relevance floor off, so a
+    newcomer sees the floor at work (memory_search answers nothing rather than hits unlikely
+    to hold the answer) and what it held back."""
+    nearest = await client.memory_search(query, limit=3, min_relevance=0.0)
+    if nearest.results and not nearest.degraded:
+        console.print(
+            "no hit reached memory_search's default min_relevance; with min_relevance 0:",
+            highlight=False,
+        )
+        console.print(hits_table(nearest))
 
 
 async def _memory_md(client: EngramClient) -> str:
