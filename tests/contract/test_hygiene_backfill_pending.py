@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +110,42 @@ async def test_backfill_requeues_when_the_indexer_is_held_too_long(tmp_path: Pat
         assert all(1 <= n <= 2 for n in writes.values())
         again = await job.run(SPACE, SpaceSettings())
         assert again.counts["documents_requeued"] == 0
+
+
+class QueueYetToHear:
+    """The reindex queue as JetStream shows it while storage's outbox still holds the change
+    events (the relay has not handed them over): nothing pending."""
+
+    def __init__(self, queue: Any) -> None:
+        self._queue = queue
+
+    async def oldest_pending(self) -> None:
+        return None
+
+    async def enqueue(self, documents: Sequence[Any]) -> None:
+        await self._queue.enqueue(documents)
+
+
+async def test_backfill_leaves_writes_whose_events_have_not_reached_the_queue(
+    tmp_path: Path,
+) -> None:
+    async with engram_dev(tmp_path) as engram:
+        writes = count_keyword_writes(engram)
+        paths = await bulk_load_with_indexer_held(engram, 50)
+        deps = maintenance_deps(engram)
+        unheard = replace(deps, reindex=QueueYetToHear(deps.reindex))
+
+        report = await EmbeddingBackfillJob(unheard, INTERVAL).run(SPACE, SpaceSettings())
+
+        assert report.counts == {
+            "documents_checked": 50,
+            "documents_requeued": 0,
+            "documents_pending": 50,
+        }
+        # Past the 30 s an event takes at most to reach the queue, they are missing.
+        later = replace(unheard, clock=lambda: datetime.now(UTC) + timedelta(seconds=31))
+        report = await EmbeddingBackfillJob(later, INTERVAL).run(SPACE, SpaceSettings())
+        assert report.counts["documents_requeued"] == 50
+        engram.relay.start()
+        assert await engram.relay.drained(300)
+        assert set(writes) == set(paths)

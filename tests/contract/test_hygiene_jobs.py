@@ -204,7 +204,10 @@ async def test_embedding_backfill_requeues_what_the_indexes_miss(tmp_path: Path)
             await write(engram, SPACE, path, f"# {path}\n\nNotes about {path} and the deploy.\n")
         await write(engram, SPACE, "blank.md", "   \n")
         assert await engram.relay.drained(60)
-        job = EmbeddingBackfillJob(maintenance_deps(engram), INTERVAL)
+        # The walk runs a minute later: a document written in the last 30 s is late (its
+        # event may still be on its way), not missing.
+        later = maintenance_deps(engram, clock=lambda: datetime.now(UTC) + timedelta(minutes=1))
+        job = EmbeddingBackfillJob(later, INTERVAL)
         assert (await job.run(SPACE, SpaceSettings())).counts["documents_requeued"] == 0
 
         # Lost from the keyword index; chunks without vectors; an older version held;

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
-from datetime import timedelta
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import datetime, timedelta
 
 import grpc
 import pytest
@@ -22,6 +22,7 @@ from engram.events.jetstream import STREAM, JetStreamPublisher
 from engram.indexer.jetstream_consumer import JetStreamReindexQueue
 from engram.maintenance.hygiene import EmbeddingBackfillJob
 from engram.maintenance.ports import MaintenanceDeps
+from engram.storage.service import utc_now
 from engram.v1 import indexer_pb2_grpc, storage_pb2_grpc
 from tests.e2e.test_indexer_jetstream import (  # the same deployment as the indexer's suite
     MEMBER,
@@ -48,7 +49,7 @@ SPACE = parse_space_id(SPACE_ID)
 
 @contextlib.asynccontextmanager
 async def production_deps(
-    deployment: Deployment, indexing: Indexing
+    deployment: Deployment, indexing: Indexing, *, clock: Callable[[], datetime] = utc_now
 ) -> AsyncIterator[MaintenanceDeps]:
     """What `engram serve maintenance` builds, on the deployment's backends and the
     indexer's own index adapters."""
@@ -63,6 +64,7 @@ async def production_deps(
             ),
             keyword=indexing.keyword,
             vector=indexing.vector,
+            clock=clock,
         )
     finally:
         await publisher.close()
@@ -75,7 +77,11 @@ async def test_backfill_requeues_index_gaps_through_jetstream(deployment: Deploy
         open_indexer(deployment.indexer_settings) as indexer,
         grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as storage_channel,
         grpc.aio.insecure_channel(f"127.0.0.1:{indexer.server.port}") as indexer_channel,
-        production_deps(deployment, indexer.indexing) as deps,
+        # The walk runs a minute later: a document written in the last 30 s is late (its
+        # event may still be on its way to JetStream), not missing.
+        production_deps(
+            deployment, indexer.indexing, clock=lambda: utc_now() + timedelta(minutes=1)
+        ) as deps,
     ):
         storage = storage_pb2_grpc.StorageServiceStub(storage_channel)
         status = indexer_pb2_grpc.IndexerServiceStub(indexer_channel)

@@ -5,9 +5,10 @@ chunks of without vectors - and every path the indexes hold that the store no lo
 so the indexer removes its chunks. The indexer does the embedding, as for any change.
 
 A document written at or after the oldest change event the indexer has not finished (less
-`CLOCK_SKEW`) is late, not missing: its own event will index it, so it is left alone and
-counted as pending. Unless that event is older than `max_indexing_lag`: then the indexer is
-stopped or stuck, and those documents are re-queued too."""
+`CLOCK_SKEW`), or in the last `IN_TRANSIT`, is late, not missing: its own event will index
+it, so it is left alone and counted as pending. Unless that event is older than
+`max_indexing_lag`: then the indexer is stopped or stuck, and those documents are re-queued
+too."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ from engram.maintenance.hygiene.common import Details, HygieneJob
 ENQUEUE_BATCH = 500
 # Margin between the clocks that stamp documents and events (other processes, on MongoDB).
 CLOCK_SKEW = timedelta(seconds=1)
+# A document written within this long (at most `max_indexing_lag`) is late whatever the
+# queue holds: its event may still sit in storage's outbox, which the queue does not count.
+IN_TRANSIT = timedelta(seconds=30)
 
 
 class EmbeddingBackfillJob(HygieneJob):
@@ -37,7 +41,7 @@ class EmbeddingBackfillJob(HygieneJob):
         queued: list[str] = []
         checked = pending = 0
         late_from, why = await self._late_from()
-        if late_from is None and why:
+        if late_from is None:
             details.add(why)
 
         def check(path: str, stored: StoredState | None) -> None:
@@ -88,17 +92,22 @@ class EmbeddingBackfillJob(HygieneJob):
     async def _late_from(self) -> tuple[datetime | None, str]:
         """The update time from which a document is late rather than missing (None: none
         is), and what the report says about it."""
+        now = self._deps.clock()
+        # Written this recently, a document's event may still be on its way to the queue
+        # (the outbox relay hands events over within a second, longer while it retries).
+        recent = now - min(IN_TRANSIT, self._deps.max_indexing_lag)
         oldest = await self._deps.reindex.oldest_pending()
         if oldest is None:
-            return None, ""
-        lag = self._deps.clock() - oldest
+            return recent, f"{recent} (its change event may not have reached the indexer yet)"
+        lag = now - oldest
         if lag > self._deps.max_indexing_lag:
             return None, (
                 f"the indexer has had a change pending for {lag.total_seconds():.0f} s (more"
                 f" than {self._deps.max_indexing_lag.total_seconds():.0f} s): it is stopped or"
                 " stuck, so documents written since are re-queued too"
             )
-        return oldest - CLOCK_SKEW, f"the oldest change the indexer has pending ({oldest})"
+        late_from = min(oldest - CLOCK_SKEW, recent)
+        return late_from, f"the oldest change the indexer has pending ({oldest})"
 
     async def _enqueue(self, space: SpaceRef, paths: list[str]) -> int:
         count = len(paths)
