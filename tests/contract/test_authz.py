@@ -410,6 +410,7 @@ async def test_services_look_personal_tokens_up_at_authz(
             tmp_path / "storage",
             mongo_db=f"{database}_storage",
             authz_addr=f"127.0.0.1:{authz_server.port}",
+            service_token=service_token("storage"),
             **common,
         )
         deployment = Deployment("mongo", {"authz": authz_server.port})

@@ -435,7 +435,12 @@ def test_in_process_quota_closes_storage_to_quota(helm: Helm, tmp_path: Path) ->
     assert not rules.allows(_pod_peer(docs, "storage"), _pod_peer(docs, "quota"), 50051)
     storage = processes(docs)["storage"]
     assert "ENGRAM_QUOTA_ADDR" not in storage.env
-    assert "ENGRAM_SERVICE_TOKEN" not in storage.env
+    # Still the service principal: storage records its audit rows at authz.
+    assert "ENGRAM_SERVICE_TOKEN" in storage.secret_refs
+    alone = helm.render(
+        overrides={"storage": {"remoteQuota": False}, "authz": {"enabled": False}}, tmp=tmp_path
+    )
+    assert "ENGRAM_SERVICE_TOKEN" not in processes(alone)["storage"].secret_refs
 
 
 def test_services_look_tokens_up_at_authz(helm: Helm, tmp_path: Path) -> None:

@@ -131,3 +131,25 @@ async def test_maintenance_audits_settings_changes_at_authz(
     assert [(e.action, e.space_id, e.subject) for e in events] == [
         ("maintenance.settings", "v1:private:acme::::notes", "ada")
     ]
+
+
+async def test_storage_audits_global_writes_at_authz(
+    tmp_path: Path, real_backends: RealBackends
+) -> None:
+    """Storage, on a database of its own, records a global write's audit row at AuthzService
+    (which owns the audit log): ListAuditEvents shows it, with the writer and the bytes."""
+    async with owned_data(tmp_path, real_backends) as running:
+        async with authz_on_mongo(running.settings("authz")) as authz:
+            address = f"127.0.0.1:{authz.port}"
+            await running.start_storage(authz_addr=address)
+            root = mint("root", "acme", "admin", platform_admin=True)
+            shared = Space(visibility="global", name="handbook")
+            async with AsyncClient(
+                f"127.0.0.1:{running.storage_port}", token=root, space=shared
+            ) as storage:
+                await storage.write_document("rules.md", "Be kind.\n")
+            async with AsyncClient(address, token=root) as admin:
+                events = [e async for e in admin.iter_audit_events()]
+    assert [(e.action, e.space_id, e.subject, e.path, e.bytes_delta) for e in events] == [
+        ("memory.global_write", "v1:global:::::handbook", "root", "rules.md", 9)
+    ]

@@ -74,11 +74,16 @@ async def secure_deployment(
         mongo_db=f"engram_{uuid.uuid4().hex[:12]}",
         **values,
     )
-    # As the chart deploys them: storage and quota look personal tokens up at authz (the
-    # audit log is still shared; tests/contract/test_authz.py runs storage on a database
-    # without the tokens).
+    # As the chart deploys them: storage and quota look personal tokens up at authz, and
+    # storage records its audit rows there as the service principal
+    # (tests/contract/test_authz.py runs storage on a database without the tokens).
     async with authz_on_mongo(settings) as authz:
-        callers = settings.model_copy(update={"authz_addr": f"127.0.0.1:{authz.port}"})
+        callers = settings.model_copy(
+            update={
+                "authz_addr": f"127.0.0.1:{authz.port}",
+                "service_token": SecretStr(service_token("storage")),
+            }
+        )
         async with storage_on_mongo(callers, publish_events=False) as storage:
             # QuotaService reads what the documents hold through StorageService.
             quota_settings = callers.model_copy(

@@ -121,10 +121,12 @@ maintenance reconciles through quota. */}}
 {{- end -}}
 
 {{/* Whether a component calls another engram service as the service principal
-(ENGRAM_SERVICE_TOKEN): looking up a token at authz needs no identity of its own. */}}
+(ENGRAM_SERVICE_TOKEN): looking up a token at authz needs no identity of its own, but
+storage and maintenance record their audit rows there (RecordAuditEvent) as the service. */}}
 {{- define "engram.needsServiceToken" -}}
-{{- if ne .component "mcp" -}}
-{{- range $callee := include "engram.callees" . | fromJsonArray -}}{{- if ne $callee "authz" -}}true{{- end -}}{{- end -}}
+{{- $component := .component -}}
+{{- if ne $component "mcp" -}}
+{{- range $callee := include "engram.callees" . | fromJsonArray -}}{{- if or (ne $callee "authz") (has $component (list "storage" "maintenance")) -}}true{{- end -}}{{- end -}}
 {{- end -}}
 {{- end -}}
 

@@ -65,6 +65,7 @@ from engram.authz.service import AuthzService
 from engram.authz.tokens import TokenAuthenticator
 from engram.backends.mongo import MongoDatabase
 from engram.client.aio import EngramClient
+from engram.domain.errors import MissingSetting
 from engram.domain.ports import AuditSink
 from engram.domain.principals import MAINTENANCE
 from engram.events.jetstream import JetStreamPublisher, connect_nats
@@ -180,7 +181,6 @@ class _MongoStorage:
     """StorageService on MongoDB with what it is built on."""
 
     repository: MongoDocumentRepository
-    audit: MongoAuditLog
     storage: StorageService
 
 
@@ -195,9 +195,9 @@ async def _mongo_storage(
     database, components, stack = process.database, process.components, process.stack
     settings = process.settings
     repository = MongoDocumentRepository(database, retention=components.version_retention)
-    audit = MongoAuditLog(database)
-    for store in (repository, audit):
-        await store.ensure_indexes()
+    await repository.ensure_indexes()
+    token = settings.service_token.get_secret_value() if settings.service_token else ""
+    audit = await _audit_sink(process, token)
     quota: QuotaGate
     if settings.quota_addr:
         remote = process.required[QuotaClientNeeds]
@@ -231,7 +231,7 @@ async def _mongo_storage(
     if relay is not None:
         relay.start()
         stack.push_async_callback(relay.stop)
-    return _MongoStorage(repository, audit, storage)
+    return _MongoStorage(repository, storage)
 
 
 async def _mongo_quota(process: _OnMongo, stored: StoredUsage) -> QuotaService:
@@ -605,7 +605,7 @@ async def open_maintenance(
                 addr, process.components.channels, interceptors=tracing_client_interceptors()
             )
             stack.push_async_callback(channels[name].close)
-        audit = await _maintenance_audit(process, token)
+        audit = await _audit_sink(process, token)
         keyword = opensearch_index(process.required[OpenSearchNeeds].opensearch_url, settings)
         await open_or_keep_trying(keyword, "keyword", stack)
         vector = vector_index(vectors)
@@ -651,10 +651,16 @@ async def open_maintenance(
         yield ProductionMaintenance(server, maintenance, deps)
 
 
-async def _maintenance_audit(process: _OnMongo, token: str) -> AuditSink:
-    """Where MaintenanceService's audit rows go: AuthzService at ENGRAM_AUTHZ_ADDR (which
-    owns the audit log), else this process's MongoDB."""
+async def _audit_sink(process: _OnMongo, token: str) -> AuditSink:
+    """Where a service's audit rows go (storage's global writes, maintenance's settings
+    changes): AuthzService at ENGRAM_AUTHZ_ADDR, which owns the audit log and lists it, as
+    the service principal of `token`; else this process's MongoDB (one shared database)."""
     if process.settings.authz_addr:
+        if not token:
+            raise MissingSetting(
+                "missing setting: ENGRAM_SERVICE_TOKEN (required with ENGRAM_AUTHZ_ADDR: "
+                "this service records its audit rows at AuthzService as the service principal)"
+            )
         channel = open_channel(
             process.settings.authz_addr,
             process.components.channels,
