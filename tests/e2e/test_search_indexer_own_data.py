@@ -109,10 +109,22 @@ async def exercise(storage_port: int, search_port: int, indexer: ProductionIndex
             assert not found.degraded, found.degraded_reasons
             assert any(h.path == path and token in h.content for h in found.results), i
 
+        # One leg at a time: each mode waits on its own leg's progress only, and finds the
+        # write the first time.
+        for mode in ("lexical", "semantic"):
+            path = f"{mode}.md"
+            written = await ann.write_document(path, f"A {mode} note {run} about egrets.")
+            assert written.position is not None
+            found = await search.search(
+                f"{mode} egrets {run}", mode=mode, limit=10, min_positions=[written.position]
+            )
+            assert not found.degraded, (mode, found.degraded_reasons)
+            assert any(h.path == path for h in found.results), (mode, found.results)
+
         for path in ("a.md", "b/c.md"):
             await bob.write_document(path, "x", space=GLOBEX)
-        # Two documents in acme's space and two in globex's, none in the indexer's database.
-        assert await operator.reindex(all=True) == 2 + 2
+        # Four documents in acme's space and two in globex's, none in the indexer's database.
+        assert await operator.reindex(all=True) == 4 + 2
 
         # The indexer's API away (its worker still indexing): a search carrying a position
         # answers at once with what the indexes hold, degraded, saying why.
