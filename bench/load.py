@@ -80,6 +80,13 @@ def arguments(argv: list[str] | None) -> argparse.Namespace:
         default="auto",
         help="real target: processes from the rendered chart, or `engram serve`",
     )
+    p.add_argument(
+        "--topology",
+        choices=("remote", "in-process"),
+        default="remote",
+        help="real target, chart plan: storage charges quota through QuotaService (remote, "
+        "the chart's default) or in its own process (in-process: one hop less)",
+    )
     p.add_argument("--out", type=Path, help="output directory")
     p.add_argument("--chunks", type=int, default=100_000, help="pre-loaded corpus size")
     p.add_argument("--tenants", type=int, default=20)
@@ -275,7 +282,13 @@ def loaded_deployment(
             "ENGRAM_INDEXING_NICE": "0",
             "ENGRAM_MAINTENANCE_TICK_SECONDS": str(PRELOAD_MAINTENANCE_TICK_SECONDS),
         }
-        with deploy.deployed(args.target, workdir, plan=args.plan, settings=preload_settings) as d:
+        with deploy.deployed(
+            args.target,
+            workdir,
+            plan=args.plan,
+            settings=preload_settings,
+            topology=args.topology,
+        ) as d:
             tokens = corpus.mint_tokens(corpus.agents(spec), d.secret)
             print(f"corpus: pre-loading {spec.chunks} chunks over {len(tokens)} spaces", flush=True)
             info["preload"] = asyncio.run(
@@ -295,7 +308,9 @@ def loaded_deployment(
         yield None, info
         return
     replicas = faultlib.storage_replicas(args)  # the faults' second storage replica
-    with deploy.deployed(args.target, workdir, plan=args.plan, storage_replicas=replicas) as d:
+    with deploy.deployed(
+        args.target, workdir, plan=args.plan, storage_replicas=replicas, topology=args.topology
+    ) as d:
         yield d, info
 
 
@@ -331,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "date_utc": stamp,
         "target": args.target,
+        "topology": args.topology if args.target == "real" else "in-process",
         "loadavg_before": Path("/proc/loadavg").read_text().strip(),
         "mix": args.mix,
         "target_ms": args.target_ms,

@@ -208,7 +208,15 @@ def _start_backends(launcher: ModuleType, root: Path) -> dict[str, Any]:
     return running
 
 
-def _chart_plan(workdir: Path, backends: dict[str, Any], settings: dict[str, str]) -> Any:
+# Chart values per topology: `remote` is the chart's default (storage charges quota through
+# QuotaService over gRPC); `in-process` charges in storage's own process on the shared
+# database, one hop less (issue 34, part 2 measures the difference).
+TOPOLOGY_VALUES = {"remote": "", "in-process": "storage:\n  remoteQuota: false\n"}
+
+
+def _chart_plan(
+    workdir: Path, backends: dict[str, Any], settings: dict[str, str], topology: str = "remote"
+) -> Any:
     """The chart rendered with the loopback values, the backends' URLs and LOAD_SETTINGS."""
     cl = cluster_module()
     from tests.deploy.chart import Helm, helm_binary
@@ -218,7 +226,9 @@ def _chart_plan(workdir: Path, backends: dict[str, Any], settings: dict[str, str
         raise RuntimeError("helm is not installed: run `make helm-install` or use --plan serve")
     values = workdir / "load-values.yaml"
     values.write_text(
-        "config:\n" + "".join(f'  {k}: "{v}"\n' for k, v in (LOAD_SETTINGS | settings).items()),
+        "config:\n"
+        + "".join(f'  {k}: "{v}"\n' for k, v in (LOAD_SETTINGS | settings).items())
+        + TOPOLOGY_VALUES[topology],
         encoding="utf-8",
     )
     urls = cl.Backends(backends["nats"].url, backends["mongo"].url, backends["opensearch"].url)
@@ -227,8 +237,11 @@ def _chart_plan(workdir: Path, backends: dict[str, Any], settings: dict[str, str
     )
 
 
-def _serve_plan(workdir: Path, backends: dict[str, Any], settings: dict[str, str]) -> Any:
-    """`engram serve` of storage, indexer, search and workspace, configured here."""
+def _serve_plan(
+    workdir: Path, backends: dict[str, Any], settings: dict[str, str], topology: str = "remote"
+) -> Any:
+    """`engram serve` of storage, indexer, search and workspace, configured here (no quota
+    or authz process: storage charges in process, whatever `topology` says)."""
     cl = cluster_module()
     from tests.support.tokens import service_token
 
@@ -275,6 +288,7 @@ def real(
     plan: str = "auto",
     settings: dict[str, str] | None = None,
     storage_replicas: int = 1,
+    topology: str = "remote",
 ) -> Iterator[Deployment]:
     """The real backends and engram as separate processes. `plan`: `chart` (the rendered
     chart, needs helm), `serve` (`engram serve` processes configured here), `auto` (chart if
@@ -288,7 +302,7 @@ def real(
     try:
         use_chart = plan == "chart" or (plan == "auto" and helm_binary() is not None)
         make = _chart_plan if use_chart else _serve_plan
-        built = make(workdir, backends, settings or {})
+        built = make(workdir, backends, settings or {}, topology)
     except BaseException:
         for backend in backends.values():
             backend.stop()
@@ -325,13 +339,18 @@ def deployed(
     plan: str = "auto",
     settings: dict[str, str] | None = None,
     storage_replicas: int = 1,
+    topology: str = "remote",
 ) -> Iterator[Deployment]:
     if target == "dev":
         with dev(workdir, settings=settings) as deployment:
             yield deployment
     elif target == "real":
         with real(
-            workdir, plan=plan, settings=settings, storage_replicas=storage_replicas
+            workdir,
+            plan=plan,
+            settings=settings,
+            storage_replicas=storage_replicas,
+            topology=topology,
         ) as deployment:
             yield deployment
     else:
