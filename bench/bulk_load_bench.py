@@ -53,6 +53,8 @@ START_TIMEOUT_SECONDS = 120.0
 INDEX_TIMEOUT_SECONDS = 3600.0
 VERIFY_TIMEOUT_SECONDS = 600.0
 POLL_SECONDS = 1.0
+# Words of a document's text after its title that its searchability probe adds.
+PROBE_WORDS = 8
 BACKFILL = "embedding_backfill"
 
 
@@ -68,6 +70,9 @@ def default_dataset() -> Path:
 class Corpus:
     documents: dict[str, str]  # path -> Markdown
     titles: dict[str, str]  # path -> title
+    # path -> what the searchability check asks: the title and the text's first words (a
+    # title can be a stop word alone: document 17695748's is "in", which BM25 never matches).
+    probes: dict[str, str]
     chunks: list[str]
 
 
@@ -76,12 +81,16 @@ def load_corpus(root: Path, settings: Settings, limit: int) -> Corpus:
     entries = list(by_id.items())[: limit or None]
     documents = {document_path(doc_id): text for doc_id, text in entries}
     titles = {path: text.split("\n", 1)[0].removeprefix("# ") for path, text in documents.items()}
+    probes = {
+        path: " ".join(text.removeprefix("# ").split()[: len(titles[path].split()) + PROBE_WORDS])
+        for path, text in documents.items()
+    }
     chunks = [
         chunk
         for text in documents.values()
         for chunk in chunk_text(text, size=settings.chunk_size, overlap=settings.chunk_overlap)
     ]
-    return Corpus(documents, titles, chunks)
+    return Corpus(documents, titles, probes, chunks)
 
 
 def uptime() -> str:
@@ -123,9 +132,9 @@ async def wait_backlog_empty(client: EngramClient, since: float) -> None:
     raise SystemExit(f"index backlog not empty after {INDEX_TIMEOUT_SECONDS:.0f} s")
 
 
-async def searchable(client: EngramClient, path: str, title: str) -> bool:
+async def searchable(client: EngramClient, path: str, probe: str) -> bool:
     """Both legs of hybrid search return a chunk of the document at `path`."""
-    found = await client.search(title or path, path_prefix=path, limit=10)
+    found = await client.search(probe or path, path_prefix=path, limit=10)
     hits = [hit for hit in found.results if hit.path == path]
     return any(hit.bm25_rank for hit in hits) and any(hit.vector_rank for hit in hits)
 
@@ -138,7 +147,7 @@ async def unsearchable(client: EngramClient, corpus: Corpus, paths: list[str]) -
     async def checker() -> None:
         while todo:
             path = todo.pop()
-            if not await searchable(client, path, corpus.titles[path]):
+            if not await searchable(client, path, corpus.probes[path]):
                 missing.append(path)
 
     await asyncio.gather(*(checker() for _ in range(4)))
