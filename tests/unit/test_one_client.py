@@ -58,7 +58,6 @@ STILL_TO_MIGRATE = {
     "bench/memory_quality.py",
     "bench/quality.py",
     "bench/scale_bench.py",
-    "bench/workspace_bench.py",
     # Tests that call engram as any caller would.
     "tests/contract/test_storage_erase.py",
     "tests/contract/test_workspace.py",
