@@ -54,10 +54,8 @@ STILL_TO_MIGRATE = {
     # The CLI: each command to become parse -> one client call -> render.
     # Benchmarks and the load harness.
     "bench/import_bench.py",
-    "bench/index_bench.py",
     "bench/memory_quality.py",
     "bench/quality.py",
-    "bench/scale_bench.py",
     # Tests that call engram as any caller would.
     "tests/contract/test_storage_erase.py",
     "tests/contract/test_workspace.py",
