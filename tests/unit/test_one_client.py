@@ -53,8 +53,6 @@ STILL_TO_MIGRATE = {
     "tests/e2e/test_search_workers.py",
     # The CLI: each command to become parse -> one client call -> render.
     # Benchmarks and the load harness.
-    "bench/memory_quality.py",
-    "bench/quality.py",
     # Tests that call engram as any caller would.
     "tests/contract/test_storage_erase.py",
     "tests/contract/test_workspace.py",
