@@ -13,6 +13,10 @@ an export of a 16 MiB space cut off after its first message. `--only NAME` (repe
 keeps some of them.
 
     .venv/bin/python bench/import_bench.py [--valid-mib 100] [--repeat 20] [--only bomb_300x1mib]
+
+Every engram call goes through engram.client, once (retries off: each refusal is sent exactly
+as many times as counted). Imports go through the blocking `Client`, whose iterable source is
+sent piece by piece as given, on grpc's blocking channel (see `run_import`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import grpc
@@ -33,22 +37,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engram.v1 import (  # noqa: E402
-    indexer_pb2,
-    indexer_pb2_grpc,
-    space_pb2,
-    storage_pb2,
-    storage_pb2_grpc,
-)
+from engram.client import AsyncClient, Client, EngramError, Space, status_name  # noqa: E402
 from tests.support import hostile_archives  # noqa: E402
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint  # noqa: E402
+from tests.support.tokens import TEST_JWT_SECRET, mint  # noqa: E402
 
 MIB = 1024 * 1024
-MEMBER = bearer(mint("ann", "acme", "member"))
-VIEWER_OF_OTHER = bearer(mint("eve", "globex", "viewer"))
+MEMBER = mint("ann", "acme", "member")
+VIEWER_OF_OTHER = mint("eve", "globex", "viewer")
 TICKS = os.sysconf("SC_CLK_TCK")
 PROJECT_QUOTA = 8 * MIB
-EXPORTED = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="exported")
+EXPORTED = Space(visibility="private", name="exported")
 
 
 class Server:
@@ -69,28 +67,25 @@ class Server:
         Path(f"/proc/{self.pid}/clear_refs").write_text("5")
 
 
-def run_import(
-    port: int,
-    pieces: Sequence[bytes],
-    metadata: tuple[tuple[str, str], ...],
-    ref: space_pb2.SpaceRef,
-) -> str:
-    """Through the sync client (run in a thread): the aio client may report a server that
-    ends a client stream early as INTERNAL "Internal error from Core" (grpc/grpc#36066)."""
+def outcome(error: EngramError) -> str:
+    """`CODE: details`, as the call ended. A failure engram did not shape reads
+    "<call> failed: CODE: details" in the client; only its details are shown."""
+    code = status_name(error)
+    details = error.message.partition(f" failed: {code}: ")[2] or error.message
+    return f"{code}: {details[:70]}"
 
-    def messages() -> Iterator[storage_pb2.ImportSpaceRequest]:
-        yield storage_pb2.ImportSpaceRequest(
-            space=ref, strategy=storage_pb2.IMPORT_STRATEGY_OVERWRITE
-        )
-        for piece in pieces:
-            yield storage_pb2.ImportSpaceRequest(data=piece)
 
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = storage_pb2_grpc.StorageServiceStub(channel)
+def run_import(port: int, pieces: Sequence[bytes], token: str, space: Space) -> str:
+    """Through the blocking client (run in a thread), on grpc's blocking channel: the aio
+    channel may report a server that ends a client stream early as INTERNAL "Internal error
+    from Core" (grpc/grpc#36066). Each piece is one message, as given."""
+    with Client(
+        f"127.0.0.1:{port}", token=token, space=space, retries=0, stream_timeout=600
+    ) as client:
         try:
-            result = stub.ImportSpace(messages(), metadata=metadata, timeout=600)
-        except grpc.RpcError as error:
-            return f"{error.code().name}: {(error.details() or '')[:70]}"  # type: ignore[attr-defined]
+            result = client.import_space(pieces, strategy="overwrite")
+        except EngramError as error:
+            return outcome(error)
     return f"OK: {result.written} documents, {result.bytes / MIB:.1f} MiB"
 
 
@@ -100,8 +95,8 @@ async def measure(
     port: int,
     name: str,
     pieces: Sequence[bytes],
-    metadata: tuple[tuple[str, str], ...] = MEMBER,
-    ref: space_pb2.SpaceRef | None = None,
+    token: str = MEMBER,
+    space: Space | None = None,
 ) -> None:
     health = health_pb2_grpc.HealthStub(channel)
     await health.Check(health_pb2.HealthCheckRequest())
@@ -114,8 +109,8 @@ async def measure(
             run_import,
             port,
             pieces,
-            metadata,
-            ref or space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name=name),
+            token,
+            space or Space(visibility="private", name=name),
         )
     )
     latencies: list[float] = []
@@ -145,29 +140,27 @@ def refused_import(
     port: int,
     name: str,
     pieces: Sequence[bytes],
-    metadata: tuple[tuple[str, str], ...] = MEMBER,
-    ref: space_pb2.SpaceRef | None = None,
+    token: str = MEMBER,
+    space: Space | None = None,
 ) -> Send:
-    target = ref or space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name=name)
-    return lambda: asyncio.to_thread(run_import, port, pieces, metadata, target)
+    target = space or Space(visibility="private", name=name)
+    return lambda: asyncio.to_thread(run_import, port, pieces, token, target)
 
 
 def refused_write(port: int, name: str, content: str) -> Send:
     async def send() -> str:
-        async with grpc.aio.insecure_channel(
-            f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 16 * MIB)]
-        ) as channel:
-            request = storage_pb2.WriteDocumentRequest(
-                space=space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name=name),
-                path="big.md",
-                content=content,
-            )
+        # The client's channel sends messages up to 16 MiB, as this bench's did.
+        async with AsyncClient(
+            f"127.0.0.1:{port}",
+            token=MEMBER,
+            space=Space(visibility="private", name=name),
+            retries=0,
+            timeout=60,
+        ) as client:
             try:
-                await storage_pb2_grpc.StorageServiceStub(channel).WriteDocument(
-                    request, metadata=MEMBER, timeout=60
-                )
-            except grpc.aio.AioRpcError as error:
-                return f"{error.code().name}: {(error.details() or '')[:70]}"
+                await client.write_document("big.md", content)
+            except EngramError as error:
+                return outcome(error)
         return "OK"
 
     return send
@@ -175,13 +168,14 @@ def refused_write(port: int, name: str, content: str) -> Send:
 
 def cut_off_export(port: int) -> Send:
     async def send() -> str:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            call = storage_pb2_grpc.StorageServiceStub(channel).ExportSpace(
-                storage_pb2.ExportSpaceRequest(space=EXPORTED), metadata=MEMBER, timeout=60
-            )
-            first = await call.read()
-            call.cancel()
-        return f"CANCELLED after {len(getattr(first, 'data', b''))} bytes"
+        async with AsyncClient(
+            f"127.0.0.1:{port}", token=MEMBER, space=EXPORTED, retries=0, stream_timeout=60
+        ) as client:
+            chunks = client.export_chunks()
+            first = await anext(chunks, b"")
+            # Closing the iterator cancels the call (and closing the client, its channel).
+            await chunks.aclose()
+        return f"CANCELLED after {len(first)} bytes"
 
     return send
 
@@ -194,15 +188,13 @@ def refusals(port: int, attacks: dict[str, list[bytes]]) -> dict[str, Send]:
         "forbidden",
         list(hostile_archives.repeated(b"\x1f", 16 * MIB)),
         VIEWER_OF_OTHER,
-        space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_ORG, tenant="acme", name="plans"),
+        Space(visibility="org", tenant="acme", name="plans"),
     )
     cases["import_over_quota"] = refused_import(
         port,
         "quota",
         list(hostile_archives.repeated_paragraphs(12, prefix="quota")),
-        ref=space_pb2.SpaceRef(
-            visibility=space_pb2.VISIBILITY_PROJECT, project="atlas", name="budget"
-        ),
+        space=Space(visibility="project", project="atlas", name="budget"),
     )
     cases["write_over_size"] = refused_write(port, "writes-size", "a" * (3 * MIB))
     cases["write_with_credential"] = refused_write(
@@ -235,12 +227,9 @@ async def repeat_curve(server: Server, name: str, send: Send, n: int) -> None:
 
 
 async def wait_indexed(port: int) -> None:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = indexer_pb2_grpc.IndexerServiceStub(channel)
+    async with AsyncClient(f"127.0.0.1:{port}", token=MEMBER, timeout=60) as client:
         for _ in range(1200):
-            status = await stub.GetIndexStatus(
-                indexer_pb2.GetIndexStatusRequest(), metadata=MEMBER, timeout=60
-            )
+            status = await client.index_status()
             if status.backlog == 0:
                 return
             await asyncio.sleep(0.5)
@@ -308,9 +297,7 @@ async def main(valid_mib: int, repeat: int, only: list[str]) -> None:
                 for name, pieces in attacks.items():
                     await measure(server, channel, port, name, pieces)
                 denied = [b"\x1f" * MIB] * 128
-                target = space_pb2.SpaceRef(
-                    visibility=space_pb2.VISIBILITY_ORG, tenant="acme", name="plans"
-                )
+                target = Space(visibility="org", tenant="acme", name="plans")
                 await measure(
                     server, channel, port, "128MiB_other_tenant", denied, VIEWER_OF_OTHER, target
                 )

@@ -37,6 +37,9 @@ at concurrency 16: QPS and CPU per query (the gRPC client is in this process too
 `--samples` writes of documents of 1-4 chunks, one at a time (`--pause` between them), each
 followed by polling both indexes (every 5 ms) until they hold that version. Every loop is
 bounded by a count and a deadline.
+
+Writes and queries go through engram.client with its retries off and a 30 s deadline, one
+attempt per call as the figures assume (a retry's backoff would count as the pipeline's time).
 """
 
 from __future__ import annotations
@@ -57,10 +60,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
 from benchlib import bench_token, free_port, load_launcher, new_events_consumer, percentile
 from prometheus_client import REGISTRY
 
+from engram.client import AsyncClient, Space
 from engram.domain.chunking import chunk_text
 from engram.indexer.embedders.local import (
     default_model_path,
@@ -70,10 +73,11 @@ from engram.indexer.embedders.local import (
 )
 from engram.indexes.ports import KeywordIndex, VectorIndex
 from engram.runtime.settings import Settings
-from engram.v1 import search_pb2, search_pb2_grpc, space_pb2, storage_pb2, storage_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
-SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="bench")
+SPACE = Space(visibility="private", name="bench")
+# Each write's and query's deadline; one attempt each (see the docstring).
+CALL_TIMEOUT = 30.0
 SPACE_ID_LOCAL = "v1:private:local::::bench"
 SPACE_ID_REAL = "v1:private:bench::::bench"
 SECRET = "index-bench-secret-0123456789abcdef0123456789"
@@ -231,8 +235,9 @@ class Target:
     """What the measurements need from a running system."""
 
     name: str
-    storage: storage_pb2_grpc.StorageServiceAsyncStub
-    metadata: tuple[tuple[str, str], ...]
+    # The server's StorageService (and SearchService on the embedded target), as the
+    # bench's caller, in SPACE.
+    client: AsyncClient
     keyword: KeywordIndex
     vector: VectorIndex
     space_id: str
@@ -245,8 +250,8 @@ class Target:
     # Stop and resume consuming events, to measure the indexer alone on a backlog.
     pause: Callable[[], Awaitable[None]] | None = None
     resume: Callable[[], Awaitable[None]] | None = None
-    # SearchService of the same server (the embedded target), for the query figures.
-    search: search_pb2_grpc.SearchServiceStub | None = None
+    # Whether the same server answers SearchService (the embedded target): query figures.
+    searches: bool = False
 
 
 async def visible(target: Target, path: str, version: int, chunks: int) -> bool:
@@ -267,12 +272,8 @@ async def wait_visible(target: Target, path: str, version: int, chunks: int) -> 
 
 
 async def write(target: Target, path: str, content: str) -> int:
-    response = await target.storage.WriteDocument(
-        storage_pb2.WriteDocumentRequest(space=SPACE, path=path, content=content),
-        metadata=target.metadata,
-        timeout=30,
-    )
-    return int(response.document.version)
+    written = await target.client.write_document(path, content)
+    return written.document.version
 
 
 async def throughput(target: Target, corpus: Corpus, docs: int) -> None:
@@ -335,9 +336,8 @@ async def throughput(target: Target, corpus: Corpus, docs: int) -> None:
 async def queries(target: Target, count: int) -> None:
     """Distinct semantic searches (the query cache never answers): QPS and CPU per query at
     concurrency 1 and 16, as a multiple of the raw model's batch-1 cost of a query."""
-    if target.search is None:
+    if not target.searches:
         return
-    stub = target.search
     rng = random.Random(11)
     for concurrency in (1, 16):
         texts = [query_text(rng) + f" q{concurrency}x{n}" for n in range(count)]
@@ -346,16 +346,7 @@ async def queries(target: Target, count: int) -> None:
 
         async def client(pending: list[str] = pending, deadline: float = deadline) -> None:
             while pending and time.monotonic() < deadline:
-                await stub.Search(
-                    search_pb2.SearchRequest(
-                        spaces=[SPACE],
-                        query=pending.pop(),
-                        limit=10,
-                        mode=search_pb2.SEARCH_MODE_SEMANTIC,
-                    ),
-                    metadata=target.metadata,
-                    timeout=30,
-                )
+                await target.client.search(pending.pop(), limit=10, mode="semantic")
 
         cpu_before = target.cpu()
         started = time.perf_counter()
@@ -429,12 +420,13 @@ async def embedded(args: argparse.Namespace, workdir: Path, raw: RawCost) -> Non
         async def resume() -> None:
             engram.relay.start()
 
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
+        async with AsyncClient(
+            f"127.0.0.1:{engram.port}", space=SPACE, retries=0, timeout=CALL_TIMEOUT
+        ) as client:
             await run(
                 Target(
                     "embedded",
-                    storage_pb2_grpc.StorageServiceStub(channel),
-                    (),
+                    client,
                     indexing.keyword,
                     indexing.vector,
                     SPACE_ID_LOCAL,
@@ -444,7 +436,7 @@ async def embedded(args: argparse.Namespace, workdir: Path, raw: RawCost) -> Non
                     raw,
                     pause,
                     resume,
-                    search=search_pb2_grpc.SearchServiceStub(channel),
+                    searches=True,
                 ),
                 args,
             )
@@ -521,19 +513,24 @@ async def real(args: argparse.Namespace, workdir: Path, raw: RawCost) -> None:
         )
         try:
             await new_events_consumer(urls["nats"], settings.indexer_durable)
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{storage_port}") as channel:
-                await asyncio.wait_for(channel.channel_ready(), 30)
+            bearer = bench_token(SECRET, sub="bench", tenant="bench", role="member")
+            async with AsyncClient(
+                f"127.0.0.1:{storage_port}",
+                token=bearer,
+                space=SPACE,
+                retries=0,
+                timeout=CALL_TIMEOUT,
+            ) as client:
+                await client.wait_ready(30)
                 async with open_indexer(settings) as indexer:
 
                     async def idle() -> bool:
                         return await indexer.consumer.backlog() == 0
 
-                    bearer = bench_token(SECRET, sub="bench", tenant="bench", role="member")
                     await run(
                         Target(
                             f"real/{args.vector}",
-                            storage_pb2_grpc.StorageServiceStub(channel),
-                            (("authorization", f"Bearer {bearer}"),),
+                            client,
                             indexer.keyword,
                             indexer.vector,
                             SPACE_ID_REAL,

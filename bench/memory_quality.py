@@ -43,10 +43,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import grpc
 from quality import process, wait_until_indexed, write_corpus
 
-from engram.v1 import search_pb2, search_pb2_grpc, space_pb2
+from engram.client import AsyncClient, SearchHit, Space
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ROOT.parent / "shared" / "datasets"
@@ -55,18 +54,15 @@ if not DATASETS.exists():
 BUDGET_CHARS = 2000
 HYBRID_DEPTH = 50
 SERVED_LIMIT = 20
-MODES = {
-    "lexical": search_pb2.SEARCH_MODE_LEXICAL,
-    "semantic": search_pb2.SEARCH_MODE_SEMANTIC,
-    "hybrid": search_pb2.SEARCH_MODE_HYBRID,
-}
+# Each search's deadline (the client's retries on UNAVAILABLE stay on: nothing is timed).
+SEARCH_TIMEOUT = 60.0
 
 
 # --- the datasets ---------------------------------------------------------------------------
 
 
-def space(name: str) -> space_pb2.SpaceRef:
-    return space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name=name)
+def space(name: str) -> Space:
+    return Space(visibility="private", name=name)
 
 
 def locomo_documents(conversation: dict[str, Any]) -> dict[str, tuple[str, dict[str, str]]]:
@@ -112,7 +108,7 @@ def load_locomo(root: Path) -> dict[str, Any]:
 # --- dumping the legs -----------------------------------------------------------------------
 
 
-def result_dict(result: Any) -> dict[str, Any]:
+def result_dict(result: SearchHit) -> dict[str, Any]:
     return {
         "chunk_id": result.chunk_id,
         "path": result.path,
@@ -120,27 +116,24 @@ def result_dict(result: Any) -> dict[str, Any]:
         "score": result.score,
         "bm25": result.bm25_score,
         "cosine": result.vector_score,
-        "relevance": getattr(result, "relevance", 0.0),
+        "relevance": result.relevance,
     }
 
 
 async def ask(
-    stub: search_pb2_grpc.SearchServiceStub, spaces: str, text: str, mode: str, limit: int
+    client: AsyncClient, spaces: str, text: str, mode: str, limit: int
 ) -> list[dict[str, Any]]:
-    response = await stub.Search(
-        search_pb2.SearchRequest(spaces=[space(spaces)], query=text, limit=limit, mode=MODES[mode]),
-        timeout=60,
-    )
+    response = await client.search(text, spaces=[space(spaces)], limit=limit, mode=mode)
     if response.degraded:
         print(f"  warning: degraded answer: {list(response.degraded_reasons)}")
     return [result_dict(r) for r in response.results]
 
 
-async def legs(stub: Any, space_name: str, text: str) -> dict[str, Any]:
+async def legs(client: AsyncClient, space_name: str, text: str) -> dict[str, Any]:
     return {
-        "lexical": await ask(stub, space_name, text, "lexical", 100),
-        "semantic": await ask(stub, space_name, text, "semantic", 100),
-        "hybrid": await ask(stub, space_name, text, "hybrid", SERVED_LIMIT),
+        "lexical": await ask(client, space_name, text, "lexical", 100),
+        "semantic": await ask(client, space_name, text, "semantic", 100),
+        "hybrid": await ask(client, space_name, text, "hybrid", SERVED_LIMIT),
     }
 
 
@@ -164,24 +157,23 @@ async def dump(args: argparse.Namespace) -> None:
             addr = await stack.enter_async_context(
                 process(command, env, work / "engram-dev.log", port)
             )
-        async with grpc.aio.insecure_channel(addr) as channel:
-            stub = search_pb2_grpc.SearchServiceStub(channel)
+        async with AsyncClient(addr, timeout=SEARCH_TIMEOUT) as client:
             if args.dataset == "locomo":
-                await dump_locomo(args, channel, stub, out)
+                await dump_locomo(args, client, out)
             else:
-                await dump_scifact(args, channel, stub, out)
+                await dump_scifact(args, client, out)
     target = args.work_dir / f"{args.dataset}.json"
     target.write_text(json.dumps(out), encoding="utf-8")
     print(f"{len(out['queries'])} queries -> {target}")
 
 
-async def dump_locomo(args: argparse.Namespace, channel: Any, stub: Any, out: Any) -> None:
+async def dump_locomo(args: argparse.Namespace, client: AsyncClient, out: Any) -> None:
     conversations = load_locomo(args.locomo)
     if not args.reuse:
         for name, conversation in conversations.items():
             docs = {path: text for path, (text, _) in conversation["documents"].items()}
-            await write_into(channel, name, docs)
-        print(f"indexed {await wait_until_indexed(channel, ''):.0f} s after the last write")
+            await write_into(client, name, docs)
+        print(f"indexed {await wait_until_indexed(client):.0f} s after the last write")
     names = list(conversations)
     out["documents"] = {
         name: {p: [t, lines] for p, (t, lines) in c["documents"].items()}
@@ -190,23 +182,17 @@ async def dump_locomo(args: argparse.Namespace, channel: Any, stub: Any, out: An
     for i, name in enumerate(names):
         other = names[(i + 1) % len(names)]
         for q in conversations[name]["questions"]:
-            own = await legs(stub, name, q["question"])
-            absent = await legs(stub, other, q["question"])
+            own = await legs(client, name, q["question"])
+            absent = await legs(client, other, q["question"])
             out["queries"].append({**q, "conversation": name, "own": own, "absent": absent})
 
 
-async def write_into(channel: Any, name: str, documents: dict[str, str]) -> None:
-    import quality
-
-    saved = quality.SPACE
-    quality.SPACE = space(name)
-    try:
-        await write_corpus(channel, {p.removesuffix(".md"): t for p, t in documents.items()}, "")
-    finally:
-        quality.SPACE = saved
+async def write_into(client: AsyncClient, name: str, documents: dict[str, str]) -> None:
+    corpus = {p.removesuffix(".md"): t for p, t in documents.items()}
+    await write_corpus(client, corpus, space=space(name))
 
 
-async def dump_scifact(args: argparse.Namespace, channel: Any, stub: Any, out: Any) -> None:
+async def dump_scifact(args: argparse.Namespace, client: AsyncClient, out: Any) -> None:
     from quality import load_dataset
 
     documents, queries, qrels = load_dataset(args.scifact, "test")
@@ -214,15 +200,12 @@ async def dump_scifact(args: argparse.Namespace, channel: Any, stub: Any, out: A
         # A corpus still being indexed: judge only what is indexed (a random sub-corpus).
         indexed = set()
         for doc_id in {q.doc_id for q in qrels}:
-            response = await stub.Search(
-                search_pb2.SearchRequest(
-                    spaces=[space("quality")],
-                    query=documents[doc_id][:200],
-                    limit=1,
-                    mode=MODES["lexical"],
-                    path_prefix=f"{doc_id}.md",
-                ),
-                timeout=60,
+            response = await client.search(
+                documents[doc_id][:200],
+                spaces=[space("quality")],
+                limit=1,
+                mode="lexical",
+                path_prefix=f"{doc_id}.md",
             )
             if response.results:
                 indexed.add(doc_id)
@@ -231,12 +214,12 @@ async def dump_scifact(args: argparse.Namespace, channel: Any, stub: Any, out: A
         queries = {k: v for k, v in queries.items() if k in judged}
         print(f"sub-corpus: {len(indexed)} judged documents indexed, {len(queries)} queries")
     elif not args.reuse:
-        await write_into(channel, "quality", {f"{k}.md": v for k, v in documents.items()})
-        print(f"indexed {await wait_until_indexed(channel, ''):.0f} s after the last write")
+        await write_into(client, "quality", {f"{k}.md": v for k, v in documents.items()})
+        print(f"indexed {await wait_until_indexed(client):.0f} s after the last write")
     out["qrels"] = [[q.query_id, q.doc_id, q.relevance] for q in qrels]
     for query_id, text in queries.items():
         out["queries"].append(
-            {"id": query_id, "question": text, **await legs(stub, "quality", text)}
+            {"id": query_id, "question": text, **await legs(client, "quality", text)}
         )
 
 

@@ -17,6 +17,9 @@ The real target runs the production processes. No Qdrant server can be had on th
 so the indexer writes the embedded vector index (ENGRAM_VECTOR_DIR) and the search server is
 the production composition (`search_on_backends`) reading that directory once indexing is
 done (the embedded index reads other processes' writes when it opens).
+
+Every call goes through engram.client. The timed searches are one attempt each (retries off,
+30 s deadline), so a latency is one call's; loading and polling keep the client's retries.
 """
 
 from __future__ import annotations
@@ -36,30 +39,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
 import ir_measures
 from benchlib import free_port, spawn
 from ir_measures import R, nDCG
 
-from engram.v1 import (
-    indexer_pb2,
-    indexer_pb2_grpc,
-    search_pb2,
-    search_pb2_grpc,
-    space_pb2,
-    storage_pb2,
-    storage_pb2_grpc,
-)
+from engram.client import AsyncClient, Space
 
 SELF = Path(__file__).resolve()
 ROOT = SELF.parents[1]
 DEFAULT_DATASET = ROOT.parent / "shared" / "datasets" / "scifact"
-SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="quality")
-MODES = {
-    "lexical": search_pb2.SEARCH_MODE_LEXICAL,
-    "semantic": search_pb2.SEARCH_MODE_SEMANTIC,
-    "hybrid": search_pb2.SEARCH_MODE_HYBRID,
-}
+SPACE = Space(name="quality")
+MODES = ("lexical", "semantic", "hybrid")
 MEASURES = [nDCG @ 10, R @ 100]
 JWT_SECRET = "quality-bench-secret-0123456789abcdef0123456789"
 # Bounds on the waits.
@@ -102,24 +92,23 @@ def document_path(doc_id: str) -> str:
 # --- talking to the service -----------------------------------------------------------------
 
 
-def credentials(token: str) -> tuple[tuple[str, str], ...]:
-    return (("authorization", f"Bearer {token}"),) if token else ()
-
-
 async def write_corpus(
-    channel: grpc.aio.Channel, documents: dict[str, str], token: str, concurrency: int = 16
+    client: AsyncClient,
+    documents: dict[str, str],
+    *,
+    space: Space = SPACE,
+    concurrency: int = 16,
 ) -> None:
-    stub = storage_pb2_grpc.StorageServiceStub(channel)
+    """Writes each document at `<doc id>.md` in `space` (replaces: the client may repeat
+    one that failed UNAVAILABLE)."""
+    writes = client.with_options(timeout=60)
     pending = list(documents.items())
     started = time.perf_counter()
 
     async def writer() -> None:
         while pending:
             doc_id, content = pending.pop()
-            request = storage_pb2.WriteDocumentRequest(
-                space=SPACE, path=document_path(doc_id), content=content
-            )
-            await stub.WriteDocument(request, metadata=credentials(token), timeout=60)
+            await writes.write_document(document_path(doc_id), content, space=space)
 
     await asyncio.gather(*(writer() for _ in range(concurrency)))
     print(f"wrote {len(documents):,} documents in {time.perf_counter() - started:.1f} s")
@@ -165,34 +154,28 @@ async def wait_until_published(metrics_url: str) -> float:
     return await wait_until_empty(backlog, "storage outbox")
 
 
-async def wait_until_indexed(channel: grpc.aio.Channel, token: str) -> float:
+async def wait_until_indexed(client: AsyncClient) -> float:
     """Waits until the indexer's backlog stays empty."""
-    stub = indexer_pb2_grpc.IndexerServiceStub(channel)
+    polls = client.with_options(timeout=30)
 
     async def backlog() -> float:
-        status = await stub.GetIndexStatus(
-            indexer_pb2.GetIndexStatusRequest(), metadata=credentials(token), timeout=30
-        )
-        return float(status.backlog)
+        return float((await polls.index_status()).backlog)
 
     return await wait_until_empty(backlog, "index backlog")
 
 
 async def run_queries(
-    channel: grpc.aio.Channel, queries: dict[str, str], mode: str, token: str
+    client: AsyncClient, queries: dict[str, str], mode: str
 ) -> tuple[dict[str, dict[str, float]], list[float]]:
     """The run (query id -> doc id -> score, best chunk's rank first) and latencies in ms."""
-    stub = search_pb2_grpc.SearchServiceStub(channel)
+    # Timed: one attempt per search (a retry's backoff would count as latency).
+    timed = client.with_options(retries=0, timeout=30)
     run: dict[str, dict[str, float]] = {}
     latencies = []
     degraded = 0
     for query_id, text in queries.items():
         started = time.perf_counter()
-        response = await stub.Search(
-            search_pb2.SearchRequest(spaces=[SPACE], query=text, limit=100, mode=MODES[mode]),
-            metadata=credentials(token),
-            timeout=30,
-        )
+        response = await timed.search(text, spaces=[SPACE], limit=100, mode=mode)
         latencies.append((time.perf_counter() - started) * 1000)
         degraded += response.degraded
         ranked: dict[str, float] = {}
@@ -214,9 +197,10 @@ async def evaluate(
     modes: list[str],
 ) -> dict[str, dict[str, float]]:
     scores = {}
-    async with grpc.aio.insecure_channel(search_addr) as channel:
+    async with AsyncClient(search_addr, token=token) as client:
+        await client.wait_ready(START_TIMEOUT_SECONDS)
         for mode in modes:
-            run, latencies = await run_queries(channel, queries, mode, token)
+            run, latencies = await run_queries(client, queries, mode)
             aggregate = ir_measures.calc_aggregate(MEASURES, qrels, run)
             scores[mode] = {str(m): float(v) for m, v in aggregate.items()}
             latencies.sort()
@@ -244,8 +228,8 @@ def report(scores: dict[str, dict[str, float]], label: str) -> None:
 
 
 async def ready(port: int) -> None:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        await asyncio.wait_for(channel.channel_ready(), START_TIMEOUT_SECONDS)
+    async with AsyncClient(f"127.0.0.1:{port}") as client:
+        await client.wait_ready(START_TIMEOUT_SECONDS)
 
 
 @contextlib.asynccontextmanager
@@ -296,9 +280,9 @@ async def run_embedded(args: argparse.Namespace, data: tuple[Any, ...]) -> None:
     command = [sys.executable, "-m", "engram", "dev", "--port", str(port)]
     env = base_env(args.work_dir)
     async with process(command, env, args.work_dir / "engram-dev.log", port) as addr:
-        async with grpc.aio.insecure_channel(addr) as channel:
-            await write_corpus(channel, documents, "")
-            waited = await wait_until_indexed(channel, "")
+        async with AsyncClient(addr) as client:
+            await write_corpus(client, documents)
+            waited = await wait_until_indexed(client)
         print(f"indexed {waited:.0f} s after the last write")
         report(await evaluate(addr, queries, qrels, "", args.modes), "engram dev")
 
@@ -358,12 +342,12 @@ async def run_real(args: argparse.Namespace, data: tuple[Any, ...]) -> None:
                     indexer_port,
                 )
             )
-            async with grpc.aio.insecure_channel(storage) as channel:
-                await write_corpus(channel, documents, user)
+            async with AsyncClient(storage, token=user) as client:
+                await write_corpus(client, documents)
             published = await wait_until_published(f"http://127.0.0.1:{metrics_port}/metrics")
             print(f"every event published {published:.0f} s after the last write")
-            async with grpc.aio.insecure_channel(indexer) as channel:
-                waited = await wait_until_indexed(channel, user)
+            async with AsyncClient(indexer, token=user) as client:
+                waited = await wait_until_indexed(client)
             print(f"indexed {waited:.0f} s after the last write")
             command = [sys.executable, str(SELF), "serve-search", "--port", str(search_port)]
             search = await stack.enter_async_context(
@@ -395,10 +379,10 @@ async def serve_search(args: argparse.Namespace) -> None:
 async def run_remote(args: argparse.Namespace, data: tuple[Any, ...]) -> None:
     documents, queries, qrels = data
     token = args.token
-    async with grpc.aio.insecure_channel(args.addr) as channel:
-        await write_corpus(channel, documents, token)
-    async with grpc.aio.insecure_channel(args.indexer_addr or args.addr) as channel:
-        waited = await wait_until_indexed(channel, token)
+    async with AsyncClient(args.addr, token=token) as client:
+        await write_corpus(client, documents)
+    async with AsyncClient(args.indexer_addr or args.addr, token=token) as client:
+        waited = await wait_until_indexed(client)
     print(f"indexed {waited:.0f} s after the last write")
     scores = await evaluate(args.search_addr or args.addr, queries, qrels, token, args.modes)
     report(scores, f"deployment at {args.addr}")

@@ -859,9 +859,7 @@ async def indexing_run(
     consume the backlog and measures chunks/s and CPU per chunk."""
     import signal
 
-    import grpc
-
-    from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
+    from engram.client import AsyncClient, Space
 
     run = f"scale{count}x{int(time.time())}"
     run_dir = work_dir / run
@@ -911,22 +909,17 @@ async def indexing_run(
             indexers.append(indexer)
             # One after another: the first creates the shared vector directory.
             await serving(grpc_port, time.monotonic() + 300)
-        metadata = (
-            (
-                "authorization",
-                f"Bearer {bench_token(SECRET, sub='bench', tenant='bench', role='member')}",
-            ),
-        )
-        space = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="bench")
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{storage_port}") as channel:
-            storage = storage_pb2_grpc.StorageServiceStub(channel)
+        # The writes are not timed (the indexers are stopped while they run): the client's
+        # retries stay on; a replace repeated after UNAVAILABLE leaves the same document.
+        async with AsyncClient(
+            f"127.0.0.1:{storage_port}",
+            token=bench_token(SECRET, sub="bench", tenant="bench", role="member"),
+            space=Space(visibility="private", name="bench"),
+            timeout=30,
+        ) as storage:
 
             async def write(path: str, content: str) -> None:
-                await storage.WriteDocument(
-                    storage_pb2.WriteDocumentRequest(space=space, path=path, content=content),
-                    metadata=metadata,
-                    timeout=30,
-                )
+                await storage.write_document(path, content)
 
             # Warm-up: every indexer has embedded something before the clock starts.
             warm = documents(4 * count, seed=count)

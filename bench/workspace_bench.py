@@ -29,7 +29,9 @@ the server's own limits apply.
 
 Load comes from ghz when it is installed (`python bench/storage_bench.py` installs it), so
 that on a 2-core machine the client does not take the server's CPU; every loop is bounded by
-a count and a time cap. Figures go to bench/RESULTS.md by hand.
+a count and a time cap. With `--client python` the same messages go through engram.client,
+one attempt per call (retries off, a 30 s deadline: a latency is one call's), on a channel
+connected before each row starts. Figures go to bench/RESULTS.md by hand.
 """
 
 from __future__ import annotations
@@ -52,26 +54,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import grpc
 from benchlib import closed_loop, free_port
-from google.protobuf import json_format
-from google.protobuf.message import Message
 from search_bench import GHZ, distinct_queries, percentile, sentence, server_env, server_process
 
-from engram.v1 import (
-    indexer_pb2,
-    indexer_pb2_grpc,
-    search_pb2,
-    search_pb2_grpc,
-    space_pb2,
-    storage_pb2,
-    storage_pb2_grpc,
-    workspace_pb2,
-    workspace_pb2_grpc,
-)
+from engram.client import AsyncClient, Space
 
 ROOT = Path(__file__).resolve().parents[1]
-SPACE = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name="workspace-bench")
+SPACE = Space(visibility="private", name="workspace-bench")
 SEED = 20261201
 # High enough never to refuse a run, so the limiter still counts every write.
 BENCH_WRITE_LIMIT = 10_000_000
@@ -79,6 +68,8 @@ SESSIONS = 16
 SEARCH_LIMIT = 5
 WARMUP = 30
 INDEX_WAIT_SECONDS = 300.0
+# Each timed call's deadline (--client python).
+CALL_TIMEOUT = 30.0
 
 Row = tuple[str, ...]
 
@@ -96,29 +87,22 @@ def corpus(documents: int) -> list[tuple[str, str]]:
     return notes
 
 
-async def wait_until_indexed(
-    channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...]
-) -> float:
+async def wait_until_indexed(client: AsyncClient) -> float:
     """Waits for the indexer's backlog to drain; returns the seconds waited."""
-    stub = indexer_pb2_grpc.IndexerServiceStub(channel)
     started = time.perf_counter()
     deadline = started + INDEX_WAIT_SECONDS
     while time.perf_counter() < deadline:
-        status = await stub.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), metadata=metadata)
+        status = await client.index_status()
         if status.backlog == 0:
             return time.perf_counter() - started
         await asyncio.sleep(0.1)
     raise SystemExit(f"the indexer still has a backlog after {INDEX_WAIT_SECONDS:.0f} s")
 
 
-async def prepare(addr: str, metadata: tuple[tuple[str, str], ...], documents: int) -> None:
+async def prepare(addr: str, token: str, documents: int) -> None:
     """Seeds the workspace, loads the corpus and waits until both are indexed."""
-    async with grpc.aio.insecure_channel(addr) as channel:
-        workspace = workspace_pb2_grpc.WorkspaceServiceStub(channel)
-        seeded = await workspace.SeedWorkspace(
-            workspace_pb2.SeedWorkspaceRequest(space=SPACE), metadata=metadata
-        )
-        storage = storage_pb2_grpc.StorageServiceStub(channel)
+    async with AsyncClient(addr, token=token, space=SPACE) as client:
+        seeded = await client.seed_workspace()
         notes = corpus(documents)
         started = time.perf_counter()
         pending = list(reversed(notes))
@@ -126,14 +110,11 @@ async def prepare(addr: str, metadata: tuple[tuple[str, str], ...], documents: i
         async def loader() -> None:
             while pending:
                 path, content = pending.pop()
-                await storage.WriteDocument(
-                    storage_pb2.WriteDocumentRequest(space=SPACE, path=path, content=content),
-                    metadata=metadata,
-                )
+                await client.write_document(path, content)
 
         await asyncio.gather(*(loader() for _ in range(8)))
         loaded = time.perf_counter() - started
-        waited = await wait_until_indexed(channel, metadata)
+        waited = await wait_until_indexed(client)
         chars = sum(len(content) for _, content in notes)
         print(
             f"seeded {len(seeded.created_paths)} templates; loaded {len(notes)} notes "
@@ -142,30 +123,33 @@ async def prepare(addr: str, metadata: tuple[tuple[str, str], ...], documents: i
         )
 
 
+Message = dict[str, Any]
+
+
 @dataclass(frozen=True, slots=True)
 class Method:
-    """An RPC the bench calls, for ghz (proto file, full name) and for the Python client."""
+    """An RPC the bench calls: for ghz (proto file, full name, the message as JSON) and for
+    engram.client (`send`: the same message as the client's call)."""
 
     label: str
     proto: str
     call: str
-    request: type[Message]
-    stub: Callable[[grpc.aio.Channel], Any]
+    send: Callable[[AsyncClient, Message], Awaitable[object]]
 
 
 MEMORY_WRITE = Method(
     "MemoryWrite (daily log)",
     "workspace.proto",
     "engram.v1.WorkspaceService.MemoryWrite",
-    workspace_pb2.MemoryWriteRequest,
-    workspace_pb2_grpc.WorkspaceServiceStub,
+    lambda client, m: client.memory_write(
+        m["content"], target="daily_log", session=m.get("session", "")
+    ),
 )
 MEMORY_SEARCH = Method(
     "MemorySearch",
     "workspace.proto",
     "engram.v1.WorkspaceService.MemorySearch",
-    workspace_pb2.MemorySearchRequest,
-    workspace_pb2_grpc.WorkspaceServiceStub,
+    lambda client, m: client.memory_search(m["query"], limit=m["limit"]),
 )
 # Baselines: what the workspace calls underneath, straight through StorageService and
 # SearchService on the same server, so the workspace layer's own cost shows.
@@ -173,15 +157,13 @@ STORAGE_APPEND = Method(
     "baseline: WriteDocument append",
     "storage.proto",
     "engram.v1.StorageService.WriteDocument",
-    storage_pb2.WriteDocumentRequest,
-    storage_pb2_grpc.StorageServiceStub,
+    lambda client, m: client.write_document(m["path"], m["content"], append=True),
 )
 SEARCH = Method(
     "baseline: Search (hybrid)",
     "search.proto",
     "engram.v1.SearchService.Search",
-    search_pb2.SearchRequest,
-    search_pb2_grpc.SearchServiceStub,
+    lambda client, m: client.search(m["query"], limit=m["limit"]),
 )
 SPACE_JSON = {"visibility": "VISIBILITY_PRIVATE", "name": SPACE.name}
 
@@ -278,26 +260,24 @@ async def run_python(
     concurrency: int,
     cap: float,
 ) -> tuple[list[float], float]:
-    """The same run with the asyncio client (closed loop)."""
-    metadata = (("authorization", f"Bearer {token}"),) if token else ()
-    requests = [json_format.ParseDict(message, method.request()) for message in messages]
-    async with grpc.aio.insecure_channel(addr) as channel:
-        call: Callable[..., Awaitable[object]] = getattr(
-            method.stub(channel), method.call.rsplit(".", 1)[1]
-        )
+    """The same run with engram.client (closed loop): one attempt per call, retries off,
+    so that a latency is one call's (a retry's backoff is not the server's time)."""
+    async with AsyncClient(
+        addr, token=token, space=SPACE, retries=0, timeout=CALL_TIMEOUT
+    ) as client:
+        await client.wait_ready(CALL_TIMEOUT)
 
         async def one(i: int) -> object:
-            return await call(requests[i], metadata=metadata)
+            return await method.send(client, messages[i])
 
         latencies, elapsed = await closed_loop(
-            one, count=len(requests), concurrency=concurrency, cap=cap
+            one, count=len(messages), concurrency=concurrency, cap=cap
         )
     return latencies, len(latencies) / elapsed
 
 
 async def measure(args: argparse.Namespace, addr: str, token: str) -> list[Row]:
     """Writes (and the storage baseline), then, once they are indexed, searches."""
-    metadata = (("authorization", f"Bearer {token}"),) if token else ()
     queries = iter(distinct_queries(2 * WARMUP + 4 * args.count, SEED))
     rows: list[Row] = []
 
@@ -344,8 +324,8 @@ async def measure(args: argparse.Namespace, addr: str, token: str) -> list[Row]:
     await phase(STORAGE_APPEND, appends(count), 1)
     await phase(MEMORY_WRITE, writes(count, 16), 16)
     await phase(STORAGE_APPEND, appends(count, 16), 16)
-    async with grpc.aio.insecure_channel(addr) as channel:
-        waited = await wait_until_indexed(channel, metadata)
+    async with AsyncClient(addr, token=token) as client:
+        waited = await wait_until_indexed(client)
     print(f"the bench's daily-log entries were indexed {waited:.1f} s after the last write")
     await phase(MEMORY_SEARCH, searches(WARMUP, search_message), 1, warm=True)
     await phase(SEARCH, searches(WARMUP, baseline_search_message), 1, warm=True)
@@ -422,8 +402,7 @@ async def main() -> None:
                     f"{BENCH_WRITE_LIMIT:,}/min and /h (ENGRAM_WORKSPACE_WRITES_PER_MINUTE/"
                     "_PER_HOUR) so the bench is counted but never refused"
                 )
-            metadata = (("authorization", f"Bearer {args.token}"),) if args.token else ()
-            await prepare(addr, metadata, args.docs)
+            await prepare(addr, args.token, args.docs)
             rows = await measure(args, addr, args.token)
     load_after = os.getloadavg()
     print(

@@ -8,7 +8,8 @@ has common and rare terms, until the documents hold `chunks` chunks as engram's 
 cuts them (`engram.domain.chunking.build_chunks`, counted here).
 
 Pre-loading imports each space's documents as one gzipped tar (`ImportSpace`, the fastest
-write path: one call per space), then waits until the indexer's backlog is empty.
+write path: one call per space, through engram.client), then waits until the indexer's
+backlog is empty.
 
 Fast pre-load (`prefill_embeddings`, on by default in bench/load.py): before the import, the
 indexer's embedding cache (keyed by model id and the sha256 of each chunk's indexed text)
@@ -32,12 +33,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import grpc
 import numpy as np
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from engram.client import AsyncClient, EngramError, Space, status_name
 from engram.domain.chunking import build_chunks
-from engram.v1 import indexer_pb2, indexer_pb2_grpc, space_pb2, storage_pb2, storage_pb2_grpc
 
 SYLLABLES = (
     "ka lo mi ne ra to su vi de ba po gu le ti mo sa fe ri no zu an el or us ip ek ol am in ut"
@@ -46,6 +46,8 @@ SYLLABLES = (
 
 # Bumped when what a cached pre-load holds changes, so older caches are not reused.
 PRELOAD_FORMAT = 2
+# An import sends the archive in pieces of this size.
+IMPORT_PIECE = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -71,10 +73,8 @@ class Agent:
     def space_name(self) -> str:
         return f"ws-{self.sub}"
 
-    def space(self) -> space_pb2.SpaceRef:
-        return space_pb2.SpaceRef(
-            visibility=space_pb2.VISIBILITY_PRIVATE, tenant=self.tenant, name=self.space_name
-        )
+    def space(self) -> Space:
+        return Space(visibility="private", tenant=self.tenant, name=self.space_name)
 
 
 def agents(spec: CorpusSpec) -> list[Agent]:
@@ -237,9 +237,9 @@ def archive(files: dict[str, str]) -> bytes:
 
 
 def _transient(error: BaseException) -> bool:
-    return isinstance(error, grpc.aio.AioRpcError) and error.code() in (
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
+    return isinstance(error, EngramError) and status_name(error) in (
+        "UNAVAILABLE",
+        "DEADLINE_EXCEEDED",
     )
 
 
@@ -262,7 +262,9 @@ async def preload(
     started = time.monotonic()
     docs = await asyncio.to_thread(corpus, spec)
     built = time.monotonic() - started
-    stub = storage_pb2_grpc.StorageServiceStub(channel_for("storage"))
+    # The client never repeats an import by itself (its source may not be read twice);
+    # the loop below does, since OVERWRITE makes these imports idempotent.
+    storage = AsyncClient(channel=channel_for("storage"), retries=0, stream_timeout=300)
     queue = list(docs.items())
     written = 0
     size = 0
@@ -275,13 +277,8 @@ async def preload(
             data = archive(files)
             size += len(data)
 
-            async def requests(data: bytes = data, agent: Agent = agent) -> Any:
-                yield storage_pb2.ImportSpaceRequest(
-                    space=agent.space(), strategy=storage_pb2.IMPORT_STRATEGY_OVERWRITE
-                )
-                for at in range(0, len(data), 1 << 20):
-                    yield storage_pb2.ImportSpaceRequest(data=data[at : at + (1 << 20)])
-
+            pieces = [data[at : at + IMPORT_PIECE] for at in range(0, len(data), IMPORT_PIECE)]
+            importer = storage.as_caller(tokens[agent.sub], space=agent.space())
             # OVERWRITE makes an import idempotent: one that failed (a backend too slow for
             # a deadline under the pre-load's burst) is sent again.
             async for attempt in AsyncRetrying(
@@ -291,11 +288,7 @@ async def preload(
                 reraise=True,
             ):
                 with attempt:
-                    answer = await stub.ImportSpace(
-                        requests(),
-                        metadata=(("authorization", f"Bearer {tokens[agent.sub]}"),),
-                        timeout=300,
-                    )
+                    answer = await importer.import_space(pieces, strategy="overwrite")
             written += answer.written
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -316,8 +309,9 @@ async def wait_indexed(
 ) -> dict[str, Any]:
     """Until the indexer's backlog reads 0 `quiet_polls` times in a row (1 s apart), or
     `time_cap` seconds. Returns the wait and the backlog seen first."""
-    stub = indexer_pb2_grpc.IndexerServiceStub(channel_for("indexer"))
-    metadata = (("authorization", f"Bearer {token}"),)
+    # One attempt of at most 10 s per poll: a failed poll is printed and the next one
+    # comes a second later.
+    indexer = AsyncClient(channel=channel_for("indexer"), token=token, retries=0, timeout=10)
     started = time.monotonic()
     first: int | None = None
     zeros = 0
@@ -326,11 +320,9 @@ async def wait_indexed(
         if time.monotonic() - started > time_cap:
             raise TimeoutError(f"index backlog not empty after {time_cap:.0f}s")
         try:
-            status = await stub.GetIndexStatus(
-                indexer_pb2.GetIndexStatusRequest(), metadata=metadata, timeout=10
-            )
-        except grpc.aio.AioRpcError as error:
-            print(f"  index status: {error.code().name}", flush=True)
+            status = await indexer.index_status()
+        except EngramError as error:
+            print(f"  index status: {status_name(error)}", flush=True)
             await asyncio.sleep(1)
             continue
         backlog = int(status.backlog)

@@ -37,9 +37,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import grpc
-
-from engram.v1 import search_pb2, search_pb2_grpc, space_pb2, storage_pb2, storage_pb2_grpc
+from engram.client import AsyncClient, ClientTls, EngramError, Space, status_name
 
 FAULTS = ("indexer-kill", "nats-restart", "opensearch-stop", "storage-replica-kill")
 DEFAULT_DOWN = {
@@ -402,16 +400,18 @@ def _degraded(records: list[list[Any]], up: float | None, run_end: float | None)
     }
 
 
-def _channel(deployment: Any, address: str) -> grpc.aio.Channel:
+def _client(deployment: Any, service: str) -> AsyncClient:
+    """A client of one of the deployment's services, over TLS when it speaks TLS. One attempt
+    of at most 30 s per call (retries off): the check's own loop decides what to repeat."""
     tls = deployment.tls
-    if tls is None:
-        return grpc.aio.insecure_channel(address)
-    credentials = grpc.ssl_channel_credentials(
-        tls.ca.read_bytes(),
-        tls.key.read_bytes() if tls.key else None,
-        tls.cert.read_bytes() if tls.cert else None,
+    return AsyncClient(
+        deployment.addresses[service],
+        tls=False
+        if tls is None
+        else ClientTls(ca_file=tls.ca, cert_file=tls.cert, key_file=tls.key),
+        retries=0,
+        timeout=30,
     )
-    return grpc.aio.secure_channel(address, credentials)
 
 
 async def index_check(
@@ -430,46 +430,35 @@ async def index_check(
     by_doc: dict[tuple[str, str], set[str]] = defaultdict(set)
     for entry in acked:
         by_doc[(entry["sub"], entry["path"])].add(entry["token"])
-    storage_channel = _channel(deployment, deployment.addresses["storage"])
-    search_channel = _channel(deployment, deployment.addresses["search"])
-    storage = storage_pb2_grpc.StorageServiceStub(storage_channel)
-    search = search_pb2_grpc.SearchServiceStub(search_channel)
+    storage = _client(deployment, "storage")
+    search = _client(deployment, "search")
     expected: list[tuple[str, str, str]] = []
     unreadable: list[str] = []
+    callers: dict[tuple[str, str], AsyncClient] = {}
 
-    def auth(sub: str) -> tuple[tuple[str, str]]:
-        return (("authorization", f"Bearer {agents[sub]['token']}"),)
-
-    def space(sub: str) -> space_pb2.SpaceRef:
-        agent = agents[sub]
-        return space_pb2.SpaceRef(
-            visibility=space_pb2.VISIBILITY_PRIVATE, tenant=agent["tenant"], name=agent["space"]
-        )
+    def caller(client: AsyncClient, name: str, sub: str) -> AsyncClient:
+        """`client` calling as agent `sub`, in its own space."""
+        if (name, sub) not in callers:
+            agent = agents[sub]
+            space = Space(visibility="private", tenant=agent["tenant"], name=agent["space"])
+            callers[(name, sub)] = client.as_caller(agent["token"], space=space)
+        return callers[(name, sub)]
 
     async def read(key: tuple[str, str]) -> None:
         sub, path = key
         try:
-            answer = await storage.ReadDocument(
-                storage_pb2.ReadDocumentRequest(space=space(sub), path=path),
-                metadata=auth(sub),
-                timeout=30,
-            )
-        except grpc.aio.AioRpcError as error:
-            unreadable.append(f"{sub}:{path} {error.code().name}")
+            document = await caller(storage, "storage", sub).read_document(path)
+        except EngramError as error:
+            unreadable.append(f"{sub}:{path} {status_name(error)}")
             return
-        expected.extend((sub, path, t) for t in by_doc[key] if t in answer.document.content)
+        expected.extend((sub, path, t) for t in by_doc[key] if t in document.content)
 
     async def found(sub: str, path: str, token: str) -> bool:
-        request = search_pb2.SearchRequest(
-            spaces=[space(sub)],
-            query=token,
-            limit=5,
-            mode=search_pb2.SEARCH_MODE_LEXICAL,
-            path_prefix=path,
-        )
         try:
-            answer = await search.Search(request, metadata=auth(sub), timeout=30)
-        except grpc.aio.AioRpcError:
+            answer = await caller(search, "search", sub).search(
+                token, limit=5, mode="lexical", path_prefix=path
+            )
+        except EngramError:
             return False
         return any(token in hit.content for hit in answer.results)
 
@@ -501,8 +490,8 @@ async def index_check(
                 break
             await asyncio.sleep(1.0)
     finally:
-        await storage_channel.close()
-        await search_channel.close()
+        await storage.close()
+        await search.close()
     return {
         "documents": len(by_doc),
         "acknowledged_writes": len(acked),

@@ -30,6 +30,13 @@ its load while it recovers. The polls are not part of the mix's figures.
 
 The results file holds one row per request: scheduled offset (s), operation, latency (ms),
 status code, degraded (search answered from one index only).
+
+Every call goes through engram.client (one client per address, each agent calling with its
+own token over that client's channel, connected before the first request is due) with the
+client's retries off: a request is one attempt bounded by `timeout`, so an error is counted
+as the server gave it (`status_name`: UNAVAILABLE, DEADLINE_EXCEEDED ...) rather than hidden
+behind a retry, and a write goes to the ledger exactly once, acknowledged or not (a retried
+append could land twice; a retried replace would blur which attempt the server took).
 """
 
 from __future__ import annotations
@@ -44,7 +51,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import grpc
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -53,12 +59,14 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from engram.v1 import (
-    search_pb2,
-    search_pb2_grpc,
-    space_pb2,
-    workspace_pb2,
-    workspace_pb2_grpc,
+from engram.client import (
+    AsyncClient,
+    ClientTls,
+    EngramError,
+    SearchResults,
+    Space,
+    WriteResult,
+    status_name,
 )
 from loadlib.corpus import Words
 
@@ -72,6 +80,8 @@ POLL_MAX_INTERVAL = 0.5
 # A failing poll is retried after 0.1 s, 0.2 s, 0.4 s ... up to 2 s (plus jitter).
 POLL_BACKOFF_INITIAL = 0.1
 POLL_BACKOFF_MAX = 2.0
+# A freshness poll's own deadline.
+POLL_TIMEOUT = 5.0
 
 
 def token(rng: random.Random) -> str:
@@ -99,98 +109,78 @@ class Generator:
         self.outstanding = 0
         self.ledger = Path(config["ledger"]).open("a", encoding="utf-8")
         self.next_probe = 0.0
-        self.channels: dict[str, grpc.aio.Channel] = {}
+        self.clients: dict[str, AsyncClient] = {}
+        self.callers: dict[tuple[str, str], AsyncClient] = {}
         self.start = 0.0
 
-    # --- channels and stubs ---------------------------------------------------------------
-    def channel(self, service: str) -> grpc.aio.Channel:
+    # --- clients --------------------------------------------------------------------------
+    def client(self, service: str) -> AsyncClient:
+        """The client of `service`'s address (services at one address share it). Retries
+        off and the request's deadline as each call's: see the module's docstring."""
         address = self.config["addresses"][service]
-        if address not in self.channels:
-            options = [("grpc.max_receive_message_length", 16 << 20)]
+        if address not in self.clients:
             tls = self.config.get("tls")
-            if tls:
-                credentials = grpc.ssl_channel_credentials(
-                    Path(tls["ca"]).read_bytes(),
-                    Path(tls["key"]).read_bytes() if tls.get("key") else None,
-                    Path(tls["cert"]).read_bytes() if tls.get("cert") else None,
+            self.clients[address] = AsyncClient(
+                address,
+                tls=ClientTls(
+                    ca_file=Path(tls["ca"]),
+                    cert_file=Path(tls["cert"]) if tls.get("cert") else None,
+                    key_file=Path(tls["key"]) if tls.get("key") else None,
                 )
-                self.channels[address] = grpc.aio.secure_channel(address, credentials, options)
-            else:
-                self.channels[address] = grpc.aio.insecure_channel(address, options)
-        return self.channels[address]
+                if tls
+                else False,
+                retries=0,
+                timeout=float(self.config["timeout"]),
+            )
+        return self.clients[address]
 
-    def stubs(self) -> None:
-        self.search = search_pb2_grpc.SearchServiceStub(self.channel("search"))
-        self.workspace = workspace_pb2_grpc.WorkspaceServiceStub(self.channel("workspace"))
+    def caller(self, service: str, agent: dict[str, Any]) -> AsyncClient:
+        """`service`'s client calling as `agent` (its token), in the agent's space."""
+        key = (service, agent["sub"])
+        if key not in self.callers:
+            self.callers[key] = self.client(service).as_caller(
+                agent["token"], space=self.space(agent)
+            )
+        return self.callers[key]
 
     # --- operations -----------------------------------------------------------------------
     @staticmethod
-    def space(agent: dict[str, Any]) -> space_pb2.SpaceRef:
-        return space_pb2.SpaceRef(
-            visibility=space_pb2.VISIBILITY_PRIVATE, tenant=agent["tenant"], name=agent["space"]
-        )
+    def space(agent: dict[str, Any]) -> Space:
+        return Space(visibility="private", tenant=agent["tenant"], name=agent["space"])
 
     def write_line(self, entry: dict[str, Any]) -> None:
         self.ledger.write(json.dumps(entry) + "\n")
 
     async def call(self, op: str, agent: dict[str, Any], probe: bool) -> bool:
-        """One request; returns whether the answer was degraded. Raises grpc errors."""
-        metadata = (("authorization", f"Bearer {agent['token']}"),)
-        timeout = self.config["timeout"]
-        space = self.space(agent)
-        if op == "search":
-            answer = await self.search.Search(
-                search_pb2.SearchRequest(
-                    spaces=[space], query=self.words.query(self.rng), limit=10
-                ),
-                metadata=metadata,
-                timeout=timeout,
+        """One request; returns whether the answer was degraded. Raises EngramError."""
+        if op in SEARCHES:
+            query = self.words.query(self.rng)
+            found: SearchResults = await (
+                self.caller("search", agent).search(query, limit=10)
+                if op == "search"
+                else self.caller("workspace", agent).memory_search(query, limit=5)
             )
-            return bool(answer.degraded)
-        if op == "memory_search":
-            found = await self.workspace.MemorySearch(
-                workspace_pb2.MemorySearchRequest(
-                    space=space, query=self.words.query(self.rng), limit=5
-                ),
-                metadata=metadata,
-                timeout=timeout,
-            )
-            return bool(found.degraded)
+            return found.degraded
+        workspace = self.caller("workspace", agent)
         if op == "read":
-            path = self.rng.choice(agent["reads"])
-            await self.workspace.MemoryRead(
-                workspace_pb2.MemoryReadRequest(space=space, path=path),
-                metadata=metadata,
-                timeout=timeout,
-            )
+            await workspace.memory_read(self.rng.choice(agent["reads"]))
             return False
         unique = token(self.rng)
         text = f"{unique} {self.words.sentence(self.rng)}"
         entry: dict[str, Any] = {"kind": op, "sub": agent["sub"], "token": unique}
         sent = time.monotonic() - self.start
+        written: WriteResult
         try:
             if op == "append":
                 entry["path"] = ""
-                written = await self.workspace.AppendDailyLog(
-                    workspace_pb2.AppendDailyLogRequest(space=space, entry=text, session="load"),
-                    metadata=metadata,
-                    timeout=timeout,
-                )
+                written = await workspace.append_daily_log(text, session="load")
             else:
                 entry["path"] = f"notes/load-{self.rng.randrange(REPLACE_SLOTS)}.md"
-                written = await self.workspace.MemoryWrite(
-                    workspace_pb2.MemoryWriteRequest(
-                        space=space,
-                        target=workspace_pb2.MEMORY_TARGET_PATH,
-                        path=entry["path"],
-                        content=f"# Load note\n\n{text}\n",
-                        append=False,
-                    ),
-                    metadata=metadata,
-                    timeout=timeout,
+                written = await workspace.memory_write(
+                    f"# Load note\n\n{text}\n", target=entry["path"], append=False
                 )
-        except grpc.aio.AioRpcError as error:
-            entry.update(acked=False, code=error.code().name, sent=round(sent, 3))
+        except EngramError as error:
+            entry.update(acked=False, code=status_name(error), sent=round(sent, 3))
             self.write_line(entry)
             raise
         acked = time.monotonic() - self.start
@@ -218,28 +208,25 @@ class Generator:
     ) -> None:
         """Lexical searches for `unique` (or, with `semantic`, semantic searches for that
         text, the written entry's) until a hit holds `unique` or freshness_timeout."""
-        metadata = (("authorization", f"Bearer {agent['token']}"),)
-        request = search_pb2.SearchRequest(
-            spaces=[self.space(agent)],
-            query=semantic or unique,
-            limit=10 if semantic else 3,
-            mode=search_pb2.SEARCH_MODE_SEMANTIC if semantic else search_pb2.SEARCH_MODE_LEXICAL,
-        )
+        searcher = self.caller("search", agent).with_options(timeout=POLL_TIMEOUT)
+        query = semantic or unique
+        limit = 10 if semantic else 3
+        mode = "semantic" if semantic else "lexical"
         deadline = acked + self.config["freshness_timeout"]
         found: float | None = None
         interval = POLL_INTERVAL
 
         def count_error(state: RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome is not None else None
-            if isinstance(error, grpc.aio.AioRpcError):
-                name = error.code().name
+            if isinstance(error, EngramError):
+                name = status_name(error)
                 self.poll_errors[name] = self.poll_errors.get(name, 0) + 1
 
         while time.monotonic() - self.start < deadline:
             left = deadline - (time.monotonic() - self.start)
             try:
                 async for attempt in AsyncRetrying(
-                    retry=retry_if_exception_type(grpc.aio.AioRpcError),
+                    retry=retry_if_exception_type(EngramError),
                     wait=wait_exponential_jitter(
                         initial=POLL_BACKOFF_INITIAL, max=POLL_BACKOFF_MAX, jitter=0.05
                     ),
@@ -249,9 +236,9 @@ class Generator:
                 ):
                     with attempt:
                         self.polls += 1
-                        answer = await self.search.Search(request, metadata=metadata, timeout=5)
-            except grpc.aio.AioRpcError as error:
-                name = error.code().name
+                        answer = await searcher.search(query, limit=limit, mode=mode)
+            except EngramError as error:
+                name = status_name(error)
                 self.poll_errors[name] = self.poll_errors.get(name, 0) + 1
                 break
             if any(unique in r.content for r in answer.results):
@@ -269,11 +256,11 @@ class Generator:
         degraded = False
         try:
             degraded = await self.call(op, agent, probe)
-        except grpc.aio.AioRpcError as error:
-            code = error.code().name
+        except EngramError as error:
+            code = status_name(error)
             key = f"{op} {code}"
             if len(self.error_samples.setdefault(key, [])) < 3:
-                self.error_samples[key].append(str(error.details()))
+                self.error_samples[key].append(error.message)
         finally:
             self.outstanding -= 1
         latency = (time.monotonic() - self.start - due) * 1000
@@ -281,9 +268,10 @@ class Generator:
 
     # --- the open loop --------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
-        self.stubs()
-        for channel in self.channels.values():
-            await asyncio.wait_for(channel.channel_ready(), 30)
+        for service in ("search", "workspace"):
+            self.client(service)
+        for client in self.clients.values():
+            await client.wait_ready(30)
         rate = float(self.config["rate"])
         duration = float(self.config["duration"])
         limit = int(self.config["max_outstanding"])
@@ -320,8 +308,8 @@ class Generator:
             )
         cpu1 = resource.getrusage(resource.RUSAGE_SELF)
         self.ledger.close()
-        for channel in self.channels.values():
-            await channel.close()
+        for client in self.clients.values():
+            await client.close()
         lags = sorted(self.lags)
         return {
             "started_unix": started_unix,

@@ -14,6 +14,10 @@ touched is read back through StorageService with the agent's token:
   and counted as `pruned`).
 
 Anything else is a lost write, listed in the report.
+
+The reads go through engram.client over the caller's channel, one attempt of at most 30 s
+each (retries off, as the check always read): a document that cannot be read is reported
+unreadable, with the status code its read ended with.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 import grpc
 
-from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
+from engram.client import AsyncClient, Document, EngramError, NotFound, Space, status_name
 
 
 def read_ledger(path: Path) -> list[dict[str, Any]]:
@@ -42,8 +46,10 @@ async def check(
     *,
     concurrency: int = 8,
 ) -> dict[str, Any]:
-    """Reads back what the ledger says was acknowledged; returns counts and the losses."""
-    stub = storage_pb2_grpc.StorageServiceStub(channel)
+    """Reads back what the ledger says was acknowledged; returns counts and the losses.
+    `channel`: a grpc.aio channel to StorageService, left open."""
+    reader = AsyncClient(channel=channel, retries=0, timeout=30)
+    readers: dict[str, AsyncClient] = {}
     by_doc: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for entry in entries:
         if entry.get("path"):
@@ -52,16 +58,13 @@ async def check(
     counts = {"acknowledged": 0, "checked_documents": 0, "version_reads": 0, "pruned": 0}
     unreadable: list[dict[str, Any]] = []
 
-    async def read(sub: str, path: str, version: int = 0) -> storage_pb2.ReadDocumentResponse:
-        agent = agents[sub]
-        space = space_pb2.SpaceRef(
-            visibility=space_pb2.VISIBILITY_PRIVATE, tenant=agent["tenant"], name=agent["space"]
-        )
-        return await stub.ReadDocument(
-            storage_pb2.ReadDocumentRequest(space=space, path=path, version=version),
-            metadata=(("authorization", f"Bearer {agent['token']}"),),
-            timeout=30,
-        )
+    async def read(sub: str, path: str, version: int = 0) -> Document:
+        """The document (or its kept `version`), read with its agent's own token."""
+        if sub not in readers:
+            agent = agents[sub]
+            space = Space(visibility="private", tenant=agent["tenant"], name=agent["space"])
+            readers[sub] = reader.as_caller(agent["token"], space=space)
+        return await readers[sub].read_document(path, version=version)
 
     async def one(sub: str, path: str, writes: list[dict[str, Any]]) -> None:
         acked = [w for w in writes if w["acked"]]
@@ -69,10 +72,11 @@ async def check(
         if not acked:
             return
         try:
-            current = (await read(sub, path)).document
-        except grpc.aio.AioRpcError as error:
-            unreadable.append({"sub": sub, "path": path, "code": error.code().name})
-            lost.extend({**w, "why": f"document unreadable: {error.code().name}"} for w in acked)
+            current = await read(sub, path)
+        except EngramError as error:
+            code = status_name(error)
+            unreadable.append({"sub": sub, "path": path, "code": code})
+            lost.extend({**w, "why": f"document unreadable: {code}"} for w in acked)
             return
         counts["checked_documents"] += 1
         if writes[0]["kind"] == "append":
@@ -95,12 +99,12 @@ async def check(
                 continue
             counts["version_reads"] += 1
             try:
-                kept = (await read(sub, path, w["version"])).document
-            except grpc.aio.AioRpcError as error:
-                if error.code() == grpc.StatusCode.NOT_FOUND:
-                    counts["pruned"] += 1
-                    continue
-                lost.append({**w, "why": f"kept version unreadable: {error.code().name}"})
+                kept = await read(sub, path, w["version"])
+            except NotFound:
+                counts["pruned"] += 1
+                continue
+            except EngramError as error:
+                lost.append({**w, "why": f"kept version unreadable: {status_name(error)}"})
                 continue
             if w["token"] not in kept.content:
                 lost.append({**w, "why": f"kept version {w['version']} lacks the write"})

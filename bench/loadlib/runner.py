@@ -93,7 +93,10 @@ class Harness:
         }
         config_path = steps / f"{name}.config.json"
         config_path.write_text(json.dumps(config), encoding="utf-8")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), str(ROOT)])}
+        # This tree's engram (its client) before any other on the path: a checkout whose
+        # engram is not the one installed in the virtualenv runs its own generator.
+        paths = [BENCH, ROOT / "services", ROOT]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
         before = procstats.snapshot(d.pids())
         rss = [(0.0, _rss(before))]
         with (steps / f"{name}.log").open("wb") as log:

@@ -53,16 +53,6 @@ STILL_TO_MIGRATE = {
     "tests/e2e/test_search_workers.py",
     # The CLI: each command to become parse -> one client call -> render.
     # Benchmarks and the load harness.
-    "bench/import_bench.py",
-    "bench/index_bench.py",
-    "bench/memory_quality.py",
-    "bench/loadlib/corpus.py",
-    "bench/loadlib/faults.py",
-    "bench/loadlib/generator.py",
-    "bench/loadlib/ledger.py",
-    "bench/quality.py",
-    "bench/scale_bench.py",
-    "bench/workspace_bench.py",
     # Tests that call engram as any caller would.
     "tests/contract/test_storage_erase.py",
     "tests/contract/test_workspace.py",

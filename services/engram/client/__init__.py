@@ -26,7 +26,7 @@ from engram.client.authz import (
 from engram.client.base import (
     Page,
 )
-from engram.client.errors import explain
+from engram.client.errors import explain, status_name
 from engram.client.indexer import (
     IndexStatus,
 )
@@ -173,4 +173,5 @@ __all__ = [
     "WriteContention",
     "WriteResult",
     "explain",
+    "status_name",
 ]

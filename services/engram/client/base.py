@@ -25,7 +25,7 @@ from engram.client import mapping
 from engram.client.driven import DrivenChannel, blocking_offload, blocking_sleep
 from engram.client.errors import domain_error
 from engram.client.models import Space
-from engram.domain.errors import InvalidArgument
+from engram.domain.errors import InvalidArgument, Unavailable
 from engram.runtime.channels import (
     Addresses,
     ChannelConfig,
@@ -124,6 +124,18 @@ class _Connection:
             except OSError as error:
                 raise InvalidArgument(str(error), field="tls") from None
         return self.channel
+
+    async def ready(self, seconds: float) -> bool:
+        """Opens the channel (if it is not open) and waits up to `seconds` for it to
+        connect; whether it did."""
+        channel = self._channel()
+        if isinstance(channel, DrivenChannel):
+            return channel.ready(seconds)
+        try:
+            await asyncio.wait_for(channel.channel_ready(), seconds)
+        except TimeoutError:
+            return False
+        return True
 
     async def close(self) -> None:
         if self.channel is not None and self.owned:
@@ -257,6 +269,19 @@ class ClientBase:
         traceback: TracebackType | None,
     ) -> None:
         await self.close()
+
+    async def wait_ready(self, seconds: float | None = None) -> None:
+        """Connects now and waits until the channel is ready, at most `seconds` (the
+        client's `timeout` by default); raises Unavailable if it is not. A caller that times
+        its calls (a benchmark, a load generator) connects first, so that its first call
+        does not pay for the connection. (`seconds`, not an asyncio timeout: the blocking
+        client waits with it too.)"""
+        wait = self.timeout if seconds is None else seconds
+        if not await self._conn.ready(wait):
+            raise Unavailable(
+                f"{self.target.target}: not connected within {wait:g} s",
+                metadata={"code": grpc.StatusCode.UNAVAILABLE.name},
+            )
 
     async def close(self) -> None:
         """Closes the channel it opened; the next call opens a new one."""

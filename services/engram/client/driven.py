@@ -116,5 +116,15 @@ class DrivenChannel:
     def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> object:
         return self._channel.stream_stream(method, *args, **kwargs)  # no such RPC in engram
 
+    def ready(self, seconds: float) -> bool:
+        """Whether the channel connected within `seconds` (waiting in the caller)."""
+        future = grpc.channel_ready_future(self._channel)
+        try:
+            future.result(timeout=seconds)
+        except grpc.FutureTimeoutError:
+            future.cancel()
+            return False
+        return True
+
     async def close(self) -> None:
         self._channel.close()

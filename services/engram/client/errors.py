@@ -6,7 +6,7 @@ from typing import Any
 
 import grpc
 
-from engram.domain.errors import EngramError, RateLimited
+from engram.domain.errors import EngramError, RateLimited, Unavailable
 
 # engram.runtime.errors (and the google.rpc details it decodes) are imported when a call
 # fails, not with the client: a CLI command that succeeds never pays for them.
@@ -44,3 +44,17 @@ def explain(error: EngramError) -> str:
     from engram.runtime.errors import status_code_for
 
     return f"{status_code_for(error).name}: {error.message} [{error.info_reason}]"
+
+
+def status_name(error: EngramError) -> str:
+    """The gRPC status code a failed call ended with, by name ("NOT_FOUND",
+    "DEADLINE_EXCEEDED" ...), as a caller that counts failures by code reports them: for a
+    failure engram did not shape (a deadline passed, a dropped link, the peer's own gRPC
+    refusing a message) the code received, which `Unavailable` keeps in its metadata;
+    otherwise the code of the error's class."""
+    from engram.runtime.errors import status_code_for
+
+    received = error.metadata.get("code", "") if isinstance(error, Unavailable) else ""
+    if received in grpc.StatusCode.__members__:
+        return received
+    return status_code_for(error).name

@@ -145,6 +145,7 @@ class Engram:
     ) -> None:
         self.close()
 
+    wait_ready = _blocking(EngramClient.wait_ready)
     # WorkspaceService
     memory_write = _blocking(EngramClient.memory_write)
     memory_read = _blocking(EngramClient.memory_read)
