@@ -40,6 +40,7 @@ RAW_WIRE = {
     "tests/e2e/test_authz_matrix.py": "calls every served RPC, as the policy table lists them",
     "tests/e2e/test_search_grpc.py": "asserts SearchService's wire contract and details",
     "tests/unit/test_one_client.py": "names the pattern it looks for",
+    "tests/e2e/test_tracing.py": "reads the x-request-id trailer a call carries on the wire",
     "bench/client_overhead.py": "the raw stub is the baseline the client is measured against",
     "tests/support/grpc_helpers.py": (
         "import_sync streams hostile archive pieces as sent, on the sync stub (grpc/grpc#36066)"
@@ -71,15 +72,9 @@ STILL_TO_MIGRATE = {
     "tests/e2e/test_change_feed_jetstream.py",
     "tests/e2e/test_dev_server.py",
     "tests/e2e/test_events_jetstream.py",
-    "tests/e2e/test_hygiene_backfill_backends.py",
     "tests/e2e/test_indexer_embedded.py",
-    "tests/e2e/test_indexer_jetstream.py",
     "tests/e2e/test_indexer_model_switch.py",
     "tests/e2e/test_maintenance.py",
-    "tests/e2e/test_read_your_writes.py",
-    "tests/e2e/test_read_your_writes_backends.py",
-    "tests/e2e/test_tracing.py",
-    "tests/e2e/test_workspace_processes.py",
     "tests/load/test_convergence.py",
     "tests/load/test_load_harness.py",
     "tests/support/deployments.py",
