@@ -68,8 +68,6 @@ STILL_TO_MIGRATE = {
     "tests/contract/test_storage_erase.py",
     "tests/contract/test_workspace.py",
     "tests/deploy/test_cluster.py",
-    "tests/e2e/test_change_feed.py",
-    "tests/e2e/test_change_feed_jetstream.py",
     "tests/e2e/test_dev_server.py",
     "tests/e2e/test_events_jetstream.py",
     "tests/e2e/test_indexer_embedded.py",
@@ -78,7 +76,6 @@ STILL_TO_MIGRATE = {
     "tests/load/test_convergence.py",
     "tests/load/test_load_harness.py",
     "tests/support/deployments.py",
-    "tests/support/watching.py",
 }
 
 
