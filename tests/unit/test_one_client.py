@@ -41,6 +41,7 @@ RAW_WIRE = {
     "tests/e2e/test_search_grpc.py": "asserts SearchService's wire contract and details",
     "tests/unit/test_one_client.py": "names the pattern it looks for",
     "tests/e2e/test_tracing.py": "reads the x-request-id trailer a call carries on the wire",
+    "tests/e2e/test_dev_server.py": "sends and reads the x-request-id metadata on the wire",
     "bench/client_overhead.py": "the raw stub is the baseline the client is measured against",
     "tests/support/grpc_helpers.py": (
         "import_sync streams hostile archive pieces as sent, on the sync stub (grpc/grpc#36066)"
@@ -68,10 +69,7 @@ STILL_TO_MIGRATE = {
     "tests/contract/test_storage_erase.py",
     "tests/contract/test_workspace.py",
     "tests/deploy/test_cluster.py",
-    "tests/e2e/test_dev_server.py",
-    "tests/e2e/test_events_jetstream.py",
     "tests/e2e/test_indexer_embedded.py",
-    "tests/e2e/test_indexer_model_switch.py",
     "tests/e2e/test_maintenance.py",
     "tests/load/test_convergence.py",
     "tests/load/test_load_harness.py",
