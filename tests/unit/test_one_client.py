@@ -50,9 +50,6 @@ RAW_WIRE = {
 
 # Callers still on hand-built stubs, to move onto engram.client.
 STILL_TO_MIGRATE = {
-    # Merged from issue 33's branch with its own channel per call (to reach either search
-    # worker); to move onto EngramClient(channel=...) next.
-    "tests/e2e/test_search_workers.py",
     # The CLI: each command to become parse -> one client call -> render.
     # Benchmarks and the load harness.
     "bench/import_bench.py",
@@ -66,7 +63,6 @@ STILL_TO_MIGRATE = {
     "bench/scale_bench.py",
     "bench/workspace_bench.py",
     # Tests that call engram as any caller would.
-    "tests/contract/test_storage_erase.py",
     "tests/contract/test_workspace.py",
     "tests/deploy/test_cluster.py",
     "tests/e2e/test_indexer_embedded.py",
