@@ -65,7 +65,6 @@ STILL_TO_MIGRATE = {
     # Tests that call engram as any caller would.
     "tests/contract/test_workspace.py",
     "tests/deploy/test_cluster.py",
-    "tests/e2e/test_maintenance.py",
     "tests/load/test_convergence.py",
     "tests/load/test_load_harness.py",
     "tests/support/deployments.py",
