@@ -67,8 +67,6 @@ STILL_TO_MIGRATE = {
     "bench/workspace_bench.py",
     # Tests that call engram as any caller would.
     "tests/deploy/test_cluster.py",
-    "tests/load/test_convergence.py",
-    "tests/load/test_load_harness.py",
     "tests/support/deployments.py",
 }
 
