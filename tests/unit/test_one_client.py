@@ -66,7 +66,6 @@ STILL_TO_MIGRATE = {
     "bench/scale_bench.py",
     "bench/workspace_bench.py",
     # Tests that call engram as any caller would.
-    "tests/deploy/test_cluster.py",
     "tests/support/deployments.py",
 }
 
