@@ -1,11 +1,15 @@
 """WorkspaceService over gRPC on the all-in-one server: every rule of the memory tools
 (issue 12), the bad inputs, and what a caller sees in the answers and the stored documents.
-The workspace's clock is the test's, so dates and midnight are chosen, not waited for."""
+The workspace's clock is the test's, so dates and midnight are chosen, not waited for.
+
+Calls go through engram.client, as any caller's; a few requests the client cannot express
+(an unset or undefined target, a path beside a fixed target) go on the wire as sent."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 import time
 from collections.abc import AsyncIterator
@@ -16,19 +20,33 @@ from typing import Any
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
 
 from engram.app.embedded import EmbeddedEngram, embedded_engram
+from engram.client import (
+    AsyncClient,
+    DocumentNotFound,
+    Heartbeat,
+    InvalidArgument,
+    InvalidPath,
+    NotFound,
+    PermissionDenied,
+    ProtectedFile,
+    RateLimited,
+    SeedResult,
+    Space,
+    SystemPrompt,
+    WriteResult,
+)
 from engram.domain.workspace import PROTECTED_FILES
-from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc, workspace_pb2, workspace_pb2_grpc
-from tests.support.grpc_helpers import fails, space, write_request
+from engram.v1 import workspace_pb2, workspace_pb2_grpc
+from tests.support.grpc_helpers import fails, space
 from tests.support.settings import server_settings
 
 pytestmark = pytest.mark.contract
 
 START = datetime(2026, 12, 1, 10, 15, 0, tzinfo=UTC)
 TODAY_LOG = "daily/2026-12-01.md"
-OK_SPACE = space("agent")
+OK_SPACE = Space(name="agent")
 
 
 @dataclass
@@ -45,18 +63,16 @@ class Clock:
 class Workspace:
     engram: EmbeddedEngram
     clock: Clock
-    stub: workspace_pb2_grpc.WorkspaceServiceStub
-    storage: storage_pb2_grpc.StorageServiceStub
+    # engram.client in the agent's space (OK_SPACE): the memory tools and StorageService.
+    client: AsyncClient
+    # The wire itself, for the requests the client cannot express.
+    wire: workspace_pb2_grpc.WorkspaceServiceStub
 
-    async def write(self, content: str, **fields: Any) -> workspace_pb2.MemoryWriteResponse:
-        fields.setdefault("space", OK_SPACE)
-        return await self.stub.MemoryWrite(
-            workspace_pb2.MemoryWriteRequest(content=content, **fields)
-        )
+    async def write(self, content: str, **options: Any) -> WriteResult:
+        return await self.client.memory_write(content, **options)
 
-    async def read(self, path: str, ref: space_pb2.SpaceRef = OK_SPACE) -> str:
-        response = await self.stub.MemoryRead(workspace_pb2.MemoryReadRequest(space=ref, path=path))
-        return response.content
+    async def read(self, path: str, space: Space = OK_SPACE) -> str:
+        return (await self.client.memory_read(path, space=space)).content
 
 
 @contextlib.asynccontextmanager
@@ -68,8 +84,8 @@ async def start_workspace(tmp_path: Path, **settings: Any) -> AsyncIterator[Work
             yield Workspace(
                 e,
                 clock,
+                AsyncClient(channel=channel, space=OK_SPACE),
                 workspace_pb2_grpc.WorkspaceServiceStub(channel),
-                storage_pb2_grpc.StorageServiceStub(channel),
             )
 
 
@@ -83,67 +99,53 @@ async def ws(tmp_path: Path) -> AsyncIterator[Workspace]:
 
 
 async def test_memory_appends_on_new_lines_and_is_append_only(ws: Workspace) -> None:
-    first = await ws.write("Ann prefers tea.", target=workspace_pb2.MEMORY_TARGET_MEMORY)
+    first = await ws.write("Ann prefers tea.", target="memory")
     assert (first.status, first.path, first.append) == ("written", "MEMORY.md", True)
     assert first.content_length == len(b"Ann prefers tea.\n")
     assert first.version == 1 and len(first.sha256) == 64
-    second = await ws.write(
-        "Deploys on Fridays are off.", target=workspace_pb2.MEMORY_TARGET_MEMORY
-    )
+    second = await ws.write("Deploys on Fridays are off.", target="memory")
     assert second.version == 2 and second.size_bytes == first.size_bytes + second.content_length
     assert await ws.read("MEMORY.md") == "Ann prefers tea.\nDeploys on Fridays are off.\n"
     # Seed 004: the agent never rewrites MEMORY.md (by target or by path); the operator
     # does through StorageService, and HEARTBEAT.md and notes stay replaceable.
-    for fields in (
-        {"target": workspace_pb2.MEMORY_TARGET_MEMORY},
-        {"target": workspace_pb2.MEMORY_TARGET_PATH, "path": "MEMORY.md"},
-    ):
-        failure = await fails(
-            ws.write("# Memory\n", append=False, **fields),
-            grpc.StatusCode.PERMISSION_DENIED,
-            "MEMORY_APPEND_ONLY",
-        )
-        assert "ENGRAM_WORKSPACE_MEMORY_APPEND_ONLY" in failure.message
+    for target in ("memory", "MEMORY.md"):
+        with pytest.raises(PermissionDenied) as failure:
+            await ws.write("# Memory\n", append=False, target=target)
+        assert failure.value.info_reason == "MEMORY_APPEND_ONLY"
+        assert "ENGRAM_WORKSPACE_MEMORY_APPEND_ONLY" in failure.value.message
     assert await ws.read("MEMORY.md") == "Ann prefers tea.\nDeploys on Fridays are off.\n"
-    note = await ws.write(
-        "# Plan\n", target=workspace_pb2.MEMORY_TARGET_PATH, path="notes/p.md", append=False
-    )
+    note = await ws.write("# Plan\n", target="notes/p.md", append=False)
     assert note.append is False
-    beat = await ws.write("all quiet", target=workspace_pb2.MEMORY_TARGET_HEARTBEAT, append=False)
+    beat = await ws.write("all quiet", target="heartbeat", append=False)
     assert beat.path == "HEARTBEAT.md"
 
 
 async def test_a_space_policy_may_let_the_agent_replace_memory(tmp_path: Path) -> None:
     async with start_workspace(tmp_path, workspace_memory_append_only=False) as ws:
-        await ws.write("Ann prefers tea.", target=workspace_pb2.MEMORY_TARGET_MEMORY)
-        replaced = await ws.write(
-            "# Memory\n", target=workspace_pb2.MEMORY_TARGET_MEMORY, append=False
-        )
+        await ws.write("Ann prefers tea.", target="memory")
+        replaced = await ws.write("# Memory\n", target="memory", append=False)
         assert replaced.append is False and replaced.content_length == len(b"# Memory\n")
         assert await ws.read("MEMORY.md") == "# Memory\n"
 
 
 async def test_append_starts_a_new_line_after_an_operator_edit(ws: Workspace) -> None:
-    await ws.storage.WriteDocument(
-        write_request("notes/plan.md", "no newline at the end", ref=OK_SPACE)
-    )
-    response = await ws.write(
-        "next step", target=workspace_pb2.MEMORY_TARGET_PATH, path="notes/plan.md"
-    )
+    await ws.client.write_document("notes/plan.md", "no newline at the end")
+    response = await ws.write("next step", target="notes/plan.md")
     assert response.content_length == len(b"\nnext step\n")
     assert await ws.read("notes/plan.md") == "no newline at the end\nnext step\n"
 
 
 async def test_daily_log_entries_are_timestamped_under_a_header(ws: Workspace) -> None:
-    first = await ws.write("started the migration")  # target unset = daily log
+    # Target unset (which the client never sends) = the daily log.
+    first = await ws.wire.MemoryWrite(
+        workspace_pb2.MemoryWriteRequest(space=space("agent"), content="started the migration")
+    )
     assert first.path == TODAY_LOG
     assert first.content_length == len(
         b"# Daily Log - 2026-12-01\n\n[10:15:00] started the migration\n"
     )
     ws.clock.now = START + timedelta(minutes=1, seconds=2)
-    appended = await ws.stub.AppendDailyLog(
-        workspace_pb2.AppendDailyLogRequest(space=OK_SPACE, entry="migration done")
-    )
+    appended = await ws.client.append_daily_log("migration done")
     assert appended.path == TODAY_LOG
     assert appended.content_length == len(b"[10:16:02] migration done\n")
     assert await ws.read(TODAY_LOG) == (
@@ -152,28 +154,20 @@ async def test_daily_log_entries_are_timestamped_under_a_header(ws: Workspace) -
 
 
 async def test_a_session_gets_its_own_journal(ws: Workspace) -> None:
-    written = await ws.write(
-        "from the phone", target=workspace_pb2.MEMORY_TARGET_DAILY_LOG, session="phone-1"
-    )
+    written = await ws.write("from the phone", target="daily_log", session="phone-1")
     assert written.path == "daily/2026-12-01-phone-1.md"
-    logged = await ws.stub.AppendDailyLog(
-        workspace_pb2.AppendDailyLogRequest(space=OK_SPACE, entry="again", session="phone-1")
-    )
+    logged = await ws.client.append_daily_log("again", session="phone-1")
     assert logged.path == written.path
     assert (await ws.read(written.path)).endswith("[10:15:00] from the phone\n[10:15:00] again\n")
 
 
 async def test_read_by_date_finds_the_days_log_in_the_callers_time_zone(ws: Workspace) -> None:
-    def by_date(day: str, **fields: Any) -> Any:
-        return ws.stub.MemoryRead(
-            workspace_pb2.MemoryReadRequest(space=OK_SPACE, date=day, **fields)
-        )
+    def by_date(day: str, **options: str) -> Any:
+        return ws.client.memory_read(date=day, **options)
 
     await ws.write("today's entry")
     await ws.write("phone entry", session="phone")
-    await ws.storage.WriteDocument(
-        write_request("memory/2026-11-30.md", "imported yesterday\n", ref=OK_SPACE)
-    )
+    await ws.client.write_document("memory/2026-11-30.md", "imported yesterday\n")
     today = await by_date("today")
     assert today.path == "daily/2026-12-01.md" and "today's entry" in today.content
     assert (await by_date("2026-12-01")).path == "daily/2026-12-01.md"
@@ -183,15 +177,15 @@ async def test_read_by_date_finds_the_days_log_in_the_callers_time_zone(ws: Work
     # 10:15 UTC is 23:15 in Auckland (UTC+13): its today is still the 1st; Honolulu's
     # yesterday is the 30th too, Kiritimati's (UTC+14) today the 2nd.
     assert (await by_date("today", time_zone="Pacific/Auckland")).path == "daily/2026-12-01.md"
-    missing = await fails(
-        by_date("today", time_zone="Pacific/Kiritimati"), grpc.StatusCode.NOT_FOUND
-    )
-    assert "2026-12-02" in missing.message
+    with pytest.raises(NotFound) as missing:
+        await by_date("today", time_zone="Pacific/Kiritimati")
+    assert "2026-12-02" in missing.value.message
     for bad in ("tomorrow", "2026-13-01", "20261201"):
-        refused = await fails(by_date(bad), grpc.StatusCode.INVALID_ARGUMENT)
-        assert "YYYY-MM-DD" in refused.message
-    both = workspace_pb2.MemoryReadRequest(space=OK_SPACE, path="MEMORY.md", date="today")
-    await fails(ws.stub.MemoryRead(both), grpc.StatusCode.INVALID_ARGUMENT)
+        with pytest.raises(InvalidArgument) as refused:
+            await by_date(bad)
+        assert "YYYY-MM-DD" in refused.value.message
+    with pytest.raises(InvalidArgument):
+        await ws.client.memory_read("MEMORY.md", date="today")
 
 
 async def test_daily_log_rolls_over_at_local_midnight(ws: Workspace) -> None:
@@ -215,54 +209,70 @@ async def test_daily_log_rolls_over_at_local_midnight(ws: Workspace) -> None:
 
 
 async def test_heartbeat_target_writes_heartbeat_md(ws: Workspace) -> None:
-    written = await ws.write("alive", target=workspace_pb2.MEMORY_TARGET_HEARTBEAT)
+    written = await ws.write("alive", target="heartbeat")
     assert written.path == "HEARTBEAT.md"
 
 
 @pytest.mark.parametrize("content", ["", "   \n\t"])
 async def test_empty_content_is_refused(ws: Workspace, content: str) -> None:
-    failure = await fails(ws.write(content), grpc.StatusCode.INVALID_ARGUMENT)
-    assert "content is required" in failure.message
-    failure = await fails(
-        ws.stub.AppendDailyLog(workspace_pb2.AppendDailyLogRequest(space=OK_SPACE, entry=content)),
-        grpc.StatusCode.INVALID_ARGUMENT,
-    )
-    assert "entry is required" in failure.message
+    with pytest.raises(InvalidArgument) as failure:
+        await ws.write(content)
+    assert "content is required" in failure.value.message
+    with pytest.raises(InvalidArgument) as failure:
+        await ws.client.append_daily_log(content)
+    assert "entry is required" in failure.value.message
 
 
 @pytest.mark.parametrize(
-    ("fields", "field", "says"),
+    ("options", "field", "says"),
     [
         ({"time_zone": "Mars/Olympus"}, "time_zone", "Mars/Olympus"),
         ({"time_zone": "../etc/passwd"}, "time_zone", "IANA"),
         ({"session": "a/b"}, "session", "session"),
         ({"session": "x" * 65}, "session", "1..64"),
+        ({"target": ""}, "path", "path is required"),
+        ({"target": "notes.txt"}, "path", ".md"),
+    ],
+)
+async def test_bad_write_fields_are_invalid_argument(
+    ws: Workspace, options: dict[str, Any], field: str, says: str
+) -> None:
+    with pytest.raises(InvalidArgument) as failure:
+        await ws.write("x", **options)
+    assert says in failure.value.message
+    assert failure.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "says"),
+    [
         ({"target": 99}, "target", "MEMORY_TARGET_MEMORY"),
         (
             {"target": workspace_pb2.MEMORY_TARGET_MEMORY, "path": "x.md"},
             "path",
             "MEMORY_TARGET_PATH",
         ),
-        ({"target": workspace_pb2.MEMORY_TARGET_PATH}, "path", "path is required"),
-        ({"target": workspace_pb2.MEMORY_TARGET_PATH, "path": "notes.txt"}, "path", ".md"),
     ],
 )
-async def test_bad_write_fields_are_invalid_argument(
+async def test_write_fields_the_client_cannot_send_are_invalid_argument(
     ws: Workspace, fields: dict[str, Any], field: str, says: str
 ) -> None:
-    failure = await fails(ws.write("x", **fields), grpc.StatusCode.INVALID_ARGUMENT)
+    """An undefined target, and a path beside a fixed target, as another caller may send."""
+    failure = await fails(
+        ws.wire.MemoryWrite(
+            workspace_pb2.MemoryWriteRequest(space=space("agent"), content="x", **fields)
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
     assert says in failure.message
     assert failure.details[1].field_violations[0].field == field
 
 
 async def test_a_non_canonical_custom_path_names_the_canonical_form(ws: Workspace) -> None:
     for path, canonical in (("./notes/a.md", "notes/a.md"), ("notes//a.md", "notes/a.md")):
-        failure = await fails(
-            ws.write("x", target=workspace_pb2.MEMORY_TARGET_PATH, path=path),
-            grpc.StatusCode.INVALID_ARGUMENT,
-            "INVALID_PATH",
-        )
-        assert f'use "{canonical}"' in failure.message
+        with pytest.raises(InvalidPath) as failure:
+            await ws.write("x", target=path)
+        assert f'use "{canonical}"' in failure.value.message
 
 
 # --- protected identity files -------------------------------------------------------------------
@@ -273,16 +283,11 @@ SPELLINGS = (*PROTECTED_FILES, "soul.md", "Agents.md", "iDENTITY.md", "User.md")
 
 @pytest.mark.parametrize("name", SPELLINGS)
 async def test_identity_files_cannot_be_written_through_a_path(ws: Workspace, name: str) -> None:
-    await ws.storage.WriteDocument(write_request(name, "operator's text", ref=OK_SPACE))
+    await ws.client.write_document(name, "operator's text")
     for append in (True, False):
-        failure = await fails(
-            ws.write(
-                "I am evil now", target=workspace_pb2.MEMORY_TARGET_PATH, path=name, append=append
-            ),
-            grpc.StatusCode.PERMISSION_DENIED,
-            "PROTECTED_FILE",
-        )
-        assert "StorageService" in failure.message
+        with pytest.raises(ProtectedFile) as failure:
+            await ws.write("I am evil now", target=name, append=append)
+        assert "StorageService" in failure.value.message
     assert await ws.read(name) == "operator's text"
 
 
@@ -290,48 +295,37 @@ async def test_no_other_target_reaches_an_identity_file(ws: Workspace) -> None:
     """The fixed targets land in their own files, and neither a session nor a path spelled
     another way can climb to the root identity files."""
     paths = {
-        (await ws.write("x", target=target)).path
-        for target in (
-            workspace_pb2.MEMORY_TARGET_MEMORY,
-            workspace_pb2.MEMORY_TARGET_DAILY_LOG,
-            workspace_pb2.MEMORY_TARGET_HEARTBEAT,
-        )
+        (await ws.write("x", target=target)).path for target in ("memory", "daily_log", "heartbeat")
     }
     assert paths == {"MEMORY.md", TODAY_LOG, "HEARTBEAT.md"}
-    await fails(ws.write("x", session="../../SOUL"), grpc.StatusCode.INVALID_ARGUMENT)
+    with pytest.raises(InvalidArgument):
+        await ws.write("x", session="../../SOUL")
     for sneaky in ("./SOUL.md", "daily/../SOUL.md", "/SOUL.md"):
-        await fails(
-            ws.write("x", target=workspace_pb2.MEMORY_TARGET_PATH, path=sneaky),
-            grpc.StatusCode.INVALID_ARGUMENT,
-            "INVALID_PATH",
-        )
+        with pytest.raises(InvalidPath):
+            await ws.write("x", target=sneaky)
     # A same-named file below the root is an ordinary note, not the identity file.
-    nested = await ws.write("x", target=workspace_pb2.MEMORY_TARGET_PATH, path="notes/SOUL.md")
+    nested = await ws.write("x", target="notes/SOUL.md")
     assert nested.path == "notes/SOUL.md"
-    await fails(ws.read("SOUL.md"), grpc.StatusCode.NOT_FOUND)
+    with pytest.raises(DocumentNotFound):
+        await ws.read("SOUL.md")
 
 
 # --- memory_read / memory_tree ------------------------------------------------------------------
 
 
 async def test_read_returns_content_words_and_update_time(ws: Workspace) -> None:
-    await ws.write("one two three", target=workspace_pb2.MEMORY_TARGET_MEMORY)
-    response = await ws.stub.MemoryRead(
-        workspace_pb2.MemoryReadRequest(space=OK_SPACE, path="MEMORY.md")
-    )
+    await ws.write("one two three", target="memory")
+    response = await ws.client.memory_read("MEMORY.md")
     assert (response.path, response.content, response.word_count) == (
         "MEMORY.md",
         "one two three\n",
         3,
     )
-    assert abs(response.updated_at.ToDatetime(tzinfo=UTC) - datetime.now(UTC)) < timedelta(
-        minutes=1
-    )
-    missing = await fails(
-        ws.stub.MemoryRead(workspace_pb2.MemoryReadRequest(space=OK_SPACE, path="nope/x.md")),
-        grpc.StatusCode.NOT_FOUND,
-    )
-    assert "nope/x.md" in missing.message
+    assert response.updated_at is not None
+    assert abs(response.updated_at - datetime.now(UTC)) < timedelta(minutes=1)
+    with pytest.raises(NotFound) as missing:
+        await ws.client.memory_read("nope/x.md")
+    assert "nope/x.md" in missing.value.message
 
 
 def flatten(nodes: Any, depth: int = 0) -> list[tuple[int, str, str]]:
@@ -344,13 +338,10 @@ def flatten(nodes: Any, depth: int = 0) -> list[tuple[int, str, str]]:
 
 async def test_tree_nests_to_the_requested_depth(ws: Workspace) -> None:
     for path in ("MEMORY.md", "daily/2026-12-01.md", "notes/a/deep.md", "notes/top.md"):
-        await ws.storage.WriteDocument(write_request(path, "x", ref=OK_SPACE))
+        await ws.client.write_document(path, "x")
 
-    async def tree(**fields: Any) -> list[tuple[int, str, str]]:
-        response = await ws.stub.MemoryTree(
-            workspace_pb2.MemoryTreeRequest(space=OK_SPACE, **fields)
-        )
-        return flatten(response.nodes)
+    async def tree(path: str = "", depth: int = 0) -> list[tuple[int, str, str]]:
+        return flatten(await ws.client.memory_tree(path, depth=depth))
 
     assert await tree() == [
         (0, "MEMORY.md", "MEMORY.md"),
@@ -371,109 +362,82 @@ async def test_tree_nests_to_the_requested_depth(ws: Workspace) -> None:
         (0, "top.md", "notes/top.md"),
     ]
     for depth in (-1, 11):
-        failure = await fails(
-            ws.stub.MemoryTree(workspace_pb2.MemoryTreeRequest(space=OK_SPACE, depth=depth)),
-            grpc.StatusCode.INVALID_ARGUMENT,
-        )
-        assert "depth must be between 1 and 10" in failure.message
-    failure = await fails(
-        ws.stub.MemoryTree(workspace_pb2.MemoryTreeRequest(space=OK_SPACE, path="notes/")),
-        grpc.StatusCode.INVALID_ARGUMENT,
-    )
-    assert 'use "notes"' in failure.message
+        with pytest.raises(InvalidArgument) as failure:
+            await ws.client.memory_tree(depth=depth)
+        assert "depth must be between 1 and 10" in failure.value.message
+    with pytest.raises(InvalidArgument) as refused:
+        await ws.client.memory_tree("notes/")
+    assert 'use "notes"' in refused.value.message
 
 
 # --- memory_search ------------------------------------------------------------------------------
 
 
-async def search_until(ws: Workspace, query: str, path: str, **fields: Any) -> Any:
+async def search_until(ws: Workspace, query: str, path: str, limit: int = 0) -> Any:
     """Searches until `path` is found (the indexer runs behind the write), at most 60 s."""
     deadline = time.monotonic() + 60
     while True:
-        response = await ws.stub.MemorySearch(
-            workspace_pb2.MemorySearchRequest(space=OK_SPACE, query=query, **fields)
-        )
-        if any(hit.path == path for hit in response.hits) or time.monotonic() > deadline:
+        response = await ws.client.memory_search(query, limit=limit)
+        if any(hit.path == path for hit in response.results) or time.monotonic() > deadline:
             return response
         await asyncio.sleep(0.2)
 
 
 async def test_search_finds_a_written_memory(ws: Workspace) -> None:
-    await ws.write("The staging database password rotates every Tuesday.", target=1)
+    await ws.write("The staging database password rotates every Tuesday.", target="memory")
     for n in range(7):
-        await ws.write(f"note {n}: lunch order was pizza number {n}", target=4, path=f"n/{n}.md")
+        await ws.write(f"note {n}: lunch order was pizza number {n}", target=f"n/{n}.md")
     await search_until(ws, "when does the staging password rotate", "MEMORY.md")
     assert await ws.engram.relay.drained(60), "the indexer did not take every write"
     response = await search_until(ws, "when does the staging password rotate", "MEMORY.md")
     assert response.query == "when does the staging password rotate"
-    top = response.hits[0]
+    top = response.results[0]
     assert top.path == "MEMORY.md" and "Tuesday" in top.content
     assert top.document_id and 0 < top.score <= 1 and top.chunk_id
-    assert response.result_count == len(response.hits) == 5, "unset limit = 5"
+    assert response.result_count == len(response.results) == 5, "unset limit = 5"
     await search_until(ws, "lunch pizza", "n/6.md", limit=20)
-    assert (
-        len(
-            (
-                await ws.stub.MemorySearch(
-                    workspace_pb2.MemorySearchRequest(space=OK_SPACE, query="pizza", limit=2)
-                )
-            ).hits
-        )
-        == 2
-    )
+    assert len((await ws.client.memory_search("pizza", limit=2)).results) == 2
     for limit in (-1, 21):
-        failure = await fails(
-            ws.stub.MemorySearch(
-                workspace_pb2.MemorySearchRequest(space=OK_SPACE, query="pizza", limit=limit)
-            ),
-            grpc.StatusCode.INVALID_ARGUMENT,
-        )
-        assert "limit must be between 1 and 20" in failure.message
-    await fails(
-        ws.stub.MemorySearch(workspace_pb2.MemorySearchRequest(space=OK_SPACE, query=" ")),
-        grpc.StatusCode.INVALID_ARGUMENT,
-    )
+        with pytest.raises(InvalidArgument) as failure:
+            await ws.client.memory_search("pizza", limit=limit)
+        assert "limit must be between 1 and 20" in failure.value.message
+    with pytest.raises(InvalidArgument):
+        await ws.client.memory_search(" ")
 
 
 # --- CompleteBootstrap --------------------------------------------------------------------------
 
 
 async def bootstrap_updated_at(ws: Workspace) -> str:
-    document = (
-        await ws.storage.ReadDocument(
-            storage_pb2.ReadDocumentRequest(space=OK_SPACE, path="BOOTSTRAP.md")
-        )
-    ).document
-    return document.updated_at.ToDatetime(tzinfo=UTC).strftime("%Y%m%dT%H%M%SZ")
+    document = await ws.client.read_document("BOOTSTRAP.md")
+    assert document.updated_at is not None
+    return document.updated_at.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
 async def test_complete_bootstrap_archives_once(ws: Workspace) -> None:
-    await ws.storage.WriteDocument(
-        write_request("BOOTSTRAP.md", "# Hello\nWho am I?\n", ref=OK_SPACE)
-    )
+    await ws.client.write_document("BOOTSTRAP.md", "# Hello\nWho am I?\n")
     stamp = await bootstrap_updated_at(ws)
-    done = await ws.stub.CompleteBootstrap(workspace_pb2.CompleteBootstrapRequest(space=OK_SPACE))
-    assert done.archived_path == f"BOOTSTRAP.done-{stamp}.md"
-    assert re.fullmatch(r"BOOTSTRAP\.done-\d{8}T\d{6}Z\.md", done.archived_path)
-    assert await ws.read(done.archived_path) == "# Hello\nWho am I?\n"
-    await fails(ws.read("BOOTSTRAP.md"), grpc.StatusCode.NOT_FOUND)
-    again = await fails(
-        ws.stub.CompleteBootstrap(workspace_pb2.CompleteBootstrapRequest(space=OK_SPACE)),
-        grpc.StatusCode.NOT_FOUND,
-    )
-    assert "BOOTSTRAP.md" in again.message
+    archived = await ws.client.complete_bootstrap()
+    assert archived == f"BOOTSTRAP.done-{stamp}.md"
+    assert re.fullmatch(r"BOOTSTRAP\.done-\d{8}T\d{6}Z\.md", archived)
+    assert await ws.read(archived) == "# Hello\nWho am I?\n"
+    with pytest.raises(DocumentNotFound):
+        await ws.read("BOOTSTRAP.md")
+    with pytest.raises(NotFound) as again:
+        await ws.client.complete_bootstrap()
+    assert "BOOTSTRAP.md" in again.value.message
 
 
 async def test_complete_bootstrap_finishes_after_a_crash_between_copy_and_delete(
     ws: Workspace,
 ) -> None:
-    await ws.storage.WriteDocument(write_request("BOOTSTRAP.md", "onboard me\n", ref=OK_SPACE))
+    await ws.client.write_document("BOOTSTRAP.md", "onboard me\n")
     archive = f"BOOTSTRAP.done-{await bootstrap_updated_at(ws)}.md"
     # The state a crash after the create-only copy leaves behind.
-    await ws.storage.WriteDocument(write_request(archive, "onboard me\n", ref=OK_SPACE))
-    done = await ws.stub.CompleteBootstrap(workspace_pb2.CompleteBootstrapRequest(space=OK_SPACE))
-    assert done.archived_path == archive
-    await fails(ws.read("BOOTSTRAP.md"), grpc.StatusCode.NOT_FOUND)
+    await ws.client.write_document(archive, "onboard me\n")
+    assert await ws.client.complete_bootstrap() == archive
+    with pytest.raises(DocumentNotFound):
+        await ws.read("BOOTSTRAP.md")
     assert await ws.read(archive) == "onboard me\n"
 
 
@@ -491,20 +455,17 @@ async def test_the_21st_write_in_a_minute_is_refused_for_that_agent_only(ws: Wor
     await fresh_minute()
     for n in range(20):
         await ws.write(f"entry {n}")
-    failure = await fails(
-        ws.write("one too many"), grpc.StatusCode.RESOURCE_EXHAUSTED, "RATE_LIMITED"
-    )
-    delay = failure.detail(error_details_pb2.RetryInfo).retry_delay.seconds
-    assert 1 <= delay <= 60
-    assert "ENGRAM_WORKSPACE_WRITES_PER_MINUTE" in failure.message
+    with pytest.raises(RateLimited) as failure:
+        await ws.write("one too many")
+    delay = failure.value.retry_after_seconds
+    assert delay is not None and 1 <= int(delay) <= 60
+    assert "ENGRAM_WORKSPACE_WRITES_PER_MINUTE" in failure.value.message
     # Every write tool counts, and a refused write changed nothing.
-    await fails(
-        ws.stub.AppendDailyLog(workspace_pb2.AppendDailyLogRequest(space=OK_SPACE, entry="x")),
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-    )
+    with pytest.raises(RateLimited):
+        await ws.client.append_daily_log("x")
     assert (await ws.read(TODAY_LOG)).count("] entry ") == 20
     # Another agent: the same caller in another space.
-    assert (await ws.write("fine", space=space("other-agent"))).path == TODAY_LOG
+    assert (await ws.write("fine", space=Space(name="other-agent"))).path == TODAY_LOG
     # Reads are not writes.
     assert await ws.read(TODAY_LOG)
 
@@ -513,9 +474,11 @@ async def test_the_hour_limit_refuses_with_its_own_setting(tmp_path: Path) -> No
     async with start_workspace(tmp_path, workspace_writes_per_hour=2) as small:
         await small.write("a")
         await small.write("b")
-        failure = await fails(small.write("c"), grpc.StatusCode.RESOURCE_EXHAUSTED, "RATE_LIMITED")
-        assert "ENGRAM_WORKSPACE_WRITES_PER_HOUR" in failure.message
-        assert failure.detail(error_details_pb2.RetryInfo).retry_delay.seconds >= 1
+        with pytest.raises(RateLimited) as failure:
+            await small.write("c")
+        assert "ENGRAM_WORKSPACE_WRITES_PER_HOUR" in failure.value.message
+        delay = failure.value.retry_after_seconds
+        assert delay is not None and int(delay) >= 1
 
 
 # --- heartbeat ---------------------------------------------------------------------------------
@@ -523,26 +486,27 @@ async def test_the_hour_limit_refuses_with_its_own_setting(tmp_path: Path) -> No
 
 async def test_heartbeat_fields_render_and_keep_the_operators_lines(ws: Workspace) -> None:
     operator = "# Heartbeat\n\n## Schedule\n- 09:00 check mail\n<!-- keep me -->\n"
-    await ws.storage.WriteDocument(write_request("HEARTBEAT.md", operator, ref=OK_SPACE))
-    beat = workspace_pb2.Heartbeat(
-        session_id="s-42", surface="cli", turn_count=7, open_loops=["ship the release"]
+    await ws.client.write_document("HEARTBEAT.md", operator)
+    beat = Heartbeat(
+        last_seen=START,
+        session_id="s-42",
+        surface="cli",
+        turn_count=7,
+        open_loops=("ship the release",),
     )
-    beat.last_seen.FromDatetime(START)
-    written = await ws.write("", target=workspace_pb2.MEMORY_TARGET_HEARTBEAT, heartbeat=beat)
+    written = await ws.write("", target="heartbeat", heartbeat=beat)
     assert (written.path, written.append) == ("HEARTBEAT.md", False)
     text = await ws.read("HEARTBEAT.md")
     for expected in ("s-42", "cli", "7", "ship the release", "2026-12-01T10:15:00Z"):
         assert expected in text
     assert "## Schedule\n- 09:00 check mail\n<!-- keep me -->\n" in text
-    beat.turn_count = 8
-    await ws.write("all quiet", target=workspace_pb2.MEMORY_TARGET_HEARTBEAT, heartbeat=beat)
+    beat = dataclasses.replace(beat, turn_count=8)
+    await ws.write("all quiet", target="heartbeat", heartbeat=beat)
     again = await ws.read("HEARTBEAT.md")
     assert "turn_count: 8" in again and "turn_count: 7" not in again and "all quiet" in again
     assert again.count("## Schedule") == 1
-    await fails(
-        ws.write("x", target=workspace_pb2.MEMORY_TARGET_MEMORY, heartbeat=beat),
-        grpc.StatusCode.INVALID_ARGUMENT,
-    )
+    with pytest.raises(InvalidArgument):
+        await ws.write("x", target="memory", heartbeat=beat)
 
 
 # --- seeding, the system prompt, bootstrap ------------------------------------------------------
@@ -550,8 +514,8 @@ async def test_heartbeat_fields_render_and_keep_the_operators_lines(ws: Workspac
 SEEDED = ["AGENTS.md", "SOUL.md", "USER.md", "IDENTITY.md", "MEMORY.md", "BOOTSTRAP.md"]
 
 
-async def seed(ws: Workspace, ref: space_pb2.SpaceRef = OK_SPACE) -> Any:
-    return await ws.stub.SeedWorkspace(workspace_pb2.SeedWorkspaceRequest(space=ref))
+async def seed(ws: Workspace) -> SeedResult:
+    return await ws.client.seed_workspace()
 
 
 async def test_seeding_twice_creates_nothing_and_keeps_edits(ws: Workspace) -> None:
@@ -560,11 +524,10 @@ async def test_seeding_twice_creates_nothing_and_keeps_edits(ws: Workspace) -> N
     memory = await ws.read("MEMORY.md")
     for heading in ("## Facts", "## Preferences", "## Decisions"):
         assert heading in memory
-    await fails(ws.read("HEARTBEAT.md"), grpc.StatusCode.NOT_FOUND)
-    await ws.storage.WriteDocument(write_request("SOUL.md", "edited by the operator", ref=OK_SPACE))
-    await ws.storage.DeleteDocument(
-        storage_pb2.DeleteDocumentRequest(space=OK_SPACE, path="USER.md")
-    )
+    with pytest.raises(DocumentNotFound):
+        await ws.read("HEARTBEAT.md")
+    await ws.client.write_document("SOUL.md", "edited by the operator")
+    await ws.client.delete_document("USER.md")
     second = await seed(ws)
     assert list(second.created_paths) == ["USER.md"]
     assert list(second.existing_paths) == [p for p in SEEDED if p != "USER.md"]
@@ -583,10 +546,8 @@ async def test_seed_templates_can_be_overridden_by_a_directory(tmp_path: Path) -
         assert "## Facts" in await custom.read("MEMORY.md")
 
 
-async def prompt(ws: Workspace, **fields: Any) -> workspace_pb2.GetSystemPromptResponse:
-    return await ws.stub.GetSystemPrompt(
-        workspace_pb2.GetSystemPromptRequest(space=OK_SPACE, **fields)
-    )
+async def prompt(ws: Workspace, **options: Any) -> SystemPrompt:
+    return await ws.client.system_prompt(**options)
 
 
 SEED_FILES = {
@@ -610,27 +571,27 @@ SEED_004_ORDER = [
 ]
 
 
-async def assert_seed_004_layout(answer: workspace_pb2.GetSystemPromptResponse) -> None:
+async def assert_seed_004_layout(answer: SystemPrompt) -> None:
     assert [(s.name, s.path) for s in answer.sections] == [
         (name, path) for name, path, _ in SEED_004_ORDER
     ]
     # Section by section: each heading, then its file's text, in this order.
     at = 0
     for name, _, text in SEED_004_ORDER:
-        heading = answer.prompt.index(f"## {name}\n", at)
-        at = answer.prompt.index(text, heading)
+        heading = answer.text.index(f"## {name}\n", at)
+        at = answer.text.index(text, heading)
 
 
 async def test_the_seed_004_layout_carries_heartbeat_in_its_order(ws: Workspace) -> None:
     for path, text in SEED_FILES.items():
-        await ws.storage.WriteDocument(write_request(path, text, ref=OK_SPACE))
+        await ws.client.write_document(path, text)
     await ws.write("today's work")
-    await assert_seed_004_layout(await prompt(ws, layout=workspace_pb2.PROMPT_LAYOUT_SEED_004))
-    group = await prompt(ws, layout=workspace_pb2.PROMPT_LAYOUT_SEED_004, group_context=True)
+    await assert_seed_004_layout(await prompt(ws, layout="004"))
+    group = await prompt(ws, layout="004", group_context=True)
     assert "MEMORY.md" not in [s.path for s in group.sections]
     assert "HEARTBEAT.md" in [s.path for s in group.sections]
     # Seed 000's layout (the default here) is today's order, without HEARTBEAT.md.
-    for answer in (await prompt(ws), await prompt(ws, layout=workspace_pb2.PROMPT_LAYOUT_SEED_000)):
+    for answer in (await prompt(ws), await prompt(ws, layout="000")):
         assert [s.path for s in answer.sections][:5] == [
             "AGENTS.md",
             "SOUL.md",
@@ -644,10 +605,10 @@ async def test_the_seed_004_layout_carries_heartbeat_in_its_order(ws: Workspace)
 async def test_a_deployment_may_default_to_the_seed_004_layout(tmp_path: Path) -> None:
     async with start_workspace(tmp_path, workspace_prompt_layout="004") as ws:
         for path, text in SEED_FILES.items():
-            await ws.storage.WriteDocument(write_request(path, text, ref=OK_SPACE))
+            await ws.client.write_document(path, text)
         await ws.write("today's work")
         await assert_seed_004_layout(await prompt(ws))
-        named = await prompt(ws, layout=workspace_pb2.PROMPT_LAYOUT_SEED_000)
+        named = await prompt(ws, layout="000")
         assert named.sections[0].path == "AGENTS.md"
 
 
@@ -662,7 +623,7 @@ async def test_openclaw_journals_under_memory_reach_the_prompt(ws: Workspace) ->
         "memory/projects.md": "not a journal",
     }
     for path, text in files.items():
-        await ws.storage.WriteDocument(write_request(path, text, ref=OK_SPACE))
+        await ws.client.write_document(path, text)
     await ws.write("today's work")
     sections = [(s.name, s.path) for s in (await prompt(ws)).sections]
     assert sections == [
@@ -685,7 +646,7 @@ async def test_prompt_order_with_and_without_group_context(ws: Workspace) -> Non
         "notes/x.md": "not in the prompt",
     }
     for path, text in files.items():
-        await ws.storage.WriteDocument(write_request(path, text, ref=OK_SPACE))
+        await ws.client.write_document(path, text)
     await ws.write("today's work")
     await ws.write("from the phone", session="phone")
     full = await prompt(ws)
@@ -700,7 +661,7 @@ async def test_prompt_order_with_and_without_group_context(ws: Workspace) -> Non
         ("Today's Notes", "daily/2026-12-01-phone.md"),
         ("Yesterday's Notes", "daily/2026-11-30.md"),
     ]
-    headings = [line for line in full.prompt.splitlines() if line.startswith("## ")]
+    headings = [line for line in full.text.splitlines() if line.startswith("## ")]
     assert headings == [
         "## Agent Instructions",
         "## Core Values",
@@ -711,7 +672,7 @@ async def test_prompt_order_with_and_without_group_context(ws: Workspace) -> Non
         "## Yesterday's Notes",
     ]
     positions = [
-        full.prompt.index(text)
+        full.text.index(text)
         for text in (
             "Follow the runbook.",
             "Be kind.",
@@ -724,18 +685,11 @@ async def test_prompt_order_with_and_without_group_context(ws: Workspace) -> Non
         )
     ]
     assert positions == sorted(positions)
-    assert "too old" not in full.prompt and "not in the prompt" not in full.prompt
-    assert (
-        full.sections[1].sha256
-        == (
-            await ws.stub.MemoryRead(
-                workspace_pb2.MemoryReadRequest(space=OK_SPACE, path="SOUL.md")
-            )
-        ).sha256
-    )
+    assert "too old" not in full.text and "not in the prompt" not in full.text
+    assert full.sections[1].sha256 == (await ws.client.memory_read("SOUL.md")).sha256
     assert not full.soul_changed and not full.bootstrapping
     group = await prompt(ws, group_context=True)
-    assert "Long-Term Memory" not in group.prompt and "Ann prefers tea." not in group.prompt
+    assert "Long-Term Memory" not in group.text and "Ann prefers tea." not in group.text
     assert [s.path for s in group.sections] == [p for _, p in names if p != "MEMORY.md"]
 
 
@@ -753,17 +707,15 @@ async def test_notes_follow_the_callers_time_zone(ws: Workspace) -> None:
 async def test_soul_notice_appears_exactly_once(ws: Workspace) -> None:
     await seed(ws)
     first = await prompt(ws)
-    assert not first.soul_changed and "Notice" not in first.prompt
+    assert not first.soul_changed and "Notice" not in first.text
     assert not (await prompt(ws)).soul_changed
-    await ws.storage.WriteDocument(write_request("SOUL.md", "Be bold.", ref=OK_SPACE))
+    await ws.client.write_document("SOUL.md", "Be bold.")
     changed = await prompt(ws)
-    assert changed.soul_changed and "SOUL.md" in changed.prompt.split("## Agent Instructions")[0]
+    assert changed.soul_changed and "SOUL.md" in changed.text.split("## Agent Instructions")[0]
     after = await prompt(ws)
-    assert not after.soul_changed and "Notice" not in after.prompt
+    assert not after.soul_changed and "Notice" not in after.text
     # The baseline is the agent's: another agent (another space) starts without a notice.
-    other = await ws.stub.GetSystemPrompt(
-        workspace_pb2.GetSystemPromptRequest(space=space("other-agent"))
-    )
+    other = await ws.client.system_prompt(space=Space(name="other-agent"))
     assert not other.soul_changed
 
 
@@ -771,19 +723,19 @@ async def test_bootstrap_block_until_completed(ws: Workspace) -> None:
     await seed(ws)
     onboarding = await prompt(ws)
     assert onboarding.bootstrapping and onboarding.sections[-1].path == "BOOTSTRAP.md"
-    done = await ws.stub.CompleteBootstrap(workspace_pb2.CompleteBootstrapRequest(space=OK_SPACE))
+    archived = await ws.client.complete_bootstrap()
     after = await prompt(ws)
     assert not after.bootstrapping and "BOOTSTRAP.md" not in [s.path for s in after.sections]
-    assert done.archived_path not in after.prompt
+    assert archived not in after.text
 
 
 async def test_racing_appends_keep_every_entry_and_one_header(ws: Workspace) -> None:
     await fresh_minute()
     # An operator's file without a final newline, and a log nobody has created yet.
-    await ws.storage.WriteDocument(write_request("notes/raw.md", "head", ref=OK_SPACE))
+    await ws.client.write_document("notes/raw.md", "head")
     await asyncio.gather(
         *(ws.write(f"entry {n}") for n in range(8)),
-        *(ws.write(f"line {n}", target=4, path="notes/raw.md") for n in range(8)),
+        *(ws.write(f"line {n}", target="notes/raw.md") for n in range(8)),
     )
     log = await ws.read(TODAY_LOG)
     assert log.count("# Daily Log") == 1

@@ -27,32 +27,27 @@ from mcp import Client
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 
-from engram.v1 import (
-    authz_pb2,
-    authz_pb2_grpc,
-    quota_pb2,
-    quota_pb2_grpc,
-    search_pb2,
-    search_pb2_grpc,
-    space_pb2,
-    storage_pb2,
-    storage_pb2_grpc,
-    workspace_pb2,
-    workspace_pb2_grpc,
+from engram.client import (
+    AsyncClient,
+    PermissionDenied,
+    QuotaExceeded,
+    SearchResults,
+    Space,
+    Unauthenticated,
+    Unavailable,
 )
 from tests.deploy.chart import Helm
 from tests.support.backends import RealBackends
-from tests.support.grpc_helpers import fails, space, write_request
 from tests.support.scripts import load_script
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
+from tests.support.tokens import TEST_JWT_SECRET, mint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_backend]
 
 SERVICES = {"storage", "quota", "authz", "indexer", "search", "workspace", "maintenance"}
 PROCESSES = SERVICES | {"mcp"}
-ANN = bearer(mint("ann", "acme", "member"))
-ADMIN = bearer(mint("root", "acme", "admin"))
-NOTES = space("cluster-notes")
+ANN = mint("ann", "acme", "member")
+ADMIN = mint("root", "acme", "admin")
+NOTES = Space(name="cluster-notes")
 T = TypeVar("T")
 
 
@@ -116,6 +111,13 @@ async def channels(system: Any) -> AsyncIterator[dict[str, grpc.aio.Channel]]:
             await channel.close()
 
 
+def client(
+    channel: grpc.aio.Channel, token: str = ANN, space: Space = NOTES, retries: int = 3
+) -> AsyncClient:
+    """engram.client on one service's mTLS channel (left open when the client closes)."""
+    return AsyncClient(channel=channel, token=token, space=space, retries=retries)
+
+
 async def eventually(probe: Callable[[], Awaitable[T | None]], within: float, what: str) -> T:
     """Polls `probe` until it returns a value (bounded by `within` seconds)."""
     deadline = time.monotonic() + within
@@ -132,11 +134,7 @@ async def search_paths(channel: grpc.aio.Channel, query: str) -> set[str]:
     adds nearest neighbours of any text). Hybrid, not lexical: on a busy machine the keyword
     leg may miss its deadline, and hybrid then answers degraded (here: nothing found yet)
     where lexical alone would fail."""
-    answer = await search_pb2_grpc.SearchServiceStub(channel).Search(
-        search_pb2.SearchRequest(spaces=[NOTES], query=query, limit=10),
-        metadata=ANN,
-        timeout=10,
-    )
+    answer = await client(channel).with_options(timeout=10).search(query, limit=10)
     return {hit.path for hit in answer.results if hit.bm25_rank}
 
 
@@ -281,12 +279,12 @@ def test_the_helm_test_script_checks_every_service_over_mtls(system: Any) -> Non
 async def test_written_documents_are_found_by_search(
     channels: dict[str, grpc.aio.Channel],
 ) -> None:
-    storage = storage_pb2_grpc.StorageServiceStub(channels["storage"])
+    storage = client(channels["storage"])
     for path, text in {
         "ops/runbook.md": "The zebracorn dashboard shows the build farm.",
         "ops/oncall.md": "The pager rotation starts on Mondays.",
     }.items():
-        await storage.WriteDocument(write_request(path, text, ref=NOTES), metadata=ANN)
+        await storage.write_document(path, text)
 
     # Storage published through NATS; the indexer process read the documents back from
     # storage (service token) and indexed them in OpenSearch; search reads OpenSearch.
@@ -300,35 +298,23 @@ async def test_written_documents_are_found_by_search(
 async def test_workspace_calls_storage_and_search_over_grpc(
     channels: dict[str, grpc.aio.Channel],
 ) -> None:
-    workspace = workspace_pb2_grpc.WorkspaceServiceStub(channels["workspace"])
-    agent = space("cluster-agent")
-    written = await workspace.MemoryWrite(
-        workspace_pb2.MemoryWriteRequest(
-            space=agent,
-            target=workspace_pb2.MEMORY_TARGET_MEMORY,
-            content="The customer prefers quokka-themed release names.",
-        ),
-        metadata=ANN,
+    agent = Space(name="cluster-agent")
+    workspace = client(channels["workspace"], space=agent)
+    written = await workspace.memory_write(
+        "The customer prefers quokka-themed release names.", target="memory"
     )
     assert written.path == "MEMORY.md"
     # Written by the storage process, on the workspace's service principal.
-    stored = await storage_pb2_grpc.StorageServiceStub(channels["storage"]).ReadDocument(
-        storage_pb2.ReadDocumentRequest(space=agent, path="MEMORY.md"), metadata=ANN
-    )
-    assert "quokka-themed" in stored.document.content
+    stored = await client(channels["storage"], space=agent).read_document("MEMORY.md")
+    assert "quokka-themed" in stored.content
 
     async def hits() -> list[str] | None:
-        answer = await workspace.MemorySearch(
-            workspace_pb2.MemorySearchRequest(space=agent, query="quokka release names"),
-            metadata=ANN,
-        )
-        return [h.path for h in answer.hits] or None
+        answer = await workspace.memory_search("quokka release names")
+        return [h.path for h in answer.results] or None
 
     assert await eventually(hits, 90, "memory_search") == ["MEMORY.md"]
-    prompt = await workspace.GetSystemPrompt(
-        workspace_pb2.GetSystemPromptRequest(space=agent), metadata=ANN
-    )
-    assert "## Long-Term Memory" in prompt.prompt and "quokka-themed" in prompt.prompt
+    prompt = await workspace.system_prompt()
+    assert "## Long-Term Memory" in prompt.text and "quokka-themed" in prompt.text
 
 
 async def test_the_mcp_server_works_through_the_workspace(
@@ -337,123 +323,83 @@ async def test_the_mcp_server_works_through_the_workspace(
     """`engram mcp --transport http` as the chart runs it: its own token, the space from
     the values, the workspace over mTLS."""
     url = f"http://{system.plan.specs['mcp'].address}/mcp"
-    async with Client(url, read_timeout_seconds=60) as client:
-        result = await client.call_tool(
+    async with Client(url, read_timeout_seconds=60) as mcp:
+        result = await mcp.call_tool(
             "memory_write", {"content": "The offsite moved to Lisbon.", "target": "memory"}
         )
         assert not result.is_error, result.content
         assert result.structured_content is not None
         assert result.structured_content["path"] == "MEMORY.md"
-    agents = space("memory", visibility=space_pb2.VISIBILITY_PROJECT, project="agents")
-    stored = await storage_pb2_grpc.StorageServiceStub(channels["storage"]).ReadDocument(
-        storage_pb2.ReadDocumentRequest(space=agents, path="MEMORY.md"), metadata=ANN
-    )
-    assert "moved to Lisbon" in stored.document.content
-    assert stored.document.updated_by == "engram-services"  # the workspace's principal
+    agents = Space(visibility="project", project="agents", name="memory")
+    stored = await client(channels["storage"], space=agents).read_document("MEMORY.md")
+    assert "moved to Lisbon" in stored.content
+    assert stored.updated_by == "engram-services"  # the workspace's principal
 
 
 async def test_a_quota_set_through_quota_is_enforced_by_storage(
     channels: dict[str, grpc.aio.Channel],
 ) -> None:
-    admin = bearer(mint("boss", "tight", "admin", platform_admin=True))
-    member = bearer(mint("meg", "tight", "member"))
-    quota = quota_pb2_grpc.QuotaServiceStub(channels["quota"])
-    await quota.SetTenantQuota(
-        quota_pb2.SetTenantQuotaRequest(tenant="tight", quota_bytes=1000), metadata=admin
-    )
-    storage = storage_pb2_grpc.StorageServiceStub(channels["storage"])
-    await storage.WriteDocument(write_request("small.md", "x" * 400), metadata=member)
-    refused = await fails(
-        storage.WriteDocument(write_request("big.md", "y" * 800), metadata=member),
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-    )
-    assert "quota" in refused.message.lower()
+    admin = mint("boss", "tight", "admin", platform_admin=True)
+    member = mint("meg", "tight", "member")
+    quota = client(channels["quota"], token=admin)
+    await quota.set_tenant_quota("tight", 1000)
+    storage = client(channels["storage"], token=member, space=Space(name="notes"))
+    await storage.write_document("small.md", "x" * 400)
+    with pytest.raises(QuotaExceeded) as refused:
+        await storage.write_document("big.md", "y" * 800)
+    assert "quota" in refused.value.message.lower()
     # Storage charged the quota process: its counter holds the accepted write only.
-    usage = await quota.GetUsage(
-        quota_pb2.QuotaServiceGetUsageRequest(tenant="tight"), metadata=admin
-    )
+    usage = await quota.quota_usage(tenant="tight")
     assert (usage.tenant_used_bytes, usage.tenant_quota_bytes) == (400, 1000)
 
 
 async def test_tokens_created_through_authz_are_honoured_by_storage(
     channels: dict[str, grpc.aio.Channel],
 ) -> None:
-    authz = authz_pb2_grpc.AuthzServiceStub(channels["authz"])
-    storage = storage_pb2_grpc.StorageServiceStub(channels["storage"])
+    authz = client(channels["authz"], token=ADMIN)
     tokens = {
-        role: (
-            await authz.CreateToken(
-                authz_pb2.CreateTokenRequest(role=role, ttl_seconds=600, description="cluster"),
-                metadata=ADMIN,
-            )
-        ).token
-        for role in (authz_pb2.ROLE_MEMBER, authz_pb2.ROLE_VIEWER)
+        role: (await authz.create_token(role=role, ttl_seconds=600, description="cluster")).token
+        for role in ("member", "viewer")
     }
-    shared = space("cluster-team", visibility=space_pb2.VISIBILITY_PROJECT, project="ops")
-    member = bearer(tokens[authz_pb2.ROLE_MEMBER])
-    viewer = bearer(tokens[authz_pb2.ROLE_VIEWER])
-    await storage.WriteDocument(write_request("plan.md", "ship it", ref=shared), metadata=member)
-    read = await storage.ReadDocument(
-        storage_pb2.ReadDocumentRequest(space=shared, path="plan.md"), metadata=viewer
-    )
-    assert read.document.content == "ship it"
-    await fails(
-        storage.WriteDocument(write_request("plan.md", "no", ref=shared), metadata=viewer),
-        grpc.StatusCode.PERMISSION_DENIED,
-    )
-    await fails(
-        storage.ReadDocument(
-            storage_pb2.ReadDocumentRequest(space=shared, path="plan.md"),
-            metadata=bearer("egm_not-a-token"),
-        ),
-        grpc.StatusCode.UNAUTHENTICATED,
-    )
+    shared = Space(visibility="project", project="ops", name="cluster-team")
+    member = client(channels["storage"], token=tokens["member"], space=shared)
+    viewer = client(channels["storage"], token=tokens["viewer"], space=shared)
+    await member.write_document("plan.md", "ship it")
+    assert (await viewer.read_document("plan.md")).content == "ship it"
+    with pytest.raises(PermissionDenied):
+        await viewer.write_document("plan.md", "no")
+    with pytest.raises(Unauthenticated):
+        await client(channels["storage"], "egm_not-a-token", shared).read_document("plan.md")
 
 
 async def test_storage_killed_and_restarted_the_others_recover(
     system: Any, channels: dict[str, grpc.aio.Channel]
 ) -> None:
-    storage = storage_pb2_grpc.StorageServiceStub(channels["storage"])
-    workspace = workspace_pb2_grpc.WorkspaceServiceStub(channels["workspace"])
-    acknowledged = await storage.WriteDocument(
-        write_request("before-kill.md", "Acknowledged before the crash.", ref=NOTES), metadata=ANN
-    )
+    storage = client(channels["storage"])
+    # No retries: each read is one attempt, so the outage is seen.
+    workspace = client(channels["workspace"], retries=0).with_options(timeout=10)
+    acknowledged = await storage.write_document("before-kill.md", "Acknowledged before the crash.")
     system.kill("storage")
-    await fails(
-        workspace.MemoryRead(
-            workspace_pb2.MemoryReadRequest(space=NOTES, path="before-kill.md"),
-            metadata=ANN,
-            timeout=10,
-        ),
-        grpc.StatusCode.UNAVAILABLE,
-    )
+    with pytest.raises(Unavailable):
+        await workspace.memory_read("before-kill.md")
     system.start("storage")  # the same command, environment and port
     await asyncio.to_thread(system.wait_serving, ["storage"], 60)
 
-    read = await storage.ReadDocument(
-        storage_pb2.ReadDocumentRequest(space=NOTES, path="before-kill.md"), metadata=ANN
-    )
-    assert read.document.sha256 == acknowledged.document.sha256
+    read = await storage.read_document("before-kill.md")
+    assert read.sha256 == acknowledged.document.sha256
 
     # The workspace and the indexer were not restarted: their channels reconnect.
     async def through_workspace() -> str | None:
         try:
-            answer = await workspace.MemoryRead(
-                workspace_pb2.MemoryReadRequest(space=NOTES, path="before-kill.md"),
-                metadata=ANN,
-                timeout=10,
-            )
-        except grpc.aio.AioRpcError as error:
-            assert error.code() == grpc.StatusCode.UNAVAILABLE, error
+            answer = await workspace.memory_read("before-kill.md")
+        except Unavailable:
             return None
         return answer.content
 
     assert await eventually(through_workspace, 30, "workspace reaches storage") == (
         "Acknowledged before the crash."
     )
-    await storage.WriteDocument(
-        write_request("after-restart.md", "Wombat migrations resume.", ref=NOTES), metadata=ANN
-    )
+    await storage.write_document("after-restart.md", "Wombat migrations resume.")
 
     async def indexed() -> set[str] | None:
         return await search_paths(channels["search"], "wombat migrations") or None
@@ -470,9 +416,8 @@ async def test_search_restarted_finds_the_indexers_vectors(
     """The vector index the chart configures here (ENGRAM_VECTOR_DIR, shared by indexer and
     search on one host) holds what the indexer process embedded; a search process sees it
     when it opens the directory, so search is restarted by SIGTERM, as a rollout would."""
-    await storage_pb2_grpc.StorageServiceStub(channels["storage"]).WriteDocument(
-        write_request("ops/keys.md", "Rotate the narwhal signing keys every quarter.", ref=NOTES),
-        metadata=ANN,
+    await client(channels["storage"]).write_document(
+        "ops/keys.md", "Rotate the narwhal signing keys every quarter."
     )
 
     async def indexed() -> set[str] | None:
@@ -482,15 +427,8 @@ async def test_search_restarted_finds_the_indexers_vectors(
     assert system.stop(["search"], grace=20) == {"search": 0}
     system.start("search")
     await asyncio.to_thread(system.wait_serving, ["search"], 90)
-    answer = await search_pb2_grpc.SearchServiceStub(channels["search"]).Search(
-        search_pb2.SearchRequest(
-            spaces=[NOTES],
-            query="how often are the narwhal secrets changed",
-            limit=3,
-            mode=search_pb2.SEARCH_MODE_SEMANTIC,
-        ),
-        metadata=ANN,
-        timeout=30,
+    answer = await client(channels["search"]).search(
+        "how often are the narwhal secrets changed", limit=3, mode="semantic"
     )
     assert not answer.degraded, answer.degraded_reasons
     assert answer.results[0].path == "ops/keys.md"
@@ -503,9 +441,8 @@ async def test_a_running_search_finds_the_indexers_new_vectors(
     """Search and indexer are separate processes sharing ENGRAM_VECTOR_DIR: a document
     written after search started is found in semantic mode, undegraded, without a restart
     (the search process follows the indexer's writes; bench/load.py measures how fast)."""
-    await storage_pb2_grpc.StorageServiceStub(channels["storage"]).WriteDocument(
-        write_request("zoo/otters.md", "Sea otters hold hands while they sleep.", ref=NOTES),
-        metadata=ANN,
+    await client(channels["storage"]).write_document(
+        "zoo/otters.md", "Sea otters hold hands while they sleep."
     )
 
     async def indexed() -> set[str] | None:
@@ -514,16 +451,9 @@ async def test_a_running_search_finds_the_indexers_new_vectors(
 
     await eventually(indexed, 90, "indexed through NATS")
 
-    async def semantic() -> search_pb2.SearchResponse | None:
-        answer = await search_pb2_grpc.SearchServiceStub(channels["search"]).Search(
-            search_pb2.SearchRequest(
-                spaces=[NOTES],
-                query="which marine mammals link paws when resting",
-                limit=3,
-                mode=search_pb2.SEARCH_MODE_SEMANTIC,
-            ),
-            metadata=ANN,
-            timeout=30,
+    async def semantic() -> SearchResults | None:
+        answer = await client(channels["search"]).search(
+            "which marine mammals link paws when resting", limit=3, mode="semantic"
         )
         found = answer.results and answer.results[0].path == "zoo/otters.md"
         return answer if found else None

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import grpc
 import pytest
 from typer.testing import CliRunner
 
@@ -26,16 +25,24 @@ from engram.app.adapters import DATABASE_FILE
 from engram.app.embedded import EmbeddedEngram, embedded_engram
 from engram.authz.tokens import JwtVerifier, TokenAuthenticator
 from engram.cli.app import app
+from engram.client import (
+    AsyncClient,
+    InvalidArgument,
+    PermissionDenied,
+    RateLimited,
+    Space,
+    Unauthenticated,
+)
 from engram.events.sqlite_feed import FeedOptions, SqliteChangeFeed
 from engram.storage.sqlite_outbox import SqliteOutbox
-from engram.v1 import indexer_pb2, indexer_pb2_grpc, space_pb2, storage_pb2, storage_pb2_grpc
-from tests.support.grpc_helpers import fails, space, write_request
 from tests.support.settings import server_settings
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
+from tests.support.tokens import TEST_JWT_SECRET, mint
 from tests.support.watching import (
+    NOTES,
     Watch,
     assert_exactly_once_in_order,
     burst_with_disconnect_and_restart,
+    first_change,
 )
 
 pytestmark = pytest.mark.e2e
@@ -49,11 +56,13 @@ async def dev(data_dir: Path, **overrides: object) -> AsyncIterator[EmbeddedEngr
         yield engram
 
 
+def client(engram: EmbeddedEngram, token: str = "", space: Space = NOTES) -> AsyncClient:
+    return AsyncClient(f"127.0.0.1:{engram.port}", token=token, space=space, retries=0)
+
+
 async def write(engram: EmbeddedEngram, path: str, content: str) -> None:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-        await storage_pb2_grpc.StorageServiceStub(channel).WriteDocument(
-            write_request(path, content)
-        )
+    async with client(engram) as writer:
+        await writer.write_document(path, content)
 
 
 @pytest.mark.timeout(600)
@@ -69,31 +78,29 @@ async def test_500_writes_disconnect_and_restart_exactly_once_in_order(tmp_path:
 
 async def test_replay_from_start_then_live_with_deletes(tmp_path: Path) -> None:
     async with dev(tmp_path) as engram:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            written = await stub.WriteDocument(write_request("a.md", "alpha"))
-            await stub.WriteDocument(write_request("b.md", "beta"))
-            await stub.DeleteDocument(storage_pb2.DeleteDocumentRequest(space=space(), path="a.md"))
+        async with client(engram) as writer:
+            written = await writer.write_document("a.md", "alpha")
+            await writer.write_document("b.md", "beta")
+            await writer.delete_document("a.md")
             # Another space's change is not this space's.
-            await stub.WriteDocument(write_request("c.md", "gamma", ref=space("other")))
+            await writer.write_document("c.md", "gamma", space=Space(name="other"))
             async with Watch(engram.port, from_start=True) as replay:
                 await asyncio.wait_for(replay.caught_up.wait(), 30)
                 assert [(c.kind, c.path, c.version) for c in replay.changes] == [
-                    (storage_pb2.CHANGE_KIND_WRITTEN, "a.md", 1),
-                    (storage_pb2.CHANGE_KIND_WRITTEN, "b.md", 1),
-                    (storage_pb2.CHANGE_KIND_DELETED, "a.md", 1),
+                    ("written", "a.md", 1),
+                    ("written", "b.md", 1),
+                    ("deleted", "a.md", 1),
                 ]
                 first = replay.changes[0]
                 assert first.document_id == written.document.document_id
                 assert first.sha256 == written.document.sha256 and first.size_bytes == 5
-                assert first.event_id and first.at.seconds > 0
+                assert first.event_id and first.at is not None
                 # Live: the next write arrives without asking again.
-                await stub.WriteDocument(write_request("b.md", "beta two"))
+                await writer.write_document("b.md", "beta two")
                 await replay.received(4, within=10)
                 assert (replay.changes[3].path, replay.changes[3].version) == ("b.md", 2)
             # Reindexing names documents but changes none: the feed leaves it out.
-            indexer = indexer_pb2_grpc.IndexerServiceStub(channel)
-            await indexer.Reindex(indexer_pb2.ReindexRequest(spaces=[space()]))
+            await writer.reindex([NOTES])
             assert await engram.relay.drained(60)
             async with Watch(engram.port, from_start=True) as again:
                 await asyncio.wait_for(again.caught_up.wait(), 30)
@@ -108,71 +115,41 @@ async def test_other_tenant_and_anonymous_refused(tmp_path: Path) -> None:
         JwtVerifier(secret=TEST_JWT_SECRET, jwks_path=None), None, cache_seconds=0
     )
     async with embedded_engram(server_settings(tmp_path), authenticator=authenticator) as engram:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            owner = bearer(mint("bob", "globex", "member"))
-            plans = space("plans", tenant="globex")
-            await stub.WriteDocument(
-                write_request("p.md", "secret plan", ref=plans), metadata=owner
-            )
-
-            async def first_message(
-                ref: space_pb2.SpaceRef, metadata: tuple[tuple[str, str], ...]
-            ) -> storage_pb2.WatchSpaceResponse:
-                call = stub.WatchSpace(
-                    storage_pb2.WatchSpaceRequest(space=ref, from_start=True), metadata=metadata
-                )
-                try:
-                    return await call.read()  # type: ignore[return-value]
-                finally:
-                    call.cancel()
-
+        plans = Space(name="plans", tenant="globex")
+        async with client(engram, mint("bob", "globex", "member"), plans) as owner:
+            await owner.write_document("p.md", "secret plan")
             for role in ("viewer", "member", "admin"):
-                intruder = bearer(mint("eve", "acme", role))
-                await fails(first_message(plans, intruder), grpc.StatusCode.PERMISSION_DENIED)
-            await fails(first_message(plans, ()), grpc.StatusCode.UNAUTHENTICATED)
+                with pytest.raises(PermissionDenied):
+                    await first_change(
+                        owner.as_caller(mint("eve", "acme", role), space=plans), from_start=True
+                    )
+            with pytest.raises(Unauthenticated):
+                await first_change(owner.as_caller("", space=plans), from_start=True)
             # The owner's tenant reads it; a viewer may watch (a read).
-            reader = bearer(mint("vic", "globex", "viewer"))
-            response = await first_message(plans, reader)
-            assert response.change.path == "p.md"
+            reader = owner.as_caller(mint("vic", "globex", "viewer"), space=plans)
+            change = await first_change(reader, from_start=True)
+            assert change is not None and change.path == "p.md"
 
 
 async def test_bad_cursor_and_watcher_limit(tmp_path: Path) -> None:
     async with dev(tmp_path, feed_max_watchers=2) as engram:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            await stub.WriteDocument(write_request("a.md", "alpha"))
-
-            async def first(request: storage_pb2.WatchSpaceRequest) -> None:
-                call = stub.WatchSpace(request)
-                try:
-                    await call.read()
-                finally:
-                    call.cancel()
-
+        async with client(engram) as watcher:
+            await watcher.write_document("a.md", "alpha")
             for cursor in ("abc", "-1", "1" * 20):
-                await fails(
-                    first(storage_pb2.WatchSpaceRequest(space=space(), cursor=cursor)),
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                )
-            await fails(
-                first(storage_pb2.WatchSpaceRequest(space=space(), cursor="1", from_start=True)),
-                grpc.StatusCode.INVALID_ARGUMENT,
-            )
-            ahead = await fails(
-                first(storage_pb2.WatchSpaceRequest(space=space(), cursor="999999")),
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "CURSOR_AHEAD",
-            )
-            assert "--from-start" in ahead.message
+                with pytest.raises(InvalidArgument):
+                    await first_change(watcher, cursor=cursor)
+            with pytest.raises(InvalidArgument):
+                await first_change(watcher, cursor="1", from_start=True)
+            with pytest.raises(InvalidArgument) as ahead:
+                await first_change(watcher, cursor="999999")
+            assert ahead.value.info_reason == "CURSOR_AHEAD"
+            assert "--from-start" in ahead.value.message
             async with Watch(engram.port) as one, Watch(engram.port) as two:
                 await asyncio.wait_for(one.caught_up.wait(), 30)
                 await asyncio.wait_for(two.caught_up.wait(), 30)
-                await fails(
-                    first(storage_pb2.WatchSpaceRequest(space=space())),
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    "TOO_MANY_WATCHERS",
-                )
+                with pytest.raises(RateLimited) as refused:
+                    await first_change(watcher)
+                assert refused.value.info_reason == "TOO_MANY_WATCHERS"
             # Closed watches give their slots back.
             for _ in range(200):
                 if not engram.storage._watchers.taken:
@@ -201,13 +178,11 @@ async def test_retention_prunes_published_events_and_expires_old_cursors(tmp_pat
         await write(engram, "new.md", "new")
         assert await engram.relay.drained(30)
 
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            call = stub.WatchSpace(
-                storage_pb2.WatchSpaceRequest(space=space(), cursor=old_cursors[0])
-            )
-            expired = await fails(call.read(), grpc.StatusCode.INVALID_ARGUMENT, "CURSOR_EXPIRED")
-            assert "--from-start" in expired.message
+        async with client(engram) as watcher:
+            with pytest.raises(InvalidArgument) as expired:
+                await first_change(watcher, cursor=old_cursors[0])
+            assert expired.value.info_reason == "CURSOR_EXPIRED"
+            assert "--from-start" in expired.value.message
         # The last pruned cursor has nothing after it pruned: it resumes with the new change.
         async with Watch(engram.port, cursor=old_cursors[-1]) as resumed:
             await asyncio.wait_for(resumed.caught_up.wait(), 30)

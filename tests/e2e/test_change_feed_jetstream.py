@@ -15,20 +15,20 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 import nats
 import pytest
 
+from engram.client import AsyncClient, InvalidArgument, PermissionDenied, Space, Unavailable
 from engram.runtime.interceptors import Authenticator
-from engram.v1 import storage_pb2, storage_pb2_grpc
 from tests.support.backends import RealBackends
-from tests.support.grpc_helpers import fails, space, write_request
 from tests.support.settings import server_settings
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
+from tests.support.tokens import TEST_JWT_SECRET, mint
 from tests.support.watching import (
+    NOTES,
     Watch,
     assert_exactly_once_in_order,
     burst_with_disconnect_and_restart,
+    first_change,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_backend]
@@ -111,52 +111,41 @@ async def test_authz_cursors_and_no_nats(
     tokens = TokenAuthenticator(
         JwtVerifier(secret=TEST_JWT_SECRET, jwks_path=None), None, cache_seconds=0
     )
-    owner = bearer(mint("bob", "globex", "member"))
-    plans = space(f"plans-{uuid.uuid4().hex[:6]}", tenant="globex")
+    owner_token = mint("bob", "globex", "member")
+    plans = Space(name=f"plans-{uuid.uuid4().hex[:6]}", tenant="globex")
     async with storage(tmp_path, real_backends, nats_url, database, authenticator=tokens) as port:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-
-            async def first(
-                request: storage_pb2.WatchSpaceRequest, metadata: tuple[tuple[str, str], ...]
-            ) -> storage_pb2.WatchSpaceResponse:
-                call = stub.WatchSpace(request, metadata=metadata)
-                try:
-                    return await call.read()  # type: ignore[return-value]
-                finally:
-                    call.cancel()
-
+        async with AsyncClient(
+            f"127.0.0.1:{port}", token=owner_token, space=plans, retries=0
+        ) as owner:
             for i in range(3):
-                await stub.WriteDocument(
-                    write_request(f"p{i}.md", "plan", ref=plans), metadata=owner
-                )
-            async with Watch(port, ref=plans, from_start=True, metadata=owner) as replay:
+                await owner.write_document(f"p{i}.md", "plan")
+            async with Watch(port, ref=plans, from_start=True, token=owner_token) as replay:
                 await replay.received(3, within=60)
                 await asyncio.wait_for(replay.caught_up.wait(), 30)
                 assert [c.path for c in replay.changes] == ["p0.md", "p1.md", "p2.md"]
                 cursors = [c.cursor for c in replay.changes]
-            async with Watch(port, ref=plans, cursor=cursors[0], metadata=owner) as resumed:
+            async with Watch(port, ref=plans, cursor=cursors[0], token=owner_token) as resumed:
                 await resumed.received(2, within=30)
                 await asyncio.wait_for(resumed.caught_up.wait(), 30)
                 assert [c.path for c in resumed.changes] == ["p1.md", "p2.md"]
 
-            intruder = bearer(mint("eve", "acme", "admin"))
-            request = storage_pb2.WatchSpaceRequest(space=plans, from_start=True)
-            await fails(first(request, intruder), grpc.StatusCode.PERMISSION_DENIED)
-            ahead = storage_pb2.WatchSpaceRequest(space=plans, cursor="1000000000")
-            await fails(first(ahead, owner), grpc.StatusCode.INVALID_ARGUMENT, "CURSOR_AHEAD")
+            intruder = owner.as_caller(mint("eve", "acme", "admin"), space=plans)
+            with pytest.raises(PermissionDenied):
+                await first_change(intruder, from_start=True)
+            with pytest.raises(InvalidArgument) as ahead:
+                await first_change(owner, cursor="1000000000")
+            assert ahead.value.info_reason == "CURSOR_AHEAD"
 
             # The stream dropped its events (as max_age does after 7 days).
             await purge_stream(nats_url)
-            expired = storage_pb2.WatchSpaceRequest(space=plans, cursor=cursors[0])
-            failure = await fails(
-                first(expired, owner), grpc.StatusCode.INVALID_ARGUMENT, "CURSOR_EXPIRED"
-            )
-            assert "--from-start" in failure.message
+            with pytest.raises(InvalidArgument) as expired:
+                await first_change(owner, cursor=cursors[0])
+            assert expired.value.info_reason == "CURSOR_EXPIRED"
+            assert "--from-start" in expired.value.message
             # The newest cursor has nothing missing after it: it goes on live.
-            async with Watch(port, ref=plans, cursor=cursors[-1], metadata=owner) as live:
+            async with Watch(port, ref=plans, cursor=cursors[-1], token=owner_token) as live:
                 await asyncio.wait_for(live.caught_up.wait(), 30)
-                await stub.WriteDocument(write_request("p3.md", "plan", ref=plans), metadata=owner)
+                await owner.write_document("p3.md", "plan")
                 await live.received(1, within=30)
                 assert [c.path for c in live.changes] == ["p3.md"]
 
@@ -164,10 +153,11 @@ async def test_authz_cursors_and_no_nats(
     async with storage(
         tmp_path, real_backends, nats_url, database, authenticator=tokens, publish_events=False
     ) as port:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            call = stub.WatchSpace(storage_pb2.WatchSpaceRequest(space=plans), metadata=owner)
-            await fails(call.read(), grpc.StatusCode.UNAVAILABLE)
+        async with AsyncClient(
+            f"127.0.0.1:{port}", token=owner_token, space=plans, retries=0
+        ) as owner:
+            with pytest.raises(Unavailable):
+                await first_change(owner)
 
 
 async def test_nats_down_answers_unavailable_and_recovers(
@@ -178,13 +168,12 @@ async def test_nats_down_answers_unavailable_and_recovers(
     async with storage(
         tmp_path, real_backends, nats_url, database, authenticator=local_admin()
     ) as port:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
+        async with AsyncClient(f"127.0.0.1:{port}", space=NOTES, retries=0) as client:
             await asyncio.to_thread(running.stop)
             try:
-                await stub.WriteDocument(write_request("while-down.md", "kept in the outbox"))
-                call = stub.WatchSpace(storage_pb2.WatchSpaceRequest(space=space()))
-                await fails(call.read(), grpc.StatusCode.UNAVAILABLE)
+                await client.write_document("while-down.md", "kept in the outbox")
+                with pytest.raises(Unavailable):
+                    await first_change(client)
             finally:
                 await asyncio.to_thread(real_backends.restart, "nats")
             # Once NATS is back the outbox is published and the feed replays it.

@@ -16,12 +16,15 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from engram.v1 import storage_pb2, storage_pb2_grpc
+from engram.client import AsyncClient, Client, DocumentNotFound, Space, Unauthenticated
+from engram.v1 import storage_pb2_grpc
 from tests.conftest import EngramFactory
 from tests.e2e.test_cli_memory import HEADINGS as PROMPT_HEADINGS
-from tests.support.grpc_helpers import space, write_request
+from tests.support.grpc_helpers import write_request
 
 pytestmark = pytest.mark.e2e
+
+NOTES = Space(name="notes")
 
 
 def free_port() -> int:
@@ -58,13 +61,10 @@ async def test_reflection_lists_the_served_services(channel: grpc.aio.Channel) -
 async def test_metrics_endpoint_counts_calls(engram_factory: EngramFactory) -> None:
     port = free_port()
     async with engram_factory(metrics_port=port) as engram:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            await stub.WriteDocument(write_request("a.md", "x"))
-            with pytest.raises(grpc.aio.AioRpcError):
-                await stub.ReadDocument(
-                    storage_pb2.ReadDocumentRequest(space=space(), path="missing.md")
-                )
+        async with AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as client:
+            await client.write_document("a.md", "x")
+            with pytest.raises(DocumentNotFound):
+                await client.read_document("missing.md")
         body = await asyncio.to_thread(
             lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
         )
@@ -89,19 +89,13 @@ async def test_request_id_is_echoed_or_made(channel: grpc.aio.Channel) -> None:
 async def test_state_survives_a_restart(engram_factory: EngramFactory, tmp_path: Path) -> None:
     data_dir = tmp_path / "persist"
     async with engram_factory(data_dir=data_dir) as engram:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            await stub.WriteDocument(write_request("MEMORY.md", "remember me"))
-            await stub.WriteDocument(write_request("MEMORY.md", "remember me, v2"))
+        async with AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as client:
+            await client.write_document("MEMORY.md", "remember me")
+            await client.write_document("MEMORY.md", "remember me, v2")
     async with engram_factory(data_dir=data_dir) as engram:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            doc = (
-                await stub.ReadDocument(
-                    storage_pb2.ReadDocumentRequest(space=space(), path="MEMORY.md")
-                )
-            ).document
-            usage = await stub.GetUsage(storage_pb2.GetUsageRequest(space=space()))
+        async with AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as client:
+            doc = await client.read_document("MEMORY.md")
+            usage = await client.get_usage()
     assert doc.content == "remember me, v2" and doc.version == 2
     assert usage.used_bytes == len("remember me, v2") and usage.document_count == 1
 
@@ -199,16 +193,11 @@ def test_engram_dev_auth_prints_a_working_admin_token(tmp_path: Path) -> None:
         lines = [process.stdout.readline() for _ in range(3)]
         assert "auth on" in lines[1]
         token = lines[2].strip()
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            with pytest.raises(grpc.RpcError) as caught:
-                stub.GetUsage(storage_pb2.GetUsageRequest(space=space()))
-            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
-            usage = stub.GetUsage(
-                storage_pb2.GetUsageRequest(space=space()),
-                metadata=(("authorization", f"Bearer {token}"),),
-            )
-            assert usage.tenant_quota_bytes == 1024**3
+        with Client(f"127.0.0.1:{port}", space=NOTES) as anonymous:
+            with pytest.raises(Unauthenticated):
+                anonymous.get_usage()
+        with Client(f"127.0.0.1:{port}", token=token, space=NOTES) as admin:
+            assert admin.get_usage().tenant_quota_bytes == 1024**3
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
     finally:

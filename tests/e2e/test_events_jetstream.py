@@ -22,15 +22,16 @@ import nats
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from engram.v1 import events_pb2, storage_pb2, storage_pb2_grpc
+from engram.client import AsyncClient, EngramError, Space
+from engram.v1 import events_pb2
 from tests.support.backends import RealBackends
-from tests.support.grpc_helpers import space, write_request
 from tests.support.settings import server_settings
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
+from tests.support.tokens import TEST_JWT_SECRET, mint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_backend]
 
 STREAM = "ENGRAM_DOCS"
+NOTES = Space(name="notes")
 
 
 async def stream_events(
@@ -108,13 +109,10 @@ async def test_each_change_publishes_one_event(
     async with storage_on_mongo(
         settings, authenticator=FixedPrincipalAuthenticator(LOCAL_ADMIN)
     ) as server:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            first = await stub.WriteDocument(write_request("MEMORY.md", "one"))
-            await stub.WriteDocument(write_request("MEMORY.md", "two"))
-            await stub.DeleteDocument(
-                storage_pb2.DeleteDocumentRequest(space=space(), path="MEMORY.md")
-            )
+        async with AsyncClient(f"127.0.0.1:{server.port}", space=NOTES) as client:
+            first = await client.write_document("MEMORY.md", "one")
+            await client.write_document("MEMORY.md", "two")
+            await client.delete_document("MEMORY.md")
     events = await stream_events(nats_url, expect=3, within=20)
     assert [(e.op, e.version) for e, _ in events] == [
         (events_pb2.DOCUMENT_OP_UPSERT, 1),
@@ -148,14 +146,13 @@ async def test_nats_outage_during_500_writes_loses_no_event(
     async with storage_on_mongo(
         settings, authenticator=FixedPrincipalAuthenticator(LOCAL_ADMIN)
     ) as server:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
+        async with AsyncClient(f"127.0.0.1:{server.port}", space=NOTES) as client:
             await asyncio.to_thread(running.stop)
             semaphore = asyncio.Semaphore(16)
 
             async def write(i: int) -> None:
                 async with semaphore:
-                    await stub.WriteDocument(write_request(f"burst/{i:03d}.md", f"doc {i}"))
+                    await client.write_document(f"burst/{i:03d}.md", f"doc {i}")
 
             try:
                 await asyncio.gather(*(write(i) for i in range(500)))
@@ -181,7 +178,7 @@ async def test_sigkill_mid_burst_loses_no_acknowledged_write_or_event(
     }
     port = _free_port()
     command = [sys.executable, "-m", "engram", "serve", "storage", "--port", str(port)]
-    metadata = bearer(mint("ann", "acme", "member"))
+    token = mint("ann", "acme", "member")
     acked: dict[str, str] = {}
     enough_acked = asyncio.Event()
 
@@ -193,16 +190,15 @@ async def test_sigkill_mid_burst_loses_no_acknowledged_write_or_event(
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             await asyncio.wait_for(channel.channel_ready(), 30)
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
+            # No retries: a write is acknowledged by its own answer, or not at all.
+            client = AsyncClient(channel=channel, token=token, space=NOTES, retries=0, timeout=10)
 
             async def writer(worker: int) -> None:
                 for i in range(10_000):
                     path = f"kill/{worker}-{i:05d}.md"
                     try:
-                        response = await stub.WriteDocument(
-                            write_request(path, f"{worker} {i}"), metadata=metadata, timeout=10
-                        )
-                    except grpc.aio.AioRpcError:
+                        response = await client.write_document(path, f"{worker} {i}")
+                    except EngramError:
                         return
                     acked[path] = response.document.sha256
                     if len(acked) >= 150:
@@ -217,12 +213,9 @@ async def test_sigkill_mid_burst_loses_no_acknowledged_write_or_event(
         process = start()
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             await asyncio.wait_for(channel.channel_ready(), 30)
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
+            client = AsyncClient(channel=channel, token=token, space=NOTES)
             for path, sha256 in acked.items():
-                got = await stub.ReadDocument(
-                    storage_pb2.ReadDocumentRequest(space=space(), path=path), metadata=metadata
-                )
-                assert got.document.sha256 == sha256
+                assert (await client.read_document(path)).sha256 == sha256
         events = await stream_events(nats_url, expect=len(acked), within=60)
         published = {event.path: event.sha256 for event, _ in events}
         missing = [path for path in acked if published.get(path) != acked[path]]

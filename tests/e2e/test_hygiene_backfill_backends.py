@@ -9,7 +9,6 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
 
-import grpc
 import pytest
 
 from engram.app.parts import Indexing
@@ -23,17 +22,15 @@ from engram.indexer.jetstream_consumer import JetStreamReindexQueue
 from engram.maintenance.hygiene import EmbeddingBackfillJob
 from engram.maintenance.ports import MaintenanceDeps
 from engram.storage.service import utc_now
-from engram.v1 import indexer_pb2_grpc, storage_pb2_grpc
 from tests.e2e.test_indexer_jetstream import (  # the same deployment as the indexer's suite
-    MEMBER,
     SPACE_ID,
     Deployment,
     converged,
     deployment,
+    engram_client,
     eventually,
     expected_chunks,
 )
-from tests.support.grpc_helpers import write_request
 from tests.support.maintenance import mongo_deps
 
 pytestmark = [
@@ -75,21 +72,19 @@ async def test_backfill_requeues_index_gaps_through_jetstream(deployment: Deploy
     async with (
         storage_on_mongo(deployment.storage_settings()) as storage_server,
         open_indexer(deployment.indexer_settings) as indexer,
-        grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as storage_channel,
-        grpc.aio.insecure_channel(f"127.0.0.1:{indexer.server.port}") as indexer_channel,
+        engram_client(storage_server.port) as storage,
+        engram_client(indexer.server.port) as status,
         # The walk runs a minute later: a document written in the last 30 s is late (its
         # event may still be on its way to JetStream), not missing.
         production_deps(
             deployment, indexer.indexing, clock=lambda: utc_now() + timedelta(minutes=1)
         ) as deps,
     ):
-        storage = storage_pb2_grpc.StorageServiceStub(storage_channel)
-        status = indexer_pb2_grpc.IndexerServiceStub(indexer_channel)
         for path in ("a.md", "b.md", "c.md"):
             body = "".join(
                 f"{path} entry {i}: deployed billing, noted retries.\n" for i in range(20)
             )
-            await storage.WriteDocument(write_request(path, body), metadata=MEMBER)
+            await storage.write_document(path, body)
         for path in ("a.md", "b.md", "c.md"):
             await eventually(lambda p=path: converged(deployment, status, p), 60, f"{path} indexed")
         job = EmbeddingBackfillJob(deps, timedelta(hours=24))
@@ -132,8 +127,8 @@ async def test_backfill_leaves_what_jetstream_still_holds_for_the_indexer(
     async with (
         storage_on_mongo(deployment.storage_settings()) as storage_server,
         open_indexer(deployment.indexer_settings) as indexer,
-        grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as storage_channel,
-        grpc.aio.insecure_channel(f"127.0.0.1:{indexer.server.port}") as indexer_channel,
+        engram_client(storage_server.port) as storage,
+        engram_client(indexer.server.port) as status,
         production_deps(deployment, indexer.indexing) as deps,
     ):
         keyword = indexer.indexing.keyword
@@ -147,12 +142,8 @@ async def test_backfill_leaves_what_jetstream_still_holds_for_the_indexer(
             await replace_chunks(space_id, path, chunks)
 
         keyword.replace_chunks = held_back  # type: ignore[method-assign]
-        storage = storage_pb2_grpc.StorageServiceStub(storage_channel)
-        status = indexer_pb2_grpc.IndexerServiceStub(indexer_channel)
         for path in paths:
-            await storage.WriteDocument(
-                write_request(path, "A short note about the deploy."), metadata=MEMBER
-            )
+            await storage.write_document(path, "A short note about the deploy.")
 
         async def all_in_the_stream() -> bool:
             js = await probe.jetstream()

@@ -5,9 +5,9 @@ gRPC (Reindex, GetIndexStatus) with its authorization rules."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 import pytest
 from typer.testing import CliRunner
 
@@ -15,18 +15,30 @@ from engram.app.embedded import EmbeddedEngram, embedded_engram
 from engram.app.parts import Indexing
 from engram.authz.tokens import JwtVerifier, TokenAuthenticator
 from engram.cli.app import app
+from engram.client import (
+    AsyncClient,
+    InvalidArgument,
+    PermissionDenied,
+    Space,
+    Unauthenticated,
+)
 from engram.domain.chunking import build_chunks
 from engram.domain.chunks import Chunk
 from engram.domain.spaces import parse_space_id
 from engram.indexer.worker import Outcome
-from engram.v1 import indexer_pb2, indexer_pb2_grpc, storage_pb2, storage_pb2_grpc
-from tests.support.grpc_helpers import fails, space, write_request
 from tests.support.settings import server_settings
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint, service_token
+from tests.support.tokens import TEST_JWT_SECRET, mint, service_token
 
 pytestmark = pytest.mark.e2e
 
 SPACE_ID = "v1:private:local::::notes"
+NOTES = Space(name="notes")
+
+
+@pytest.fixture
+async def client(engram: EmbeddedEngram) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as client:
+        yield client
 
 
 def indexing_of(engram: EmbeddedEngram) -> Indexing:
@@ -74,10 +86,9 @@ async def assert_converged(engram: EmbeddedEngram, space_id: str, path: str) -> 
 
 
 async def test_writes_updates_and_deletes_reach_both_indexes(
-    engram: EmbeddedEngram, channel: grpc.aio.Channel
+    engram: EmbeddedEngram, client: AsyncClient
 ) -> None:
-    stub = storage_pb2_grpc.StorageServiceStub(channel)
-    await stub.WriteDocument(write_request("notes/plan.md", paragraphs(6, "alpha")))
+    await client.write_document("notes/plan.md", paragraphs(6, "alpha"))
     six = await assert_converged(engram, SPACE_ID, "notes/plan.md")
     assert len(six) >= 4
     indexing = indexing_of(engram)
@@ -89,27 +100,24 @@ async def test_writes_updates_and_deletes_reach_both_indexes(
     )
 
     # Shrinking: the chunks beyond the new count go.
-    await stub.WriteDocument(write_request("notes/plan.md", paragraphs(1, "beta")))
+    await client.write_document("notes/plan.md", paragraphs(1, "beta"))
     one = await assert_converged(engram, SPACE_ID, "notes/plan.md")
     assert len(one) == 1 and one[0].doc_version == 2
     assert not await indexing.keyword.search([SPACE_ID], "alpha", limit=5)
 
     # Deleted: nothing left. Re-created: only the new document's chunks.
-    await stub.DeleteDocument(
-        storage_pb2.DeleteDocumentRequest(space=space(), path="notes/plan.md")
-    )
+    await client.delete_document("notes/plan.md")
     assert await assert_converged(engram, SPACE_ID, "notes/plan.md") == []
-    await stub.WriteDocument(write_request("notes/plan.md", paragraphs(2, "gamma")))
+    await client.write_document("notes/plan.md", paragraphs(2, "gamma"))
     again = await assert_converged(engram, SPACE_ID, "notes/plan.md")
     assert {c.document_id for c in again} != {c.document_id for c in one}
 
 
 async def test_duplicate_and_stale_events_leave_the_current_state(
-    engram: EmbeddedEngram, channel: grpc.aio.Channel
+    engram: EmbeddedEngram, client: AsyncClient
 ) -> None:
-    stub = storage_pb2_grpc.StorageServiceStub(channel)
     for i in range(5):
-        await stub.WriteDocument(write_request("log.md", paragraphs(i + 1, f"v{i}")))
+        await client.write_document("log.md", paragraphs(i + 1, f"v{i}"))
     current = await assert_converged(engram, SPACE_ID, "log.md")
     indexing = indexing_of(engram)
     # A slow replica writes what it read long ago (version 1), then the worker handles a
@@ -137,12 +145,11 @@ async def test_duplicate_and_stale_events_leave_the_current_state(
 
 
 async def test_a_document_changing_during_indexing_is_indexed_again(
-    engram: EmbeddedEngram, channel: grpc.aio.Channel
+    engram: EmbeddedEngram, client: AsyncClient
 ) -> None:
     """The worker re-reads after writing: a change that lands between its read and its
     write (so its events may already have been handled elsewhere) is caught by that pass."""
-    stub = storage_pb2_grpc.StorageServiceStub(channel)
-    await stub.WriteDocument(write_request("race.md", paragraphs(2, "first")))
+    await client.write_document("race.md", paragraphs(2, "first"))
     await assert_converged(engram, SPACE_ID, "race.md")
     indexing = indexing_of(engram)
     repository = engram.core.repository
@@ -155,7 +162,7 @@ async def test_a_document_changing_during_indexing_is_indexed_again(
         if path == "race.md" and not changed:
             changed = True
             # Storage moves on right after the worker's first read.
-            await stub.WriteDocument(write_request("race.md", paragraphs(3, "second")))
+            await client.write_document("race.md", paragraphs(3, "second"))
         return document
 
     repository.get = get_then_change  # type: ignore[method-assign]
@@ -170,20 +177,15 @@ async def test_a_document_changing_during_indexing_is_indexed_again(
 
 
 async def test_append_to_a_100_chunk_document_embeds_at_most_two_chunks(
-    engram: EmbeddedEngram, channel: grpc.aio.Channel
+    engram: EmbeddedEngram, client: AsyncClient
 ) -> None:
-    stub = storage_pb2_grpc.StorageServiceStub(channel)
-    await stub.WriteDocument(write_request("daily/big.md", paragraphs(100, "daily")))
+    await client.write_document("daily/big.md", paragraphs(100, "daily"))
     chunks = await assert_converged(engram, SPACE_ID, "daily/big.md")
     assert len(chunks) == 100
     embedder = indexing_of(engram).embedder
     before = embedder.embedded_texts
-    await stub.WriteDocument(
-        write_request(
-            "daily/big.md",
-            "[12:00:00] appended one line about the deploy\n",
-            mode=storage_pb2.WRITE_MODE_APPEND,
-        )
+    await client.write_document(
+        "daily/big.md", "[12:00:00] appended one line about the deploy\n", append=True
     )
     after = await assert_converged(engram, SPACE_ID, "daily/big.md")
     assert len(after) in (100, 101)
@@ -191,38 +193,33 @@ async def test_append_to_a_100_chunk_document_embeds_at_most_two_chunks(
 
 
 async def test_reindex_restores_lost_chunks_and_status_reports(
-    engram: EmbeddedEngram, channel: grpc.aio.Channel
+    engram: EmbeddedEngram, client: AsyncClient
 ) -> None:
-    stub = storage_pb2_grpc.StorageServiceStub(channel)
-    other = space("other")
+    other = Space(name="other")
     for i in range(3):
-        await stub.WriteDocument(write_request(f"n{i}.md", paragraphs(1, f"n{i}")))
-    await stub.WriteDocument(write_request("o.md", paragraphs(1, "o"), ref=other))
+        await client.write_document(f"n{i}.md", paragraphs(1, f"n{i}"))
+    await client.write_document("o.md", paragraphs(1, "o"), space=other)
     await assert_converged(engram, SPACE_ID, "n0.md")
     indexing = indexing_of(engram)
     for i in range(3):  # an index lost its data
         await indexing.keyword.delete_chunks(SPACE_ID, f"n{i}.md")
         await indexing.vector.delete_chunks(SPACE_ID, f"n{i}.md")
 
-    indexer = indexer_pb2_grpc.IndexerServiceStub(channel)
-    response = await indexer.Reindex(indexer_pb2.ReindexRequest(spaces=[space()]))
-    assert response.documents_enqueued == 3
+    assert await client.reindex([NOTES]) == 3
     for i in range(3):
         assert len(await assert_converged(engram, SPACE_ID, f"n{i}.md")) == 1
-    everything = await indexer.Reindex(indexer_pb2.ReindexRequest(all=True))
-    assert everything.documents_enqueued == 4
+    assert await client.reindex(all=True) == 4
     assert await engram.relay.drained(60)
 
-    status = await indexer.GetIndexStatus(indexer_pb2.GetIndexStatusRequest())
+    status = await client.index_status()
     assert status.active_model == "minilm-l6-v2-int8" and status.dimension == 384
     assert status.pending_model == "" and status.backlog == 0
     assert list(status.collections) == ["minilm-l6-v2-int8"]
 
-    await fails(indexer.Reindex(indexer_pb2.ReindexRequest()), grpc.StatusCode.INVALID_ARGUMENT)
-    await fails(
-        indexer.Reindex(indexer_pb2.ReindexRequest(spaces=[space()], all=True)),
-        grpc.StatusCode.INVALID_ARGUMENT,
-    )
+    with pytest.raises(InvalidArgument):
+        await client.reindex()
+    with pytest.raises(InvalidArgument):
+        await client.reindex([NOTES], all=True)
 
 
 async def test_reindex_authorization(tmp_path: Path) -> None:
@@ -232,65 +229,37 @@ async def test_reindex_authorization(tmp_path: Path) -> None:
     async with embedded_engram(
         server_settings(tmp_path / "auth"), authenticator=authenticator
     ) as engram:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            storage = storage_pb2_grpc.StorageServiceStub(channel)
-            indexer = indexer_pb2_grpc.IndexerServiceStub(channel)
-            member = bearer(mint("ann", "acme", "member"))
-            viewer = bearer(mint("vic", "acme", "viewer"))
-            admin = bearer(mint("ada", "acme", "admin"))
-            await storage.WriteDocument(write_request("a.md", "alpha"), metadata=member)
+        async with AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as anonymous:
+            member = anonymous.as_caller(mint("ann", "acme", "member"), space=NOTES)
+            viewer = anonymous.as_caller(mint("vic", "acme", "viewer"), space=NOTES)
+            admin = anonymous.as_caller(mint("ada", "acme", "admin"), space=NOTES)
+            await member.write_document("a.md", "alpha")
 
-            await fails(
-                indexer.Reindex(indexer_pb2.ReindexRequest(spaces=[space()])),
-                grpc.StatusCode.UNAUTHENTICATED,
-            )
-            await fails(
-                indexer.Reindex(indexer_pb2.ReindexRequest(spaces=[space()]), metadata=viewer),
-                grpc.StatusCode.PERMISSION_DENIED,
-            )
-            await fails(
-                indexer.Reindex(
-                    indexer_pb2.ReindexRequest(spaces=[space(tenant="other")]), metadata=member
-                ),
-                grpc.StatusCode.PERMISSION_DENIED,
-            )
-            mine = await indexer.Reindex(
-                indexer_pb2.ReindexRequest(spaces=[space()]), metadata=member
-            )
-            assert mine.documents_enqueued == 1
+            with pytest.raises(Unauthenticated):
+                await anonymous.reindex([NOTES])
+            with pytest.raises(PermissionDenied):
+                await viewer.reindex([NOTES])
+            with pytest.raises(PermissionDenied):
+                await member.reindex([Space(name="notes", tenant="other")])
+            assert await member.reindex([NOTES]) == 1
             # Every space of every tenant: platform admins and services only.
-            await fails(
-                indexer.Reindex(indexer_pb2.ReindexRequest(all=True), metadata=admin),
-                grpc.StatusCode.PERMISSION_DENIED,
-            )
-            operator = bearer(mint("root", "acme", "admin", platform_admin=True))
-            assert (
-                await indexer.Reindex(indexer_pb2.ReindexRequest(all=True), metadata=operator)
-            ).documents_enqueued == 1
-            service = bearer(service_token())
-            await fails(
-                indexer.Reindex(indexer_pb2.ReindexRequest(spaces=[space()]), metadata=service),
-                grpc.StatusCode.PERMISSION_DENIED,
-                "SERVICE_TENANT_REQUIRED",
-            )
-            assert (
-                await indexer.Reindex(
-                    indexer_pb2.ReindexRequest(spaces=[space(tenant="acme")]), metadata=service
-                )
-            ).documents_enqueued == 1
-            status = await indexer.GetIndexStatus(
-                indexer_pb2.GetIndexStatusRequest(), metadata=viewer
-            )
+            with pytest.raises(PermissionDenied):
+                await admin.reindex(all=True)
+            operator = anonymous.as_caller(mint("root", "acme", "admin", platform_admin=True))
+            assert await operator.reindex(all=True) == 1
+            service = anonymous.as_caller(service_token())
+            with pytest.raises(PermissionDenied) as refused:
+                await service.reindex([NOTES])
+            assert refused.value.info_reason == "SERVICE_TENANT_REQUIRED"
+            assert await service.reindex([Space(name="notes", tenant="acme")]) == 1
+            status = await viewer.index_status()
             assert status.active_model == "minilm-l6-v2-int8"
             assert await engram.relay.drained(30)
 
 
-async def test_cli_reindex_and_index_status(
-    engram: EmbeddedEngram, channel: grpc.aio.Channel
-) -> None:
-    stub = storage_pb2_grpc.StorageServiceStub(channel)
-    await stub.WriteDocument(write_request("a.md", "alpha"))
-    await stub.WriteDocument(write_request("b.md", "beta", ref=space("other")))
+async def test_cli_reindex_and_index_status(engram: EmbeddedEngram, client: AsyncClient) -> None:
+    await client.write_document("a.md", "alpha")
+    await client.write_document("b.md", "beta", space=Space(name="other"))
     runner = CliRunner()
     addr = f"127.0.0.1:{engram.port}"
 

@@ -15,13 +15,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
 import nats
 import pytest
 from opensearchpy import AsyncOpenSearch
 from prometheus_client import REGISTRY
 
 from engram.app.production import indexer_on_backends, storage_on_mongo
+from engram.client import AsyncClient, Space
 from engram.domain.chunking import build_chunks
 from engram.domain.chunks import Chunk
 from engram.domain.errors import EngramError
@@ -29,9 +29,7 @@ from engram.indexer.jetstream_consumer import DEAD_LETTER_STREAM, DEAD_LETTER_SU
 from engram.indexes.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.runtime.settings import Settings
 from engram.storage.mongo_repository import MongoDocumentRepository
-from engram.v1 import indexer_pb2, indexer_pb2_grpc, storage_pb2, storage_pb2_grpc
 from tests.support.backends import RealBackends
-from tests.support.grpc_helpers import space, write_request
 from tests.support.settings import server_settings
 from tests.support.tokens import TEST_JWT_SECRET, bearer, mint, service_token
 
@@ -44,8 +42,15 @@ pytestmark = [
 
 STREAM = "ENGRAM_DOCS"
 SPACE_ID = "v1:private:acme::::notes"
-MEMBER = bearer(mint("ann", "acme", "member"))
-OPERATOR = bearer(mint("root", "acme", "admin", platform_admin=True))
+MEMBER_TOKEN = mint("ann", "acme", "member")
+MEMBER = bearer(MEMBER_TOKEN)
+OPERATOR_TOKEN = mint("root", "acme", "admin", platform_admin=True)
+NOTES = Space(name="notes")
+
+
+def engram_client(port: int, token: str = MEMBER_TOKEN) -> AsyncClient:
+    """engram.client on a server of the deployment, as ann (a member of acme) in notes."""
+    return AsyncClient(f"127.0.0.1:{port}", token=token, space=NOTES)
 
 
 def free_port() -> int:
@@ -156,7 +161,7 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: 
         await asyncio.sleep(0.1)
 
 
-async def converged(deployment: Deployment, engram_indexer: Any, path: str) -> bool:
+async def converged(deployment: Deployment, engram_indexer: AsyncClient, path: str) -> bool:
     expected = await expected_chunks(deployment, path)
     keyword = await deployment.keyword()
     try:
@@ -165,9 +170,7 @@ async def converged(deployment: Deployment, engram_indexer: Any, path: str) -> b
         await keyword.close()
     if held != expected:
         return False
-    status = await engram_indexer.GetIndexStatus(
-        indexer_pb2.GetIndexStatusRequest(), metadata=MEMBER
-    )
+    status = await engram_indexer.index_status()
     return bool(status.active_model) and status.backlog == 0
 
 
@@ -175,23 +178,16 @@ async def test_indexer_follows_changes_and_reindexes(deployment: Deployment) -> 
     async with (
         storage_on_mongo(deployment.storage_settings()) as storage_server,
         deployment.indexer() as indexer_server,
-        grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as storage_channel,
-        grpc.aio.insecure_channel(f"127.0.0.1:{indexer_server.port}") as indexer_channel,
+        engram_client(storage_server.port) as storage,
+        engram_client(indexer_server.port) as indexer,
     ):
-        storage = storage_pb2_grpc.StorageServiceStub(storage_channel)
-        indexer = indexer_pb2_grpc.IndexerServiceStub(indexer_channel)
         body = "".join(
             f"Entry {i}: deployed the billing service, noted retries.\n" for i in range(40)
         )
         for path in ("a.md", "b.md", "c.md"):
-            await storage.WriteDocument(write_request(path, body + path), metadata=MEMBER)
-        await storage.WriteDocument(
-            write_request("a.md", "short now", mode=storage_pb2.WRITE_MODE_REPLACE),
-            metadata=MEMBER,
-        )
-        await storage.DeleteDocument(
-            storage_pb2.DeleteDocumentRequest(space=space(), path="c.md"), metadata=MEMBER
-        )
+            await storage.write_document(path, body + path)
+        await storage.write_document("a.md", "short now")
+        await storage.delete_document("c.md")
         for path in ("a.md", "b.md", "c.md"):
             await eventually(
                 lambda path=path: converged(deployment, indexer, path), 60, f"{path} indexed"
@@ -201,34 +197,29 @@ async def test_indexer_follows_changes_and_reindexes(deployment: Deployment) -> 
         # The keyword index is lost (deleted and created again, empty); a reindex of the
         # space brings its documents back.
         await deployment.lose_keyword_index()
-        response = await indexer.Reindex(
-            indexer_pb2.ReindexRequest(spaces=[space()]), metadata=MEMBER
-        )
-        assert response.documents_enqueued == 2
+        assert await indexer.reindex([NOTES]) == 2
         for path in ("a.md", "b.md"):
             await eventually(
                 lambda path=path: converged(deployment, indexer, path), 60, f"{path} reindexed"
             )
-        everything = await indexer.Reindex(indexer_pb2.ReindexRequest(all=True), metadata=OPERATOR)
-        assert everything.documents_enqueued == 2
-        status = await indexer.GetIndexStatus(indexer_pb2.GetIndexStatusRequest(), metadata=MEMBER)
+        async with engram_client(indexer_server.port, OPERATOR_TOKEN) as operator:
+            assert await operator.reindex(all=True) == 2
+        status = await indexer.index_status()
         assert status.active_model == "minilm-l6-v2-int8"
         assert list(status.collections) == ["minilm-l6-v2-int8"]
 
 
 async def test_a_storage_outage_is_retried_until_it_ends(deployment: Deployment) -> None:
     async with storage_on_mongo(deployment.storage_settings()) as storage_server:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as channel:
-            storage = storage_pb2_grpc.StorageServiceStub(channel)
-            await storage.WriteDocument(write_request("late.md", "written before"), metadata=MEMBER)
+        async with engram_client(storage_server.port) as storage:
+            await storage.write_document("late.md", "written before")
             await eventually(lambda: _stream_has(deployment, 1), 20, "the event reached JetStream")
     # Storage is down: the indexer's reads fail with UNAVAILABLE and the run waits in place.
     # One delivery is the whole budget here: an outage must not use it up (before, an
     # OpenSearch restart longer than the retry budget dead-lettered its events).
     before = REGISTRY.get_sample_value("engram_indexer_dead_letters_total") or 0.0
     async with deployment.indexer(indexer_max_deliver=1) as indexer_server:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{indexer_server.port}") as channel:
-            indexer = indexer_pb2_grpc.IndexerServiceStub(channel)
+        async with engram_client(indexer_server.port) as indexer:
             await asyncio.sleep(2.0)
             assert not await converged(deployment, indexer, "late.md")
             async with storage_on_mongo(deployment.storage_settings()):
@@ -248,9 +239,8 @@ async def test_an_event_failing_max_deliver_times_is_dead_lettered(
     try:
         js = client.jetstream()
         async with storage_on_mongo(deployment.storage_settings()) as storage_server:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as channel:
-                storage = storage_pb2_grpc.StorageServiceStub(channel)
-                await storage.WriteDocument(write_request(doomed, "x"), metadata=MEMBER)
+            async with engram_client(storage_server.port) as storage:
+                await storage.write_document(doomed, "x")
         letters: list[Any] = []
         # The indexer cannot reach storage at all (nothing listens on its address).
         async with deployment.indexer(

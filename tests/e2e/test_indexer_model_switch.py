@@ -15,31 +15,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-import grpc
 import numpy as np
 import pytest
 from aiohttp import web
 
 from engram.app.embedded import embedded_engram
 from engram.app.parts import Indexing
+from engram.client import AsyncClient, EngramError, Space, explain
 from engram.domain.chunking import build_chunks
 from engram.domain.chunks import ModelInfo, ScoredChunk
 from engram.indexer.embedders.local import LocalOnnxEmbedder
 from engram.indexes.ports import IndexModelMismatch
-from engram.v1 import (
-    indexer_pb2,
-    indexer_pb2_grpc,
-    search_pb2,
-    search_pb2_grpc,
-    storage_pb2_grpc,
-)
-from tests.support.grpc_helpers import space, write_request
 from tests.support.settings import server_settings
 
 pytestmark = pytest.mark.e2e
 
 OLD_MODEL = "minilm-l6-v2-int8"
 NEW_MODEL = "openai:mock-embed-256"
+SPACES = [Space(name="s0"), Space(name="s1"), Space(name="s2")]
 TOPICS = ["billing retries", "deploy rollback", "oncall rota", "tea preferences", "gpu quota"]
 
 
@@ -113,13 +106,10 @@ async def test_switching_the_model_keeps_search_answering(tmp_path: Path) -> Non
 
     # 1. Indexed with the local model.
     async with embedded_engram(server_settings(data_dir)) as engram:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            storage = storage_pb2_grpc.StorageServiceStub(channel)
+        async with AsyncClient(f"127.0.0.1:{engram.port}") as storage:
             for i, (space_id, path) in enumerate(paths):
-                ref = space(space_id.rsplit(":", 1)[1])
-                await storage.WriteDocument(
-                    write_request(path, document(TOPICS[i % len(TOPICS)], i), ref=ref)
-                )
+                ref = Space(name=space_id.rsplit(":", 1)[1])
+                await storage.write_document(path, document(TOPICS[i % len(TOPICS)], i), space=ref)
         assert await engram.relay.drained(60)
 
     local = LocalOnnxEmbedder()
@@ -176,16 +166,13 @@ async def test_switching_the_model_keeps_search_answering(tmp_path: Path) -> Non
                         failures.append(repr(error))
                     await asyncio.sleep(0.01)
 
-            async def search_grpc_forever(channel: grpc.aio.Channel) -> None:
-                stub = search_pb2_grpc.SearchServiceStub(channel)
+            async def search_grpc_forever(client: AsyncClient) -> None:
+                # No retries: every failed search is reported.
+                once = client.with_options(retries=0)
                 while not done.is_set():
                     try:
-                        response = await stub.Search(
-                            search_pb2.SearchRequest(
-                                spaces=[space("s0"), space("s1"), space("s2")],
-                                query="deploy rollback owners",
-                                limit=5,
-                            )
+                        response = await once.search(
+                            "deploy rollback owners", spaces=SPACES, limit=5
                         )
                         grpc_answers.append(len(response.results))
                         # A slow search may time a leg out on a busy machine, but the switch
@@ -193,18 +180,16 @@ async def test_switching_the_model_keeps_search_answering(tmp_path: Path) -> Non
                         vanished = [r for r in response.degraded_reasons if "collection" in r]
                         if vanished:
                             failures.append(f"SearchService degraded: {vanished}")
-                    except grpc.aio.AioRpcError as error:
-                        failures.append(f"SearchService: {error.code().name} {error.details()}")
+                    except EngramError as error:
+                        failures.append(f"SearchService: {explain(error)}")
                     await asyncio.sleep(0.02)
 
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-                indexer = indexer_pb2_grpc.IndexerServiceStub(channel)
-                storage = storage_pb2_grpc.StorageServiceStub(channel)
+            async with AsyncClient(f"127.0.0.1:{engram.port}") as client:
                 searchers = [
                     asyncio.create_task(search_forever()),
-                    asyncio.create_task(search_grpc_forever(channel)),
+                    asyncio.create_task(search_grpc_forever(client)),
                 ]
-                status = await indexer.GetIndexStatus(indexer_pb2.GetIndexStatusRequest())
+                status = await client.index_status()
                 assert status.active_model == OLD_MODEL
                 assert status.pending_model == NEW_MODEL
                 assert set(status.collections) == {OLD_MODEL, NEW_MODEL}
@@ -215,8 +200,8 @@ async def test_switching_the_model_keeps_search_answering(tmp_path: Path) -> Non
                     assert time.monotonic() < deadline, "no search answered before the switch"
                     await asyncio.sleep(0.02)
                 # Changes during the switch go to both collections.
-                await storage.WriteDocument(
-                    write_request("notes/late.md", document("gpu quota", 99), ref=space("s1"))
+                await client.write_document(
+                    "notes/late.md", document("gpu quota", 99), space=Space(name="s1")
                 )
                 mock.gate.set()
                 await asyncio.wait_for(indexing.switch.completed.wait(), 60)
@@ -238,7 +223,7 @@ async def test_switching_the_model_keeps_search_answering(tmp_path: Path) -> Non
                 switched_at = used.index(NEW_MODEL)
                 assert set(used[switched_at:]) == {NEW_MODEL}, "back to the old model"
                 assert grpc_answers and all(count > 0 for count in grpc_answers)
-                status = await indexer.GetIndexStatus(indexer_pb2.GetIndexStatusRequest())
+                status = await client.index_status()
                 assert (status.active_model, status.dimension) == (NEW_MODEL, 256)
                 assert status.pending_model == "" and list(status.collections) == [NEW_MODEL]
                 for space_id, path in [*paths, ("v1:private:local::::s1", "notes/late.md")]:
@@ -246,9 +231,7 @@ async def test_switching_the_model_keeps_search_answering(tmp_path: Path) -> Non
                     assert chunks == await expected(indexing, engram, space_id, path)
                 # Query embeddings now come from the hosted model.
                 before = mock.texts
-                await search_pb2_grpc.SearchServiceStub(channel).Search(
-                    search_pb2.SearchRequest(spaces=[space("s0")], query="tea preferences")
-                )
+                await client.search("tea preferences", spaces=[Space(name="s0")])
                 assert mock.texts == before + 1
 
         # 3. A restart on the same model finds the switch done.

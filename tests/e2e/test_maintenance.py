@@ -15,13 +15,21 @@ from datetime import timedelta
 from pathlib import Path
 from typing import ClassVar
 
-import grpc
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from engram.app.embedded import EmbeddedEngram, embedded_engram
 from engram.authz.enforcement import FixedPrincipalAuthenticator
 from engram.backends.mongo import connect
+from engram.client import (
+    AsyncClient,
+    Conflict,
+    InvalidArgument,
+    RateLimited,
+    Space,
+    SpaceMaintenance,
+    Unavailable,
+)
 from engram.domain.errors import EngramError
 from engram.domain.maintenance import JobOutcome, JobReport, JobRun, SpaceSettings
 from engram.domain.maintenance_rules import lease_key
@@ -48,15 +56,16 @@ from engram.maintenance.sqlite_stores import (
 from engram.maintenance.worker import MaintenanceWorker, WorkerConfig
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.ports import DocumentRepository
-from engram.v1 import maintenance_pb2, maintenance_pb2_grpc, storage_pb2_grpc
 from tests.e2e.test_cli import Cli
 from tests.support.backends import RealBackends
 from tests.support.clock import ManualClock
-from tests.support.grpc_helpers import fails, space, write_request
 from tests.support.maintenance_jobs import DAY, UsageSnapshotJob
 from tests.support.settings import server_settings
 
 pytestmark = pytest.mark.e2e
+
+NOTES = Space(name="notes")
+WIKI = Space(name="wiki")
 
 
 class FailingJob:
@@ -130,11 +139,9 @@ async def shared(
 ) -> AsyncIterator[Shared]:
     clock = ManualClock()
     async with embedded_engram(server_settings(tmp_path / "engram"), clock=clock) as engram:
-        storage = storage_pb2_grpc.StorageServiceStub(
-            grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}")
-        )
-        for name in SPACES:
-            await storage.WriteDocument(write_request("MEMORY.md", f"# {name}", ref=space(name)))
+        async with AsyncClient(f"127.0.0.1:{engram.port}") as storage:
+            for name in SPACES:
+                await storage.write_document("MEMORY.md", f"# {name}", space=Space(name=name))
         deps = engram.maintenance.deps
         if request.param == "sqlite":
             database = engram.database
@@ -159,11 +166,10 @@ async def shared(
             publish_events=False,
             authenticator=FixedPrincipalAuthenticator(LOCAL_ADMIN),
         ) as server:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-                mongo_storage = storage_pb2_grpc.StorageServiceStub(channel)
+            async with AsyncClient(f"127.0.0.1:{server.port}") as mongo_storage:
                 for name in SPACES:
-                    await mongo_storage.WriteDocument(
-                        write_request("MEMORY.md", f"# {name}", ref=space(name))
+                    await mongo_storage.write_document(
+                        "MEMORY.md", f"# {name}", space=Space(name=name)
                     )
             client, mongo = connect(real_backends.url("mongo"), db_name)
             leases, runs = MongoLeaseStore(mongo, clock=clock), MongoJobRunStore(mongo)
@@ -283,7 +289,8 @@ async def test_a_run_past_its_time_limit_or_its_lease_is_stopped_and_failed(
 @dataclass
 class Served:
     engram: EmbeddedEngram
-    stub: maintenance_pb2_grpc.MaintenanceServiceStub
+    # engram.client in the space "notes".
+    client: AsyncClient
     jobs: list[Job]
 
 
@@ -300,10 +307,9 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     async with embedded_engram(
         server_settings(tmp_path / "engram"), maintenance_jobs=jobs
     ) as engram:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            storage = storage_pb2_grpc.StorageServiceStub(channel)
-            await storage.WriteDocument(write_request("MEMORY.md", "remember", ref=space("notes")))
-            yield Served(engram, maintenance_pb2_grpc.MaintenanceServiceStub(channel), built)
+        async with AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as client:
+            await client.write_document("MEMORY.md", "remember")
+            yield Served(engram, client, built)
 
 
 def _sample(name: str, **labels: str) -> float:
@@ -312,15 +318,12 @@ def _sample(name: str, **labels: str) -> float:
 
 async def test_run_job_runs_now_and_records_the_run(served: Served) -> None:
     succeeded = _sample("engram_maintenance_runs_total", job="usage_snapshot", outcome="succeeded")
-    response = await served.stub.RunJob(
-        maintenance_pb2.RunJobRequest(job="usage_snapshot", space=space("notes"))
-    )
-    run = response.run
-    assert run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED and run.on_demand
+    run = await served.client.run_job("usage_snapshot")
+    assert run.outcome == "succeeded" and run.on_demand
     assert dict(run.counts) == {"documents": 1, "bytes": len("remember")}
-    assert run.space_id == _ref("notes").id and run.HasField("finished_at")
-    listed = await served.stub.ListJobRuns(maintenance_pb2.ListJobRunsRequest(space=space("notes")))
-    assert [r.run_id for r in listed.runs] == [run.run_id]
+    assert run.space_id == _ref("notes").id and run.finished_at is not None
+    listed = await served.client.list_job_runs()
+    assert [r.run_id for r in listed.items] == [run.run_id]
     after = _sample("engram_maintenance_runs_total", job="usage_snapshot", outcome="succeeded")
     assert after == succeeded + 1
     assert _sample("engram_maintenance_last_success_timestamp_seconds", job="usage_snapshot") > 0
@@ -336,24 +339,18 @@ async def test_run_job_runs_now_and_records_the_run(served: Served) -> None:
 
 async def test_a_failing_job_is_recorded_failed_with_its_message(served: Served) -> None:
     failures = _sample("engram_maintenance_failures_total", job="always_fails")
-    response = await served.stub.RunJob(
-        maintenance_pb2.RunJobRequest(job="always_fails", space=space("notes"))
-    )
-    assert response.run.outcome == maintenance_pb2.JOB_OUTCOME_FAILED
-    assert response.run.message == "the model answered 500"
+    run = await served.client.run_job("always_fails")
+    assert run.outcome == "failed"
+    assert run.message == "the model answered 500"
     assert _sample("engram_maintenance_failures_total", job="always_fails") == failures + 1
 
 
 async def test_run_job_refuses_an_unknown_job_naming_the_known_ones(served: Served) -> None:
-    failure = await fails(
-        served.stub.RunJob(maintenance_pb2.RunJobRequest(job="defrag", space=space("notes"))),
-        grpc.StatusCode.INVALID_ARGUMENT,
-    )
-    assert "always_fails, usage_snapshot" in failure.message
-    await fails(
-        served.stub.RunJob(maintenance_pb2.RunJobRequest(space=space("notes"))),
-        grpc.StatusCode.INVALID_ARGUMENT,
-    )
+    with pytest.raises(InvalidArgument) as failure:
+        await served.client.run_job("defrag")
+    assert "always_fails, usage_snapshot" in failure.value.message
+    with pytest.raises(InvalidArgument):
+        await served.client.run_job("")
 
 
 async def test_run_job_is_aborted_while_a_run_holds_the_lease(served: Served) -> None:
@@ -362,91 +359,71 @@ async def test_run_job_is_aborted_while_a_run_holds_the_lease(served: Served) ->
     gate = snapshot._gate
     assert gate is not None
     gate.clear()
-    request = maintenance_pb2.RunJobRequest(job="usage_snapshot", space=space("notes"))
-    first = asyncio.ensure_future(served.stub.RunJob(request))
+    client = served.client
+    first = asyncio.ensure_future(client.run_job("usage_snapshot"))
     await asyncio.wait_for(snapshot.started.wait(), 30)
-    failure = await fails(served.stub.RunJob(request), grpc.StatusCode.ABORTED)
-    assert "already running" in failure.message
-    other = await served.stub.RunJob(
-        maintenance_pb2.RunJobRequest(job="always_fails", space=space("notes"))
-    )
-    assert other.run.outcome == maintenance_pb2.JOB_OUTCOME_FAILED, "another job is not held"
-    listed = await served.stub.ListJobRuns(maintenance_pb2.ListJobRunsRequest(space=space("notes")))
-    assert maintenance_pb2.JOB_OUTCOME_RUNNING in [r.outcome for r in listed.runs]
+    with pytest.raises(Conflict) as failure:
+        await client.run_job("usage_snapshot")
+    assert "already running" in failure.value.message
+    other = await client.run_job("always_fails")
+    assert other.outcome == "failed", "another job is not held"
+    listed = await client.list_job_runs()
+    assert "running" in [r.outcome for r in listed.items]
     gate.set()
-    assert (await first).run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED
-    again = await served.stub.RunJob(request)
-    assert again.run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED, "released"
+    assert (await first).outcome == "succeeded"
+    again = await client.run_job("usage_snapshot")
+    assert again.outcome == "succeeded", "released"
 
 
 async def test_list_job_runs_pages_newest_first(served: Served) -> None:
+    client = served.client
     made = []
     for _ in range(5):
-        response = await served.stub.RunJob(
-            maintenance_pb2.RunJobRequest(job="usage_snapshot", space=space("notes"))
-        )
-        made.append(response.run.run_id)
-    await served.stub.RunJob(
-        maintenance_pb2.RunJobRequest(job="always_fails", space=space("notes"))
-    )
+        made.append((await client.run_job("usage_snapshot")).run_id)
+    await client.run_job("always_fails")
     seen: list[str] = []
-    request = maintenance_pb2.ListJobRunsRequest(
-        space=space("notes"), job="usage_snapshot", page_size=2
-    )
+    token = ""
     pages = 0
     while True:
-        response = await served.stub.ListJobRuns(request)
+        page = await client.list_job_runs(job="usage_snapshot", page_size=2, page_token=token)
         pages += 1
-        seen.extend(run.run_id for run in response.runs)
-        if not response.next_page_token:
+        seen.extend(run.run_id for run in page.items)
+        if not page.next_page_token:
             break
-        request.page_token = response.next_page_token
+        token = page.next_page_token
     assert seen == list(reversed(made)) and pages == 3
-    every = await served.stub.ListJobRuns(maintenance_pb2.ListJobRunsRequest())
-    assert len(every.runs) == 6, "no space: every space's runs (platform admin)"
-    foreign = maintenance_pb2.ListJobRunsRequest(space=space("wiki"), page_token=request.page_token)
-    await fails(served.stub.ListJobRuns(foreign), grpc.StatusCode.INVALID_ARGUMENT)
-    await fails(
-        served.stub.ListJobRuns(maintenance_pb2.ListJobRunsRequest(page_size=-1)),
-        grpc.StatusCode.INVALID_ARGUMENT,
-    )
+    every = await client.list_job_runs(all_spaces=True)
+    assert len(every.items) == 6, "no space: every space's runs (platform admin)"
+    with pytest.raises(InvalidArgument):
+        await client.list_job_runs(space=WIKI, page_token=token)
+    with pytest.raises(InvalidArgument):
+        await client.list_job_runs(all_spaces=True, page_size=-1)
 
 
 async def test_space_settings_round_trip(served: Served) -> None:
-    get = maintenance_pb2.GetSpaceMaintenanceRequest(space=space("notes"))
-    defaults = (await served.stub.GetSpaceMaintenance(get)).settings
+    client = served.client
+    defaults = await client.get_space_maintenance()
     assert not defaults.dream_enabled
     # Seed 000's hygiene by default: archive past 60 daily logs.
-    assert defaults.log_retention == maintenance_pb2.LOG_RETENTION_ARCHIVE
+    assert defaults.log_retention == "archive"
     assert (defaults.max_daily_logs, defaults.stale_after_days) == (60, 90)
-    chosen = maintenance_pb2.SpaceMaintenance(
-        dream_enabled=True,
-        log_retention=maintenance_pb2.LOG_RETENTION_ARCHIVE,
-        max_daily_logs=14,
-        log_retention_days=30,
+    chosen = SpaceMaintenance(
+        dream_enabled=True, log_retention="archive", max_daily_logs=14, log_retention_days=30
     )
-    saved = await served.stub.SetSpaceMaintenance(
-        maintenance_pb2.SetSpaceMaintenanceRequest(space=space("notes"), settings=chosen)
-    )
-    expected = maintenance_pb2.SpaceMaintenance(
+    saved = await client.set_space_maintenance(chosen)
+    expected = SpaceMaintenance(
         dream_enabled=True,
-        log_retention=maintenance_pb2.LOG_RETENTION_ARCHIVE,
+        log_retention="archive",
         max_daily_logs=14,
         log_retention_days=30,
         stale_after_days=90,
     )
-    assert saved.settings == expected, "0 = the default"
-    assert (await served.stub.GetSpaceMaintenance(get)).settings == expected
-    other = maintenance_pb2.GetSpaceMaintenanceRequest(space=space("wiki"))
-    assert not (await served.stub.GetSpaceMaintenance(other)).settings.dream_enabled
-    bad = maintenance_pb2.SpaceMaintenance(max_daily_logs=-1)
-    failure = await fails(
-        served.stub.SetSpaceMaintenance(
-            maintenance_pb2.SetSpaceMaintenanceRequest(space=space("notes"), settings=bad)
-        ),
-        grpc.StatusCode.INVALID_ARGUMENT,
-    )
-    assert "max_daily_logs" in failure.message
+    assert saved == expected, "0 = the default"
+    assert await client.get_space_maintenance() == expected
+    assert not (await client.get_space_maintenance(space=WIKI)).dream_enabled
+    with pytest.raises(InvalidArgument) as failure:
+        await client.set_space_maintenance(SpaceMaintenance(max_daily_logs=-1))
+    assert "max_daily_logs" in failure.value.message
     # The settings steer the schedule: FailingJob runs only where dreaming is on.
     done = await served.engram.maintenance.worker.tick()
     assert sorted(run.job for run in done) == ["always_fails", "usage_snapshot"]
@@ -462,19 +439,16 @@ async def test_the_schedule_runs_jobs_by_itself(tmp_path: Path) -> None:
         return [UsageSnapshotJob(deps)]
 
     async with embedded_engram(settings, maintenance_jobs=jobs) as engram:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            storage = storage_pb2_grpc.StorageServiceStub(channel)
-            await storage.WriteDocument(write_request("MEMORY.md", "x", ref=space("notes")))
-            stub = maintenance_pb2_grpc.MaintenanceServiceStub(channel)
-            request = maintenance_pb2.ListJobRunsRequest(space=space("notes"))
+        async with AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as client:
+            await client.write_document("MEMORY.md", "x")
             async with asyncio.timeout(30):
                 while True:
-                    if (await stub.ListJobRuns(request)).runs:
+                    if (await client.list_job_runs()).items:
                         break
                     await asyncio.sleep(0.1)
             await asyncio.sleep(0.6)  # three more ticks: not due again
-            (run,) = (await stub.ListJobRuns(request)).runs
-            assert run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED and not run.on_demand
+            (run,) = (await client.list_job_runs()).items
+            assert run.outcome == "succeeded" and not run.on_demand
 
 
 async def test_engram_jobs_cli(served: Served) -> None:
@@ -526,24 +500,22 @@ async def test_an_on_demand_run_outlives_its_caller_and_runs_are_bounded(
 
     settings = server_settings(tmp_path / "engram", maintenance_max_on_demand=1)
     async with embedded_engram(settings, maintenance_jobs=jobs) as engram:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            stub = maintenance_pb2_grpc.MaintenanceServiceStub(channel)
-            request = maintenance_pb2.RunJobRequest(job="usage_snapshot", space=space("notes"))
-            with pytest.raises(grpc.aio.AioRpcError) as gone:
-                await stub.RunJob(request, timeout=0.5)
-            assert gone.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-            other = maintenance_pb2.RunJobRequest(job="usage_snapshot", space=space("wiki"))
-            await fails(stub.RunJob(other), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        async with AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as client:
+            # The caller gives up after 0.5 s: its deadline passed, the run goes on.
+            with pytest.raises(Unavailable) as gone:
+                await client.with_options(timeout=0.5).run_job("usage_snapshot")
+            assert gone.value.metadata["code"] == "DEADLINE_EXCEEDED"
+            with pytest.raises(RateLimited):
+                await client.run_job("usage_snapshot", space=WIKI)
             gate.set()
-            listed = maintenance_pb2.ListJobRunsRequest(space=space("notes"))
             async with asyncio.timeout(30):
                 while True:
-                    (run,) = (await stub.ListJobRuns(listed)).runs
-                    if run.outcome != maintenance_pb2.JOB_OUTCOME_RUNNING:
+                    (run,) = (await client.list_job_runs()).items
+                    if run.outcome != "running":
                         break
                     await asyncio.sleep(0.05)
-            assert run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED, run.message
-            assert (await stub.RunJob(other)).run.outcome == maintenance_pb2.JOB_OUTCOME_SUCCEEDED
+            assert run.outcome == "succeeded", run.message
+            assert (await client.run_job("usage_snapshot", space=WIKI)).outcome == "succeeded"
 
 
 async def test_engram_dev_runs_the_configured_jobs(tmp_path: Path) -> None:
@@ -551,10 +523,7 @@ async def test_engram_dev_runs_the_configured_jobs(tmp_path: Path) -> None:
     and without a chat model its run fails saying which settings it needs."""
     async with embedded_engram(server_settings(tmp_path / "engram")) as engram:
         assert "dream" in engram.maintenance.worker.job_names
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel:
-            stub = maintenance_pb2_grpc.MaintenanceServiceStub(channel)
-            response = await stub.RunJob(
-                maintenance_pb2.RunJobRequest(job="dream", space=space("notes"))
-            )
-    assert response.run.outcome == maintenance_pb2.JOB_OUTCOME_FAILED
-    assert "ENGRAM_LLM_BASE_URL" in response.run.message
+        async with AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as client:
+            run = await client.run_job("dream")
+    assert run.outcome == "failed"
+    assert "ENGRAM_LLM_BASE_URL" in run.message

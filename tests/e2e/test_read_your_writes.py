@@ -4,24 +4,15 @@ index that is behind); MemoryWrite and MemorySearch do the same for agents."""
 
 from __future__ import annotations
 
-import grpc
+from collections.abc import AsyncIterator
+
 import pytest
 
 from engram.app.embedded import EmbeddedEngram
 from engram.app.parts import Indexing
-from engram.client import EngramClient, Space
+from engram.client import AsyncClient, EngramClient, IndexPosition, InvalidArgument, Space
 from engram.domain.positions import IndexLeg
-from engram.v1 import (
-    position_pb2,
-    search_pb2,
-    search_pb2_grpc,
-    storage_pb2,
-    storage_pb2_grpc,
-    workspace_pb2,
-    workspace_pb2_grpc,
-)
 from tests.conftest import EngramFactory
-from tests.support.grpc_helpers import fails, space, write_request
 from tests.support.read_your_writes import (
     PATIENT_SEARCH,
     several_writes_one_search,
@@ -30,11 +21,19 @@ from tests.support.read_your_writes import (
 
 pytestmark = pytest.mark.e2e
 
+NOTES = Space(name="notes")
+
 
 def indexing_of(engram: EmbeddedEngram) -> Indexing:
     indexing = engram.indexing
     assert isinstance(indexing, Indexing)
     return indexing
+
+
+@pytest.fixture
+async def client(engram: EmbeddedEngram) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as client:
+        yield client
 
 
 @pytest.mark.timeout(900)
@@ -43,14 +42,9 @@ async def test_200_write_then_search_pairs_each_find_their_write(
 ) -> None:
     async with (
         engram_factory(**PATIENT_SEARCH) as engram,
-        grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
+        AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as client,
     ):
-        report = await write_then_search_pairs(
-            storage_pb2_grpc.StorageServiceStub(channel),
-            search_pb2_grpc.SearchServiceStub(channel),
-            space(),
-            pairs=200,
-        )
+        report = await write_then_search_pairs(client, client, NOTES, pairs=200)
     print(
         f"\nengram dev: {report.pairs} pairs in {report.seconds:.1f} s, waited per search "
         f"{report.wait_summary()}"
@@ -59,35 +53,22 @@ async def test_200_write_then_search_pairs_each_find_their_write(
     assert report.found_first_time == 200
 
 
-async def test_one_search_can_carry_several_writes(channel: grpc.aio.Channel) -> None:
-    answer = await several_writes_one_search(
-        storage_pb2_grpc.StorageServiceStub(channel),
-        search_pb2_grpc.SearchServiceStub(channel),
-        space(),
-    )
+async def test_one_search_can_carry_several_writes(client: AsyncClient) -> None:
+    answer = await several_writes_one_search(client, client, NOTES)
     assert not answer.degraded
     assert answer.keyword_positions_behind == 0
 
 
 async def test_a_write_not_indexed_in_time_degrades_the_answer(
-    engram: EmbeddedEngram, channel: grpc.aio.Channel
+    engram: EmbeddedEngram, client: AsyncClient
 ) -> None:
     # Nothing is indexed any more: the relay that feeds the indexer is stopped.
     await engram.relay.stop()
-    storage = storage_pb2_grpc.StorageServiceStub(channel)
-    search = search_pb2_grpc.SearchServiceStub(channel)
-    written = await storage.WriteDocument(
-        write_request("late.md", "A note about the zebra migration.")
-    )
+    written = await client.write_document("late.md", "A note about the zebra migration.")
+    assert written.position is not None
 
-    answer = await search.Search(
-        search_pb2.SearchRequest(
-            spaces=[space()],
-            query="zebra migration",
-            mode=search_pb2.SEARCH_MODE_LEXICAL,
-            min_positions=[written.position],
-            max_wait_ms=300,
-        )
+    answer = await client.search(
+        "zebra migration", mode="lexical", min_positions=[written.position], max_wait_ms=300
     )
 
     assert answer.degraded
@@ -101,156 +82,109 @@ async def test_a_write_not_indexed_in_time_degrades_the_answer(
     assert [r.path for r in answer.results] == []
 
     # The request's own deadline bounds the wait too (less the backend timeout, 1 s).
-    answer = await search.Search(
-        search_pb2.SearchRequest(
-            spaces=[space()],
-            query="zebra migration",
-            mode=search_pb2.SEARCH_MODE_LEXICAL,
-            min_positions=[written.position],
-        ),
-        timeout=1.5,
+    answer = await client.with_options(timeout=1.5).search(
+        "zebra migration", mode="lexical", min_positions=[written.position]
     )
     assert answer.degraded
     assert answer.keyword_positions_behind == 1
 
 
 async def test_each_index_waits_only_for_itself(
-    engram: EmbeddedEngram, channel: grpc.aio.Channel
+    engram: EmbeddedEngram, client: AsyncClient
 ) -> None:
     """The keyword index has recorded the write, the vector index has not: a lexical search
     answers at once; a hybrid one waits its budget for the vector index only."""
     await engram.relay.stop()
-    storage = storage_pb2_grpc.StorageServiceStub(channel)
-    search = search_pb2_grpc.SearchServiceStub(channel)
-    written = await storage.WriteDocument(write_request("half.md", "Half indexed note."))
+    written = await client.write_document("half.md", "Half indexed note.")
     position = written.position
+    assert position is not None
     progress = indexing_of(engram).progress
     assert progress is not None
     await progress.record(
         IndexLeg.KEYWORD, position.space_id, position.path, {position.document_id: 1}
     )
 
-    lexical = await search.Search(
-        search_pb2.SearchRequest(
-            spaces=[space()],
-            query="half",
-            mode=search_pb2.SEARCH_MODE_LEXICAL,
-            min_positions=[position],
-            max_wait_ms=5000,
-        )
+    lexical = await client.search(
+        "half", mode="lexical", min_positions=[position], max_wait_ms=5000
     )
     assert not lexical.degraded
     assert lexical.keyword_positions_behind == 0
     assert lexical.waited_ms < 5000
 
-    hybrid = await search.Search(
-        search_pb2.SearchRequest(
-            spaces=[space()], query="half", min_positions=[position], max_wait_ms=200
-        )
-    )
+    hybrid = await client.search("half", min_positions=[position], max_wait_ms=200)
     assert hybrid.degraded
     assert (hybrid.keyword_positions_behind, hybrid.vector_positions_behind) == (0, 1)
     assert [r for r in hybrid.degraded_reasons if r.startswith("vector index behind")]
 
 
 async def test_a_delete_or_a_new_document_at_the_path_satisfies_older_positions(
-    engram: EmbeddedEngram, channel: grpc.aio.Channel
+    client: AsyncClient,
 ) -> None:
-    storage = storage_pb2_grpc.StorageServiceStub(channel)
-    search = search_pb2_grpc.SearchServiceStub(channel)
-    first = await storage.WriteDocument(write_request("cycle.md", "The first heron note."))
-    second = await storage.WriteDocument(write_request("cycle.md", "The second heron note."))
-    deleted = await storage.DeleteDocument(
-        storage_pb2.DeleteDocumentRequest(space=space(), path="cycle.md")
-    )
+    first = await client.write_document("cycle.md", "The first heron note.")
+    second = await client.write_document("cycle.md", "The second heron note.")
+    deleted = await client.delete_document("cycle.md")
+    assert first.position is not None and second.position is not None
+    assert deleted.position is not None
     assert deleted.position.document_id == first.position.document_id
     assert deleted.position.version == 2
-    gone = await search.Search(
-        search_pb2.SearchRequest(
-            spaces=[space()],
-            query="heron",
-            mode=search_pb2.SEARCH_MODE_LEXICAL,
-            min_positions=[deleted.position],
-            max_wait_ms=20_000,
-        )
+    gone = await client.search(
+        "heron", mode="lexical", min_positions=[deleted.position], max_wait_ms=20_000
     )
     assert not gone.degraded, gone.degraded_reasons
     assert [r.path for r in gone.results] == []
-    again = await storage.WriteDocument(write_request("cycle.md", "A brand new egret note."))
+    again = await client.write_document("cycle.md", "A brand new egret note.")
+    assert again.position is not None
     assert again.position.document_id != first.position.document_id
     assert again.position.version == 1
 
-    answer = await search.Search(
-        search_pb2.SearchRequest(
-            spaces=[space()],
-            query="heron egret note",
-            mode=search_pb2.SEARCH_MODE_LEXICAL,
-            min_positions=[first.position, second.position, again.position],
-            max_wait_ms=20_000,
-        )
+    answer = await client.search(
+        "heron egret note",
+        mode="lexical",
+        min_positions=[first.position, second.position, again.position],
+        max_wait_ms=20_000,
     )
 
     assert not answer.degraded, answer.degraded_reasons
     assert [r.content for r in answer.results] == ["A brand new egret note."]
 
 
-async def test_positions_must_name_a_searched_space(channel: grpc.aio.Channel) -> None:
-    storage = storage_pb2_grpc.StorageServiceStub(channel)
-    search = search_pb2_grpc.SearchServiceStub(channel)
-    written = await storage.WriteDocument(
-        write_request("other.md", "Elsewhere.", ref=space("elsewhere"))
-    )
+async def test_positions_must_name_a_searched_space(client: AsyncClient) -> None:
+    written = await client.write_document("other.md", "Elsewhere.", space=Space(name="elsewhere"))
+    assert written.position is not None
 
-    failure = await fails(
-        search.Search(
-            search_pb2.SearchRequest(
-                spaces=[space()], query="elsewhere", min_positions=[written.position]
-            )
-        ),
-        grpc.StatusCode.INVALID_ARGUMENT,
-    )
-    assert "min_positions[0]" in failure.message
+    with pytest.raises(InvalidArgument) as refused:
+        await client.search("elsewhere", min_positions=[written.position])
+    assert "min_positions[0]" in refused.value.message
 
-    await fails(
-        search.Search(
-            search_pb2.SearchRequest(
-                spaces=[space()],
-                query="x",
-                min_positions=[position_pb2.IndexPosition(space_id="v1:private:local::::notes")],
-            )
-        ),
-        grpc.StatusCode.INVALID_ARGUMENT,
-    )
-    await fails(
-        search.Search(search_pb2.SearchRequest(spaces=[space()], query="x", max_wait_ms=-1)),
-        grpc.StatusCode.INVALID_ARGUMENT,
-    )
-
-
-async def test_memory_write_then_memory_search_finds_it(channel: grpc.aio.Channel) -> None:
-    workspace = workspace_pb2_grpc.WorkspaceServiceStub(channel)
-    ref = space("agent")
-    written = await workspace.MemoryWrite(
-        workspace_pb2.MemoryWriteRequest(
-            space=ref,
-            target=workspace_pb2.MEMORY_TARGET_MEMORY,
-            content="The user prefers the kestrel theme.",
+    with pytest.raises(InvalidArgument):
+        await client.search(
+            "x",
+            min_positions=[
+                IndexPosition(
+                    space_id="v1:private:local::::notes", path="", document_id="", version=0
+                )
+            ],
         )
+    with pytest.raises(InvalidArgument):
+        await client.search("x", max_wait_ms=-1)
+
+
+async def test_memory_write_then_memory_search_finds_it(client: AsyncClient) -> None:
+    agent = Space(name="agent")
+    written = await client.memory_write(
+        "The user prefers the kestrel theme.", target="memory", space=agent
     )
-    logged = await workspace.AppendDailyLog(
-        workspace_pb2.AppendDailyLogRequest(space=ref, entry="Talked about the osprey plan.")
-    )
+    logged = await client.append_daily_log("Talked about the osprey plan.", space=agent)
+    assert written.position is not None and logged.position is not None
     assert written.position.path == "MEMORY.md"
     assert logged.position.path == logged.path
 
-    found = await workspace.MemorySearch(
-        workspace_pb2.MemorySearchRequest(
-            space=ref, query="kestrel osprey", min_positions=[written.position, logged.position]
-        )
+    found = await client.memory_search(
+        "kestrel osprey", min_positions=[written.position, logged.position], space=agent
     )
 
     assert not found.degraded, found.degraded_reasons
-    assert {hit.path for hit in found.hits} == {"MEMORY.md", logged.path}
+    assert {hit.path for hit in found.results} == {"MEMORY.md", logged.path}
 
 
 async def test_the_typed_client_carries_positions(engram: EmbeddedEngram) -> None:

@@ -5,18 +5,17 @@ position its write answered and finds the write the first time."""
 
 from __future__ import annotations
 
-import grpc
 import pytest
 
 from engram.app.production import open_indexer, search_on_backends, storage_on_mongo
-from engram.v1 import search_pb2_grpc, storage_pb2_grpc, workspace_pb2, workspace_pb2_grpc
+from engram.client import AsyncClient
 from tests.e2e.test_indexer_jetstream import (  # the same deployment as the indexer's suite
-    MEMBER,
+    NOTES,
     Deployment,
     deployment,
+    engram_client,
 )
-from tests.e2e.test_workspace_processes import AGENT, ANN, replicas
-from tests.support.grpc_helpers import space
+from tests.e2e.test_workspace_processes import replicas
 from tests.support.read_your_writes import (
     PATIENT_SEARCH,
     several_writes_one_search,
@@ -51,47 +50,32 @@ async def test_200_write_then_search_pairs_on_real_backends(deployment: Deployme
         open_indexer(indexer_settings) as indexer,
         # Qdrant local mode admits one client: search shares the indexer's.
         search_on_backends(search_settings, vector=indexer.vector) as search_server,
-        grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as storage_channel,
-        grpc.aio.insecure_channel(f"127.0.0.1:{search_server.port}") as search_channel,
+        engram_client(storage_server.port) as storage,
+        engram_client(search_server.port) as search,
     ):
-        storage = storage_pb2_grpc.StorageServiceStub(storage_channel)
-        search = search_pb2_grpc.SearchServiceStub(search_channel)
-
-        report = await write_then_search_pairs(storage, search, space(), pairs=200, metadata=MEMBER)
+        report = await write_then_search_pairs(storage, search, NOTES, pairs=200)
         print(
             f"\nreal backends: {report.pairs} pairs in {report.seconds:.1f} s, waited per "
             f"search {report.wait_summary()}"
         )
         assert report.missed == []
 
-        answer = await several_writes_one_search(storage, search, space(), metadata=MEMBER)
+        answer = await several_writes_one_search(storage, search, NOTES)
         assert not answer.degraded
 
 
 async def test_workspace_replicas_pass_positions_through_the_remote_services(
-    replicas: list[workspace_pb2_grpc.WorkspaceServiceStub],
+    replicas: list[AsyncClient],
 ) -> None:
     """`engram serve workspace` calls storage and search over gRPC: the write's position
     comes back through StorageService, and MemorySearch hands it on to SearchService."""
     first, second = replicas
-    written = await first.MemoryWrite(
-        workspace_pb2.MemoryWriteRequest(
-            space=AGENT,
-            target=workspace_pb2.MEMORY_TARGET_MEMORY,
-            content="The corncrake survey starts at dawn.",
-        ),
-        metadata=ANN,
-    )
+    written = await first.memory_write("The corncrake survey starts at dawn.", target="memory")
+    assert written.position is not None
     assert (written.position.path, written.position.version) == ("MEMORY.md", written.version)
 
-    found = await second.MemorySearch(
-        workspace_pb2.MemorySearchRequest(
-            space=AGENT, query="corncrake survey", min_positions=[written.position]
-        ),
-        metadata=ANN,
-        timeout=30,
-    )
+    found = await second.memory_search("corncrake survey", min_positions=[written.position])
 
     assert not found.degraded, found.degraded_reasons
     assert (found.keyword_positions_behind, found.vector_positions_behind) == (0, 0)
-    assert found.hits[0].path == "MEMORY.md"
+    assert found.results[0].path == "MEMORY.md"

@@ -20,21 +20,21 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
 
+from engram.client import AsyncClient, IndexPosition, SearchResults, Space, Unavailable
 from engram.domain.chunking import build_chunks
 from engram.domain.spaces import SpaceRef, Visibility
 from engram.indexer.embedders.local import LocalOnnxEmbedder
 from engram.indexes.keyword.opensearch_index import OpenSearchKeywordIndex
 from engram.indexes.vector.numpy_index import NumpyVectorIndex
-from engram.v1 import position_pb2, search_pb2, search_pb2_grpc, space_pb2
 from tests.support.backends import RealBackends
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint
+from tests.support.tokens import TEST_JWT_SECRET, mint
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_backend, pytest.mark.timeout(600)]
 
@@ -115,24 +115,26 @@ class Workers:
             await asyncio.sleep(0.5)
 
 
-def request(**fields: object) -> search_pb2.SearchRequest:
-    notes = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PROJECT, project="p1", name="notes")
-    return search_pb2.SearchRequest(spaces=[notes], query="ERR_4021 build", limit=3, **fields)  # type: ignore[arg-type]
+TOKEN = mint("ann", tenant="acme", role="viewer")
 
 
-TOKEN = bearer(mint("ann", tenant="acme", role="viewer"))
-
-
-async def search_once(port: int, req: search_pb2.SearchRequest) -> search_pb2.SearchResponse:
-    """One call on a connection of its own (so the kernel may pick either worker): channels
-    of one process otherwise share a connection to the same address (gRPC's global
-    subchannel pool)."""
+async def search_once(
+    port: int, *, min_positions: Sequence[IndexPosition] = (), max_wait_ms: int = 0
+) -> SearchResults:
+    """One search for ERR_4021 in notes, on a connection of its own (so the kernel may pick
+    either worker): channels of one process otherwise share a connection to the same
+    address (gRPC's global subchannel pool). No retries: each call is one attempt."""
     own = [("grpc.use_local_subchannel_pool", 1)]
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=own) as channel:
-        response: search_pb2.SearchResponse = await search_pb2_grpc.SearchServiceStub(
-            channel
-        ).Search(req, metadata=TOKEN, timeout=30)
-        return response
+        client = AsyncClient(
+            channel=channel,
+            token=TOKEN,
+            space=Space(visibility="project", project="p1", name="notes"),
+            retries=0,
+        )
+        return await client.search(
+            "ERR_4021 build", limit=3, min_positions=min_positions, max_wait_ms=max_wait_ms
+        )
 
 
 async def populate(url: str, alias: str, vector_dir: Path) -> None:
@@ -233,7 +235,7 @@ async def test_two_workers_answer_a_dead_one_is_replaced_and_sigterm_drains(
 
     # 1. Both workers answer: one series each, each a child process of the command.
     for _ in range(40):
-        response = await search_once(workers.port, request())
+        response = await search_once(workers.port)
         assert response.results[0].path == "incidents/build.md"
     calls = workers.calls_by_pid()
     assert len(calls) == 2, calls
@@ -252,23 +254,23 @@ async def test_two_workers_answer_a_dead_one_is_replaced_and_sigterm_drains(
     replaced = workers.calls_by_pid()
     assert victim not in replaced and len(replaced) == 2, replaced
     for _ in range(10):
-        response = await search_once(workers.port, request())
+        response = await search_once(workers.port)
         assert response.results[0].path == "incidents/build.md"
 
     # 3. SIGTERM drains: calls in flight on both workers answer, then every process exits.
     pids = set(replaced) | children(parent)
     # Each call waits for a write no index will ever reach: it answers, degraded, after
     # max_wait_ms - long after the SIGTERM below.
-    behind = position_pb2.IndexPosition(
-        space_id=NOTES.id, path="never.md", document_id="never", version=1
-    )
-    slow = request(min_positions=[behind], max_wait_ms=5000)
+    behind = IndexPosition(space_id=NOTES.id, path="never.md", document_id="never", version=1)
     before = workers.calls_by_pid()
-    in_flight: list[asyncio.Task[search_pb2.SearchResponse]] = []
+    in_flight: list[asyncio.Task[SearchResults]] = []
     # New connections until each worker holds a call (the kernel picks by connection).
     while not all(count > before[pid] for pid, count in workers.calls_by_pid().items()):
         assert len(in_flight) < 40, "the calls all went to one worker"
-        in_flight += [asyncio.create_task(search_once(workers.port, slow)) for _ in range(2)]
+        in_flight += [
+            asyncio.create_task(search_once(workers.port, min_positions=[behind], max_wait_ms=5000))
+            for _ in range(2)
+        ]
         await asyncio.sleep(0.2)
     workers.process.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
@@ -279,6 +281,5 @@ async def test_two_workers_answer_a_dead_one_is_replaced_and_sigterm_drains(
     assert await asyncio.to_thread(workers.process.wait, 30) == 0
     left = await asyncio.to_thread(survivors, pids, 10.0)
     assert not left, f"a worker outlived the command: {left}"
-    with pytest.raises(grpc.aio.AioRpcError) as refused:
-        await search_once(workers.port, request())
-    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    with pytest.raises(Unavailable):
+        await search_once(workers.port)

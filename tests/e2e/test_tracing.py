@@ -27,17 +27,11 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from engram.app.embedded import EmbeddedEngram
 from engram.app.production import storage_on_mongo
+from engram.client import AsyncClient, DocumentNotFound, Space
 from engram.domain.documents import space_subject_token
 from engram.runtime import tracing
 from engram.runtime.logs import JsonFormatter
-from engram.v1 import (
-    indexer_pb2,
-    indexer_pb2_grpc,
-    storage_pb2,
-    storage_pb2_grpc,
-    workspace_pb2,
-    workspace_pb2_grpc,
-)
+from engram.v1 import storage_pb2, storage_pb2_grpc
 from engram.wire import decode_event
 from tests.conftest import EngramFactory
 from tests.e2e.test_indexer_jetstream import Deployment, free_port
@@ -46,15 +40,22 @@ from tests.e2e.test_indexer_jetstream import Deployment, free_port
 # so their client channels trace).
 from tests.e2e.test_workspace_processes import replicas  # noqa: F401, F811
 from tests.support.backends import RealBackends
-from tests.support.grpc_helpers import fails, space, write_request
-from tests.support.tokens import bearer, mint
+from tests.support.grpc_helpers import space, write_request
+from tests.support.tokens import mint
 
 pytestmark = pytest.mark.e2e
 
 WRITE = "/engram.v1.StorageService/WriteDocument"
 READ = "/engram.v1.StorageService/ReadDocument"
 INDEX = "engram.indexer/IndexDocument"
-ANN = bearer(mint("ann", "acme", "member"))
+ANN_TOKEN = mint("ann", "acme", "member")
+NOTES = Space(name="notes")
+
+
+@pytest.fixture
+async def client(channel: grpc.aio.Channel) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(channel=channel, space=NOTES) as client:
+        yield client
 
 
 @pytest.fixture
@@ -123,12 +124,10 @@ async def test_an_rpc_on_engram_dev_has_a_server_span(
 
 
 async def test_an_error_puts_the_engram_reason_on_the_span(
-    spans: InMemorySpanExporter, channel: grpc.aio.Channel
+    spans: InMemorySpanExporter, client: AsyncClient
 ) -> None:
-    stub = storage_pb2_grpc.StorageServiceStub(channel)
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await stub.ReadDocument(storage_pb2.ReadDocumentRequest(space=space(), path="none.md"))
-    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(DocumentNotFound):
+        await client.read_document("none.md")
     read = await one_span(spans, READ)
     attributes = dict(read.attributes or {})
     assert attributes["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
@@ -143,8 +142,7 @@ async def test_a_caller_trace_continues_into_the_server(
     async with grpc.aio.insecure_channel(
         f"127.0.0.1:{engram.port}", interceptors=tracing.tracing_client_interceptors()
     ) as channel:
-        stub = storage_pb2_grpc.StorageServiceStub(channel)
-        await stub.WriteDocument(write_request("b.md", "traced"))
+        await AsyncClient(channel=channel, space=NOTES).write_document("b.md", "traced")
     client = [s for s in named(spans, WRITE) if s.kind == SpanKind.CLIENT]
     server = [s for s in named(spans, WRITE) if s.kind == SpanKind.SERVER]
     assert len(client) == 1 and len(server) == 1
@@ -170,10 +168,9 @@ async def test_the_json_log_line_carries_the_trace_id(
     try:
         async with (
             engram_factory(access_log=True) as engram,
-            grpc.aio.insecure_channel(f"127.0.0.1:{engram.port}") as channel,
+            AsyncClient(f"127.0.0.1:{engram.port}", space=NOTES) as client,
         ):
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            await stub.WriteDocument(write_request("c.md", "logged"))
+            await client.write_document("c.md", "logged")
     finally:
         access.removeHandler(keep)
         access.setLevel(level)
@@ -193,10 +190,9 @@ async def test_without_tracing_there_are_no_spans_and_no_trace_ids() -> None:
 
 
 async def test_a_write_trace_reaches_the_embedded_indexer(
-    spans: InMemorySpanExporter, channel: grpc.aio.Channel
+    spans: InMemorySpanExporter, client: AsyncClient
 ) -> None:
-    stub = storage_pb2_grpc.StorageServiceStub(channel)
-    await stub.WriteDocument(write_request("indexed.md", "the indexer follows this write"))
+    await client.write_document("indexed.md", "the indexer follows this write")
     indexing = await one_span(spans, INDEX, **{"engram.path": "indexed.md"})
     write = await one_span(spans, WRITE)
     assert indexing.kind == SpanKind.CONSUMER
@@ -207,13 +203,11 @@ async def test_a_write_trace_reaches_the_embedded_indexer(
 
 
 async def test_a_reindex_call_traces_the_runs_it_queues(
-    spans: InMemorySpanExporter, channel: grpc.aio.Channel
+    spans: InMemorySpanExporter, client: AsyncClient
 ) -> None:
-    stub = storage_pb2_grpc.StorageServiceStub(channel)
-    await stub.WriteDocument(write_request("again.md", "indexed twice"))
+    await client.write_document("again.md", "indexed twice")
     await one_span(spans, INDEX, **{"engram.path": "again.md"})
-    indexer = indexer_pb2_grpc.IndexerServiceStub(channel)
-    await indexer.Reindex(indexer_pb2.ReindexRequest(spaces=[space()]))
+    await client.reindex([NOTES])
     reindex = await one_span(spans, "/engram.v1.IndexerService/Reindex")
     deadline = time.monotonic() + 60
     while not [s for s in named(spans, INDEX) if trace_of(s) == trace_of(reindex)]:
@@ -235,12 +229,11 @@ async def test_a_write_trace_reaches_the_indexer_over_jetstream(
         async with (
             storage_on_mongo(deployment.storage_settings()) as storage_server,
             deployment.indexer(),
-            grpc.aio.insecure_channel(f"127.0.0.1:{storage_server.port}") as channel,
+            AsyncClient(
+                f"127.0.0.1:{storage_server.port}", token=ANN_TOKEN, space=NOTES
+            ) as storage,
         ):
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            written = await stub.WriteDocument(
-                write_request(path, "carried through NATS"), metadata=ANN
-            )
+            written = await storage.write_document(path, "carried through NATS")
             indexing = await one_span(spans, INDEX, **{"engram.path": path})
             published = await nats_client.jetstream().get_last_msg(
                 "ENGRAM_DOCS",
@@ -271,11 +264,9 @@ async def test_a_write_trace_reaches_the_indexer_over_jetstream(
 @pytest.mark.real_backend
 async def test_workspace_to_storage_is_one_trace(
     spans: InMemorySpanExporter,
-    replicas: list[workspace_pb2_grpc.WorkspaceServiceStub],  # noqa: F811 - the imported fixture
+    replicas: list[AsyncClient],  # noqa: F811 - the imported fixture
 ) -> None:
-    await replicas[0].MemoryWrite(
-        workspace_pb2.MemoryWriteRequest(space=space("agent"), content="hop"), metadata=ANN
-    )
+    await replicas[0].memory_write("hop")
     agent_write = await one_span(spans, "/engram.v1.WorkspaceService/MemoryWrite")
     hop = [s for s in spans.get_finished_spans() if trace_of(s) == trace_of(agent_write)]
     kinds = {(s.name, s.kind) for s in hop}
@@ -289,15 +280,10 @@ async def test_workspace_to_storage_is_one_trace(
 @pytest.mark.real_backend
 async def test_a_remote_refusal_keeps_its_code_through_a_traced_channel(
     spans: InMemorySpanExporter,
-    replicas: list[workspace_pb2_grpc.WorkspaceServiceStub],  # noqa: F811 - the imported fixture
+    replicas: list[AsyncClient],  # noqa: F811 - the imported fixture
 ) -> None:
-    await fails(
-        replicas[0].MemoryRead(
-            workspace_pb2.MemoryReadRequest(space=space("agent"), path="none.md"), metadata=ANN
-        ),
-        grpc.StatusCode.NOT_FOUND,
-        "DOCUMENT_NOT_FOUND",
-    )
+    with pytest.raises(DocumentNotFound):
+        await replicas[0].memory_read("none.md")
     client_read = next(s for s in named(spans, READ) if s.kind == SpanKind.CLIENT)
     storage_read = next(s for s in named(spans, READ) if s.kind == SpanKind.SERVER)
     code = grpc.StatusCode.NOT_FOUND.value[0]
@@ -395,8 +381,7 @@ async def test_engram_dev_exports_spans_over_otlp(
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             await asyncio.wait_for(channel.channel_ready(), 60)
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            await stub.WriteDocument(write_request("otlp.md", "exported"), wait_for_ready=True)
+            await AsyncClient(channel=channel, space=NOTES).write_document("otlp.md", "exported")
         await wait_for(
             lambda: any(name == WRITE for _, name, _ in receiver.spans()),
             30,

@@ -7,28 +7,32 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
-from typing import Any
 
-import grpc
 import pytest
-from google.rpc import error_details_pb2
 
 from engram.app.embedded import embedded_engram
 from engram.app.production import workspace_on_mongo
+from engram.client import (
+    AsyncClient,
+    DocumentNotFound,
+    PermissionDenied,
+    RateLimited,
+    SecretInContent,
+    Space,
+    WriteResult,
+)
 from engram.domain.errors import MissingSetting
-from engram.v1 import workspace_pb2, workspace_pb2_grpc
 from tests.support.backends import RealBackends
-from tests.support.grpc_helpers import CallFailure, fails, space
 from tests.support.settings import server_settings
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint, service_token
+from tests.support.tokens import TEST_JWT_SECRET, mint, service_token
 
 pytestmark = [pytest.mark.e2e, pytest.mark.real_backend]
 
-ANN = bearer(mint("ann", "acme", "member"))
-BOB = bearer(mint("bob", "acme", "member"))
-AGENT = space("agent")
+ANN_TOKEN = mint("ann", "acme", "member")
+BOB_TOKEN = mint("bob", "acme", "member")
+AGENT = Space(name="agent")
 
 
 async def fresh_minute() -> None:
@@ -39,9 +43,8 @@ async def fresh_minute() -> None:
 
 
 @pytest.fixture
-async def replicas(
-    tmp_path: Path, real_backends: RealBackends
-) -> AsyncIterator[list[workspace_pb2_grpc.WorkspaceServiceStub]]:
+async def replicas(tmp_path: Path, real_backends: RealBackends) -> AsyncIterator[list[AsyncClient]]:
+    """engram.client on each of two workspace replicas, as ann in the space "agent"."""
     async with embedded_engram(
         server_settings(tmp_path / "engram", jwt_secret=TEST_JWT_SECRET), require_auth=True
     ) as engram:
@@ -56,84 +59,55 @@ async def replicas(
             service_token=service_token("workspace"),
         )
         async with workspace_on_mongo(settings) as one, workspace_on_mongo(settings) as two:
-            channels = [grpc.aio.insecure_channel(f"127.0.0.1:{s.port}") for s in (one, two)]
+            clients = [
+                AsyncClient(f"127.0.0.1:{s.port}", token=ANN_TOKEN, space=AGENT) for s in (one, two)
+            ]
             try:
-                yield [workspace_pb2_grpc.WorkspaceServiceStub(c) for c in channels]
+                yield clients
             finally:
-                for channel in channels:
-                    await channel.close()
+                for client in clients:
+                    await client.close()
 
 
-async def outcome(call: Any) -> grpc.StatusCode | CallFailure:
+async def outcome(write: Awaitable[WriteResult]) -> WriteResult | RateLimited:
     try:
-        await call
-    except grpc.aio.AioRpcError as error:
-        return CallFailure(error)
-    return grpc.StatusCode.OK
+        return await write
+    except RateLimited as refused:
+        return refused
 
 
-async def test_two_replicas_share_the_agents_write_limit(
-    replicas: list[workspace_pb2_grpc.WorkspaceServiceStub],
-) -> None:
+async def test_two_replicas_share_the_agents_write_limit(replicas: list[AsyncClient]) -> None:
     await fresh_minute()
 
-    def write(n: int, who: Any = ANN) -> Any:
-        return replicas[n % 2].MemoryWrite(
-            workspace_pb2.MemoryWriteRequest(space=AGENT, content=f"entry {n}"), metadata=who
-        )
+    def write(n: int, who: str = ANN_TOKEN) -> Awaitable[WriteResult]:
+        return replicas[n % 2].as_caller(who, space=AGENT).memory_write(f"entry {n}")
 
     results = await asyncio.gather(*(outcome(write(n)) for n in range(21)))
-    accepted = [r for r in results if r == grpc.StatusCode.OK]
-    refused = [r for r in results if isinstance(r, CallFailure)]
-    assert len(accepted) == 20 and len(refused) == 1, [getattr(r, "code", r) for r in results]
-    failure = refused[0]
-    assert (failure.code, failure.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "RATE_LIMITED")
-    assert failure.detail(error_details_pb2.RetryInfo).retry_delay.seconds >= 1
+    accepted = [r for r in results if isinstance(r, WriteResult)]
+    refused = [r for r in results if isinstance(r, RateLimited)]
+    assert len(accepted) == 20 and len(refused) == 1, results
+    assert refused[0].retry_after_seconds is not None and refused[0].retry_after_seconds >= 1
     # Another agent (another principal in the same space) is not affected, on either replica.
     for n in range(2):
-        await write(n, BOB)
-    log = await replicas[0].MemoryRead(
-        workspace_pb2.MemoryReadRequest(space=AGENT, path=(await write(0, BOB)).path),
-        metadata=ANN,
-    )
+        await write(n, BOB_TOKEN)
+    log = await replicas[0].memory_read((await write(0, BOB_TOKEN)).path)
     assert log.content.count("] entry ") == 23
 
 
-async def test_remote_errors_keep_their_code(
-    replicas: list[workspace_pb2_grpc.WorkspaceServiceStub],
-) -> None:
-    stub = replicas[0]
-    missing = await fails(
-        stub.MemoryRead(workspace_pb2.MemoryReadRequest(space=AGENT, path="x.md"), metadata=ANN),
-        grpc.StatusCode.NOT_FOUND,
-        "DOCUMENT_NOT_FOUND",
-    )
-    assert "x.md" in missing.message
-    await fails(
-        stub.MemoryWrite(
-            workspace_pb2.MemoryWriteRequest(
-                space=AGENT, content="key AKIAIOSFODNN7EXAMPLE", target=1
-            ),
-            metadata=ANN,
-        ),
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "SECRET_IN_CONTENT",
-    )
+async def test_remote_errors_keep_their_code(replicas: list[AsyncClient]) -> None:
+    client = replicas[0]
+    with pytest.raises(DocumentNotFound) as missing:
+        await client.memory_read("x.md")
+    assert "x.md" in missing.value.message
+    with pytest.raises(SecretInContent):
+        await client.memory_write("key AKIAIOSFODNN7EXAMPLE", target="memory")
     # Authorized before anything else: a viewer's empty write is a denial, not a bad request.
-    viewer = bearer(mint("vic", "acme", "viewer"))
-    await fails(
-        stub.MemoryWrite(
-            workspace_pb2.MemoryWriteRequest(space=AGENT, content=""), metadata=viewer
-        ),
-        grpc.StatusCode.PERMISSION_DENIED,
-        "MEMBER_ROLE_REQUIRED",
-    )
-    written = await stub.MemoryWrite(
-        workspace_pb2.MemoryWriteRequest(space=AGENT, content="hello", target=1), metadata=ANN
-    )
-    read = await replicas[1].MemoryRead(
-        workspace_pb2.MemoryReadRequest(space=AGENT, path=written.path), metadata=ANN
-    )
+    viewer = client.as_caller(mint("vic", "acme", "viewer"), space=AGENT)
+    with pytest.raises(PermissionDenied) as denied:
+        await viewer.memory_write("")
+    assert denied.value.info_reason == "MEMBER_ROLE_REQUIRED"
+    written = await client.memory_write("hello", target="memory")
+    read = await replicas[1].memory_read(written.path)
     assert read.content == "hello\n"
 
 
@@ -146,44 +120,27 @@ async def test_missing_settings_are_named_at_start(tmp_path: Path) -> None:
         assert name in str(missing.value)
 
 
-async def test_every_tool_works_through_the_remote_services(
-    replicas: list[workspace_pb2_grpc.WorkspaceServiceStub],
-) -> None:
+async def test_every_tool_works_through_the_remote_services(replicas: list[AsyncClient]) -> None:
     one, two = replicas
-    seeded = await one.SeedWorkspace(workspace_pb2.SeedWorkspaceRequest(space=AGENT), metadata=ANN)
+    seeded = await one.seed_workspace()
     assert "SOUL.md" in seeded.created_paths
-    again = await two.SeedWorkspace(workspace_pb2.SeedWorkspaceRequest(space=AGENT), metadata=ANN)
+    again = await two.seed_workspace()
     assert not again.created_paths
-    await one.MemoryWrite(
-        workspace_pb2.MemoryWriteRequest(
-            space=AGENT, target=4, path="notes/deploys.md", content="Deploy freeze on Fridays."
-        ),
-        metadata=ANN,
-    )
-    tree = await two.MemoryTree(workspace_pb2.MemoryTreeRequest(space=AGENT, depth=2), metadata=ANN)
-    names = {node.name: [c.path for c in node.children] for node in tree.nodes}
+    await one.memory_write("Deploy freeze on Fridays.", target="notes/deploys.md")
+    tree = await two.memory_tree(depth=2)
+    names = {node.name: [c.path for c in node.children] for node in tree}
     assert names["notes/"] == ["notes/deploys.md"] and "MEMORY.md" in names
-    first = await one.GetSystemPrompt(
-        workspace_pb2.GetSystemPromptRequest(space=AGENT), metadata=ANN
-    )
+    first = await one.system_prompt()
     assert first.bootstrapping and not first.soul_changed
     # The SOUL.md baseline is shared through MongoDB: the other replica sees no change.
-    assert not (
-        await two.GetSystemPrompt(workspace_pb2.GetSystemPromptRequest(space=AGENT), metadata=ANN)
-    ).soul_changed
-    done = await two.CompleteBootstrap(
-        workspace_pb2.CompleteBootstrapRequest(space=AGENT), metadata=ANN
-    )
-    assert done.archived_path.startswith("BOOTSTRAP.done-")
-    assert not (
-        await one.GetSystemPrompt(workspace_pb2.GetSystemPromptRequest(space=AGENT), metadata=ANN)
-    ).bootstrapping
+    assert not (await two.system_prompt()).soul_changed
+    archived = await two.complete_bootstrap()
+    assert archived.startswith("BOOTSTRAP.done-")
+    assert not (await one.system_prompt()).bootstrapping
     deadline = time.monotonic() + 60
     while True:
-        found = await one.MemorySearch(
-            workspace_pb2.MemorySearchRequest(space=AGENT, query="deploy freeze"), metadata=ANN
-        )
-        if any(hit.path == "notes/deploys.md" for hit in found.hits):
+        found = await one.memory_search("deploy freeze")
+        if any(hit.path == "notes/deploys.md" for hit in found.results):
             break
         assert time.monotonic() < deadline, "the written note was never found"
         await asyncio.sleep(0.2)

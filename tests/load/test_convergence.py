@@ -40,6 +40,7 @@ from qdrant_client import AsyncQdrantClient
 from engram.app.embedded import build_core
 from engram.app.production import storage_on_mongo
 from engram.backends.mongo import connect
+from engram.client import AsyncClient, NotFound, Space
 from engram.domain.chunking import build_chunks
 from engram.domain.chunks import Chunk
 from engram.domain.documents import DocumentEvent, StoredDocument
@@ -59,10 +60,9 @@ from engram.indexes.vector.numpy_index import NumpyVectorIndex
 from engram.indexes.vector.qdrant_index import QdrantVectorIndex
 from engram.storage.mongo_repository import MongoDocumentRepository
 from engram.storage.service import WriteMode
-from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
 from tests.support.backends import RealBackends
 from tests.support.settings import server_settings
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint, service_token
+from tests.support.tokens import TEST_JWT_SECRET, mint, service_token
 
 pytestmark = [
     pytest.mark.load,
@@ -71,7 +71,7 @@ pytestmark = [
 ]
 
 STREAM = "ENGRAM_DOCS"
-MEMBER = bearer(mint("ann", "acme", "member"))
+MEMBER = mint("ann", "acme", "member")
 # The workers embed with short inputs and one thread each: the test is about convergence,
 # and two processes share two cores with NATS, FerretDB and OpenSearch.
 EMBED_MAX_LENGTH = 64
@@ -270,8 +270,8 @@ async def test_two_indexer_processes_converge_through_duplicates_reordering_and_
         async with storage_on_mongo(storage_settings):
             await workers.start(1)
             await workers.start(2)  # after the first created the shared directory
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{storage_port}") as channel:
-                stub = storage_pb2_grpc.StorageServiceStub(channel)
+            # No retries: each operation is one attempt, as the operation counts assume.
+            async with AsyncClient(f"127.0.0.1:{storage_port}", token=MEMBER, retries=0) as engram:
                 operations = [(rng.choice(documents), rng.random()) for _ in range(600)]
                 done = 0
                 half = asyncio.Event()
@@ -281,32 +281,16 @@ async def test_two_indexer_processes_converge_through_duplicates_reordering_and_
                     nonlocal done
                     local = random.Random(rng.random())
                     for (name, path), dice in mine:
-                        ref = space_pb2.SpaceRef(visibility=space_pb2.VISIBILITY_PRIVATE, name=name)
-                        try:
+                        ref = Space(name=name)
+                        # Only a delete of a document already gone may fail (NotFound).
+                        with contextlib.suppress(NotFound):
                             if dice < 0.5:
-                                await stub.WriteDocument(
-                                    storage_pb2.WriteDocumentRequest(
-                                        space=ref,
-                                        path=path,
-                                        content=sentence(local, 2, 12) + "\n",
-                                        mode=storage_pb2.WRITE_MODE_APPEND,
-                                    ),
-                                    metadata=MEMBER,
-                                )
+                                content = sentence(local, 2, 12) + "\n"
+                                await engram.write_document(path, content, append=True, space=ref)
                             elif dice < 0.8:
-                                await stub.WriteDocument(
-                                    storage_pb2.WriteDocumentRequest(
-                                        space=ref, path=path, content=body(local)
-                                    ),
-                                    metadata=MEMBER,
-                                )
+                                await engram.write_document(path, body(local), space=ref)
                             else:
-                                await stub.DeleteDocument(
-                                    storage_pb2.DeleteDocumentRequest(space=ref, path=path),
-                                    metadata=MEMBER,
-                                )
-                        except grpc.aio.AioRpcError as error:
-                            assert error.code() == grpc.StatusCode.NOT_FOUND, error.details()
+                                await engram.delete_document(path, space=ref)
                         done += 1
                         if done >= 300:
                             half.set()

@@ -88,34 +88,19 @@ def test_the_loss_check_finds_a_write_that_is_not_there(tmp_path: Path) -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     from loadlib import deploy, ledger
 
-    from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
+    from engram.client import AsyncClient, Space
     from tests.support.tokens import mint
 
     async def scenario(d: deploy.Deployment) -> dict[str, object]:
         agent = {"tenant": "t1", "sub": "ann", "space": "ws-ann"}
         agent["token"] = mint("ann", "t1", "member", secret=d.secret)
-        metadata = (("authorization", f"Bearer {agent['token']}"),)
-        space = space_pb2.SpaceRef(
-            visibility=space_pb2.VISIBILITY_PRIVATE, tenant="t1", name="ws-ann"
-        )
+        space = Space(tenant="t1", name="ws-ann")
+        # The ledger check reads through the channel; the writes go through engram.client.
         async with grpc.aio.insecure_channel(d.addresses["storage"]) as channel:
-            stub = storage_pb2_grpc.StorageServiceStub(channel)
-            log = await stub.WriteDocument(
-                storage_pb2.WriteDocumentRequest(
-                    space=space, path="daily/log.md", content="ltkept one\n"
-                ),
-                metadata=metadata,
-            )
-            first = await stub.WriteDocument(
-                storage_pb2.WriteDocumentRequest(space=space, path="notes/n.md", content="ltfirst"),
-                metadata=metadata,
-            )
-            second = await stub.WriteDocument(
-                storage_pb2.WriteDocumentRequest(
-                    space=space, path="notes/n.md", content="ltsecond"
-                ),
-                metadata=metadata,
-            )
+            client = AsyncClient(channel=channel, token=agent["token"], space=space)
+            log = await client.write_document("daily/log.md", "ltkept one\n")
+            first = await client.write_document("notes/n.md", "ltfirst")
+            second = await client.write_document("notes/n.md", "ltsecond")
             entries = [
                 {"kind": "append", "sub": "ann", "path": "daily/log.md", "token": "ltkept",
                  "acked": True, "version": log.document.version},

@@ -6,21 +6,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-import grpc
-
-from engram.v1 import (
-    position_pb2,
-    search_pb2,
-    search_pb2_grpc,
-    space_pb2,
-    storage_pb2,
-    storage_pb2_grpc,
-)
-
-Metadata = Sequence[tuple[str, str]]
+from engram.client import AsyncClient, IndexPosition, SearchResults, Space
 
 # What these tests check is that a search answers only once its write is indexed, not how
 # fast: on a shared, loaded 2-core machine an index can take seconds to apply a write or to
@@ -51,13 +39,12 @@ def _body(token: str) -> str:
 
 
 async def write_then_search_pairs(
-    storage: storage_pb2_grpc.StorageServiceStub,
-    search: search_pb2_grpc.SearchServiceStub,
-    ref: space_pb2.SpaceRef,
+    storage: AsyncClient,
+    search: AsyncClient,
+    ref: Space,
     *,
     pairs: int,
-    metadata: Metadata = (),
-    mode: search_pb2.SearchMode.ValueType = search_pb2.SEARCH_MODE_HYBRID,
+    mode: str = "hybrid",
 ) -> PairsReport:
     """`pairs` writes, each followed at once by one search for a token only that write
     holds, carrying the write's position. The writes cycle through four kinds: a new
@@ -67,36 +54,28 @@ async def write_then_search_pairs(
     missed: list[str] = []
     waited: list[int] = []
     started = time.perf_counter()
+    patient = search.with_options(timeout=90)
     for i in range(pairs):
         token = f"tok{run}x{i:04d}"
         kind = i % 4
+        append = False
         if kind == 0:
             path = f"ryw/new-{i:04d}.md"
-            request = storage_pb2.WriteDocumentRequest(space=ref, path=path, content=_body(token))
         elif kind == 1:
             path = "ryw/log.md"
-            request = storage_pb2.WriteDocumentRequest(
-                space=ref, path=path, content=_body(token), mode=storage_pb2.WRITE_MODE_APPEND
-            )
+            append = True
         elif kind == 2:
             path = "ryw/shared.md"
-            request = storage_pb2.WriteDocumentRequest(space=ref, path=path, content=_body(token))
         else:
             path = "ryw/cycle.md"
             if i > 3:
-                await storage.DeleteDocument(
-                    storage_pb2.DeleteDocumentRequest(space=ref, path=path), metadata=metadata
-                )
-            request = storage_pb2.WriteDocumentRequest(space=ref, path=path, content=_body(token))
-        written = await storage.WriteDocument(request, metadata=metadata)
+                await storage.delete_document(path, space=ref)
+        written = await storage.write_document(path, _body(token), append=append, space=ref)
         position = written.position
+        assert position is not None
         assert (position.path, position.version) == (path, written.document.version)
-        answer = await search.Search(
-            search_pb2.SearchRequest(
-                spaces=[ref], query=token, limit=5, mode=mode, min_positions=[position]
-            ),
-            metadata=metadata,
-            timeout=90,
+        answer = await patient.search(
+            token, spaces=[ref], limit=5, mode=mode, min_positions=[position]
         )
         waited.append(answer.waited_ms)
         found = any(r.path == path and token in r.content for r in answer.results)
@@ -115,48 +94,32 @@ async def write_then_search_pairs(
 
 
 async def several_writes_one_search(
-    storage: storage_pb2_grpc.StorageServiceStub,
-    search: search_pb2_grpc.SearchServiceStub,
-    ref: space_pb2.SpaceRef,
-    *,
-    metadata: Metadata = (),
-) -> search_pb2.SearchResponse:
+    storage: AsyncClient, search: AsyncClient, ref: Space
+) -> SearchResults:
     """Five writes, then one search carrying all five positions (one of them twice, an
     older version of the same document): every write is found."""
     run = uuid.uuid4().hex[:8]
-    positions: list[position_pb2.IndexPosition] = []
+    positions: list[IndexPosition] = []
     for i in range(5):
         body = f"Batch {run} item {i}: the agent filed finding {run}f{i} about quota alarms.\n"
-        written = await storage.WriteDocument(
-            storage_pb2.WriteDocumentRequest(space=ref, path=f"batch/{run}-{i}.md", content=body),
-            metadata=metadata,
-        )
+        written = await storage.write_document(f"batch/{run}-{i}.md", body, space=ref)
+        assert written.position is not None
         positions.append(written.position)
-    again = await storage.WriteDocument(
-        storage_pb2.WriteDocumentRequest(
-            space=ref,
-            path=f"batch/{run}-0.md",
-            content=f"Batch {run} item 0 again: quota alarms {run}f0 resolved.\n",
-        ),
-        metadata=metadata,
+    again = await storage.write_document(
+        f"batch/{run}-0.md",
+        f"Batch {run} item 0 again: quota alarms {run}f0 resolved.\n",
+        space=ref,
     )
+    assert again.position is not None
     positions.append(again.position)
-    answer: search_pb2.SearchResponse = await search.Search(
-        search_pb2.SearchRequest(
-            spaces=[ref],
-            query=f"Batch {run} quota alarms",
-            limit=10,
-            mode=search_pb2.SEARCH_MODE_LEXICAL,
-            min_positions=positions,
-        ),
-        metadata=metadata,
-        timeout=30,
+    answer = await search.search(
+        f"Batch {run} quota alarms",
+        spaces=[ref],
+        limit=10,
+        mode="lexical",
+        min_positions=positions,
     )
     found = {r.path for r in answer.results}
     assert found >= {f"batch/{run}-{i}.md" for i in range(5)}, found
     assert any(f"{run}f0 resolved" in r.content for r in answer.results)
     return answer
-
-
-def is_invalid(error: grpc.aio.AioRpcError) -> bool:
-    return error.code() == grpc.StatusCode.INVALID_ARGUMENT

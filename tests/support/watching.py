@@ -10,29 +10,36 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
-import grpc
-
-from engram.v1 import space_pb2, storage_pb2, storage_pb2_grpc
-from tests.support.grpc_helpers import space, write_request
+from engram.client import AsyncClient, EngramError, Space, SpaceChange, Unavailable
 
 # A running storage server: its port while the context is open.
 StartServer = Callable[[], AbstractAsyncContextManager[int]]
 
+NOTES = Space(name="notes")
+
+
+class _StreamBroke(Exception):
+    """Raised from watch_space's on_resume: this watcher ends where the client would resume,
+    so the scenario resumes by hand, from the last cursor, with a new watcher."""
+
 
 @dataclass
 class Watch:
-    """One WatchSpace stream read in a task: changes in arrival order, caught_up, the end."""
+    """One watch_space read in a task: changes in arrival order, caught_up, the end."""
 
     port: int
-    ref: space_pb2.SpaceRef = field(default_factory=space)
+    ref: Space = NOTES
     cursor: str = ""
     from_start: bool = False
-    metadata: tuple[tuple[str, str], ...] = ()
-    # Disconnects (cancels the call) after this many changes.
+    token: str = ""
+    # Disconnects (stops reading) after this many changes.
     stop_after: int | None = None
-    changes: list[storage_pb2.SpaceChange] = field(default_factory=list)
+    changes: list[SpaceChange] = field(default_factory=list)
     caught_up: asyncio.Event = field(default_factory=asyncio.Event)
-    ended_with: grpc.StatusCode | None = None
+    # The watcher stopped reading after `stop_after` changes.
+    stopped: bool = False
+    # Why the watch ended otherwise: the server refused it, or the stream broke.
+    ended_with: EngramError | None = None
     _arrived: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
 
@@ -53,29 +60,36 @@ class Watch:
         finally:
             self._arrived.set()
 
+    def _broke(self, why: EngramError) -> None:
+        self.ended_with = why
+        raise _StreamBroke
+
     async def _read(self) -> None:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{self.port}") as channel:
-            call = storage_pb2_grpc.StorageServiceStub(channel).WatchSpace(
-                storage_pb2.WatchSpaceRequest(
-                    space=self.ref, cursor=self.cursor, from_start=self.from_start
-                ),
-                metadata=self.metadata,
+        async with AsyncClient(
+            f"127.0.0.1:{self.port}", token=self.token, space=self.ref, retries=0
+        ) as client:
+            events = client.watch_space(
+                cursor=self.cursor, from_start=self.from_start, on_resume=self._broke
             )
             try:
-                async for response in call:
-                    if response.caught_up:
-                        assert not response.HasField("change")
+                async for event in events:
+                    if event.caught_up:
+                        assert event.change is None
                         assert not self.caught_up.is_set(), "caught_up came twice"
                         self.caught_up.set()
                         continue
-                    self.changes.append(response.change)
+                    assert event.change is not None
+                    self.changes.append(event.change)
                     self._arrived.set()
                     if self.stop_after is not None and len(self.changes) >= self.stop_after:
-                        call.cancel()
-                        self.ended_with = grpc.StatusCode.CANCELLED
+                        self.stopped = True
                         return
-            except grpc.aio.AioRpcError as error:
-                self.ended_with = error.code()
+            except _StreamBroke:
+                pass
+            except EngramError as error:
+                self.ended_with = error
+            finally:
+                await events.aclose()
 
     async def received(self, count: int, *, within: float) -> None:
         """Waits until `count` changes arrived (or the stream ended)."""
@@ -98,12 +112,23 @@ class Watch:
                 await self._task
 
 
+async def first_change(
+    watcher: AsyncClient, *, cursor: str = "", from_start: bool = False
+) -> SpaceChange | None:
+    """The first thing a watch answers: a change, or None when it caught up first; a
+    refusal raises as its domain error."""
+    events = watcher.watch_space(cursor=cursor, from_start=from_start)
+    try:
+        return (await anext(events)).change
+    finally:
+        await events.aclose()
+
+
 async def write_burst(port: int, writes: list[tuple[str, str]]) -> None:
     """Writes (path, content) one after another, each acknowledged before the next."""
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = storage_pb2_grpc.StorageServiceStub(channel)
+    async with AsyncClient(f"127.0.0.1:{port}", space=NOTES, timeout=60) as client:
         for path, content in writes:
-            await stub.WriteDocument(write_request(path, content), timeout=60)
+            await client.write_document(path, content)
 
 
 def burst(count: int, *, paths: int) -> list[tuple[str, str]]:
@@ -114,20 +139,20 @@ def burst(count: int, *, paths: int) -> list[tuple[str, str]]:
 
 async def burst_with_disconnect_and_restart(
     start: StartServer, *, count: int, paths: int, within: float
-) -> list[storage_pb2.SpaceChange]:
+) -> list[SpaceChange]:
     """Watches while `count` writes happen: the first watcher disconnects after a fifth of
     them, a second resumes from its cursor, the server stops after half the writes (the
     second watcher's stream breaks), and a third resumes from the second's cursor on the
     restarted server. Returns every change the three received, in arrival order."""
     writes = burst(count, paths=paths)
     half = count // 2
-    received: list[storage_pb2.SpaceChange] = []
+    received: list[SpaceChange] = []
     async with start() as port:
         async with Watch(port, stop_after=count // 5) as first:
             await first.caught_up.wait()
             writer = asyncio.create_task(write_burst(port, writes[:half]))
             await first.ended(within=within)
-            assert first.ended_with == grpc.StatusCode.CANCELLED
+            assert first.stopped and first.ended_with is None
             received += first.changes
         second = Watch(port, cursor=first.last_cursor)
         await second.__aenter__()
@@ -135,7 +160,7 @@ async def burst_with_disconnect_and_restart(
         await second.received(1, within=within)
     # The server stopped under the open stream, wherever it was.
     await second.ended(within=within)
-    assert second.ended_with is not None and second.ended_with != grpc.StatusCode.OK
+    assert isinstance(second.ended_with, Unavailable), second.ended_with
     received += second.changes
     async with start() as port:
         async with Watch(port, cursor=second.last_cursor) as third:
@@ -146,7 +171,7 @@ async def burst_with_disconnect_and_restart(
 
 
 def assert_exactly_once_in_order(
-    changes: list[storage_pb2.SpaceChange], *, count: int, paths: int, global_order: bool
+    changes: list[SpaceChange], *, count: int, paths: int, global_order: bool
 ) -> None:
     """Every write of `burst(count, paths)` arrived once, cursors grow, each path's versions
     run 1, 2, 3 ... in order; with `global_order`, the changes follow the writes exactly."""
@@ -154,7 +179,7 @@ def assert_exactly_once_in_order(
     assert len({c.event_id for c in changes}) == count, "a change arrived twice"
     positions = [int(c.cursor) for c in changes]
     assert positions == sorted(positions) and len(set(positions)) == count
-    assert {c.kind for c in changes} == {storage_pb2.CHANGE_KIND_WRITTEN}
+    assert {c.kind for c in changes} == {"written"}
     per_path: dict[str, list[int]] = {}
     for change in changes:
         per_path.setdefault(change.path, []).append(change.version)

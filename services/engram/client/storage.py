@@ -503,12 +503,14 @@ class StorageCalls(ClientBase):
         then each new one as it happens, until the caller stops. When the server goes away
         (UNAVAILABLE, or the stream ends) the watch resumes from the last cursor received,
         with backoff, nothing missed or repeated; `on_resume` hears why. A server that never
-        answered fails after `retries` attempts."""
+        answered fails after `retries` attempts. The first request carries `cursor` and
+        `from_start` as given (the server refuses both at once); a resume carries the last
+        cursor received, or, before any change arrived, the caller's own start."""
         connected = False
         failures = 0
         while True:
             request = storage_pb2.WatchSpaceRequest(
-                space=self._space(space), cursor=cursor, from_start=from_start and not cursor
+                space=self._space(space), cursor=cursor, from_start=from_start
             )
             try:
                 async for message in self._stream(
@@ -520,7 +522,7 @@ class StorageCalls(ClientBase):
                     connected, failures = True, 0
                     event = watch_event(message)
                     if event.change is not None:
-                        cursor = event.change.cursor
+                        cursor, from_start = event.change.cursor, False
                     yield event
                 why: EngramError = Unavailable("StorageService.WatchSpace: the stream ended")
             except Unavailable as error:
