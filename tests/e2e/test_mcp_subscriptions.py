@@ -22,6 +22,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from engram.agent_mcp.subscriptions import MAX_SUBSCRIPTIONS
 from engram.app.embedded import EmbeddedEngram
 from engram.client import EngramClient, Space
+from tests.conftest import EngramFactory
 from tests.e2e.test_mcp import SPACE_ARGS, mcp_command
 from tests.e2e.test_mcp_hosted import ANN, BOB, SPACE_PATH, hosted_mcp
 
@@ -124,7 +125,8 @@ async def test_stdio_subscription_follows_the_change_feed(engram: EmbeddedEngram
         with pytest.raises(MCPError) as refused:
             await client.subscribe_resource("engram://workspace/one-too-many.md")
         assert refused.value.code == types.INVALID_REQUEST
-        assert "[TOO_MANY_SUBSCRIPTIONS]" in refused.value.message
+        assert refused.value.message.startswith("RESOURCE_EXHAUSTED: a session holds at most")
+        assert refused.value.message.endswith("[TOO_MANY_SUBSCRIPTIONS]")
         # The bound counts URIs held: one given back makes room again.
         await client.unsubscribe_resource("engram://workspace/many/0.md")
         await client.subscribe_resource("engram://workspace/one-too-many.md")
@@ -175,3 +177,39 @@ async def test_hosted_agents_hear_only_their_own_space(tmp_path: Path) -> None:
             assert await ann_heard.none_within() == []
             await bob_direct.write_document("MEMORY.md", "- still\n", append=True, space=globex)
             assert await bob_heard.next() == MEMORY
+
+
+async def test_a_refused_watch_is_a_clear_error_and_the_session_goes_on(
+    engram_factory: EngramFactory,
+) -> None:
+    """The feed serves one watcher here, held by another client: the subscribe is refused
+    with the feed's own error, the session keeps working, and subscribes once it is free."""
+    space = Space("private", SPACE_ARGS[-1])
+    updates = Updates()
+    async with engram_factory(feed_max_watchers=1) as engram:
+        async with (
+            EngramClient(f"127.0.0.1:{engram.port}", space=space, timeout=20) as direct,
+            stdio_client(engram, updates) as client,
+        ):
+            holder = direct.watch_space()
+            async with contextlib.aclosing(holder):
+                first = await asyncio.wait_for(anext(holder), WITHIN)
+                assert first.caught_up
+                with pytest.raises(MCPError) as refused:
+                    await client.subscribe_resource(MEMORY)
+                assert refused.value.code == types.INVALID_REQUEST
+                assert refused.value.message.startswith("RESOURCE_EXHAUSTED:")
+                assert refused.value.message.endswith("[TOO_MANY_WATCHERS]")
+                listed = await client.list_resources()
+                assert listed.resources is not None
+            # The other watch is gone once its stream is cancelled server-side.
+            async with asyncio.timeout(WITHIN):
+                while True:
+                    try:
+                        await client.subscribe_resource(MEMORY)
+                        break
+                    except MCPError as error:
+                        assert "[TOO_MANY_WATCHERS]" in error.message
+                        await asyncio.sleep(0.2)
+            await direct.write_document("MEMORY.md", "- heard\n", append=True)
+            assert await updates.next() == MEMORY

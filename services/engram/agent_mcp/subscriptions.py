@@ -38,10 +38,15 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from engram.agent_mcp.callers import Bound
 from engram.agent_mcp.resources import SCHEME, resource_uri
 from engram.client import SpaceChange, explain
+
+# The feed's own errors (TOO_MANY_WATCHERS, CURSOR_EXPIRED) live beside ChangeKind: imported,
+# a refusal the client receives keeps its reason rather than its family's.
+from engram.domain.changes import ChangeKind
 from engram.domain.errors import (
     EngramError,
     InvalidArgument,
     PermissionDenied,
+    RateLimited,
     Unauthenticated,
     Unavailable,
 )
@@ -59,7 +64,9 @@ STATE_KEY = "engram.subscriptions"
 Binder = Callable[[ServerRequestContext[Any, Any], str], Bound]
 
 
-class TooManySubscriptions(EngramError):
+class TooManySubscriptions(RateLimited):
+    """RESOURCE_EXHAUSTED, as the feed's own TOO_MANY_WATCHERS."""
+
     reason = "TOO_MANY_SUBSCRIPTIONS"
 
 
@@ -162,7 +169,7 @@ class SessionWatch:
                 await self._notify(event.change)
 
     async def _notify(self, change: SpaceChange) -> None:
-        if change.kind == "space_deleted":
+        if change.kind == ChangeKind.SPACE_DELETED:
             changed = sorted(self.paths)
         else:
             changed = [change.path] if change.path in self.paths else []
