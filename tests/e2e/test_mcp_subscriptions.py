@@ -1,8 +1,10 @@
 """Resource subscriptions over MCP: a client of a session-based revision subscribes to a
 workspace document, a write made elsewhere (the gRPC client) arrives as
 `notifications/resources/updated` for that URI only, unsubscribing stops them, and over a
-hosted endpoint an agent never hears of another tenant's space. The sessionless 2026-07-28
-revision is not offered them (tests/e2e/test_mcp_hosted.py checks its capability)."""
+hosted endpoint an agent never hears of another tenant's space. Refusals are clear JSON-RPC
+errors; a watch that loses its token stops and resumes with the session's newer one. The
+sessionless 2026-07-28 revision is not offered them (tests/e2e/test_mcp_hosted.py checks its
+capability)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from engram.client import EngramClient, Space
 from tests.conftest import EngramFactory
 from tests.e2e.test_mcp import SPACE_ARGS, mcp_command
 from tests.e2e.test_mcp_hosted import ANN, BOB, SPACE_PATH, hosted_mcp
+from tests.support.tokens import mint
 
 pytestmark = [
     pytest.mark.e2e,
@@ -38,6 +41,9 @@ MEMORY = "engram://workspace/MEMORY.md"
 WITHIN = 15.0
 # Long enough for a wrongly delivered notification to show up.
 QUIET = 1.5
+# The SDK's own HTTP client timeouts: a GET stream may stay quiet for minutes (with httpx's
+# 5 s default the client would drop it and reconnect, losing what is sent meanwhile).
+SSE_TIMEOUT = httpx2.Timeout(30, read=300)
 
 
 class Updates:
@@ -137,7 +143,8 @@ async def test_stdio_subscription_follows_the_change_feed(engram: EmbeddedEngram
 @contextlib.asynccontextmanager
 async def session_agent(url: str, token: str, updates: Updates) -> AsyncIterator[Client]:
     """An SDK client of a session-based revision (its `Mcp-Session-Id` and GET stream)."""
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=SSE_TIMEOUT) as http:
         transport = streamable_http_client(url, http_client=http)
         async with Client(
             transport, read_timeout_seconds=60, mode="legacy", message_handler=updates
@@ -213,3 +220,44 @@ async def test_a_refused_watch_is_a_clear_error_and_the_session_goes_on(
                         await asyncio.sleep(0.2)
             await direct.write_document("MEMORY.md", "- heard\n", append=True)
             assert await updates.next() == MEMORY
+
+
+async def test_a_watch_its_token_lost_resumes_with_the_sessions_newer_token(
+    tmp_path: Path,
+) -> None:
+    """The session (an operator's) subscribes with a personal access token that is then
+    revoked: once the feed's connection is cut (every second here) the watch's resume is
+    refused, and it stops while the session goes on. A request of the same session with a
+    newer token resumes it from its last change: the write made meanwhile is heard."""
+    heard = Updates()
+    acme = Space("private", "notes", tenant="acme")
+    age = {"grpc_max_connection_age_seconds": 1.0, "grpc_max_connection_age_grace_seconds": 0.5}
+    async with hosted_mcp(tmp_path, **age) as hosted:
+        addr = f"127.0.0.1:{hosted.engram.port}"
+        admin = mint("root", "acme", "admin")
+        async with (
+            EngramClient(addr, token=admin, timeout=20) as operator,
+            EngramClient(addr, token=ANN, timeout=20) as direct,
+        ):
+            created = await operator.create_token(role="member")
+            async with httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {created.token}"}, timeout=SSE_TIMEOUT
+            ) as http:
+                transport = streamable_http_client(hosted.base + SPACE_PATH, http_client=http)
+                async with Client(
+                    transport, read_timeout_seconds=60, mode="legacy", message_handler=heard
+                ) as ann:
+                    await ann.subscribe_resource(MEMORY)
+                    assert await write_until_heard(direct, "MEMORY.md", heard, acme) == MEMORY
+
+                    assert await operator.revoke_token(created.token_id)
+                    # Past a few cuts of the feed's connection, each resume refused.
+                    await asyncio.sleep(4)
+                    await direct.write_document(
+                        "MEMORY.md", "- meanwhile\n", append=True, space=acme
+                    )
+                    assert await heard.none_within() == []
+
+                    http.headers["Authorization"] = f"Bearer {admin}"
+                    await ann.list_resources()
+                    assert await heard.next() == MEMORY
