@@ -79,6 +79,9 @@ class SessionWatch:
         self.paths: set[str] = set()
         self._cursor = ""
         self._task: asyncio.Task[None] | None = None
+        # Done once the running watch is live (or has failed).
+        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ready.set_result(None)
         # The token the watch last failed with for good: a newer one restarts it.
         self._refused_token: str | None = None
 
@@ -96,33 +99,30 @@ class SessionWatch:
             self._refused_token = None
             if self.paths and not self.running:
                 # Nobody waits on a restart: a failure is logged, not raised.
-                restarted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                restarted.set_result(None)
-                self._start(restarted)
+                self._start(awaited=False)
 
     @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
     async def subscribe(self, path: str) -> None:
-        if path in self.paths:
-            return
-        if len(self.paths) >= MAX_SUBSCRIPTIONS:
+        fresh = path not in self.paths
+        if fresh and len(self.paths) >= MAX_SUBSCRIPTIONS:
             raise TooManySubscriptions(
                 f"a session holds at most {MAX_SUBSCRIPTIONS} resource subscriptions: "
                 "unsubscribe from one first"
             )
         self.paths.add(path)
-        if self.running:
-            return
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._refused_token = None
-        self._start(ready)
         try:
+            if not self.running:
+                self._refused_token = None
+                self._start(awaited=True)
+            # Every subscribe answers once the feed is live (a concurrent one as well).
             async with asyncio.timeout(READY_SECONDS):
-                await ready
+                await asyncio.shield(self._ready)
         except BaseException:
-            self.paths.discard(path)
+            if fresh:
+                self.paths.discard(path)
             if not self.paths:
                 await self.stop()
             raise
@@ -141,7 +141,13 @@ class SessionWatch:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    def _start(self, ready: asyncio.Future[None]) -> None:
+    def _start(self, *, awaited: bool) -> None:
+        """Starts the watch; `awaited`: a subscribe waits on it to be live (and hears its
+        failure), otherwise a failure is only logged."""
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not awaited:
+            ready.set_result(None)
+        self._ready = ready
         self._task = asyncio.create_task(self._watch(ready), name="engram-mcp-watch")
 
     async def _watch(self, ready: asyncio.Future[None]) -> None:
