@@ -41,13 +41,15 @@ class Hosted:
 
 
 @contextlib.asynccontextmanager
-async def hosted_mcp(tmp_path: Path) -> AsyncIterator[Hosted]:
+async def hosted_mcp(tmp_path: Path, **overrides: Any) -> AsyncIterator[Hosted]:
+    """`engram mcp --hosted` in front of `engram dev --auth` (`overrides`: its settings)."""
     settings = server_settings(
         tmp_path / "engram",
         jwt_secret=TEST_JWT_SECRET,
         # 200 writes of one agent in a row: the write limits have their own tests.
         workspace_writes_per_minute=0,
         workspace_writes_per_hour=0,
+        **overrides,
     )
     async with embedded_engram(settings, require_auth=True) as engram:
         port = free_port()

@@ -37,12 +37,14 @@ QUALIFIERS: Mapping[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True, slots=True)
 class Bound:
-    """One tool call's caller: the client acting as it, its space, and a key naming the
-    caller (the same for every call of one principal)."""
+    """One tool call's caller: the client acting as it, its space, a key naming the caller
+    (the same for every call of one principal), and the bearer token it presented (hosted;
+    empty when the process's own)."""
 
     client: EngramClient
     space: Space
     caller: str
+    token: str = ""
 
 
 class Callers(Protocol):
@@ -77,7 +79,12 @@ class HostedCallers:
         state = scope.get("state") or {}
         space = state.get(SPACE_STATE_KEY) or self._client.space
         token = user.access_token
-        return Bound(self._client.as_caller(token.token, space=space), space, token.client_id)
+        return Bound(
+            self._client.as_caller(token.token, space=space),
+            space,
+            token.client_id,
+            token=token.token,
+        )
 
 
 # A few spaces take most requests: each path is parsed once (a refused one every time).

@@ -2,7 +2,8 @@
 prompt, for the call's caller in its space (engram.agent_mcp.callers).
 
 - Resources: every document is `engram://workspace/<path>` (text/markdown), listed from the
-  workspace's tree and read through memory_read, so the workspace's rules hold.
+  workspace's tree and read through memory_read, so the workspace's rules hold; a session
+  with a server->client channel may subscribe to them (engram.agent_mcp.subscriptions).
 - Prompt `system_prompt`: GetSystemPrompt's text (the identity files, MEMORY.md unless
   `group_context`, the recent daily logs), as one user message.
 """

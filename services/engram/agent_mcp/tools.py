@@ -22,12 +22,18 @@ from typing import Annotated, Any
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ListResourcesResult, PaginatedRequestParams, ToolAnnotations
+from mcp.types import (
+    ListResourcesResult,
+    PaginatedRequestParams,
+    SubscribeRequestParams,
+    ToolAnnotations,
+    UnsubscribeRequestParams,
+)
 from pydantic import BaseModel, Field, ValidationError
 from pydantic_core import ErrorDetails
 
 import engram
-from engram.agent_mcp import resources
+from engram.agent_mcp import resources, subscriptions
 from engram.agent_mcp.callers import Bound, Callers, ProcessCaller
 from engram.agent_mcp.resources import Lister
 from engram.client import EngramClient, Space, TreeNode, explain
@@ -193,6 +199,16 @@ class EngramMCPServer(MCPServer):
 
     documents: Lister | None = None
 
+    def serve_subscriptions(self, bind: subscriptions.Binder) -> None:
+        """Serves resources/subscribe and resources/unsubscribe (engram.agent_mcp
+        .subscriptions); the SDK then advertises `resources.subscribe` in the revisions
+        that have these methods, and only there."""
+        subscribe, unsubscribe = subscriptions.handlers(bind)
+        # MCPServer has no decorator for these; its low-level server takes any handler.
+        low = self._lowlevel_server
+        low.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe)
+        low.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe)
+
     async def _handle_list_resources(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
     ) -> ListResourcesResult:
@@ -263,7 +279,13 @@ def _writes_key(ctx: Context[Any, Any], bound: Bound) -> WritesKey:
 def _bind(callers: Callers, ctx: Context[Any, Any], tool: str) -> Bound:
     """The call's caller, with one audit line per call naming it (hosted: per principal)."""
     with _tool_errors():
-        bound = callers.bind(ctx.request_context.request)
+        return _bind_request(callers, ctx.request_context, tool)
+
+
+def _bind_request(callers: Callers, ctx: ServerRequestContext[Any, Any], tool: str) -> Bound:
+    bound = callers.bind(ctx.request)
+    # The session's resource subscriptions follow its newest token (hosted tokens expire).
+    subscriptions.present(ctx, bound)
     audit.info(
         "%s by %s in %s/%s",
         tool,
@@ -295,8 +317,9 @@ def build_server(
         instructions=INSTRUCTIONS,
         version=engram.__version__,
         log_level="WARNING",
-        # No subscriptions/listen: nothing would publish to it, yet served it would tell a
-        # 2026-07-28 client that resources can be subscribed to (README: why not yet).
+        # No subscriptions/listen: its bus fans an event out by URI across principals, and
+        # every space's MEMORY.md has the same URI. Resource subscriptions are served where
+        # a session has its own channel (serve_subscriptions; README: where and why).
         subscriptions=False,
     )
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -309,6 +332,7 @@ def build_server(
     server.documents = resources.register(
         server, lambda ctx, what: _bind(who, ctx, what), time_zone=time_zone
     )
+    server.serve_subscriptions(lambda ctx, what: _bind_request(who, ctx, what))
     return server
 
 
