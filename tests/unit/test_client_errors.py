@@ -5,6 +5,8 @@ the client's other conversions: the change feed, job runs, settings, pages, spac
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime
 
 import grpc
@@ -23,10 +25,11 @@ from engram.client import (
     SpaceMaintenance,
     Unavailable,
 )
-from engram.client.errors import domain_error
+from engram.client.errors import domain_error, explain
 from engram.client.maintenance import job_run, settings_to_proto
 from engram.client.mapping import space_to_proto
 from engram.client.storage import watch_event
+from engram.domain.changes import TooManyWatchers
 from engram.domain.errors import EngramError, InvalidArgument
 from engram.domain.spaces import SpaceRef, Visibility
 from engram.runtime.errors import error_classes, status_code_for, to_rpc_status
@@ -163,3 +166,46 @@ async def test_named_choices_are_refused_before_any_call() -> None:
         assert action.value.field == "action"
         with pytest.raises(InvalidArgument):
             client.with_options(timeout=-1)
+
+
+def test_a_reason_of_a_class_only_the_server_defines_keeps_its_reason() -> None:
+    class ServerOnly(RateLimited):  # as storage's import budget is: not in engram.domain
+        reason = "SERVER_ONLY_LIMIT"
+
+    status_error = failed_call(ServerOnly("too many at once"))
+    ServerOnly.reason = "RENAMED_AWAY"  # this process no longer knows the sent reason
+    received = domain_error(status_error, "StorageService.ImportSpace")
+    assert type(received) is RateLimited
+    assert received.info_reason == "SERVER_ONLY_LIMIT"
+    assert explain(received) == "RESOURCE_EXHAUSTED: too many at once [SERVER_ONLY_LIMIT]"
+
+
+def test_the_change_feeds_errors_come_back_as_themselves_in_a_fresh_client() -> None:
+    """A process that imported only engram.client (as `engram watch` does) still knows the
+    feed's TOO_MANY_WATCHERS and CURSOR_EXPIRED."""
+    script = (
+        "import grpc, sys\n"
+        "from engram.client.errors import domain_error\n"
+        "from engram.v1 import storage_pb2\n"
+        "assert 'engram.domain.changes' not in sys.modules\n"
+        "status = bytes.fromhex(sys.argv[1])\n"
+        "error = grpc.aio.AioRpcError(code=grpc.StatusCode.RESOURCE_EXHAUSTED,"
+        " initial_metadata=grpc.aio.Metadata(), trailing_metadata=grpc.aio.Metadata("
+        "('grpc-status-details-bin', status)), details=sys.argv[2])\n"
+        "received = domain_error(error, 'StorageService.WatchSpace')\n"
+        "print(type(received).__name__, received.info_reason)\n"
+    )
+    sent = TooManyWatchers("256 watchers already", retry_after_seconds=1)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            to_rpc_status(sent).SerializeToString().hex(),
+            sent.message,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == ["TooManyWatchers", "TOO_MANY_WATCHERS"]

@@ -52,11 +52,14 @@ class EngramError(Exception):
         self.metadata: dict[str, str] = {
             key: clip(value) for key, value in (metadata or {}).items()
         }
+        # Set on an error rebuilt from a peer's status whose reason names a class this
+        # process does not define: that reason, which `info_reason` then reports.
+        self.received_reason = ""
 
     @property
     def info_reason(self) -> str:
         """The `google.rpc.ErrorInfo.reason` this error travels with."""
-        return self.reason
+        return self.received_reason or self.reason
 
 
 # --- INVALID_ARGUMENT -------------------------------------------------------------------------

@@ -219,6 +219,11 @@ def error_classes() -> list[type[EngramError]]:
 
 
 def _class_for(received: ReceivedStatus) -> type[EngramError]:
+    # The domain's errors that travel but live beside their rules (the change feed's, the
+    # dreaming model's): known to a client process that never imported those modules.
+    import engram.domain.changes
+    import engram.domain.dreaming  # noqa: F401
+
     for cls in error_classes():
         if cls.reason == received.reason and code_for_class(cls) == received.code:
             return cls
@@ -263,7 +268,12 @@ def from_received(received: ReceivedStatus, peer: str) -> EngramError:
     if received.code in FAMILY_BY_CODE and (
         received.reason or received.code in _TRANSPORT_CODES_KEPT
     ):
-        return _rebuild(_class_for(received), received)
+        rebuilt = _rebuild(_class_for(received), received)
+        if received.reason and rebuilt.info_reason != received.reason:
+            # A reason of a class this process does not define (a server-side module's):
+            # the family's class, still telling the reason the peer sent.
+            rebuilt.received_reason = received.reason
+        return rebuilt
     detail = f": {received.message}" if received.message else ""
     return Unavailable(
         f"{peer} failed: {received.code.name}{detail}",
