@@ -9,22 +9,37 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
+import pytest
 from pydantic import SecretStr
 
 from engram.app.embedded import embedded_engram
-from engram.client import AsyncClient
+from engram.client import AsyncClient, EngramError
 from engram.v1 import authz_pb2_grpc, quota_pb2_grpc, storage_pb2_grpc
 from tests.support.backends import RealBackends
 from tests.support.settings import server_settings
 from tests.support.tokens import TEST_JWT_SECRET, service_token
 
 BACKENDS = ("sqlite", "mongo")
+
+E = TypeVar("E", bound=EngramError)
+
+
+async def refused(call: Awaitable[object], kind: type[E], reason: str = "") -> E:
+    """Awaits a client call, asserting it fails as `kind` (and with ErrorInfo `reason`),
+    never with a traceback in its message; the error, for its metadata."""
+    with pytest.raises(kind) as caught:
+        await call
+    error = caught.value
+    assert "Traceback" not in error.message
+    if reason:
+        assert error.info_reason == reason, error.info_reason
+    return error
 
 
 @dataclass
