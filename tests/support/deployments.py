@@ -20,7 +20,6 @@ from pydantic import SecretStr
 
 from engram.app.embedded import embedded_engram
 from engram.client import AsyncClient, EngramError
-from engram.v1 import authz_pb2_grpc, quota_pb2_grpc, storage_pb2_grpc
 from tests.support.backends import RealBackends
 from tests.support.settings import server_settings
 from tests.support.tokens import TEST_JWT_SECRET, service_token
@@ -66,17 +65,6 @@ class Deployment:
         if shared is None:
             shared = self._clients[service] = AsyncClient(f"127.0.0.1:{self.ports[service]}")
         return shared.as_caller(token)
-
-    _channel = channel
-
-    def storage(self) -> storage_pb2_grpc.StorageServiceStub:
-        return storage_pb2_grpc.StorageServiceStub(self._channel("storage"))
-
-    def quota(self) -> quota_pb2_grpc.QuotaServiceStub:
-        return quota_pb2_grpc.QuotaServiceStub(self._channel("quota"))
-
-    def authz(self) -> authz_pb2_grpc.AuthzServiceStub:
-        return authz_pb2_grpc.AuthzServiceStub(self._channel("authz"))
 
     async def close(self) -> None:
         for client in self._clients.values():

@@ -55,11 +55,7 @@ RAW_WIRE = {
 }
 
 # Callers still on hand-built stubs, to move onto engram.client.
-STILL_TO_MIGRATE = {
-    # Deployment.storage() / .quota() / .authz() hand stubs to the suites that import it
-    # (test_authz, test_quota_service, test_tenant_isolation ...): it moves with them.
-    "tests/support/deployments.py",
-}
+STILL_TO_MIGRATE: set[str] = set()
 
 
 def stub_builders() -> set[str]:
