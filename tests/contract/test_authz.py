@@ -13,32 +13,41 @@ import io
 import tarfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
 import pytest
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from engram.app.production import authz_on_mongo, storage_on_mongo
-from engram.v1 import authz_pb2, space_pb2, storage_pb2
+from engram.client import (
+    AsyncClient,
+    EngramError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Space,
+    Unauthenticated,
+    Unavailable,
+)
+from engram.v1 import authz_pb2, authz_pb2_grpc, storage_pb2, storage_pb2_grpc
 from tests.support.backends import RealBackends
-from tests.support.deployments import BACKENDS, Deployment, secure_deployment
-from tests.support.grpc_helpers import fails, space, write_request
+from tests.support.deployments import BACKENDS, Deployment, refused, secure_deployment
+from tests.support.grpc_helpers import fails, space
 from tests.support.settings import server_settings
-from tests.support.tokens import TEST_JWT_SECRET, bearer, mint, service_token
+from tests.support.tokens import TEST_JWT_SECRET, mint, service_token
 
 pytestmark = pytest.mark.contract
-DENIED = grpc.StatusCode.PERMISSION_DENIED
-UNAUTH = grpc.StatusCode.UNAUTHENTICATED
 
-ADMIN = bearer(mint("ada", "acme", "admin"))
-MEMBER = bearer(mint("ann", "acme", "member"))
-EDITOR = bearer(mint("ed", "acme", "config_editor"))
-VIEWER = bearer(mint("vic", "acme", "viewer"))
-PLATFORM = bearer(mint("root", "acme", "admin", platform_admin=True))
-OTHER = bearer(mint("bob", "globex", "admin"))
-GLOBAL = space("handbook", space_pb2.VISIBILITY_GLOBAL)
+ADMIN = mint("ada", "acme", "admin")
+MEMBER = mint("ann", "acme", "member")
+EDITOR = mint("ed", "acme", "config_editor")
+VIEWER = mint("vic", "acme", "viewer")
+PLATFORM = mint("root", "acme", "admin", platform_admin=True)
+OTHER = mint("bob", "globex", "admin")
+NOTES = Space(name="notes")
+GLOBAL = Space("global", "handbook")
 
 
 @pytest.fixture(params=BACKENDS)
@@ -51,6 +60,15 @@ async def deployment(
         yield running
 
 
+def storage(deployment: Deployment, who: str) -> AsyncClient:
+    # retries=0: every answer and refusal is the first attempt's.
+    return deployment.client("storage", who).with_options(retries=0, space=NOTES)
+
+
+def authz(deployment: Deployment, who: str = "") -> AsyncClient:
+    return deployment.client("authz", who).with_options(retries=0)
+
+
 def tar(entries: dict[str, bytes]) -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
@@ -61,232 +79,164 @@ def tar(entries: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-async def import_into(stub: object, ref: space_pb2.SpaceRef, metadata: object) -> object:
-    async def messages() -> AsyncIterator[storage_pb2.ImportSpaceRequest]:
-        yield storage_pb2.ImportSpaceRequest(
-            space=ref, strategy=storage_pb2.IMPORT_STRATEGY_OVERWRITE
-        )
-        yield storage_pb2.ImportSpaceRequest(data=tar({"imported.md": b"hello"}))
-
-    return await stub.ImportSpace(messages(), metadata=metadata)  # type: ignore[attr-defined]
+async def import_into(client: AsyncClient, ref: Space) -> object:
+    return await client.import_space(
+        tar({"imported.md": b"hello"}), strategy="overwrite", space=ref
+    )
 
 
 @pytest.mark.parametrize("who", [VIEWER, EDITOR])
-async def test_mutations_need_member_role(deployment: Deployment, who: object) -> None:
-    storage = deployment.storage()
-    await storage.WriteDocument(write_request("a.md", "x"), metadata=MEMBER)
+async def test_mutations_need_member_role(deployment: Deployment, who: str) -> None:
+    await storage(deployment, MEMBER).write_document("a.md", "x")
+    caller = storage(deployment, who)
     failures = [
-        await fails(storage.WriteDocument(write_request("b.md", "x"), metadata=who), DENIED),
-        await fails(
-            storage.DeleteDocument(
-                storage_pb2.DeleteDocumentRequest(space=space(), path="a.md"), metadata=who
-            ),
-            DENIED,
-        ),
-        await fails(import_into(storage, space(), who), DENIED),
+        await refused(caller.write_document("b.md", "x"), PermissionDenied),
+        await refused(caller.delete_document("a.md"), PermissionDenied),
+        await refused(import_into(caller, NOTES), PermissionDenied),
     ]
-    assert all(f.metadata["rule"] == "member_role_required" for f in failures)
-    read = await storage.ReadDocument(
-        storage_pb2.ReadDocumentRequest(space=space(), path="a.md"), metadata=who
-    )
-    assert read.document.content == "x", "viewers read"
+    assert all(f.rule == "member_role_required" for f in failures)
+    read = await caller.read_document("a.md")
+    assert read.content == "x", "viewers read"
 
 
 async def test_members_and_admins_mutate(deployment: Deployment) -> None:
-    storage = deployment.storage()
     for who in (MEMBER, ADMIN):
-        await storage.WriteDocument(write_request("a.md", "x"), metadata=who)
-        await storage.DeleteDocument(
-            storage_pb2.DeleteDocumentRequest(space=space(), path="a.md"), metadata=who
-        )
-        await import_into(storage, space(), who)
+        caller = storage(deployment, who)
+        await caller.write_document("a.md", "x")
+        await caller.delete_document("a.md")
+        await import_into(caller, NOTES)
 
 
 async def test_global_spaces_read_by_all_changed_by_platform_admins_and_audited(
     deployment: Deployment,
 ) -> None:
-    storage = deployment.storage()
-    failure = await fails(
-        storage.WriteDocument(write_request("rules.md", "x", ref=GLOBAL), metadata=ADMIN), DENIED
+    root = storage(deployment, PLATFORM).with_options(space=GLOBAL)
+    failure = await refused(
+        storage(deployment, ADMIN).write_document("rules.md", "x", space=GLOBAL),
+        PermissionDenied,
     )
-    assert failure.metadata["rule"] == "platform_admin_required"
-    written = await storage.WriteDocument(
-        write_request("rules.md", "be kind", ref=GLOBAL), metadata=PLATFORM
-    )
+    assert failure.rule == "platform_admin_required"
+    written = await root.write_document("rules.md", "be kind")
     assert written.document.space_id == "v1:global:::::handbook"
     for reader in (VIEWER, OTHER):
-        read = await storage.ReadDocument(
-            storage_pb2.ReadDocumentRequest(space=GLOBAL, path="rules.md"), metadata=reader
-        )
-        assert read.document.content == "be kind"
-    await import_into(storage, GLOBAL, PLATFORM)
-    await storage.DeleteDocument(
-        storage_pb2.DeleteDocumentRequest(space=GLOBAL, path="rules.md"), metadata=PLATFORM
-    )
-    authz = deployment.authz()
-    await fails(authz.ListAuditEvents(authz_pb2.ListAuditEventsRequest(), metadata=ADMIN), DENIED)
-    events = (
-        await authz.ListAuditEvents(authz_pb2.ListAuditEventsRequest(), metadata=PLATFORM)
-    ).events
+        read = await storage(deployment, reader).read_document("rules.md", space=GLOBAL)
+        assert read.content == "be kind"
+    await import_into(root, GLOBAL)
+    await root.delete_document("rules.md")
+    auditor = authz(deployment, PLATFORM)
+    await refused(authz(deployment, ADMIN).list_audit_events(), PermissionDenied)
+    events = (await auditor.list_audit_events()).items
     assert [(e.action, e.path, e.bytes_delta) for e in events] == [
         ("memory.global_write", "rules.md", 7),
         ("memory.global_import", "imported.md", 5),
         ("memory.global_delete", "rules.md", -7),
     ]
     assert all(e.subject == "root" and e.space_id == "v1:global:::::handbook" for e in events)
-    later = Timestamp()
-    later.FromDatetime(events[-1].at.ToDatetime())
-    paged = await authz.ListAuditEvents(
-        authz_pb2.ListAuditEventsRequest(page_size=2), metadata=PLATFORM
-    )
-    assert len(paged.events) == 2 and paged.next_page_token
-    rest = await authz.ListAuditEvents(
-        authz_pb2.ListAuditEventsRequest(page_size=2, page_token=paged.next_page_token),
-        metadata=PLATFORM,
-    )
-    assert [e.action for e in rest.events] == ["memory.global_delete"]
+    paged = await auditor.list_audit_events(page_size=2)
+    assert len(paged.items) == 2 and paged.next_page_token
+    rest = await auditor.list_audit_events(page_size=2, page_token=paged.next_page_token)
+    assert [e.action for e in rest.items] == ["memory.global_delete"]
 
 
 async def test_naming_another_tenant_or_user_is_refused(deployment: Deployment) -> None:
-    storage = deployment.storage()
-    for ref in (space(tenant="globex"), space("me", space_pb2.VISIBILITY_USER, user="bob")):
+    for ref in (Space(name="notes", tenant="globex"), Space("user", "me", user="bob")):
         for who in (MEMBER, PLATFORM):
-            failure = await fails(
-                storage.WriteDocument(write_request("a.md", "x", ref=ref), metadata=who), DENIED
+            failure = await refused(
+                storage(deployment, who).write_document("a.md", "x", space=ref), PermissionDenied
             )
-            assert failure.metadata["rule"] in ("tenant_mismatch", "user_mismatch")
-    mine = space("me", space_pb2.VISIBILITY_USER)
-    written = await storage.WriteDocument(write_request("a.md", "x", ref=mine), metadata=MEMBER)
+            assert failure.rule in ("tenant_mismatch", "user_mismatch")
+    mine = Space("user", "me")
+    written = await storage(deployment, MEMBER).write_document("a.md", "x", space=mine)
     assert written.document.space.user == "ann"
 
 
 async def test_service_principals_act_for_any_named_tenant(deployment: Deployment) -> None:
-    storage = deployment.storage()
-    indexer = bearer(service_token("indexer"))
-    await storage.WriteDocument(write_request("a.md", "from acme"), metadata=MEMBER)
-    read = await storage.ReadDocument(
-        storage_pb2.ReadDocumentRequest(space=space(tenant="acme"), path="a.md"), metadata=indexer
-    )
-    assert read.document.content == "from acme"
-    failure = await fails(
-        storage.ReadDocument(
-            storage_pb2.ReadDocumentRequest(space=space(), path="a.md"), metadata=indexer
-        ),
-        DENIED,
-    )
-    assert failure.metadata["rule"] == "service_tenant_required"
+    indexer = storage(deployment, service_token("indexer"))
+    await storage(deployment, MEMBER).write_document("a.md", "from acme")
+    read = await indexer.read_document("a.md", space=Space(name="notes", tenant="acme"))
+    assert read.content == "from acme"
+    failure = await refused(indexer.read_document("a.md"), PermissionDenied)
+    assert failure.rule == "service_tenant_required"
 
 
 @pytest.mark.parametrize(
-    "metadata",
+    "token",
     [
-        (),
-        bearer("garbage"),
-        bearer(mint(ttl=-600)),
-        bearer(mint(secret="wrong-secret-" + "0123456789abcdef" * 4)),
-        bearer(mint(role=None)),  # type: ignore[arg-type]
-        bearer(mint(tenant=None)),  # type: ignore[arg-type]
-        bearer("egm_0123456789abcdef_forged-secret"),
-        (("authorization", "Basic dXNlcjpwYXNz"),),
+        "",
+        "garbage",
+        mint(ttl=-600),
+        mint(secret="wrong-secret-" + "0123456789abcdef" * 4),
+        mint(role=None),  # type: ignore[arg-type]
+        mint(tenant=None),  # type: ignore[arg-type]
+        "egm_0123456789abcdef_forged-secret",
     ],
 )
-async def test_bad_credentials_are_unauthenticated(
-    deployment: Deployment, metadata: tuple[tuple[str, str], ...]
-) -> None:
-    storage = deployment.storage()
+async def test_bad_credentials_are_unauthenticated(deployment: Deployment, token: str) -> None:
+    await refused(storage(deployment, token).read_document("a.md"), Unauthenticated)
+    quota = deployment.client("quota", token).with_options(retries=0)
+    await refused(quota.quota_usage(), Unauthenticated)
+
+
+async def test_what_the_client_never_sends_is_refused_too(deployment: Deployment) -> None:
+    """On the wire: a non-Bearer authorization header is UNAUTHENTICATED, an Authorize
+    request without an action INVALID_ARGUMENT (the client sends neither)."""
+    basic = (("authorization", "Basic dXNlcjpwYXNz"),)
+    wire = storage_pb2_grpc.StorageServiceStub(deployment.channel("storage"))
+    read = storage_pb2.ReadDocumentRequest(space=space(), path="a.md")
+    await fails(wire.ReadDocument(read, metadata=basic), grpc.StatusCode.UNAUTHENTICATED)
+    authorize = authz_pb2_grpc.AuthzServiceStub(deployment.channel("authz")).Authorize
     await fails(
-        storage.ReadDocument(
-            storage_pb2.ReadDocumentRequest(space=space(), path="a.md"), metadata=metadata
-        ),
-        UNAUTH,
+        authorize(authz_pb2.AuthorizeRequest(space=space()), metadata=basic),
+        grpc.StatusCode.UNAUTHENTICATED,
     )
     await fails(
-        deployment.quota().GetUsage(
-            __import__("engram.v1.quota_pb2", fromlist=["x"]).QuotaServiceGetUsageRequest(),
-            metadata=metadata,
+        authorize(
+            authz_pb2.AuthorizeRequest(space=space()),
+            metadata=(("authorization", f"Bearer {MEMBER}"),),
         ),
-        UNAUTH,
+        grpc.StatusCode.INVALID_ARGUMENT,
     )
 
 
 async def test_personal_access_tokens(deployment: Deployment) -> None:
-    authz, storage = deployment.authz(), deployment.storage()
-    await fails(
-        authz.CreateToken(
-            authz_pb2.CreateTokenRequest(role=authz_pb2.ROLE_MEMBER), metadata=MEMBER
-        ),
-        DENIED,
-    )
-    await fails(
-        authz.CreateToken(authz_pb2.CreateTokenRequest(tenant="globex"), metadata=ADMIN), DENIED
-    )
+    admin = authz(deployment, ADMIN)
+    await refused(authz(deployment, MEMBER).create_token(role="member"), PermissionDenied)
+    await refused(admin.create_token(tenant="globex"), PermissionDenied)
     # A token for another user acts as them: refused unless ENGRAM_ALLOW_ACT_AS.
-    for metadata in (ADMIN, PLATFORM):
-        refused = await fails(
-            authz.CreateToken(authz_pb2.CreateTokenRequest(user="carl"), metadata=metadata),
-            DENIED,
-            "ACT_AS_DISABLED",
+    for who in (ADMIN, PLATFORM):
+        failure = await refused(
+            authz(deployment, who).create_token(user="carl"), PermissionDenied, "ACT_AS_DISABLED"
         )
-        assert "act as them" in refused.message
-    created = await authz.CreateToken(
-        authz_pb2.CreateTokenRequest(role=authz_pb2.ROLE_VIEWER, description="ci bot"),
-        metadata=ADMIN,
-    )
+        assert "act as them" in failure.message
+    created = await admin.create_token(role="viewer", description="ci bot")
     assert created.token.startswith(f"egm_{created.token_id}_")
-    who = await authz.Authenticate(authz_pb2.AuthenticateRequest(token=created.token))
-    assert (who.principal.subject, who.principal.tenant, who.principal.role) == (
-        "ada",
-        "acme",
-        authz_pb2.ROLE_VIEWER,
-    )
-    await storage.WriteDocument(write_request("a.md", "x"), metadata=ADMIN)
-    read = await storage.ReadDocument(
-        storage_pb2.ReadDocumentRequest(space=space(), path="a.md"), metadata=bearer(created.token)
-    )
-    assert read.document.content == "x"
-    await fails(
-        storage.WriteDocument(write_request("b.md", "x"), metadata=bearer(created.token)), DENIED
-    )
-    await fails(
-        authz.RevokeToken(authz_pb2.RevokeTokenRequest(token_id=created.token_id), metadata=OTHER),
-        grpc.StatusCode.NOT_FOUND,
-    )
-    await authz.RevokeToken(authz_pb2.RevokeTokenRequest(token_id=created.token_id), metadata=ADMIN)
-    await fails(authz.Authenticate(authz_pb2.AuthenticateRequest(token=created.token)), UNAUTH)
+    who = await authz(deployment).authenticate(created.token)
+    assert (who.subject, who.tenant, who.role) == ("ada", "acme", "viewer")
+    await storage(deployment, ADMIN).write_document("a.md", "x")
+    bot = storage(deployment, created.token)
+    assert (await bot.read_document("a.md")).content == "x"
+    await refused(bot.write_document("b.md", "x"), PermissionDenied)
+    await refused(authz(deployment, OTHER).revoke_token(created.token_id), NotFound)
+    await admin.revoke_token(created.token_id)
+    await refused(authz(deployment).authenticate(created.token), Unauthenticated)
     if deployment.backend == "sqlite":
         # Same process: the revocation reaches the storage boundary at once. Across processes
         # it takes up to ENGRAM_AUTH_CACHE_SECONDS.
-        await fails(
-            storage.ReadDocument(
-                storage_pb2.ReadDocumentRequest(space=space(), path="a.md"),
-                metadata=bearer(created.token),
-            ),
-            UNAUTH,
-        )
+        await refused(bot.read_document("a.md"), Unauthenticated)
 
 
 async def test_token_listing(deployment: Deployment) -> None:
     """ListTokens: a tenant admin sees the tenant's tokens (ids, users, roles, expiry,
     revocations, never a secret), paged by id; members and other tenants' admins do not."""
-    authz = deployment.authz()
-    created = [
-        await authz.CreateToken(
-            authz_pb2.CreateTokenRequest(role=authz_pb2.ROLE_VIEWER, description=f"bot {n}"),
-            metadata=ADMIN,
-        )
-        for n in range(3)
-    ]
-    await authz.RevokeToken(
-        authz_pb2.RevokeTokenRequest(token_id=created[0].token_id), metadata=ADMIN
-    )
+    admin, other = authz(deployment, ADMIN), authz(deployment, OTHER)
+    created = [await admin.create_token(role="viewer", description=f"bot {n}") for n in range(3)]
+    await admin.revoke_token(created[0].token_id)
     listed = []
     page = ""
     for _ in range(5):
-        response = await authz.ListTokens(
-            authz_pb2.ListTokensRequest(page_size=2, page_token=page), metadata=ADMIN
-        )
-        assert len(response.tokens) <= 2
-        listed.extend(response.tokens)
+        response = await admin.list_tokens(page_size=2, page_token=page)
+        assert len(response.items) <= 2
+        listed.extend(response.items)
         page = response.next_page_token
         if not page:
             break
@@ -294,100 +244,69 @@ async def test_token_listing(deployment: Deployment) -> None:
     assert ids == sorted(c.token_id for c in created)
     by_id = {info.token_id: info for info in listed}
     first = by_id[created[0].token_id]
-    assert first.revoked and first.revoked_at.seconds > 0
+    assert first.revoked and first.revoked_at is not None
     rest = by_id[created[1].token_id]
-    assert not rest.revoked and not rest.HasField("revoked_at")
+    assert not rest.revoked and rest.revoked_at is None
     assert (rest.user, rest.tenant, rest.role, rest.created_by) == (
         "ada",
         "acme",
-        authz_pb2.ROLE_VIEWER,
+        "viewer",
         "ada",
     )
     assert rest.description == "bot 1"
-    assert rest.expires_at.seconds == created[1].expires_at.seconds
+    assert rest.expires_at is not None and created[1].expires_at is not None
+    assert int(rest.expires_at.timestamp()) == int(created[1].expires_at.timestamp())
     assert created[1].token not in str(listed)
-    only_ada = await authz.ListTokens(authz_pb2.ListTokensRequest(user="ada"), metadata=ADMIN)
-    assert len(only_ada.tokens) == 3
-    nobody = await authz.ListTokens(authz_pb2.ListTokensRequest(user="carl"), metadata=ADMIN)
-    assert list(nobody.tokens) == []
-    await fails(authz.ListTokens(authz_pb2.ListTokensRequest(), metadata=MEMBER), DENIED)
-    await fails(
-        authz.ListTokens(authz_pb2.ListTokensRequest(tenant="acme"), metadata=OTHER),
-        DENIED,
-        "TENANT_MISMATCH",
-    )
-    assert (
-        list((await authz.ListTokens(authz_pb2.ListTokensRequest(), metadata=OTHER)).tokens) == []
-    )
-    platform = await authz.ListTokens(authz_pb2.ListTokensRequest(tenant="acme"), metadata=PLATFORM)
-    assert len(platform.tokens) == 3
+    assert len((await admin.list_tokens(user="ada")).items) == 3
+    assert (await admin.list_tokens(user="carl")).items == ()
+    await refused(authz(deployment, MEMBER).list_tokens(), PermissionDenied)
+    await refused(other.list_tokens(tenant="acme"), PermissionDenied, "TENANT_MISMATCH")
+    assert (await other.list_tokens()).items == ()
+    platform = await authz(deployment, PLATFORM).list_tokens(tenant="acme")
+    assert len(platform.items) == 3
 
 
 async def test_act_as_is_explicit_and_audited(tmp_path: Path, real_backends: RealBackends) -> None:
     """With ENGRAM_ALLOW_ACT_AS an admin may mint a token for another user of the tenant;
     each one lands in the audit log naming the admin, the user and the token."""
     async with secure_deployment("sqlite", tmp_path, real_backends, allow_act_as=True) as running:
-        authz, storage = running.authz(), running.storage()
-        mine = space("diary", space_pb2.VISIBILITY_USER)
-        carl = bearer(mint("carl", "acme", "member"))
-        await storage.WriteDocument(write_request("d.md", "carl's notes", ref=mine), metadata=carl)
-        created = await authz.CreateToken(
-            authz_pb2.CreateTokenRequest(user="carl", role=authz_pb2.ROLE_VIEWER), metadata=ADMIN
+        mine = Space("user", "diary")
+        carl = storage(running, mint("carl", "acme", "member")).with_options(space=mine)
+        await carl.write_document("d.md", "carl's notes")
+        created = await authz(running, ADMIN).create_token(user="carl", role="viewer")
+        read = await storage(running, created.token).read_document("d.md", space=mine)
+        assert read.content == "carl's notes"
+        await refused(authz(running, MEMBER).create_token(user="carl"), PermissionDenied)
+        audit = await authz(running, PLATFORM).list_audit_events(
+            since=datetime.fromtimestamp(0, UTC)
         )
-        read = await storage.ReadDocument(
-            storage_pb2.ReadDocumentRequest(space=mine, path="d.md"),
-            metadata=bearer(created.token),
-        )
-        assert read.document.content == "carl's notes"
-        await fails(
-            authz.CreateToken(authz_pb2.CreateTokenRequest(user="carl"), metadata=MEMBER), DENIED
-        )
-        audit = await authz.ListAuditEvents(
-            authz_pb2.ListAuditEventsRequest(since=Timestamp(seconds=0)), metadata=PLATFORM
-        )
-        acts = [e for e in audit.events if e.action == "token.act_as"]
+        acts = [e for e in audit.items if e.action == "token.act_as"]
         assert [(e.subject, e.tenant) for e in acts] == [("ada", "acme")]
         assert f"user:carl token:{created.token_id}" in acts[0].path
 
 
 async def test_authorize_reports_decisions(deployment: Deployment) -> None:
-    authz = deployment.authz()
-    allowed = await authz.Authorize(
-        authz_pb2.AuthorizeRequest(
-            action=authz_pb2.ACTION_WRITE, space=space("me", space_pb2.VISIBILITY_USER)
-        ),
-        metadata=MEMBER,
-    )
+    member = authz(deployment, MEMBER)
+    allowed = await member.authorize("write", space=Space("user", "me"))
     assert allowed.allowed and allowed.space.tenant == "acme" and allowed.space.user == "ann"
     assert allowed.space_id == "v1:user:acme:::ann:me"
-    refused = await authz.Authorize(
-        authz_pb2.AuthorizeRequest(action=authz_pb2.ACTION_WRITE, space=space()), metadata=VIEWER
-    )
-    assert not refused.allowed and refused.reason == "member_role_required"
-    other = await authz.Authorize(
-        authz_pb2.AuthorizeRequest(action=authz_pb2.ACTION_READ, space=space(tenant="globex")),
-        metadata=MEMBER,
-    )
+    denial = await authz(deployment, VIEWER).authorize("write", space=NOTES)
+    assert not denial.allowed and denial.reason == "member_role_required"
+    other = await member.authorize("read", space=Space(name="notes", tenant="globex"))
     assert not other.allowed and other.reason == "tenant_mismatch"
-    await fails(
-        authz.Authorize(authz_pb2.AuthorizeRequest(space=space()), metadata=MEMBER),
-        grpc.StatusCode.INVALID_ARGUMENT,
-    )
+    # An action it does not know is refused before it is sent; no action at all is refused
+    # by the server (test_what_the_client_never_sends_is_refused_too).
+    await refused(member.authorize("fly", space=NOTES), InvalidArgument)
 
 
 async def test_record_audit_is_for_services(deployment: Deployment) -> None:
-    authz = deployment.authz()
-    event = authz_pb2.AuditEvent(
-        action="memory.global_write", subject="w", space_id="s", path="p.md", bytes_delta=3
-    )
-    await fails(
-        authz.RecordAuditEvent(authz_pb2.RecordAuditEventRequest(event=event), metadata=PLATFORM),
-        DENIED,
-    )
-    recorded = await authz.RecordAuditEvent(
-        authz_pb2.RecordAuditEventRequest(event=event), metadata=bearer(service_token("workspace"))
-    )
-    assert recorded.event_id
+    def record(client: AsyncClient) -> Awaitable[str]:
+        return client.record_audit_event(
+            "memory.global_write", subject="w", space_id="s", path="p.md", bytes_delta=3
+        )
+
+    await refused(record(authz(deployment, PLATFORM)), PermissionDenied)
+    assert await record(authz(deployment, service_token("workspace")))
 
 
 @pytest.mark.real_backend
@@ -416,42 +335,30 @@ async def test_services_look_personal_tokens_up_at_authz(
         deployment = Deployment("mongo", {"authz": authz_server.port})
         async with storage_on_mongo(storage_settings, publish_events=False) as storage_server:
             deployment.ports["storage"] = storage_server.port
-            authz, storage = deployment.authz(), deployment.storage()
-            await storage.WriteDocument(write_request("a.md", "x"), metadata=ADMIN)
-            created = await authz.CreateToken(
-                authz_pb2.CreateTokenRequest(role=authz_pb2.ROLE_VIEWER), metadata=ADMIN
-            )
-            read = storage_pb2.ReadDocumentRequest(space=space(), path="a.md")
-            found = await storage.ReadDocument(read, metadata=bearer(created.token))
-            assert found.document.content == "x"
-            await fails(
-                storage.ReadDocument(read, metadata=bearer(f"egm_{'0' * 16}_{'1' * 32}")),
-                UNAUTH,
-            )
-            await authz.RevokeToken(
-                authz_pb2.RevokeTokenRequest(token_id=created.token_id), metadata=ADMIN
-            )
+            admin = authz(deployment, ADMIN)
+            await storage(deployment, ADMIN).write_document("a.md", "x")
+            created = await admin.create_token(role="viewer")
+            bot = storage(deployment, created.token)
+            assert (await bot.read_document("a.md")).content == "x"
+            forged = storage(deployment, f"egm_{'0' * 16}_{'1' * 32}")
+            await refused(forged.read_document("a.md"), Unauthenticated)
+            await admin.revoke_token(created.token_id)
             revoked_at = time.monotonic()
             while True:
                 try:
-                    await storage.ReadDocument(read, metadata=bearer(created.token))
-                except grpc.aio.AioRpcError as refused:
-                    assert refused.code() == UNAUTH, refused.details()
+                    await bot.read_document("a.md")
+                except EngramError as error:
+                    assert isinstance(error, Unauthenticated), error
                     break
                 assert time.monotonic() - revoked_at < 5, "the revocation never reached storage"
                 await asyncio.sleep(0.1)
-            second = await authz.CreateToken(
-                authz_pb2.CreateTokenRequest(role=authz_pb2.ROLE_VIEWER), metadata=ADMIN
-            )
+            second = await admin.create_token(role="viewer")
         # Authz away: a token it has not vouched for is not an unknown token.
         await deployment.close()
         deployment = Deployment("mongo", {})
     async with storage_on_mongo(storage_settings, publish_events=False) as storage_server:
         deployment.ports["storage"] = storage_server.port
         try:
-            await fails(
-                deployment.storage().ReadDocument(read, metadata=bearer(second.token)),
-                grpc.StatusCode.UNAVAILABLE,
-            )
+            await refused(storage(deployment, second.token).read_document("a.md"), Unavailable)
         finally:
             await deployment.close()

@@ -9,31 +9,36 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import grpc
 import pytest
 
-from engram.v1 import quota_pb2, space_pb2, storage_pb2
+from engram.client import (
+    AsyncClient,
+    InvalidArgument,
+    PermissionDenied,
+    QuotaExceeded,
+    QuotaUsage,
+    Space,
+)
 from tests.support.backends import RealBackends
-from tests.support.deployments import BACKENDS, Deployment, secure_deployment
-from tests.support.grpc_helpers import fails, space, write_request
-from tests.support.tokens import bearer, mint, service_token
+from tests.support.deployments import BACKENDS, Deployment, refused, secure_deployment
+from tests.support.tokens import mint, service_token
 
 pytestmark = pytest.mark.contract
 
-SERVICE = bearer(service_token("storage"))
-ACME_MEMBER = bearer(mint("ann", "acme", "member"))
-ACME_ADMIN = bearer(mint("ada", "acme", "admin"))
-ACME_ORG_ADMIN = bearer(mint("olga", "acme", "org_admin"))
-GLOBEX_MEMBER = bearer(mint("gus", "globex", "member"))
-GLOBEX_ORG_ADMIN = bearer(mint("gia", "globex", "org_admin"))
-HOOLI_MEMBER = bearer(mint("hal", "hooli", "member"))
-PLATFORM = bearer(mint("root", "acme", "admin", platform_admin=True))
-GLOBEX_PLATFORM = bearer(mint("groot", "globex", "admin", platform_admin=True))
+SERVICE = service_token("storage")
+ACME_MEMBER = mint("ann", "acme", "member")
+ACME_ADMIN = mint("ada", "acme", "admin")
+ACME_ORG_ADMIN = mint("olga", "acme", "org_admin")
+GLOBEX_MEMBER = mint("gus", "globex", "member")
+GLOBEX_ORG_ADMIN = mint("gia", "globex", "org_admin")
+HOOLI_MEMBER = mint("hal", "hooli", "member")
+PLATFORM = mint("root", "acme", "admin", platform_admin=True)
+GLOBEX_PLATFORM = mint("groot", "globex", "admin", platform_admin=True)
 # Storage (another process on MongoDB) reads memberships and ceilings through a 2 s cache.
 CACHE_SECONDS = 2.1
-GLOBAL = space("handbook", space_pb2.VISIBILITY_GLOBAL)
+NOTES = Space(name="notes")
+GLOBAL = Space("global", "handbook")
 
 
 @pytest.fixture(params=BACKENDS)
@@ -46,81 +51,73 @@ async def deployment(
         yield running
 
 
+def storage(deployment: Deployment, who: str) -> AsyncClient:
+    # retries=0: every refusal (and every racer's answer) is the first attempt's.
+    return deployment.client("storage", who).with_options(retries=0, space=NOTES)
+
+
+def quota(deployment: Deployment, who: str) -> AsyncClient:
+    return deployment.client("quota", who).with_options(retries=0)
+
+
 async def join(deployment: Deployment, tenant: str, org: str) -> int:
-    joined = await deployment.quota().SetTenantOrg(
-        quota_pb2.SetTenantOrgRequest(tenant=tenant, org=org), metadata=PLATFORM
-    )
+    joined = await quota(deployment, PLATFORM).set_tenant_org(tenant, org)
     return joined.org_used_bytes
 
 
-async def usage(deployment: Deployment, who: tuple[tuple[str, str], ...], tenant: str = "") -> Any:
-    return await deployment.quota().GetUsage(
-        quota_pb2.QuotaServiceGetUsageRequest(tenant=tenant), metadata=who
-    )
+async def usage(deployment: Deployment, who: str, tenant: str = "") -> QuotaUsage:
+    return await quota(deployment, who).quota_usage(tenant=tenant)
 
 
 async def test_racers_of_two_teams_never_pass_their_org_ceiling(deployment: Deployment) -> None:
-    storage, quota = deployment.storage(), deployment.quota()
     await join(deployment, "acme", "initech")
     await join(deployment, "globex", "initech")
     # The org admin of acme sets the ceiling of acme's org (empty org = the caller's).
-    set_ = await quota.SetOrgQuota(
-        quota_pb2.SetOrgQuotaRequest(quota_bytes=1000), metadata=ACME_ORG_ADMIN
-    )
-    assert (set_.org, set_.quota_bytes) == ("initech", 1000)
+    assert await quota(deployment, ACME_ORG_ADMIN).set_org_quota(1000) == 1000
     await asyncio.sleep(CACHE_SECONDS)
+    writers = {who: storage(deployment, who) for who in (ACME_MEMBER, GLOBEX_MEMBER)}
 
-    async def racer(i: int) -> grpc.StatusCode:
+    async def racer(i: int) -> bool:
         who = ACME_MEMBER if i % 2 else GLOBEX_MEMBER
         try:
-            await storage.WriteDocument(write_request(f"r/{i}.md", "x" * 10), metadata=who)
-        except grpc.aio.AioRpcError as error:
-            assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error.details()
-            assert "org_ceiling quota exceeded for initech" in (error.details() or "")
-            return error.code()
-        return grpc.StatusCode.OK
+            await writers[who].write_document(f"r/{i}.md", "x" * 10)
+        except QuotaExceeded as error:
+            assert "org_ceiling quota exceeded for initech" in error.message
+            return False
+        return True
 
-    codes = await asyncio.gather(*(racer(i) for i in range(200)))
-    written = codes.count(grpc.StatusCode.OK)
-    assert written == 100, "exactly the writes that fit the ceiling land, no more"
+    landed = await asyncio.gather(*(racer(i) for i in range(200)))
+    assert landed.count(True) == 100, "exactly the writes that fit the ceiling land, no more"
     acme, globex = await usage(deployment, ACME_MEMBER), await usage(deployment, GLOBEX_MEMBER)
     assert acme.org == globex.org == "initech"
     assert acme.org_used_bytes == globex.org_used_bytes == 1000
     assert acme.tenant_used_bytes + globex.tenant_used_bytes == 1000
-    assert (acme.org_quota_bytes, acme.org_quota_set) == (1000, True)
+    assert acme.org_quota_bytes == 1000
     # Each team's effective quota: the lesser of its own (1 GiB by default) and the ceiling.
     assert acme.tenant_quota_bytes == 1 << 30 and acme.tenant_effective_quota_bytes == 1000
     # The counters agree with the documents stored: nothing to correct.
-    for admin in (ACME_ADMIN, bearer(mint("gil", "globex", "admin"))):
-        assert (
-            list((await quota.Reconcile(quota_pb2.ReconcileRequest(), metadata=admin)).drifts) == []
-        )
+    for admin in (ACME_ADMIN, mint("gil", "globex", "admin")):
+        assert (await quota(deployment, admin).reconcile()).drifts == ()
     # StorageService's usage reports the effective quota as the tenant's limit.
-    du = await storage.GetUsage(storage_pb2.GetUsageRequest(space=space()), metadata=ACME_MEMBER)
+    du = await storage(deployment, ACME_MEMBER).get_usage()
     assert du.tenant_quota_bytes == 1000
 
 
 async def test_a_team_put_in_an_org_later_is_bound_by_its_ceiling(
     deployment: Deployment,
 ) -> None:
-    storage, quota = deployment.storage(), deployment.quota()
+    platform, hal = quota(deployment, PLATFORM), storage(deployment, HOOLI_MEMBER)
     # The ceiling is set on an org with no team yet (a platform admin names any org) ...
-    await quota.SetOrgQuota(
-        quota_pb2.SetOrgQuotaRequest(org="umbrella", quota_bytes=300), metadata=PLATFORM
-    )
+    await platform.set_org_quota(300, org="umbrella")
     # ... and hooli, which already holds 120 bytes, joins it afterwards: its bytes come along.
-    await storage.WriteDocument(write_request("old.md", "h" * 120), metadata=HOOLI_MEMBER)
+    await hal.write_document("old.md", "h" * 120)
     assert await join(deployment, "hooli", "umbrella") == 120
     await asyncio.sleep(CACHE_SECONDS)
     shown = await usage(deployment, HOOLI_MEMBER)
     assert (shown.org, shown.org_used_bytes, shown.org_quota_bytes) == ("umbrella", 120, 300)
     assert shown.tenant_effective_quota_bytes == 300
-    await storage.WriteDocument(write_request("new.md", "h" * 180), metadata=HOOLI_MEMBER)
-    failure = await fails(
-        storage.WriteDocument(write_request("one.md", "h"), metadata=HOOLI_MEMBER),
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        "QUOTA_EXCEEDED",
-    )
+    await hal.write_document("new.md", "h" * 180)
+    failure = await refused(hal.write_document("one.md", "h"), QuotaExceeded, "QUOTA_EXCEEDED")
     assert failure.metadata == {
         "limit": "org_ceiling",
         "limit_bytes": "300",
@@ -128,27 +125,17 @@ async def test_a_team_put_in_an_org_later_is_bound_by_its_ceiling(
         "requested_bytes": "1",
     }
     # The lesser of the two: a team whose own quota is below the ceiling meets its own.
-    await quota.SetTenantQuota(
-        quota_pb2.SetTenantQuotaRequest(tenant="hooli", quota_bytes=250), metadata=PLATFORM
-    )
-    await quota.SetOrgQuota(
-        quota_pb2.SetOrgQuotaRequest(org="umbrella", quota_bytes=10_000), metadata=PLATFORM
-    )
+    await platform.set_tenant_quota("hooli", 250)
+    await platform.set_org_quota(10_000, org="umbrella")
     await asyncio.sleep(CACHE_SECONDS)
     assert (await usage(deployment, HOOLI_MEMBER)).tenant_effective_quota_bytes == 250
-    failure = await fails(
-        storage.WriteDocument(write_request("one.md", "h"), metadata=HOOLI_MEMBER),
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-    )
-    assert failure.metadata["limit"] == "tenant_total"
+    failure = await refused(hal.write_document("one.md", "h"), QuotaExceeded)
+    assert failure.limit == "tenant_total"
     # A charge never followed by a write drifts the org's counter too; Reconcile fixes both.
-    await quota.Charge(
-        quota_pb2.ChargeRequest(space=space(tenant="hooli"), delta_bytes=-50, idempotency_key="x"),
-        metadata=SERVICE,
+    await quota(deployment, SERVICE).charge(
+        -50, idempotency_key="x", space=Space(name="notes", tenant="hooli")
     )
-    fixed = await quota.Reconcile(
-        quota_pb2.ReconcileRequest(), metadata=bearer(mint("hap", "hooli", "admin"))
-    )
+    fixed = await quota(deployment, mint("hap", "hooli", "admin")).reconcile()
     assert sorted((d.counter, d.recorded_bytes, d.actual_bytes) for d in fixed.drifts) == [
         ("org:umbrella", 250, 300),
         ("space:v1:private:hooli::::notes", 250, 300),
@@ -157,94 +144,65 @@ async def test_a_team_put_in_an_org_later_is_bound_by_its_ceiling(
     # Leaving the org takes the team's bytes out of the org's counter and frees it.
     assert await join(deployment, "hooli", "") == 0
     left = await usage(deployment, HOOLI_MEMBER)
-    assert (left.org, left.org_quota_set, left.tenant_effective_quota_bytes) == ("", False, 250)
+    assert (left.org, left.org_quota_bytes, left.tenant_effective_quota_bytes) == ("", None, 250)
 
 
 async def test_global_writes_meet_the_instance_and_are_attributed_to_the_writer(
     deployment: Deployment,
 ) -> None:
-    storage, quota = deployment.storage(), deployment.quota()
-    await quota.SetTenantQuota(
-        quota_pb2.SetTenantQuotaRequest(tenant="instance", quota_bytes=600), metadata=PLATFORM
-    )
+    platform = quota(deployment, PLATFORM)
+    root = storage(deployment, PLATFORM).with_options(space=GLOBAL)
+    groot = storage(deployment, GLOBEX_PLATFORM).with_options(space=GLOBAL)
+    await platform.set_tenant_quota("instance", 600)
     # Attribution only: a team with no room of its own still writes global spaces.
-    await quota.SetTenantQuota(
-        quota_pb2.SetTenantQuotaRequest(tenant="acme", quota_bytes=0), metadata=PLATFORM
-    )
+    await platform.set_tenant_quota("acme", 0)
     await asyncio.sleep(CACHE_SECONDS)
-    await storage.WriteDocument(write_request("a.md", "a" * 300, ref=GLOBAL), metadata=PLATFORM)
-    await storage.WriteDocument(
-        write_request("g.md", "g" * 200, ref=GLOBAL), metadata=GLOBEX_PLATFORM
-    )
-    failure = await fails(
-        storage.WriteDocument(write_request("b.md", "b" * 101, ref=GLOBAL), metadata=PLATFORM),
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-    )
-    assert failure.metadata["limit"] == "instance_total"
+    await root.write_document("a.md", "a" * 300)
+    await groot.write_document("g.md", "g" * 200)
+    failure = await refused(root.write_document("b.md", "b" * 101), QuotaExceeded)
+    assert failure.limit == "instance_total"
     instance = await usage(deployment, ACME_MEMBER, "instance")
     acme, globex = await usage(deployment, ACME_MEMBER), await usage(deployment, GLOBEX_MEMBER)
     assert instance.tenant_used_bytes == 500
     assert (acme.global_attributed_bytes, globex.global_attributed_bytes) == (300, 200)
     assert acme.tenant_used_bytes == globex.tenant_used_bytes == 0, "not the team's quota"
     # Shrinking and deleting move the instance and the changer's attribution together.
-    await storage.WriteDocument(write_request("a.md", "a" * 100, ref=GLOBAL), metadata=PLATFORM)
-    await storage.DeleteDocument(
-        storage_pb2.DeleteDocumentRequest(space=GLOBAL, path="g.md"), metadata=GLOBEX_PLATFORM
-    )
+    await root.write_document("a.md", "a" * 100)
+    await groot.delete_document("g.md")
     instance = await usage(deployment, ACME_MEMBER, "instance")
     acme, globex = await usage(deployment, ACME_MEMBER), await usage(deployment, GLOBEX_MEMBER)
     assert instance.tenant_used_bytes == 100
     assert (acme.global_attributed_bytes, globex.global_attributed_bytes) == (100, 0)
     # Reconciling the instance recounts stored bytes and leaves attribution alone.
-    clean = await quota.Reconcile(quota_pb2.ReconcileRequest(tenant="instance"), metadata=PLATFORM)
-    assert list(clean.drifts) == []
+    clean = await platform.reconcile("instance")
+    assert clean.drifts == ()
     assert (await usage(deployment, ACME_MEMBER)).global_attributed_bytes == 100
 
 
 async def test_who_sets_ceilings_and_memberships(deployment: Deployment) -> None:
-    quota = deployment.quota()
-
-    def ceiling(org: str, size: int = 1000) -> quota_pb2.SetOrgQuotaRequest:
-        return quota_pb2.SetOrgQuotaRequest(org=org, quota_bytes=size)
-
+    org_admin, platform = quota(deployment, ACME_ORG_ADMIN), quota(deployment, PLATFORM)
     # An org admin of a team in no org has no org to set.
-    await fails(
-        quota.SetOrgQuota(ceiling(""), metadata=ACME_ORG_ADMIN), grpc.StatusCode.INVALID_ARGUMENT
-    )
+    await refused(org_admin.set_org_quota(1000), InvalidArgument)
     await join(deployment, "acme", "initech")
     await join(deployment, "globex", "cyberdyne")
     # Team admins are not org admins; an org admin of another org's team is not this one's.
-    await fails(
-        quota.SetOrgQuota(ceiling("initech"), metadata=ACME_ADMIN),
-        grpc.StatusCode.PERMISSION_DENIED,
+    await refused(
+        quota(deployment, ACME_ADMIN).set_org_quota(1000, org="initech"),
+        PermissionDenied,
         "ORG_ADMIN_REQUIRED",
     )
-    await fails(
-        quota.SetOrgQuota(ceiling("initech"), metadata=GLOBEX_ORG_ADMIN),
-        grpc.StatusCode.PERMISSION_DENIED,
+    await refused(
+        quota(deployment, GLOBEX_ORG_ADMIN).set_org_quota(1000, org="initech"),
+        PermissionDenied,
         "PLATFORM_ADMIN_REQUIRED",
     )
-    assert (await quota.SetOrgQuota(ceiling("initech"), metadata=ACME_ORG_ADMIN)).org == "initech"
+    assert await org_admin.set_org_quota(1000, org="initech") == 1000
+    assert (await usage(deployment, ACME_MEMBER)).org_quota_bytes == 1000
     # Membership binds a team to a ceiling: platform admins only, org admins included.
-    await fails(
-        quota.SetTenantOrg(
-            quota_pb2.SetTenantOrgRequest(tenant="globex", org="initech"), metadata=ACME_ORG_ADMIN
-        ),
-        grpc.StatusCode.PERMISSION_DENIED,
-    )
-    for bad in (ceiling("initech", -1), ceiling("a:b"), ceiling("../x")):
-        await fails(quota.SetOrgQuota(bad, metadata=PLATFORM), grpc.StatusCode.INVALID_ARGUMENT)
+    await refused(org_admin.set_tenant_org("globex", "initech"), PermissionDenied)
+    for org, size in (("initech", -1), ("a:b", 1000), ("../x", 1000)):
+        await refused(platform.set_org_quota(size, org=org), InvalidArgument)
     for tenant, org in (("", "initech"), ("instance", "initech"), ("acme", "a/b")):
-        await fails(
-            quota.SetTenantOrg(
-                quota_pb2.SetTenantOrgRequest(tenant=tenant, org=org), metadata=PLATFORM
-            ),
-            grpc.StatusCode.INVALID_ARGUMENT,
-        )
+        await refused(platform.set_tenant_org(tenant, org), InvalidArgument)
     # Another team's usage, its org's included, stays its own.
-    await fails(
-        quota.GetUsage(
-            quota_pb2.QuotaServiceGetUsageRequest(tenant="globex"), metadata=ACME_MEMBER
-        ),
-        grpc.StatusCode.PERMISSION_DENIED,
-    )
+    await refused(quota(deployment, ACME_MEMBER).quota_usage(tenant="globex"), PermissionDenied)

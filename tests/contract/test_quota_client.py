@@ -13,7 +13,6 @@ import pytest
 from engram.domain.errors import EngramError, QuotaExceeded, Unavailable
 from engram.domain.spaces import SpaceRef, Visibility
 from engram.quota.client import RETRIES, GrpcQuotaGate
-from engram.v1 import quota_pb2
 from tests.support.backends import RealBackends
 from tests.support.deployments import Deployment, secure_deployment
 from tests.support.tokens import mint, service_token
@@ -112,19 +111,14 @@ async def test_the_remote_gate_carries_attribution_and_the_effective_quota(
     attribution counter, and a tenant's usage limit is its effective quota (its org's
     ceiling when lower)."""
     gate, channel = await gate_with(deployment, Faults(lambda n: None))
-    quota = deployment.quota()
-    platform = (("authorization", f"Bearer {mint('root', 'acme', 'admin', platform_admin=True)}"),)
+    platform = deployment.client("quota", mint("root", "acme", "admin", platform_admin=True))
     try:
         handbook = SpaceRef.create(Visibility.GLOBAL, tenant="", name="handbook")
         await gate.charge(handbook, 40, "global-1", attributed_tenant="acme")
-        await quota.SetTenantOrg(
-            quota_pb2.SetTenantOrgRequest(tenant="acme", org="initech"), metadata=platform
-        )
-        await quota.SetOrgQuota(
-            quota_pb2.SetOrgQuotaRequest(org="initech", quota_bytes=700), metadata=platform
-        )
+        await platform.set_tenant_org("acme", "initech")
+        await platform.set_org_quota(700, org="initech")
         usage = await gate.usage(SPACE)
-        shown = await quota.GetUsage(quota_pb2.QuotaServiceGetUsageRequest(), metadata=platform)
+        shown = await platform.quota_usage()
     finally:
         await channel.close()
     assert usage.aggregate_quota_bytes == 700

@@ -6,23 +6,27 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 import pytest
-from google.rpc import error_details_pb2
 
-from engram.v1 import quota_pb2, space_pb2, storage_pb2
+from engram.client import (
+    AsyncClient,
+    InvalidArgument,
+    PermissionDenied,
+    QuotaExceeded,
+    Space,
+)
 from tests.support.backends import RealBackends
-from tests.support.deployments import BACKENDS, Deployment, secure_deployment
-from tests.support.grpc_helpers import fails, space, write_request
-from tests.support.tokens import bearer, mint, service_token
+from tests.support.deployments import BACKENDS, Deployment, refused, secure_deployment
+from tests.support.tokens import mint, service_token
 
 pytestmark = pytest.mark.contract
 
-SERVICE = bearer(service_token("storage"))
-MEMBER = bearer(mint("ann", "acme", "member"))
-ADMIN = bearer(mint("ada", "acme", "admin"))
-PLATFORM = bearer(mint("root", "acme", "admin", platform_admin=True))
-ACME = space(tenant="acme")
+SERVICE = service_token("storage")
+MEMBER = mint("ann", "acme", "member")
+ADMIN = mint("ada", "acme", "admin")
+PLATFORM = mint("root", "acme", "admin", platform_admin=True)
+NOTES = Space(name="notes")
+ACME = Space(name="notes", tenant="acme")
 
 
 @pytest.fixture(params=BACKENDS)
@@ -37,38 +41,37 @@ async def deployment(
         yield running
 
 
-def charge(ref: space_pb2.SpaceRef, delta: int, key: str) -> quota_pb2.ChargeRequest:
-    return quota_pb2.ChargeRequest(space=ref, delta_bytes=delta, idempotency_key=key)
+def quota(deployment: Deployment, who: str) -> AsyncClient:
+    # retries=0: each answer and refusal is the first attempt's.
+    return deployment.client("quota", who).with_options(retries=0, space=ACME)
+
+
+def storage(deployment: Deployment, who: str) -> AsyncClient:
+    return deployment.client("storage", who).with_options(retries=0, space=NOTES)
 
 
 async def test_charge_is_for_services_and_idempotent(deployment: Deployment) -> None:
-    quota = deployment.quota()
-    await fails(
-        quota.Charge(charge(ACME, 10, "k0"), metadata=MEMBER), grpc.StatusCode.PERMISSION_DENIED
-    )
-    first = await quota.Charge(charge(ACME, 100, "k1"), metadata=SERVICE)
+    service = quota(deployment, SERVICE)
+    await refused(quota(deployment, MEMBER).charge(10, idempotency_key="k0"), PermissionDenied)
+    first = await service.charge(100, idempotency_key="k1")
     assert first.applied and first.space_used_bytes == 100 and first.tenant_used_bytes == 100
-    again = await quota.Charge(charge(ACME, 100, "k1"), metadata=SERVICE)
+    again = await service.charge(100, idempotency_key="k1")
     assert not again.applied and again.space_used_bytes == 100, "a retried key applies once"
-    await fails(
-        quota.Charge(charge(ACME, 5, ""), metadata=SERVICE), grpc.StatusCode.INVALID_ARGUMENT
-    )
+    await refused(service.charge(5, idempotency_key=""), InvalidArgument)
 
 
 async def test_shrinking_never_goes_below_zero(deployment: Deployment) -> None:
-    quota = deployment.quota()
-    await quota.Charge(charge(ACME, 50, "a"), metadata=SERVICE)
-    shrunk = await quota.Charge(charge(ACME, -80, "b"), metadata=SERVICE)
+    service = quota(deployment, SERVICE)
+    await service.charge(50, idempotency_key="a")
+    shrunk = await service.charge(-80, idempotency_key="b")
     assert shrunk.applied and shrunk.space_used_bytes == 0 and shrunk.tenant_used_bytes == 0
 
 
 async def test_each_limit_is_named_when_hit(deployment: Deployment) -> None:
-    quota = deployment.quota()
-    await quota.Charge(charge(ACME, 900, "fill"), metadata=SERVICE)
-    failure = await fails(
-        quota.Charge(charge(ACME, 101, "over"), metadata=SERVICE),
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        "QUOTA_EXCEEDED",
+    service, platform = quota(deployment, SERVICE), quota(deployment, PLATFORM)
+    await service.charge(900, idempotency_key="fill")
+    failure = await refused(
+        service.charge(101, idempotency_key="over"), QuotaExceeded, "QUOTA_EXCEEDED"
     )
     assert failure.metadata == {
         "limit": "space_subcap",
@@ -76,100 +79,64 @@ async def test_each_limit_is_named_when_hit(deployment: Deployment) -> None:
         "used_bytes": "900",
         "requested_bytes": "101",
     }
-    assert (
-        failure.detail(error_details_pb2.QuotaFailure)
-        .violations[0]
-        .subject.startswith("space_subcap:")
-    )
-    await quota.SetTenantQuota(
-        quota_pb2.SetTenantQuotaRequest(tenant="acme", quota_bytes=950), metadata=PLATFORM
-    )
+    # The QuotaFailure detail names the counter: the limit, then the space.
+    assert failure.subject == "v1:private:acme::::notes"
+    await platform.set_tenant_quota("acme", 950)
     await asyncio.sleep(2.1)  # another process's override cache (2 s) must expire
-    failure = await fails(
-        quota.Charge(charge(space("b", tenant="acme"), 60, "t"), metadata=SERVICE),
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    failure = await refused(
+        service.charge(60, idempotency_key="t", space=Space(name="b", tenant="acme")),
+        QuotaExceeded,
     )
-    assert failure.metadata["limit"] == "tenant_total"
-    await quota.SetTenantQuota(
-        quota_pb2.SetTenantQuotaRequest(tenant="instance", quota_bytes=10), metadata=PLATFORM
-    )
+    assert failure.limit == "tenant_total"
+    await platform.set_tenant_quota("instance", 10)
     await asyncio.sleep(2.1)
-    glob = space("g", space_pb2.VISIBILITY_GLOBAL)
-    failure = await fails(
-        quota.Charge(charge(glob, 11, "i"), metadata=SERVICE), grpc.StatusCode.RESOURCE_EXHAUSTED
-    )
-    assert failure.metadata["limit"] == "instance_total"
-    assert (await quota.Charge(charge(glob, 10, "i2"), metadata=SERVICE)).applied
+    glob = Space("global", "g")
+    failure = await refused(service.charge(11, idempotency_key="i", space=glob), QuotaExceeded)
+    assert failure.limit == "instance_total"
+    assert (await service.charge(10, idempotency_key="i2", space=glob)).applied
 
 
 async def test_set_tenant_quota_is_for_platform_admins(deployment: Deployment) -> None:
-    quota = deployment.quota()
-    await fails(
-        quota.SetTenantQuota(
-            quota_pb2.SetTenantQuotaRequest(tenant="acme", quota_bytes=1), metadata=ADMIN
-        ),
-        grpc.StatusCode.PERMISSION_DENIED,
-    )
-    await fails(
-        quota.SetTenantQuota(
-            quota_pb2.SetTenantQuotaRequest(tenant="acme", quota_bytes=-1), metadata=PLATFORM
-        ),
-        grpc.StatusCode.INVALID_ARGUMENT,
-    )
-    await quota.SetTenantQuota(
-        quota_pb2.SetTenantQuotaRequest(tenant="acme", quota_bytes=4096), metadata=PLATFORM
-    )
-    usage = await quota.GetUsage(quota_pb2.QuotaServiceGetUsageRequest(), metadata=MEMBER)
+    platform, member = quota(deployment, PLATFORM), quota(deployment, MEMBER)
+    await refused(quota(deployment, ADMIN).set_tenant_quota("acme", 1), PermissionDenied)
+    await refused(platform.set_tenant_quota("acme", -1), InvalidArgument)
+    await platform.set_tenant_quota("acme", 4096)
+    usage = await member.quota_usage()
     assert (usage.tenant, usage.tenant_quota_bytes, usage.tenant_quota_overridden) == (
         "acme",
         4096,
         True,
     )
-    await fails(
-        quota.GetUsage(quota_pb2.QuotaServiceGetUsageRequest(tenant="globex"), metadata=MEMBER),
-        grpc.StatusCode.PERMISSION_DENIED,
-    )
+    await refused(member.quota_usage(tenant="globex"), PermissionDenied)
 
 
 async def test_zero_tenant_quota_refuses_growing_writes(deployment: Deployment) -> None:
-    await deployment.quota().SetTenantQuota(
-        quota_pb2.SetTenantQuotaRequest(tenant="acme", quota_bytes=0), metadata=PLATFORM
-    )
-    storage = deployment.storage()
-    failure = await fails(
-        storage.WriteDocument(write_request("a.md", "x"), metadata=MEMBER),
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-    )
-    assert failure.metadata["limit"] == "tenant_total"
+    await quota(deployment, PLATFORM).set_tenant_quota("acme", 0)
+    failure = await refused(storage(deployment, MEMBER).write_document("a.md", "x"), QuotaExceeded)
+    assert failure.limit == "tenant_total"
 
 
 async def test_usage_tracks_writes_and_reconcile_corrects_drift(deployment: Deployment) -> None:
-    storage, quota = deployment.storage(), deployment.quota()
-    await storage.WriteDocument(write_request("a.md", "x" * 300), metadata=MEMBER)
-    await storage.WriteDocument(
-        write_request("b.md", "y" * 200, ref=space("other")), metadata=MEMBER
-    )
-    usage = await quota.GetUsage(
-        quota_pb2.QuotaServiceGetUsageRequest(space=space()), metadata=MEMBER
-    )
+    writer, member = storage(deployment, MEMBER), quota(deployment, MEMBER)
+    admin = quota(deployment, ADMIN)
+    await writer.write_document("a.md", "x" * 300)
+    await writer.write_document("b.md", "y" * 200, space=Space(name="other"))
+    usage = await member.quota_usage(space=NOTES)
     assert (usage.space_used_bytes, usage.space_document_count, usage.tenant_used_bytes) == (
         300,
         1,
         500,
     )
-    clean = await quota.Reconcile(quota_pb2.ReconcileRequest(), metadata=ADMIN)
-    assert list(clean.drifts) == [] and clean.spaces_checked == 2
+    clean = await admin.reconcile()
+    assert clean.drifts == () and clean.spaces_checked == 2
     # A charge that was never followed by a write (a crashed writer): drift, until Reconcile.
-    await quota.Charge(charge(ACME, 77, "orphan"), metadata=SERVICE)
-    await fails(
-        quota.Reconcile(quota_pb2.ReconcileRequest(), metadata=MEMBER),
-        grpc.StatusCode.PERMISSION_DENIED,
-    )
-    fixed = await quota.Reconcile(quota_pb2.ReconcileRequest(), metadata=ADMIN)
+    await quota(deployment, SERVICE).charge(77, idempotency_key="orphan")
+    await refused(member.reconcile(), PermissionDenied)
+    fixed = await admin.reconcile()
     assert sorted(
         (d.counter.split(":")[0], d.recorded_bytes, d.actual_bytes) for d in fixed.drifts
     ) == [("space", 377, 300), ("tenant", 577, 500)]
-    again = await quota.Reconcile(quota_pb2.ReconcileRequest(), metadata=ADMIN)
-    assert list(again.drifts) == []
-    after = await storage.GetUsage(storage_pb2.GetUsageRequest(space=space()), metadata=MEMBER)
+    again = await admin.reconcile()
+    assert again.drifts == ()
+    after = await writer.get_usage()
     assert after.used_bytes == 300 and after.tenant_used_bytes == 500

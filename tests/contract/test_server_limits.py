@@ -22,7 +22,7 @@ from engram.runtime.rate_limit import (
     RateLimitStore,
     SqliteRateLimitStore,
 )
-from engram.v1 import search_pb2, search_pb2_grpc, space_pb2, storage_pb2
+from engram.v1 import search_pb2, search_pb2_grpc, space_pb2, storage_pb2, storage_pb2_grpc
 from tests.support.backends import RealBackends
 from tests.support.deployments import secure_deployment
 from tests.support.grpc_helpers import CallFailure, fails, import_sync, space, write_request
@@ -61,7 +61,7 @@ async def test_expensive_calls_past_the_limit_are_resource_exhausted(
     async with secure_deployment(
         "sqlite", tmp_path, real_backends, rate_limit_per_minute=3
     ) as running:
-        storage = running.storage()
+        storage = storage_pb2_grpc.StorageServiceStub(running.channel("storage"))
 
         async def export(metadata: tuple[tuple[str, str], ...]) -> None:
             request = storage_pb2.ExportSpaceRequest(space=space())
@@ -77,19 +77,17 @@ async def test_expensive_calls_past_the_limit_are_resource_exhausted(
         await export(bob)  # per principal
         # Cheap calls and narrow searches are not counted.
         await storage.GetUsage(storage_pb2.GetUsageRequest(space=space()), metadata=ann)
-        channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.ports['storage']}")
-        async with channel:
-            search = search_pb2_grpc.SearchServiceStub(channel)
-            narrow = search_pb2.SearchRequest(spaces=[space()], query="x")
-            for _ in range(5):
-                await search.Search(narrow, metadata=ann)
-            wide = search_pb2.SearchRequest(
-                spaces=[space(f"s{i}", space_pb2.VISIBILITY_PRIVATE) for i in range(6)],
-                query="x",
-            )
-            for _ in range(3):
-                await search.Search(wide, metadata=ann)
-            await fails(search.Search(wide, metadata=ann), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        search = search_pb2_grpc.SearchServiceStub(running.channel("storage"))
+        narrow = search_pb2.SearchRequest(spaces=[space()], query="x")
+        for _ in range(5):
+            await search.Search(narrow, metadata=ann)
+        wide = search_pb2.SearchRequest(
+            spaces=[space(f"s{i}", space_pb2.VISIBILITY_PRIVATE) for i in range(6)],
+            query="x",
+        )
+        for _ in range(3):
+            await search.Search(wide, metadata=ann)
+        await fails(search.Search(wide, metadata=ann), grpc.StatusCode.RESOURCE_EXHAUSTED)
 
 
 async def test_import_bytes_in_flight_are_capped_per_principal(
@@ -103,7 +101,7 @@ async def test_import_bytes_in_flight_are_capped_per_principal(
     async with secure_deployment(
         "sqlite", tmp_path, real_backends, max_import_inflight_bytes=2 * 1024 * 1024
     ) as running:
-        storage = running.storage()
+        storage = storage_pb2_grpc.StorageServiceStub(running.channel("storage"))
         target = space("imports")
 
         def archive(size: int) -> Iterator[bytes]:
@@ -131,7 +129,7 @@ async def test_messages_over_the_configured_size_are_refused(
     async with secure_deployment(
         "sqlite", tmp_path, real_backends, max_message_bytes=64 * 1024
     ) as running:
-        storage = running.storage()
+        storage = storage_pb2_grpc.StorageServiceStub(running.channel("storage"))
         await storage.WriteDocument(write_request("small.md", "x" * 1000), metadata=ann)
         # gRPC itself refuses the message (before engram sees it), so no ErrorInfo here.
         with pytest.raises(grpc.aio.AioRpcError) as caught:

@@ -26,6 +26,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from engram.authz.sqlite_tokens import SqliteTokenStore
 from engram.authz.tokens import StoredToken, hash_token, new_personal_token
+from engram.client import PermissionDenied
 from engram.domain.policy import RPC_POLICY, Target, Who, admits
 from engram.domain.principals import Principal, Role
 from engram.domain.spaces import SpaceRef, Visibility
@@ -119,9 +120,7 @@ Call = Callable[[Target, bool, tuple[tuple[str, str], ...], str], Awaitable[Any]
 
 def calls(deployment: Deployment) -> dict[str, Call]:
     """One call per RPC, aimed at a target; (target, is_service, metadata, raw token)."""
-    port = deployment.ports["storage"]
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    deployment._channels.append(channel)
+    channel = deployment.channel("storage")
     storage = storage_pb2_grpc.StorageServiceStub(channel)
     quota = quota_pb2_grpc.QuotaServiceStub(channel)
     authz = authz_pb2_grpc.AuthzServiceStub(channel)
@@ -383,11 +382,9 @@ async def outcome(call: Awaitable[Any]) -> tuple[grpc.StatusCode, str]:
 @pytest.fixture
 async def deployment(tmp_path: Path, real_backends: RealBackends) -> AsyncIterator[Deployment]:
     async with secure_deployment("sqlite", tmp_path, real_backends) as running:
-        platform = bearer(ROLES["platform_admin"][1])
+        platform = running.client("quota", ROLES["platform_admin"][1])
         for tenant, org in ORGS.items():
-            await running.quota().SetTenantOrg(
-                quota_pb2.SetTenantOrgRequest(tenant=tenant, org=org), metadata=platform
-            )
+            await platform.set_tenant_org(tenant, org)
         yield running
 
 
@@ -440,8 +437,7 @@ def test_every_who_is_decided() -> None:
 
 
 async def test_tenant_admin_cannot_reconcile_the_instance(deployment: Deployment) -> None:
-    quota = deployment.quota()
-    request = quota_pb2.ReconcileRequest(tenant="instance")
-    code, details = await outcome(quota.Reconcile(request, metadata=bearer(ROLES["admin"][1])))
-    assert code == grpc.StatusCode.PERMISSION_DENIED and "platform admin" in details
-    assert (await quota.Reconcile(request, metadata=bearer(ROLES["platform_admin"][1]))) is not None
+    with pytest.raises(PermissionDenied, match="platform admin"):
+        await deployment.client("quota", ROLES["admin"][1]).reconcile("instance")
+    platform = deployment.client("quota", ROLES["platform_admin"][1])
+    assert (await platform.reconcile("instance")).spaces_checked >= 0

@@ -7,26 +7,23 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from engram.authz import enforcement
-from engram.client import AsyncClient, PermissionDenied, Space
+from engram.client import PermissionDenied, Space
 from engram.domain.policy import Decision, decide
 from engram.domain.principals import Action, Principal
 from engram.domain.spaces import SpaceRef
-from engram.v1 import space_pb2, storage_pb2
 from tests.support.backends import RealBackends
 from tests.support.deployments import Deployment, secure_deployment
-from tests.support.grpc_helpers import fails, space, write_request
-from tests.support.tokens import bearer, mint
+from tests.support.tokens import mint
 
 pytestmark = pytest.mark.e2e
 
 SECRET = "globex plans: rosebud"
-BOB = bearer(mint("bob", "globex", "admin"))
+BOB_TOKEN = mint("bob", "globex", "admin")
 EVE_TOKEN = mint("eve", "acme", "admin")
-EVE = bearer(EVE_TOKEN)
+NOTES = Space(name="notes")
 
 
 @pytest.fixture
@@ -47,32 +44,25 @@ def buggy_decide(principal: Principal, action: Action, requested: SpaceRef) -> D
 async def test_a_mis_stamped_space_is_refused_before_any_query(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    storage = deployment.storage()
-    await storage.WriteDocument(write_request("plans.md", SECRET), metadata=BOB)
+    bob = deployment.client("storage", BOB_TOKEN)
+    await bob.write_document("plans.md", SECRET, space=NOTES)
     monkeypatch.setattr(enforcement, "decide", buggy_decide)
-    denied = grpc.StatusCode.PERMISSION_DENIED
+    eve = deployment.client("storage", EVE_TOKEN).with_options(space=NOTES)
 
     async def export() -> bytes:
-        request = storage_pb2.ExportSpaceRequest(space=space())
-        return b"".join([c.data async for c in storage.ExportSpace(request, metadata=EVE)])
+        return b"".join([chunk async for chunk in eve.export_chunks()])
 
-    await fails(
-        storage.ListDocuments(storage_pb2.ListDocumentsRequest(space=space()), metadata=EVE),
-        denied,
-        "TENANT_MISMATCH",
-    )
-    await fails(export(), denied, "TENANT_MISMATCH")
-    await fails(storage.GetUsage(storage_pb2.GetUsageRequest(space=space()), metadata=EVE), denied)
-    await fails(
-        storage.ReadDocument(
-            storage_pb2.ReadDocumentRequest(space=space(), path="plans.md"), metadata=EVE
-        ),
-        denied,
-    )
-    addr = f"127.0.0.1:{deployment.ports['storage']}"
-    async with AsyncClient(addr, token=EVE_TOKEN, space=Space(name="notes")) as eve:
-        with pytest.raises(PermissionDenied):
-            await eve.search("rosebud")
+    with pytest.raises(PermissionDenied) as listing:
+        await eve.list_documents()
+    assert listing.value.info_reason == "TENANT_MISMATCH"
+    with pytest.raises(PermissionDenied) as exported:
+        await export()
+    assert exported.value.info_reason == "TENANT_MISMATCH"
+    with pytest.raises(PermissionDenied):
+        await eve.get_usage()
+    with pytest.raises(PermissionDenied):
+        await eve.read_document("plans.md")
+    with pytest.raises(PermissionDenied):
+        await eve.search("rosebud")
     # Global spaces are shared by design and stay readable.
-    shared = space("shared", space_pb2.VISIBILITY_GLOBAL)
-    await storage.ListDocuments(storage_pb2.ListDocumentsRequest(space=shared), metadata=EVE)
+    await eve.list_documents(space=Space("global", name="shared"))

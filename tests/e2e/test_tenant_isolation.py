@@ -4,6 +4,7 @@ page tokens taken from B. Zero successes, zero leaked bytes; B's data is untouch
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import tarfile
@@ -11,40 +12,43 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
-from engram.v1 import quota_pb2, space_pb2, storage_pb2
+from engram.client import (
+    AsyncClient,
+    EngramError,
+    InvalidArgument,
+    PermissionDenied,
+    Space,
+    status_name,
+)
 from tests.support.backends import RealBackends
 from tests.support.deployments import BACKENDS, Deployment, secure_deployment
-from tests.support.grpc_helpers import space, write_request
-from tests.support.tokens import bearer, mint
+from tests.support.tokens import mint
 
 pytestmark = pytest.mark.e2e
 
 B_SECRET_TEXT = "globex launch code is rosebud"
-B = bearer(mint("bob", "globex", "admin"))
+B = mint("bob", "globex", "admin")
 ATTACKERS = {
-    "viewer": bearer(mint("eve", "acme", "viewer")),
-    "member": bearer(mint("eve", "acme", "member")),
-    "admin": bearer(mint("eve", "acme", "admin")),
-    "platform_admin": bearer(mint("eve", "acme", "admin", platform_admin=True)),
+    "viewer": mint("eve", "acme", "viewer"),
+    "member": mint("eve", "acme", "member"),
+    "admin": mint("eve", "acme", "admin"),
+    "platform_admin": mint("eve", "acme", "admin", platform_admin=True),
 }
 B_SPACES = {
-    "private": space("plans", tenant="globex"),
-    "project": space("plans", space_pb2.VISIBILITY_PROJECT, tenant="globex", project="p1"),
-    "bot": space("plans", space_pb2.VISIBILITY_BOT, tenant="globex", project="p1", bot="b"),
-    "org": space("plans", space_pb2.VISIBILITY_ORG, tenant="globex"),
-    "cross_project": space("plans", space_pb2.VISIBILITY_CROSS_PROJECT, tenant="globex"),
-    "user": space("plans", space_pb2.VISIBILITY_USER, tenant="globex", user="bob"),
+    "private": Space("private", "plans", tenant="globex"),
+    "project": Space("project", "plans", tenant="globex", project="p1"),
+    "bot": Space("bot", "plans", tenant="globex", project="p1", bot="b"),
+    "org": Space("org", "plans", tenant="globex"),
+    "cross_project": Space("cross_project", "plans", tenant="globex"),
+    "user": Space("user", "plans", tenant="globex", user="bob"),
 }
 # B's user space addressed without a tenant but with B's user: stamped to A's tenant and
 # refused because the user is not the caller.
 CRAFTED = {
-    "user_without_tenant": space("plans", space_pb2.VISIBILITY_USER, user="bob"),
-    "user_other_tenant_self": space(
-        "plans", space_pb2.VISIBILITY_USER, tenant="globex", user="eve"
-    ),
+    "user_without_tenant": Space("user", "plans", user="bob"),
+    "user_other_tenant_self": Space("user", "plans", tenant="globex", user="eve"),
 }
 
 
@@ -70,140 +74,81 @@ async def deployment(
 
 async def seed_b(deployment: Deployment) -> dict[str, str]:
     """B's documents in every space; returns a page token from B's own listing."""
-    storage = deployment.storage()
+    bob = deployment.client("storage", B)
     tokens: dict[str, str] = {}
     for name, ref in B_SPACES.items():
         for i in range(3):
-            await storage.WriteDocument(
-                write_request(f"doc{i}.md", B_SECRET_TEXT, ref=_own(ref)), metadata=B
-            )
-        listing = await storage.ListDocuments(
-            storage_pb2.ListDocumentsRequest(space=_own(ref), page_size=1), metadata=B
-        )
+            await bob.write_document(f"doc{i}.md", B_SECRET_TEXT, space=_own(ref))
+        listing = await bob.list_documents(page_size=1, space=_own(ref))
         tokens[name] = listing.next_page_token
     return tokens
 
 
-async def attempt(call: Awaitable[Any]) -> grpc.aio.AioRpcError:
+async def attempt(call: Awaitable[Any]) -> EngramError:
     try:
         result = await call
-    except grpc.aio.AioRpcError as error:
-        assert error.code() not in (
-            grpc.StatusCode.OK,
-            grpc.StatusCode.INTERNAL,
-            grpc.StatusCode.UNKNOWN,
-        ), error.details()
+    except EngramError as error:
+        assert status_name(error) not in ("OK", "INTERNAL", "UNKNOWN"), error.message
         return error
     raise AssertionError(f"tenant A succeeded against tenant B: {result}")
 
 
-def storage_calls(
-    deployment: Deployment, ref: space_pb2.SpaceRef, page_token: str
-) -> list[Callable[[tuple[tuple[str, str], ...]], Awaitable[Any]]]:
-    storage = deployment.storage()
-
-    async def export(metadata: tuple[tuple[str, str], ...]) -> bytes:
-        return b"".join(
-            [
-                c.data
-                async for c in storage.ExportSpace(
-                    storage_pb2.ExportSpaceRequest(space=ref), metadata=metadata
-                )
-            ]
-        )
-
-    async def import_(metadata: tuple[tuple[str, str], ...]) -> Any:
-        async def messages() -> AsyncIterator[storage_pb2.ImportSpaceRequest]:
-            yield storage_pb2.ImportSpaceRequest(
-                space=ref, strategy=storage_pb2.IMPORT_STRATEGY_OVERWRITE
-            )
-            yield storage_pb2.ImportSpaceRequest(data=tar({"doc0.md": b"pwned"}))
-
-        return await storage.ImportSpace(messages(), metadata=metadata)
+def storage_calls(ref: Space, page_token: str) -> list[Callable[[AsyncClient], Awaitable[Any]]]:
+    async def export(eve: AsyncClient) -> bytes:
+        return b"".join([chunk async for chunk in eve.export_chunks(space=ref)])
 
     return [
-        lambda md: storage.ReadDocument(
-            storage_pb2.ReadDocumentRequest(space=ref, path="doc0.md"), metadata=md
-        ),
-        lambda md: storage.ReadDocument(
-            storage_pb2.ReadDocumentRequest(space=ref, path="doc0.md", version=1), metadata=md
-        ),
-        lambda md: storage.WriteDocument(write_request("doc0.md", "pwned", ref=ref), metadata=md),
-        lambda md: storage.WriteDocument(
-            write_request("doc0.md", "pwned", ref=ref, mode=storage_pb2.WRITE_MODE_APPEND),
-            metadata=md,
-        ),
-        lambda md: storage.DeleteDocument(
-            storage_pb2.DeleteDocumentRequest(space=ref, path="doc0.md"), metadata=md
-        ),
-        lambda md: storage.ListDocuments(storage_pb2.ListDocumentsRequest(space=ref), metadata=md),
-        lambda md: storage.ListDocuments(
-            storage_pb2.ListDocumentsRequest(space=ref, page_size=1, page_token=page_token),
-            metadata=md,
-        ),
-        lambda md: storage.ListDocumentVersions(
-            storage_pb2.ListDocumentVersionsRequest(space=ref, path="doc0.md"), metadata=md
-        ),
-        lambda md: storage.GetUsage(storage_pb2.GetUsageRequest(space=ref), metadata=md),
+        lambda eve: eve.read_document("doc0.md", space=ref),
+        lambda eve: eve.read_document("doc0.md", version=1, space=ref),
+        lambda eve: eve.write_document("doc0.md", "pwned", space=ref),
+        lambda eve: eve.write_document("doc0.md", "pwned", append=True, space=ref),
+        lambda eve: eve.delete_document("doc0.md", space=ref),
+        lambda eve: eve.list_documents(space=ref),
+        lambda eve: eve.list_documents(page_size=1, page_token=page_token, space=ref),
+        lambda eve: eve.list_document_versions("doc0.md", space=ref),
+        lambda eve: eve.get_usage(space=ref),
         export,
-        import_,
+        lambda eve: eve.import_space(tar({"doc0.md": b"pwned"}), strategy="overwrite", space=ref),
     ]
 
 
 async def test_tenant_a_gets_nothing_of_tenant_b(deployment: Deployment) -> None:
     page_tokens = await seed_b(deployment)
-    storage = deployment.storage()
-    before = {
-        name: await storage.GetUsage(storage_pb2.GetUsageRequest(space=_own(ref)), metadata=B)
-        for name, ref in B_SPACES.items()
-    }
+    bob = deployment.client("storage", B)
+    before = {name: await bob.get_usage(space=_own(ref)) for name, ref in B_SPACES.items()}
     leaks = [B_SECRET_TEXT, "doc0.md", "doc1", hashlib.sha256(B_SECRET_TEXT.encode()).hexdigest()]
     attempts = 0
-    for role, metadata in ATTACKERS.items():
+    for role, token in ATTACKERS.items():
+        # retries=0: each refusal is the server's first answer.
+        eve = deployment.client("storage", token).with_options(retries=0)
         targets = {**B_SPACES, **CRAFTED}
         for name, ref in targets.items():
-            token = page_tokens.get(name, page_tokens["private"])
-            for call in storage_calls(deployment, ref, token):
-                error = await attempt(call(metadata))
+            page_token = page_tokens.get(name, page_tokens["private"])
+            for call in storage_calls(ref, page_token):
+                error = await attempt(call(eve))
                 attempts += 1
-                text = (error.details() or "") + repr(error.trailing_metadata())
+                # What the caller is told: the message and every detail the error carries.
+                text = error.message + repr(vars(error))
                 for leak in leaks:
                     assert leak not in text, f"{role} on {name}: leaked {leak!r} in {text!r}"
         # B's page tokens on A's own spaces: refused, never a look into B's listing.
-        for token in page_tokens.values():
+        for page_token in page_tokens.values():
             error = await attempt(
-                storage.ListDocuments(
-                    storage_pb2.ListDocumentsRequest(
-                        space=space("plans"), page_size=1, page_token=token
-                    ),
-                    metadata=metadata,
-                )
+                eve.list_documents(page_size=1, page_token=page_token, space=Space(name="plans"))
             )
-            assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert isinstance(error, InvalidArgument), error
             attempts += 1
-        error = (
-            await attempt(
-                deployment.quota().GetUsage(
-                    quota_pb2.QuotaServiceGetUsageRequest(tenant="globex"), metadata=metadata
-                )
-            )
-            if role != "platform_admin"
-            else None
-        )
-        if error is not None:
-            assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+        if role != "platform_admin":
+            quota = deployment.client("quota", token).with_options(retries=0)
+            error = await attempt(quota.quota_usage(tenant="globex"))
+            assert isinstance(error, PermissionDenied), error
     assert attempts >= 4 * 8 * 11
     for name, ref in B_SPACES.items():
-        after = await storage.GetUsage(storage_pb2.GetUsageRequest(space=_own(ref)), metadata=B)
+        after = await bob.get_usage(space=_own(ref))
         assert after == before[name], f"B's {name} space changed"
-        read = await storage.ReadDocument(
-            storage_pb2.ReadDocumentRequest(space=_own(ref), path="doc0.md"), metadata=B
-        )
-        assert read.document.content == B_SECRET_TEXT and read.document.version == 1
+        read = await bob.read_document("doc0.md", space=_own(ref))
+        assert read.content == B_SECRET_TEXT and read.version == 1
 
 
-def _own(ref: space_pb2.SpaceRef) -> space_pb2.SpaceRef:
-    own = space_pb2.SpaceRef()
-    own.CopyFrom(ref)
-    own.ClearField("tenant")
-    return own
+def _own(ref: Space) -> Space:
+    return dataclasses.replace(ref, tenant="")

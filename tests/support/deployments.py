@@ -1,25 +1,44 @@
 """Storage, Quota and Authz with real authentication (JWTs signed with the test secret and
-personal access tokens), on the embedded backend or on MongoDB, for the suites of issue 4."""
+personal access tokens), on the embedded backend or on MongoDB, for the suites of issue 4.
+
+Suites call a service as any caller would through `Deployment.client(service, token)`, an
+engram.client.AsyncClient sending that token; the few that speak the wire themselves (the
+RAW_WIRE list of tests/unit/test_one_client.py) build their stubs on `Deployment.channel`."""
 
 from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
+import pytest
 from pydantic import SecretStr
 
 from engram.app.embedded import embedded_engram
-from engram.v1 import authz_pb2_grpc, quota_pb2_grpc, storage_pb2_grpc
+from engram.client import AsyncClient, EngramError
 from tests.support.backends import RealBackends
 from tests.support.settings import server_settings
 from tests.support.tokens import TEST_JWT_SECRET, service_token
 
 BACKENDS = ("sqlite", "mongo")
+
+E = TypeVar("E", bound=EngramError)
+
+
+async def refused(call: Awaitable[object], kind: type[E], reason: str = "") -> E:
+    """Awaits a client call, asserting it fails as `kind` (and with ErrorInfo `reason`),
+    never with a traceback in its message; the error, for its metadata."""
+    with pytest.raises(kind) as caught:
+        await call
+    error = caught.value
+    assert "Traceback" not in error.message
+    if reason:
+        assert error.info_reason == reason, error.info_reason
+    return error
 
 
 @dataclass
@@ -27,24 +46,29 @@ class Deployment:
     backend: str
     ports: dict[str, int]
     _channels: list[grpc.aio.Channel] = field(default_factory=list)
+    _clients: dict[str, AsyncClient] = field(default_factory=dict)
     # Set on the embedded backend, for tests that look inside.
     engram: Any = None
 
-    def _channel(self, service: str) -> grpc.aio.Channel:
+    def channel(self, service: str) -> grpc.aio.Channel:
+        """A new channel to `service` ("storage", "quota", "authz"), closed with the
+        deployment: for the suites that send what the client cannot (RAW_WIRE)."""
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.ports[service]}")
         self._channels.append(channel)
         return channel
 
-    def storage(self) -> storage_pb2_grpc.StorageServiceStub:
-        return storage_pb2_grpc.StorageServiceStub(self._channel("storage"))
-
-    def quota(self) -> quota_pb2_grpc.QuotaServiceStub:
-        return quota_pb2_grpc.QuotaServiceStub(self._channel("quota"))
-
-    def authz(self) -> authz_pb2_grpc.AuthzServiceStub:
-        return authz_pb2_grpc.AuthzServiceStub(self._channel("authz"))
+    def client(self, service: str, token: str = "") -> AsyncClient:
+        """engram.client calling `service` with `token` (none: unauthenticated); the clients
+        of one service share its channel, closed with the deployment. For other defaults
+        (`retries=0`, a deadline) use `.with_options(...)` on it."""
+        shared = self._clients.get(service)
+        if shared is None:
+            shared = self._clients[service] = AsyncClient(f"127.0.0.1:{self.ports[service]}")
+        return shared.as_caller(token)
 
     async def close(self) -> None:
+        for client in self._clients.values():
+            await client.close()
         for channel in self._channels:
             await channel.close()
 

@@ -36,6 +36,9 @@ RAW_WIRE = {
         "the Python reference for the Go and TypeScript clients: watch and export on the wire"
     ),
     "tests/contract/test_server_limits.py": "sends oversized and malformed messages",
+    "tests/contract/test_authz.py": (
+        "sends what the client cannot: a Basic authorization header, an Authorize without action"
+    ),
     "tests/e2e/test_error_model.py": "asserts the status codes and details on the wire",
     "tests/e2e/test_authz_matrix.py": "calls every served RPC, as the policy table lists them",
     "tests/e2e/test_search_grpc.py": "asserts SearchService's wire contract and details",
@@ -52,11 +55,7 @@ RAW_WIRE = {
 }
 
 # Callers still on hand-built stubs, to move onto engram.client.
-STILL_TO_MIGRATE = {
-    # Deployment.storage() / .quota() / .authz() hand stubs to the suites that import it
-    # (test_authz, test_quota_service, test_tenant_isolation ...): it moves with them.
-    "tests/support/deployments.py",
-}
+STILL_TO_MIGRATE: set[str] = set()
 
 
 def stub_builders() -> set[str]:
