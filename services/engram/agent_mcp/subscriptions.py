@@ -210,7 +210,7 @@ def subscribed_path(uri: str) -> str:
 def session_connection(ctx: ServerRequestContext[Any, Any]) -> Connection:
     """The connection (the MCP session) a request came in on."""
     # The SDK hands handlers the session's per-request proxy only; its connection holds the
-    # per-session state and teardown (TODO: a public accessor once the SDK has one).
+    # per-session state and teardown, and the SDK offers no public accessor to it.
     return ctx.session._connection
 
 
@@ -275,9 +275,9 @@ def handlers(bind: Binder) -> tuple[Any, Any]:
             path = subscribed_path(str(params.uri))
         except EngramError as error:
             raise _refusal(error) from None
+        present(ctx, bound)
         watch = watch_of(ctx)
         if watch is not None:
-            watch.present(bound)
             await watch.unsubscribe(path)
         return EmptyResult()
 
