@@ -45,7 +45,7 @@ SYLLABLES = (
 
 
 # Bumped when what a cached pre-load holds changes, so older caches are not reused.
-PRELOAD_FORMAT = 2
+PRELOAD_FORMAT = 3
 # An import sends the archive in pieces of this size.
 IMPORT_PIECE = 1 << 20
 
@@ -59,7 +59,8 @@ class CorpusSpec:
 
     def key(self) -> str:
         """Names the cached pre-load: the corpus, and the pre-load's format (2: cached after
-        the maintenance worker's first sweep)."""
+        the maintenance worker's first sweep; 3: on PostgreSQL, each service in a database
+        of its own)."""
         keyed = {**asdict(self), "preload_format": PRELOAD_FORMAT}
         return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
 

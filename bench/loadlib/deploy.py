@@ -216,8 +216,12 @@ TOPOLOGY_VALUES = {"remote": "", "in-process": "storage:\n  remoteQuota: false\n
 
 def _chart_plan(
     workdir: Path, backends: dict[str, Any], settings: dict[str, str], topology: str = "remote"
-) -> Any:
-    """The chart rendered with the loopback values, the backends' URLs and LOAD_SETTINGS."""
+) -> tuple[Any, dict[str, tuple[str, str]]]:
+    """The chart rendered with the loopback values, the backends' URLs and LOAD_SETTINGS, and
+    the services' own databases (service -> (URI, database)). On FerretDB's PostgreSQL
+    handler each service gets a database and credentials of its own, as the chart's default
+    (`mongodb.perService`) and `make cluster-local` have it; on SQLite, which has no users,
+    every service shares one database (and the map is empty)."""
     cl = cluster_module()
     from tests.deploy.chart import Helm, helm_binary
 
@@ -231,10 +235,19 @@ def _chart_plan(
         + TOPOLOGY_VALUES[topology],
         encoding="utf-8",
     )
-    urls = cl.Backends(backends["nats"].url, backends["mongo"].url, backends["opensearch"].url)
-    return cl.local_plan(
+    mongo = backends["mongo"]
+    own = (
+        cl.own_databases(launcher_module(), mongo, DATABASE)
+        if mongo.extra.get("handler") == "postgresql"
+        else {}
+    )
+    urls = cl.Backends(
+        backends["nats"].url, mongo.url, backends["opensearch"].url, mongo_services=own
+    )
+    plan = cl.local_plan(
         Helm(binary), urls, workdir, database=DATABASE, values=(cl.LOOPBACK_VALUES, values)
     )
+    return plan, own
 
 
 def _serve_plan(
@@ -301,8 +314,11 @@ def real(
     backends = _start_backends(launcher, workdir / "backends")
     try:
         use_chart = plan == "chart" or (plan == "auto" and helm_binary() is not None)
-        make = _chart_plan if use_chart else _serve_plan
-        built = make(workdir, backends, settings or {}, topology)
+        own: dict[str, tuple[str, str]] = {}
+        if use_chart:
+            built, own = _chart_plan(workdir, backends, settings or {}, topology)
+        else:
+            built = _serve_plan(workdir, backends, settings or {}, topology)
     except BaseException:
         for backend in backends.values():
             backend.stop()
@@ -322,7 +338,14 @@ def real(
         tls=_client_tls(built, workdir),
         backends=backends,
         launcher=launcher,
-        store={"mongo_uri": backends["mongo"].url, "mongo_db": DATABASE},
+        # The indexer's embedding cache is in the indexer's own database when it has one,
+        # written with its own credentials (a table the superuser made there would not be
+        # the indexer's to read).
+        store=(
+            {"mongo_uri": own["indexer"][0], "mongo_db": own["indexer"][1]}
+            if "indexer" in own
+            else {"mongo_uri": backends["mongo"].url, "mongo_db": DATABASE}
+        ),
     )
     try:
         cluster.start_all()
