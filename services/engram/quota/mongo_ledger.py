@@ -26,8 +26,9 @@ so exactly the charges that fit apply). Each charge's idempotency key is recorde
 group reads the counters' heads; a shrinking group waits for the keys and drops a charge
 whose key was taken already, a growing group steps without waiting for them and then
 reverses such a replay (a growth reversed is a shrink, which is never refused), so a keyed
-remote charge costs what an in-process one does plus a key insert beside it. A group steps from the newer of the head it just read and the newest entry this
-process wrote or read itself (the head lags by up to HEAD_EVERY steps; the process's own
+remote charge costs what an in-process one does plus a key insert beside it. A group
+steps from the newer of the head it just read and the newest entry this process wrote or
+read itself (the head lags by up to HEAD_EVERY steps; the process's own
 entry is newest as long as no other process charged the counter): the insert of `seq + 1`
 decides either way, and fails if another writer took it (then the counter is read again,
 probes included; a refusal is only ever decided on a fully read counter). Starting from a
