@@ -125,6 +125,24 @@ async def test_a_replayed_key_applies_once(ledgers: Ledgers) -> None:
     assert not again.applied and again.values["space:acme/s1"] == 12
 
 
+async def test_a_replay_at_the_limit_is_a_replay_and_leaves_the_counters(ledgers: Ledgers) -> None:
+    """A growing charge steps before its key is known to be new (MongoDB): a replay that
+    arrives when the counter is full, or beside live charges, still answers as a replay and
+    the counters end as if it had never been sent."""
+    ledger = await ledgers.open()
+    full = counters(space_limit=10)
+    assert (await ledger.apply(OWNER, full, 10, "fill")).applied
+    replay = await ledger.apply(OWNER, full, 10, "fill")
+    assert not replay.applied and replay.values["space:acme/s1"] == 10
+    roomy = counters(space_limit=100)
+    outcomes = await asyncio.gather(
+        ledger.apply(OWNER, roomy, 10, "fill"),
+        *(ledger.apply(OWNER, roomy, 5, f"more-{i}") for i in range(4)),
+    )
+    assert [o.applied for o in outcomes] == [False, True, True, True, True]
+    assert await ledger.read([c.key for c in roomy]) == {"space:acme/s1": 30, "tenant:acme": 30}
+
+
 async def test_a_cancelled_charge_applies_at_most_once(ledgers: Ledgers) -> None:
     ledger = await ledgers.open()
     unlimited = counters(space_limit=None)

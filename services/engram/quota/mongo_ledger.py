@@ -23,9 +23,12 @@ Within one process, charges on the same counters queue on local locks, and the q
 committed as a group: whoever gets the locks applies every charge waiting for the same
 counters as one step per counter (their sum; if the sum would pass a limit, one at a time,
 so exactly the charges that fit apply). Each charge's idempotency key is recorded while its
-group reads the counters' heads (a charge whose key was taken already is dropped from the
-group). A group steps from the newer of the head it just read and the newest entry this
-process wrote or read itself (the head lags by up to HEAD_EVERY steps; the process's own
+group reads the counters' heads; a shrinking group waits for the keys and drops a charge
+whose key was taken already, a growing group steps without waiting for them and then
+reverses such a replay (a growth reversed is a shrink, which is never refused), so a keyed
+remote charge costs what an in-process one does plus a key insert beside it. A group
+steps from the newer of the head it just read and the newest entry this process wrote or
+read itself (the head lags by up to HEAD_EVERY steps; the process's own
 entry is newest as long as no other process charged the counter): the insert of `seq + 1`
 decides either way, and fails if another writer took it (then the counter is read again,
 probes included; a refusal is only ever decided on a fully read counter). Starting from a
@@ -36,6 +39,7 @@ within KEEP_STEPS - BUCKET steps of the newest entry, further than any head lags
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -50,6 +54,8 @@ from engram.domain.errors import EngramError, QuotaExceeded, WriteContention
 from engram.domain.quotas import Counter, apply_delta, check_growth
 from engram.quota.ports import ChargeOutcome
 from engram.runtime.keyed_locks import KeyedLocks
+
+log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 200
 # The head is written on a counter's first step and on every HEAD_EVERY-th.
@@ -367,6 +373,10 @@ class MongoUsageLedger:
         self, owner: str, counters: Sequence[Counter], charges: list[_Charge]
     ) -> None:
         heads = asyncio.ensure_future(asyncio.gather(*(self._head(c.key) for c in counters)))
+        keyed = any(not c.key_recorded.done() for c in charges)
+        if keyed and all(charge.delta > 0 for charge in charges):
+            await self._commit_growth_keyed(owner, counters, charges, heads)
+            return
         pending: list[asyncio.Future[Any]] = [heads, *(c.key_recorded for c in charges)]
         await asyncio.wait(pending)
         live = _settle_unrecorded(charges)
@@ -394,13 +404,74 @@ class MongoUsageLedger:
             for charge in live:
                 charge.result.set_exception(error)
             return
-        # Each charge sees the values as they stood after its own step within the group.
-        after = 0
-        for charge in reversed(live):
-            charge.result.set_result(
-                {key: apply_delta(value, -after) for key, value in values.items()}
-            )
-            after += charge.delta
+        _settle_values(live, values)
+
+    async def _commit_growth_keyed(
+        self,
+        owner: str,
+        counters: Sequence[Counter],
+        charges: list[_Charge],
+        heads: asyncio.Future[list[tuple[int, int]]],
+    ) -> None:
+        """Growing charges whose keys are still being recorded: the group steps by its whole
+        sum as soon as the heads are read, while the keys' inserts land, so a remote charge
+        waits for one key insert less than `_commit_taken`'s way (QuotaService's charges
+        all carry keys). Then the charges whose key was taken already (replays) or failed
+        are reversed (a shrink, never refused) and settled as such: a replay never stays
+        applied; while one is in flight the counters over-count it for a moment, which can
+        refuse a racing charge, never let one pass a limit. A refused sum waits for the
+        keys and applies the live charges one at a time; a failure is the live charges'."""
+        keys = {charge.key_recorded for charge in charges}
+        await asyncio.wait({heads})
+        failure = heads.exception()
+        if failure is not None:
+            await asyncio.wait(keys)
+            for charge in _settle_unrecorded(charges):
+                charge.result.set_exception(failure)
+            return
+        reads: list[tuple[int, int] | None] = [
+            self._newer_than_head(counter.key, head)
+            for counter, head in zip(counters, heads.result(), strict=True)
+        ]
+        try:
+            values = await self._step_all(owner, counters, sum(c.delta for c in charges), reads)
+        except QuotaExceeded:
+            await asyncio.wait(keys)
+            await self._commit_one_by_one(owner, counters, _settle_unrecorded(charges))
+            return
+        except EngramError as error:
+            await asyncio.wait(keys)
+            for charge in _settle_unrecorded(charges):
+                charge.result.set_exception(error)
+            return
+        # Applied: settle every charge (reversing the replays) even if this task is
+        # cancelled meanwhile, so no applied charge is ever reported as not applied.
+        settling = asyncio.ensure_future(self._settle_applied(owner, counters, charges, values))
+        try:
+            await asyncio.shield(settling)
+        except asyncio.CancelledError:
+            await asyncio.wait({settling})
+            raise
+
+    async def _settle_applied(
+        self,
+        owner: str,
+        counters: Sequence[Counter],
+        charges: list[_Charge],
+        values: dict[str, int],
+    ) -> None:
+        await asyncio.wait({charge.key_recorded for charge in charges})
+        live = _settle_unrecorded(charges)
+        returned = sum(charge.delta for charge in charges) - sum(c.delta for c in live)
+        if returned:
+            try:
+                values = await self._step_all(owner, counters, -returned, [None] * len(counters))
+            except EngramError:
+                # The counters over-count the replays until Reconcile, as after a crash
+                # between steps (never past a limit); the live charges did apply.
+                log.warning("could not reverse %d replayed bytes on %s", returned, owner)
+                values = {key: apply_delta(value, -returned) for key, value in values.items()}
+        _settle_values(live, values)
 
     async def _commit_one_by_one(
         self, owner: str, counters: Sequence[Counter], live: list[_Charge]
@@ -499,3 +570,11 @@ def _settle_unrecorded(charges: list[_Charge]) -> list[_Charge]:
         else:
             live.append(charge)
     return live
+
+
+def _settle_values(live: list[_Charge], values: Mapping[str, int]) -> None:
+    """Each charge of an applied group sees the values as they stood after its own step."""
+    after = 0
+    for charge in reversed(live):
+        charge.result.set_result({key: apply_delta(value, -after) for key, value in values.items()})
+        after += charge.delta
