@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -341,9 +342,18 @@ async def test_the_session_revision_answers_alike(tmp_path: Path) -> None:
         await both(running, good, headers, answered=False)
 
 
-async def test_the_sessionless_revision_answers_alike(tmp_path: Path) -> None:
+async def test_the_sessionless_revision_answers_alike(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async with hosted(tmp_path) as running:
         rev = modern_revision()
+        # The lean path leaves the same audit line per call, naming the caller.
+        with caplog.at_level(logging.INFO, logger="engram.mcp.audit"):
+            call = rev.call("memory_tree", {})
+            assert (await post(running, call, rev.headers_for("memory_tree"), lean=True)).lean
+        assert [r.getMessage() for r in caplog.records if r.name == "engram.mcp.audit"] == [
+            "memory_tree by acme/ann in private/lean"
+        ]
         await check_tools(running, rev)
         await check_malformed(running, rev)
         headers = rev.headers_for("memory_tree")
