@@ -12,6 +12,7 @@ one that answered every valid engram tools/call, and none of the rest.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -53,7 +54,7 @@ class Hosted:
 
 
 @contextlib.asynccontextmanager
-async def hosted(tmp_path: Path) -> AsyncIterator[Hosted]:
+async def hosted(tmp_path: Path, idle_timeout: float = 1800.0) -> AsyncIterator[Hosted]:
     settings = server_settings(
         tmp_path / "engram",
         jwt_secret=TEST_JWT_SECRET,
@@ -70,6 +71,7 @@ async def hosted(tmp_path: Path) -> AsyncIterator[Hosted]:
                 resource_url=BASE + "/mcp",
                 issuer=ISSUER,
                 host="127.0.0.1",
+                session_idle_timeout=idle_timeout,
             )
             async with server.session_manager.run():
                 transport = httpx2.ASGITransport(app=app)
@@ -369,3 +371,20 @@ async def test_the_sessionless_revision_answers_alike(
         old_meta = rev.call("memory_tree", {})
         old_meta["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = "2099-01-01"
         await both(running, old_meta, headers, answered=False)
+
+
+async def test_calls_answered_by_the_lean_path_keep_a_session_open(tmp_path: Path) -> None:
+    """As the SDK's transport does: no idle timeout while requests come, and the session
+    ends once none has come for the idle timeout (then 404, from the SDK)."""
+    idle = 1.0
+    async with hosted(tmp_path, idle_timeout=idle) as running:
+        rev = await session_revision(running)
+        call, headers = rev.call("memory_tree", {}), rev.headers_for("memory_tree")
+        started = asyncio.get_running_loop().time()
+        while asyncio.get_running_loop().time() - started < 3 * idle:
+            answer = await post(running, call, headers, lean=True)
+            assert (answer.status, answer.lean) == (200, True)
+            await asyncio.sleep(idle / 5)
+        await asyncio.sleep(2 * idle)
+        ended = await post(running, call, headers, lean=True)
+        assert (ended.status, ended.lean) == (404, False)

@@ -35,7 +35,10 @@ from mcp.server.auth.middleware.bearer_auth import (
 )
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.streamable_http_manager import (
+    DEFAULT_SESSION_IDLE_TIMEOUT,
+    StreamableHTTPASGIApp,
+)
 from pydantic import AnyHttpUrl, ConfigDict, TypeAdapter
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -167,12 +170,19 @@ def hosted_app(
     resource_url: str,
     issuer: str,
     host: str,
+    session_idle_timeout: float = DEFAULT_SESSION_IDLE_TIMEOUT,
 ) -> Starlette:
     """The ASGI app of a hosted MCP server: `server`'s streamable-HTTP endpoint behind
-    bearer authentication, at /mcp and /mcp/<space path>, and its RFC 9728 metadata."""
+    bearer authentication, at /mcp and /mcp/<space path>, and its RFC 9728 metadata; a
+    session ends after `session_idle_timeout` seconds without a request (the SDK's 30 min)."""
     # Answers as plain JSON rather than an SSE stream per POST: the tools send no progress
     # or server requests mid-call, and a JSON body costs less per call.
-    server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host, json_response=True)
+    server.streamable_http_app(
+        streamable_http_path=HTTP_PATH,
+        host=host,
+        json_response=True,
+        session_idle_timeout=session_idle_timeout,
+    )
     # The session manager's own ASGI endpoint (the DNS-rebinding check and the body limit
     # are in it), without the one-route Starlette app the SDK wraps it in: this app already
     # routes, authenticates and handles errors, and a second stack cost every call.
