@@ -8,8 +8,9 @@ main: before and after a change, in one run), then measures at concurrency 1, in
 every path call by call (the order rotating) so drift on a shared machine hits all alike:
 
 - memory_write (a daily-log append): `EngramClient.memory_write` (gRPC) against the MCP tool
-  `memory_write` called by the official SDK's client over streamable HTTP, and as a plain
-  JSON-RPC POST (one session, no SDK: the server's side plus one HTTP exchange);
+  `memory_write` called by the official SDK's client over streamable HTTP, and as plain
+  JSON-RPC POSTs (no SDK: the server's side plus one HTTP exchange), in one 2025-11-25
+  session and sessionless at 2026-07-28;
 - memory_search (limit 5, distinct queries): the same paths, once the writes are indexed
   (so the MCP side waits for no write of its session);
 
@@ -163,6 +164,45 @@ class PlainAgent:
         return structured
 
 
+class SessionlessAgent:
+    """The same at the sessionless 2026-07-28 revision: no initialize, each tools/call one
+    self-contained POST (its envelope in `_meta`, the routing headers beside it)."""
+
+    VERSION = "2026-07-28"
+
+    def __init__(self, http: httpx2.AsyncClient, url: str) -> None:
+        self._http = http
+        self._url = url
+        self._ids = itertools.count(1)
+        http.headers["mcp-protocol-version"] = self.VERSION
+        http.headers["mcp-method"] = "tools/call"
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        meta = {
+            "io.modelcontextprotocol/protocolVersion": self.VERSION,
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        message = {
+            "jsonrpc": "2.0",
+            "id": next(self._ids),
+            "method": "tools/call",
+            "params": {"name": name, "arguments": arguments, "_meta": meta},
+        }
+        response = await self._http.post(self._url, json=message, headers={"mcp-name": name})
+        result = response.json().get("result") or {}
+        if result.get("isError") or "structuredContent" not in result:
+            raise RuntimeError(f"{name} failed: {response.text}")
+        structured: dict[str, Any] = result["structuredContent"]
+        return structured
+
+
+@contextlib.asynccontextmanager
+async def sessionless_agent(url: str, bearer: str) -> AsyncIterator[SessionlessAgent]:
+    headers = {"Authorization": f"Bearer {bearer}", "Accept": "application/json"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0)) as http:
+        yield SessionlessAgent(http, url)
+
+
 @contextlib.asynccontextmanager
 async def plain_agent(url: str, bearer: str) -> AsyncIterator[PlainAgent]:
     headers = {
@@ -253,7 +293,9 @@ async def paired(addr: str, hosted: list[tuple[str, str, int]], count: int) -> l
             sdk = await stack.enter_async_context(mcp_agent(url, bearer))
             plain = await stack.enter_async_context(plain_agent(url, bearer))
             paths.append(Caller(f"{label}, SDK client", functools.partial(tool, sdk), pid))
+            bare = await stack.enter_async_context(sessionless_agent(url, bearer))
             paths.append(Caller(f"{label}, plain JSON-RPC POST", plain.call, pid))
+            paths.append(Caller(f"{label}, plain POST, 2026-07-28", bare.call, pid))
         cpu_write = await interleave(paths, count, "memory_write")
         # Searches that wait for each session's writes until none is pending (bounded).
         waited = 0

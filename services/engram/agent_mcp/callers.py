@@ -25,6 +25,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 
 from engram.client import EngramClient, Space
 from engram.domain.errors import InvalidArgument, Unauthenticated
+from engram.runtime.ttl_cache import TtlCache
 
 # Where the hosted app leaves the space it read from the request path (scope["state"]).
 SPACE_STATE_KEY = "engram_space"
@@ -70,6 +71,10 @@ class HostedCallers:
 
     def __init__(self, client: EngramClient) -> None:
         self._client = client
+        # An agent calls again and again with one token in one space: its client copy is
+        # made once (a token is verified on every request all the same, by the transport
+        # here and by WorkspaceService).
+        self._bound: TtlCache[tuple[str, str, Space], Bound] = TtlCache(ttl=300.0, size=4096)
 
     def bind(self, request: Any) -> Bound:
         scope: Mapping[str, Any] = getattr(request, "scope", None) or {}
@@ -79,12 +84,17 @@ class HostedCallers:
         state = scope.get("state") or {}
         space = state.get(SPACE_STATE_KEY) or self._client.space
         token = user.access_token
-        return Bound(
-            self._client.as_caller(token.token, space=space),
-            space,
-            token.client_id,
-            token=token.token,
-        )
+        key = (token.token, token.client_id, space)
+        bound = self._bound.get(key)
+        if bound is None:
+            bound = Bound(
+                self._client.as_caller(token.token, space=space),
+                space,
+                token.client_id,
+                token=token.token,
+            )
+            self._bound.put(key, bound)
+        return bound
 
 
 # A few spaces take most requests: each path is parsed once (a refused one every time).

@@ -35,8 +35,10 @@ from mcp.server.auth.middleware.bearer_auth import (
 )
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.routes import build_resource_metadata_url, create_protected_resource_routes
-from mcp.server.mcpserver import MCPServer
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.streamable_http_manager import (
+    DEFAULT_SESSION_IDLE_TIMEOUT,
+    StreamableHTTPASGIApp,
+)
 from pydantic import AnyHttpUrl, ConfigDict, TypeAdapter
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -45,6 +47,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engram.agent_mcp.callers import SPACE_STATE_KEY, space_from_path
+from engram.agent_mcp.lean import LeanToolCalls
+from engram.agent_mcp.tools import EngramMCPServer
 from engram.client import EngramClient, explain
 from engram.domain.errors import EngramError, Unauthenticated
 from engram.runtime.ttl_cache import TtlCache
@@ -160,26 +164,36 @@ def _header(scope: Scope, name: str) -> str:
 
 
 def hosted_app(
-    server: MCPServer,
+    server: EngramMCPServer,
     verifier: EngramTokenVerifier,
     *,
     resource_url: str,
     issuer: str,
     host: str,
+    session_idle_timeout: float = DEFAULT_SESSION_IDLE_TIMEOUT,
 ) -> Starlette:
     """The ASGI app of a hosted MCP server: `server`'s streamable-HTTP endpoint behind
-    bearer authentication, at /mcp and /mcp/<space path>, and its RFC 9728 metadata."""
+    bearer authentication, at /mcp and /mcp/<space path>, and its RFC 9728 metadata; a
+    session ends after `session_idle_timeout` seconds without a request (the SDK's 30 min)."""
     # Answers as plain JSON rather than an SSE stream per POST: the tools send no progress
     # or server requests mid-call, and a JSON body costs less per call.
-    server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host, json_response=True)
+    server.streamable_http_app(
+        streamable_http_path=HTTP_PATH,
+        host=host,
+        json_response=True,
+        session_idle_timeout=session_idle_timeout,
+    )
     # The session manager's own ASGI endpoint (the DNS-rebinding check and the body limit
     # are in it), without the one-route Starlette app the SDK wraps it in: this app already
     # routes, authenticates and handles errors, and a second stack cost every call.
-    inner = StreamableHTTPASGIApp(server.session_manager)
+    manager = server.session_manager
+    # tools/call of an engram tool is answered without the SDK's dispatch (engram.agent_mcp
+    # .lean says why and what it answers); everything else goes to the SDK's endpoint.
+    lean = LeanToolCalls(StreamableHTTPASGIApp(manager), server, manager)
     resource = _URL.validate_python(resource_url)
     metadata_url = str(build_resource_metadata_url(resource))
     endpoint = RequireAuthMiddleware(
-        SpaceGate(inner, metadata_url), [], _URL.validate_python(metadata_url)
+        SpaceGate(lean, metadata_url), [], _URL.validate_python(metadata_url)
     )
     metadata_routes = create_protected_resource_routes(
         resource_url=resource,
@@ -201,7 +215,7 @@ def hosted_app(
         async with server.session_manager.run():
             yield
 
-    return Starlette(
+    app = Starlette(
         routes=routes,
         middleware=[
             Middleware(AuthenticationMiddleware, backend=BearerAuthBackend(verifier)),
@@ -209,3 +223,5 @@ def hosted_app(
         ],
         lifespan=lifespan,
     )
+    app.state.lean = lean
+    return app

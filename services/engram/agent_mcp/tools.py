@@ -13,7 +13,7 @@ be found, and memory_search waits (bounded) until they are, reporting the wait.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC
@@ -198,6 +198,14 @@ class EngramMCPServer(MCPServer):
     resources/list lists the caller's documents (`documents`)."""
 
     documents: Lister | None = None
+    # Each tool's body by name, and who calls (engram.agent_mcp.lean answers tools/call
+    # with them); set by build_server.
+    bodies: dict[str, ToolBody]
+    callers: Callers
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.bodies = {}
 
     def serve_subscriptions(self, bind: subscriptions.Binder) -> None:
         """Serves resources/subscribe and resources/unsubscribe (engram.agent_mcp
@@ -286,15 +294,27 @@ def _bind_request(callers: Callers, ctx: ServerRequestContext[Any, Any], tool: s
     bound = callers.bind(ctx.request)
     # The session's resource subscriptions follow its newest token (hosted tokens expire).
     subscriptions.present(ctx, bound)
-    audit.info(
-        "%s by %s in %s/%s",
-        tool,
-        bound.caller,
-        bound.space.visibility,
-        bound.space.name,
-        extra={"tool": tool, "caller": bound.caller, "space": bound.space.name},
-    )
+    audited(tool, bound)
     return bound
+
+
+def audited(tool: str, bound: Bound) -> None:
+    """The audit line of one call (hosted: naming each agent's principal)."""
+    if audit.isEnabledFor(logging.INFO):
+        space = bound.space
+        audit.info(
+            "%s by %s in %s/%s",
+            tool,
+            bound.caller,
+            space.visibility,
+            space.name,
+            extra={"tool": tool, "caller": bound.caller, "space": space.name},
+        )
+
+
+# A tool's body, without the SDK's Context: the call's caller, the key of its session's
+# writes, and the validated arguments (engram.agent_mcp.lean calls it too).
+ToolBody = Callable[..., Awaitable[BaseModel]]
 
 
 def build_server(
@@ -304,7 +324,7 @@ def build_server(
     session: str = "",
     callers: Callers | None = None,
     read_wait_ms: int = 5000,
-) -> MCPServer:
+) -> EngramMCPServer:
     """An MCP server whose four memory tools call WorkspaceService through `client`: as the
     process's own caller in its default space, or as each request's caller (`callers`,
     hosted). `time_zone` dates the daily logs (default UTC), `session` sends daily-log
@@ -322,6 +342,7 @@ def build_server(
         # a session has its own channel (serve_subscriptions; README: where and why).
         subscriptions=False,
     )
+    server.callers = who
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     tools = _Tools(server, who, SessionWrites(), time_zone, session, read_wait_ms, reads)
     _register_search(tools)
@@ -340,7 +361,7 @@ def build_server(
 class _Tools:
     """What every tool of one server shares."""
 
-    server: MCPServer
+    server: EngramMCPServer
     who: Callers
     writes: SessionWrites
     time_zone: str
@@ -350,33 +371,9 @@ class _Tools:
 
 
 def _register_search(tools: _Tools) -> None:
-    @tools.server.tool(
-        name="memory_search",
-        title="Search memory",
-        description=SEARCH_DESCRIPTION,
-        annotations=tools.reads,
-    )
-    async def memory_search(
-        query: Annotated[
-            str, Field(strict=True, description="What to look for, in natural language.")
-        ],
-        ctx: Context[Any, Any],
-        limit: Annotated[
-            int, Field(strict=True, ge=1, le=20, description="Results to return, 1-20.")
-        ] = 5,
-        min_relevance: Annotated[
-            float | None,
-            Field(
-                strict=True,
-                ge=0,
-                le=1,
-                description="Answer nothing unless a passage is at least this likely "
-                "relevant (0-1); omit for the server's default, 0 to always get passages.",
-            ),
-        ] = None,
+    async def search(
+        bound: Bound, key: WritesKey, query: str, limit: int = 5, min_relevance: float | None = None
     ) -> MemorySearchResult:
-        bound = _bind(tools.who, ctx, "memory_search")
-        key = _writes_key(ctx, bound)
         pending = tools.writes.pending(key) if tools.read_wait_ms > 0 else []
         with _tool_errors():
             found = await bound.client.memory_search(
@@ -408,8 +405,59 @@ def _register_search(tools: _Tools) -> None:
             writes_pending=behind,
         )
 
+    @tools.server.tool(
+        name="memory_search",
+        title="Search memory",
+        description=SEARCH_DESCRIPTION,
+        annotations=tools.reads,
+    )
+    async def memory_search(
+        query: Annotated[
+            str, Field(strict=True, description="What to look for, in natural language.")
+        ],
+        ctx: Context[Any, Any],
+        limit: Annotated[
+            int, Field(strict=True, ge=1, le=20, description="Results to return, 1-20.")
+        ] = 5,
+        min_relevance: Annotated[
+            float | None,
+            Field(
+                strict=True,
+                ge=0,
+                le=1,
+                description="Answer nothing unless a passage is at least this likely "
+                "relevant (0-1); omit for the server's default, 0 to always get passages.",
+            ),
+        ] = None,
+    ) -> MemorySearchResult:
+        bound = _bind(tools.who, ctx, "memory_search")
+        key = _writes_key(ctx, bound)
+        return await search(bound, key, query=query, limit=limit, min_relevance=min_relevance)
+
+    tools.server.bodies["memory_search"] = search
+
 
 def _register_write(tools: _Tools) -> None:
+    async def write(
+        bound: Bound, key: WritesKey, content: str, target: str = "daily_log", append: bool = True
+    ) -> MemoryWriteResult:
+        with _tool_errors():
+            written = await bound.client.memory_write(
+                content,
+                target=target,
+                append=append,
+                time_zone=tools.time_zone,
+                session=tools.session,
+                space=bound.space,
+            )
+        tools.writes.remember(key, written.position)
+        return MemoryWriteResult(
+            status=written.status,
+            path=written.path,
+            append=written.append,
+            content_length=written.content_length,
+        )
+
     @tools.server.tool(
         name="memory_write",
         title="Write memory",
@@ -437,25 +485,30 @@ def _register_write(tools: _Tools) -> None:
         ] = True,
     ) -> MemoryWriteResult:
         bound = _bind(tools.who, ctx, "memory_write")
-        with _tool_errors():
-            written = await bound.client.memory_write(
-                content,
-                target=target,
-                append=append,
-                time_zone=tools.time_zone,
-                session=tools.session,
-                space=bound.space,
-            )
-        tools.writes.remember(_writes_key(ctx, bound), written.position)
-        return MemoryWriteResult(
-            status=written.status,
-            path=written.path,
-            append=written.append,
-            content_length=written.content_length,
-        )
+        key = _writes_key(ctx, bound)
+        return await write(bound, key, content=content, target=target, append=append)
+
+    tools.server.bodies["memory_write"] = write
 
 
 def _register_read(tools: _Tools) -> None:
+    async def read(
+        bound: Bound, key: WritesKey, path: str = "", date: str = ""
+    ) -> MemoryReadResult:
+        with _tool_errors():
+            document = await bound.client.memory_read(
+                path, space=bound.space, date=date, time_zone=tools.time_zone, session=tools.session
+            )
+        updated = document.updated_at
+        return MemoryReadResult(
+            path=document.path,
+            content=document.content,
+            word_count=document.word_count,
+            updated_at=updated.astimezone(UTC).isoformat().replace("+00:00", "Z")
+            if updated
+            else "",
+        )
+
     @tools.server.tool(
         name="memory_read",
         title="Read memory",
@@ -478,22 +531,19 @@ def _register_read(tools: _Tools) -> None:
         ] = "",
     ) -> MemoryReadResult:
         bound = _bind(tools.who, ctx, "memory_read")
-        with _tool_errors():
-            document = await bound.client.memory_read(
-                path, space=bound.space, date=date, time_zone=tools.time_zone, session=tools.session
-            )
-        updated = document.updated_at
-        return MemoryReadResult(
-            path=document.path,
-            content=document.content,
-            word_count=document.word_count,
-            updated_at=updated.astimezone(UTC).isoformat().replace("+00:00", "Z")
-            if updated
-            else "",
-        )
+        return await read(bound, _writes_key(ctx, bound), path=path, date=date)
+
+    tools.server.bodies["memory_read"] = read
 
 
 def _register_tree(tools: _Tools) -> None:
+    async def tree(
+        bound: Bound, key: WritesKey, path: str = "", depth: int = 1
+    ) -> MemoryTreeResult:
+        with _tool_errors():
+            nodes = await bound.client.memory_tree(path, depth=depth, space=bound.space)
+        return MemoryTreeResult(path=path, depth=depth, tree=[_tree(node) for node in nodes])
+
     @tools.server.tool(
         name="memory_tree",
         title="List memory",
@@ -511,9 +561,9 @@ def _register_tree(tools: _Tools) -> None:
         ] = 1,
     ) -> MemoryTreeResult:
         bound = _bind(tools.who, ctx, "memory_tree")
-        with _tool_errors():
-            nodes = await bound.client.memory_tree(path, depth=depth, space=bound.space)
-        return MemoryTreeResult(path=path, depth=depth, tree=[_tree(node) for node in nodes])
+        return await tree(bound, _writes_key(ctx, bound), path=path, depth=depth)
+
+    tools.server.bodies["memory_tree"] = tree
 
 
 __all__ = ["EngramMCPServer", "SessionWrites", "argument_error", "build_server"]
