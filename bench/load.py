@@ -208,6 +208,10 @@ async def preload(
 # new corpus runs every job on every space, so the pre-load waits for it to end and caches its
 # runs; a measurement started from the cache then finds nothing due for a day.
 PRELOAD_MAINTENANCE_TICK_SECONDS = 5.0
+# The processes that read the pre-load's settings (ENGRAM_INDEXING_NICE: the embedder and the
+# embedded keyword index's writer; the maintenance tick): started again at the defaults when
+# the pre-load's deployment is the measured one.
+PRELOAD_SETTINGS_READERS = ("dev", "indexer", "maintenance")
 
 
 async def settle_maintenance(d: deploy.Deployment, *, time_cap: float) -> dict[str, Any]:
@@ -257,7 +261,8 @@ def loaded_deployment(
     args: argparse.Namespace, spec: corpus.CorpusSpec, workdir: Path, *, start: bool = True
 ) -> Iterator[tuple[deploy.Deployment | None, dict[str, Any]]]:
     """The deployment with the corpus in it: copied from the cache, or pre-loaded (and then
-    cached: stopped, copied, started again)."""
+    cached: stopped, copied, started again). Without a cache the pre-load's deployment is the
+    one measured: only the processes that read the pre-load's settings start again."""
     vectors = "model" if args.model_embeddings else "synthetic"
     # The real target's state is the backends' data: a FerretDB on SQLite and one on
     # PostgreSQL keep it in different files, so each handler has a cache of its own.
@@ -282,11 +287,13 @@ def loaded_deployment(
             "ENGRAM_INDEXING_NICE": "0",
             "ENGRAM_MAINTENANCE_TICK_SECONDS": str(PRELOAD_MAINTENANCE_TICK_SECONDS),
         }
+        keep = start and not use_cache
         with deploy.deployed(
             args.target,
             workdir,
             plan=args.plan,
             settings=preload_settings,
+            storage_replicas=faultlib.storage_replicas(args) if keep else 1,
             topology=args.topology,
         ) as d:
             tokens = corpus.mint_tokens(corpus.agents(spec), d.secret)
@@ -295,6 +302,12 @@ def loaded_deployment(
                 preload(d, spec, tokens, args.preload_cap, prefill=not args.model_embeddings)
             )
             print(f"  {info['preload']}", flush=True)
+            if keep:
+                # Nothing to copy: the same deployment is measured, at its defaults again.
+                restarted = d.restart_without(preload_settings, PRELOAD_SETTINGS_READERS)
+                print(f"  restarted without the pre-load's settings: {restarted}", flush=True)
+                yield d, info
+                return
     if use_cache and "copied_from_cache_seconds" not in info["preload"]:
         partial = cached.with_name(cached.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)

@@ -24,7 +24,7 @@ import secrets
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -118,6 +118,22 @@ class Deployment:
     def restart(self, name: str, timeout: float = 120.0) -> None:
         self.kill(name)
         self.start(name, timeout)
+
+    def restart_without(
+        self, settings: Collection[str], names: Iterable[str], timeout: float = 120.0
+    ) -> list[str]:
+        """Stops (SIGTERM), then starts again without `settings` in their environment, those of
+        the engram processes `names` that the deployment runs; returns them. The others keep
+        running: they never read those settings."""
+        chosen = [n for n in names if n in self.cluster.plan.specs]
+        for name in chosen:
+            for key in settings:
+                self.cluster.plan.specs[name].env.pop(key, None)
+        self.cluster.stop(chosen)
+        for name in chosen:
+            self.cluster.start(name)
+        self.cluster.wait_serving(chosen, timeout)
+        return chosen
 
     def stop_backend(self, name: str) -> None:
         self.backends[name].stop()
