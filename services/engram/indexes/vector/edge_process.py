@@ -21,6 +21,7 @@ import multiprocessing
 import multiprocessing.util
 import os
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -54,6 +55,10 @@ class EngineProcess:
         self._running = False
         self._restart: asyncio.Task[ProcessPoolExecutor] | None = None
         self._restart_failed: tuple[float, str] | None = None
+        # Each pool's one worker process (its id, read from it once started).
+        self._pids: weakref.WeakKeyDictionary[ProcessPoolExecutor, int] = (
+            weakref.WeakKeyDictionary()
+        )
 
     async def start(self) -> None:
         """Starts the process and runs `reopen` in it; raises what `reopen` raised."""
@@ -80,6 +85,11 @@ class EngineProcess:
         for attempt in range(2):
             pool = await self._live()
             try:
+                if not _alive(self._pids.get(pool)):
+                    # Died while idle, and the pool may not have noticed yet (a fork
+                    # server's child is reaped by the fork server, before the pool's
+                    # manager thread hears of it): the call would be handed to a dead pool.
+                    raise _NotSent
                 return await _run(pool, work, *args)
             except _NotSent:
                 self._lost(pool)
@@ -129,6 +139,7 @@ class EngineProcess:
         pool = _start_pool()
         try:
             await self._reopen(_runner(pool))
+            self._pids[pool] = await _runner(pool)(edge_host.pid)
         except BaseException:
             await _shut(pool)
             raise
@@ -147,6 +158,20 @@ class _NotSent(Exception):
 
 class _Died(Exception):
     """The process died while the call was queued or running."""
+
+
+def _alive(pid: int | None) -> bool:
+    """Whether the process `pid` still exists (True when not known). Once reaped it is
+    gone; a zombie not yet reaped still counts as alive."""
+    if pid is None:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _start_pool() -> ProcessPoolExecutor:
