@@ -52,8 +52,10 @@ async def deployment(
 
 
 def storage(deployment: Deployment, who: str) -> AsyncClient:
-    # retries=0: every refusal (and every racer's answer) is the first attempt's.
-    return deployment.client("storage", who).with_options(retries=0, space=NOTES)
+    # retries=0: every refusal (and every racer's answer) is the first attempt's. A deadline
+    # of 120 s, not the client's 30: 200 racers at once on FerretDB took longer than 30 s
+    # with CI's three sessions on two cores, and the ceiling, not the latency, is tested.
+    return deployment.client("storage", who).with_options(retries=0, space=NOTES, timeout=120)
 
 
 def quota(deployment: Deployment, who: str) -> AsyncClient:
