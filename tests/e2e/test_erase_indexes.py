@@ -190,7 +190,7 @@ async def test_production_purge_and_delete_space_empty_opensearch_and_qdrant(
         await storage.write_document("b.md", body(secret, 5))
         await storage.write_document("k.md", body(kept, 5), space=KEEP_SPACE)
         for space_id, path in ((NOTES, "a.md"), (NOTES, "b.md"), (KEEP, "k.md")):
-            await eventually(lambda s=space_id, p=path: indexed(s, p), 90, f"{path} indexed")
+            await eventually(lambda s=space_id, p=path: indexed(s, p), 240, f"{path} indexed")
         assert secret in await mongo_text(deployment)
 
         purged = await admin.purge_document("a.md")
