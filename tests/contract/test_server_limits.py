@@ -58,8 +58,8 @@ async def test_expensive_calls_past_the_limit_are_resource_exhausted(
     tmp_path: Path, real_backends: RealBackends
 ) -> None:
     ann, bob = bearer(mint("ann", "acme", "member")), bearer(mint("bob", "acme", "member"))
-    async with secure_deployment(
-        "sqlite", tmp_path, real_backends, rate_limit_per_minute=3
+    async with secure_deployment(  # Search too: every service of `engram dev`
+        "sqlite", tmp_path, real_backends, whole_dev=True, rate_limit_per_minute=3
     ) as running:
         storage = storage_pb2_grpc.StorageServiceStub(running.channel("storage"))
 

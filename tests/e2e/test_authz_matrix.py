@@ -381,7 +381,7 @@ async def outcome(call: Awaitable[Any]) -> tuple[grpc.StatusCode, str]:
 
 @pytest.fixture
 async def deployment(tmp_path: Path, real_backends: RealBackends) -> AsyncIterator[Deployment]:
-    async with secure_deployment("sqlite", tmp_path, real_backends) as running:
+    async with secure_deployment("sqlite", tmp_path, real_backends, whole_dev=True) as running:
         platform = running.client("quota", ROLES["platform_admin"][1])
         for tenant, org in ORGS.items():
             await platform.set_tenant_org(tenant, org)

@@ -28,7 +28,7 @@ NOTES = Space(name="notes")
 
 @pytest.fixture
 async def deployment(tmp_path: Path, real_backends: RealBackends) -> AsyncIterator[Deployment]:
-    async with secure_deployment("sqlite", tmp_path, real_backends) as running:
+    async with secure_deployment("sqlite", tmp_path, real_backends, whole_dev=True) as running:
         yield running
 
 

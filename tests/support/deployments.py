@@ -18,7 +18,7 @@ import grpc
 import pytest
 from pydantic import SecretStr
 
-from engram.app.embedded import embedded_engram
+from engram.app.embedded import embedded_core_server, embedded_engram
 from engram.client import AsyncClient, EngramError
 from tests.support.backends import RealBackends
 from tests.support.settings import server_settings
@@ -75,12 +75,20 @@ class Deployment:
 
 @contextlib.asynccontextmanager
 async def secure_deployment(
-    backend: str, tmp_path: Path, real_backends: RealBackends, **overrides: Any
+    backend: str,
+    tmp_path: Path,
+    real_backends: RealBackends,
+    *,
+    whole_dev: bool = False,
+    **overrides: Any,
 ) -> AsyncIterator[Deployment]:
+    """Storage, quota and authz with authentication on `backend`. On SQLite: `engram dev`'s
+    core alone, or with `whole_dev` every service of `engram dev` on the one port."""
     values = {"jwt_secret": TEST_JWT_SECRET, **overrides}
     if backend == "sqlite":
         settings = server_settings(tmp_path / "engram", **values)
-        async with embedded_engram(settings, require_auth=True) as engram:
+        serving = embedded_engram if whole_dev else embedded_core_server
+        async with serving(settings, require_auth=True) as engram:
             port = engram.port
             deployment = Deployment(
                 backend, {"storage": port, "quota": port, "authz": port}, engram=engram

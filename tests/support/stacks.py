@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from engram.app.embedded import embedded_engram
+from engram.app.embedded import embedded_core_server
 from tests.support.backends import RealBackends
 from tests.support.settings import server_settings
 
@@ -19,9 +19,12 @@ BACKENDS = ("sqlite", "mongo")
 async def storage_server(
     backend: str, tmp_path: Path, real_backends: RealBackends, **overrides: Any
 ) -> AsyncIterator[int]:
-    """Serves StorageService on `backend`; yields the port."""
+    """Serves StorageService on `backend`; yields the port. On SQLite it is `engram dev`'s
+    core (storage, quota, authz) without the indexes, search and workspace, as storage on
+    MongoDB runs without them."""
     if backend == "sqlite":
-        async with embedded_engram(server_settings(tmp_path / "engram", **overrides)) as engram:
+        settings = server_settings(tmp_path / "engram", **overrides)
+        async with embedded_core_server(settings) as engram:
             yield engram.port
         return
     from engram.app.production import storage_on_mongo

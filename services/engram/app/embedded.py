@@ -95,16 +95,12 @@ class EmbeddedCore:
 
 
 @dataclass
-class EmbeddedEngram:
-    """The running all-in-one server and the pieces tests may inspect."""
+class EmbeddedCoreServer:
+    """A running server of the embedded core alone (`embedded_core_server`), and the pieces
+    tests may inspect."""
 
     server: GrpcServer
     core: EmbeddedCore
-    indexing: Indexing
-    indexer: IndexerService
-    search: SearchService
-    workspace: WorkspaceService
-    maintenance: Maintenance
 
     @property
     def port(self) -> int:
@@ -139,6 +135,17 @@ class EmbeddedEngram:
         secret and carrying the audience and issuer it checks."""
         jwt = self.core.components.jwt
         return dev_token(self.core.jwt_secret, audience=jwt.audience, issuer=jwt.issuer)
+
+
+@dataclass
+class EmbeddedEngram(EmbeddedCoreServer):
+    """The running all-in-one server and the pieces tests may inspect."""
+
+    indexing: Indexing
+    indexer: IndexerService
+    search: SearchService
+    workspace: WorkspaceService
+    maintenance: Maintenance
 
 
 async def build_core(settings: Settings, stack: contextlib.AsyncExitStack) -> EmbeddedCore:
@@ -187,6 +194,43 @@ async def build_core(settings: Settings, stack: contextlib.AsyncExitStack) -> Em
         tokens,
         secret,
     )
+
+
+def _authenticator(
+    core: EmbeddedCore, authenticator: Authenticator | None, require_auth: bool
+) -> Authenticator:
+    return authenticator or (
+        core.tokens if require_auth else FixedPrincipalAuthenticator(LOCAL_ADMIN)
+    )
+
+
+@contextlib.asynccontextmanager
+async def embedded_core_server(
+    settings: Settings,
+    *,
+    authenticator: Authenticator | None = None,
+    require_auth: bool = False,
+) -> AsyncIterator[EmbeddedCoreServer]:
+    """StorageService, QuotaService and AuthzService as `engram dev` serves them (the same
+    core, relay, change feed and rate limits on its SQLite file), without the indexes,
+    search, workspace and maintenance: the embedded counterpart of `storage_on_mongo` and
+    its siblings, for the suites of those three services. Change events reach only the
+    change feed. It starts without a model or an index to open. Auth as `embedded_engram`."""
+    async with contextlib.AsyncExitStack() as stack:
+        core = await build_core(settings, stack)
+        _start_core_background(core, stack)
+        server = GrpcServer(
+            settings,
+            [
+                registry.storage(core.storage),
+                registry.quota(core.quota, core.authorizer),
+                registry.authz(core.authz),
+            ],
+            _authenticator(core, authenticator, require_auth),
+            rate_limit_store=SqliteRateLimitStore(core.database),
+        )
+        await serve(server, stack)
+        yield EmbeddedCoreServer(server, core)
 
 
 @contextlib.asynccontextmanager
@@ -264,8 +308,7 @@ async def embedded_engram(
                 registry.workspace(workspace),
                 registry.maintenance(maintenance.service),
             ],
-            authenticator
-            or (core.tokens if require_auth else FixedPrincipalAuthenticator(LOCAL_ADMIN)),
+            _authenticator(core, authenticator, require_auth),
             rate_limit_store=rate_limits,
         )
         await serve(server, stack)
@@ -341,8 +384,13 @@ def _start_background(
 ) -> None:
     """Starts the outbox relay, the change feed's retention and any model switch under way;
     each stops with `stack`."""
+    _start_core_background(core, stack)
+    start_switch(indexing, stack)
+
+
+def _start_core_background(core: EmbeddedCore, stack: contextlib.AsyncExitStack) -> None:
+    """Starts the outbox relay and the change feed's retention; each stops with `stack`."""
     core.relay.start()
     stack.push_async_callback(core.relay.stop)
     retention = asyncio.create_task(core.feed.run_retention(), name="feed-retention")
     stack.push_async_callback(cancel_and_wait, retention)
-    start_switch(indexing, stack)
