@@ -6,24 +6,14 @@ that use it, so `engram --help` and a client command start in well under 0.25 s 
 (bench/cli_startup.py measures it, tests/unit/test_cli_imports.py guards it).
 """
 
+import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from engram import __version__
-from engram.cli import (
-    admin_commands,
-    files_commands,
-    indexer_commands,
-    jobs_commands,
-    mcp_command,
-    memory_commands,
-    search_commands,
-    space_commands,
-    storage_commands,
-    watch_command,
-)
 from engram.cli.client import (
     DEFAULT_ADDR,
     VISIBILITIES,
@@ -37,8 +27,69 @@ from engram.cli.client import (
 if TYPE_CHECKING:
     from engram.runtime.settings import Settings
 
+# The command modules, in the order `engram --help` lists their commands, and the commands
+# (or command groups) each registers. Only the invoked command's module is imported and
+# built (each costs 5-30 ms of CPU, which every command would otherwise pay); `--help` and
+# shell completion load them all. tests/unit/test_cli_lazy.py checks this table against
+# what each module registers.
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "storage_commands": ("write", "read", "ls", "rm", "du", "history", "export", "import"),
+    "admin_commands": ("audit", "token", "quota"),
+    "indexer_commands": ("reindex", "index-status"),
+    "search_commands": ("search",),
+    "mcp_command": ("mcp",),
+    "memory_commands": ("memory",),
+    "space_commands": ("where", "purge", "spaces"),
+    "jobs_commands": ("jobs",),
+    "watch_command": ("watch",),
+    "files_commands": ("pull", "push"),
+}
+_MODULE_OF = {name: module for module, names in COMMAND_MODULES.items() for name in names}
+
+
+class LazyCommands(TyperGroup):
+    """engram's top-level group: builds a command module's commands when one of them is
+    named (`engram ls` imports and builds engram.cli.storage_commands only)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._loaded: set[str] = set()
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        module = _MODULE_OF.get(cmd_name)
+        if module is not None and module not in self._loaded:
+            self._load(module)
+        return self.commands.get(cmd_name)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and self.get_command(ctx, args[0]) is None:
+            self.list_commands(ctx)  # a name not known: "Did you mean" weighs every command
+        return super().resolve_command(ctx, args)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """Every command, as an eager Typer app would list them: the modules' commands in
+        registration order, then this module's own (dev, serve), then the command groups."""
+        for module in COMMAND_MODULES:
+            self._load(module)
+        own = [name for name in self.commands if name not in _MODULE_OF]
+        lazy = [name for names in COMMAND_MODULES.values() for name in names]
+        groups = [name for name in lazy if isinstance(self.commands[name], TyperGroup)]
+        return [*(n for n in lazy if n not in groups), *own, *groups]
+
+    def _load(self, module: str) -> None:
+        if module in self._loaded:
+            return
+        self._loaded.add(module)
+        commands = typer_app()
+        importlib.import_module(f"engram.cli.{module}").register(commands)
+        group = typer.main.get_group(commands)
+        for name in COMMAND_MODULES[module]:
+            self.add_command(group.commands[name], name)
+
+
 app = typer_app(
     name="engram",
+    cls=LazyCommands,
     no_args_is_help=True,
     help="Memory and knowledge spaces for AI agents.\n\n"
     "The space and connection options below apply to every command (engram -v bot --project "
@@ -46,16 +97,6 @@ app = typer_app(
     "environment variables (ENGRAM_ADDR, ENGRAM_TOKEN, ENGRAM_VISIBILITY, ENGRAM_SPACE, "
     "ENGRAM_PROJECT, ENGRAM_BOT, ENGRAM_USER, ENGRAM_TENANT).",
 )
-storage_commands.register(app)
-admin_commands.register(app)
-indexer_commands.register(app)
-search_commands.register(app)
-mcp_command.register(app)
-memory_commands.register(app)
-space_commands.register(app)
-jobs_commands.register(app)
-watch_command.register(app)
-files_commands.register(app)
 
 
 def _print_version(value: bool) -> None:
