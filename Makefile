@@ -148,10 +148,11 @@ test: ## Install, build the backends and helm, then run the checks and every sui
 
 checks: protos-check clients-check clients-lint lint typecheck ## buf lint/breaking, generated code fresh, ruff, gofmt/vet, mypy --strict
 
-# Three pytest sessions side by side (each with its own real backends): most of a suite's
+# Four pytest sessions side by side (each with its own real backends): most of a suite's
 # time is waiting on servers, indexes and child processes, not CPU. Two sessions took ~26 min
-# for the longer one (unit+contract+e2e: a long tail of ~1,600 tests), so e2e runs apart.
-# PYTEST_ARGS runs one session.
+# for the longer one (unit+contract+e2e: a long tail of ~1,600 tests), so e2e runs apart;
+# with three, each took 29-33 min and the two cores were busy 64 % of the time (3 Dec), so
+# e2e is split in two. PYTEST_ARGS runs one session.
 SUITES_CONTRACT := tests/unit tests/contract
 SUITES_E2E := tests/e2e
 SUITES_SYSTEM := tests/deploy tests/load tests/fuzz
@@ -159,12 +160,24 @@ SUITES_SYSTEM := tests/deploy tests/load tests/fuzz
 # unit+contract 22.4 min, e2e 28.0, system 24.4; these three took ~3.2 min of e2e's).
 E2E_IN_CONTRACT := tests/e2e/test_read_your_writes.py tests/e2e/test_read_your_writes_backends.py \
 	tests/e2e/test_mcp_hosted.py
+# The e2e files of the second e2e session: half of e2e's time, as measured on 3 Dec.
+E2E_SECOND := tests/e2e/test_cli.py tests/e2e/test_cli_files.py tests/e2e/test_cli_spaces.py \
+	tests/e2e/test_client_services.py tests/e2e/test_defence_in_depth.py tests/e2e/test_demo.py \
+	tests/e2e/test_dev_for_humans.py tests/e2e/test_dev_server.py tests/e2e/test_erase_indexes.py \
+	tests/e2e/test_error_model.py tests/e2e/test_events_jetstream.py \
+	tests/e2e/test_hygiene_backfill_backends.py tests/e2e/test_indexer_jetstream.py \
+	tests/e2e/test_integrations_anthropic.py tests/e2e/test_jwks_url.py tests/e2e/test_maintenance.py \
+	tests/e2e/test_maintenance_production.py tests/e2e/test_mcp.py tests/e2e/test_polyglot_clients.py \
+	tests/e2e/test_readme_clients.py tests/e2e/test_search_degradation.py \
+	tests/e2e/test_search_indexer_own_data.py tests/e2e/test_search_workers.py tests/e2e/test_tls.py \
+	tests/e2e/test_tracing.py tests/e2e/test_workspace_processes.py
 # Where a session's time goes, printed at its end, for keeping the sessions balanced.
 DURATIONS := --durations=15
 
 suites: $(STAMP) ## pytest: unit, contract, e2e, load, fuzz and deploy suites (needs `make backends-install helm-install`)
 ifeq ($(strip $(PYTEST_ARGS)),)
-	$(MAKE) --no-print-directory -j3 --output-sync=line suites-contract suites-e2e suites-system
+	$(MAKE) --no-print-directory -j4 --output-sync=line suites-contract suites-e2e \
+		suites-e2e-second suites-system
 else
 	$(BIN)/pytest $(PYTEST_ARGS)
 endif
@@ -173,7 +186,10 @@ suites-contract: $(STAMP)
 	$(BIN)/pytest $(SUITES_CONTRACT) $(E2E_IN_CONTRACT) $(DURATIONS)
 
 suites-e2e: $(STAMP)
-	$(BIN)/pytest $(SUITES_E2E) $(addprefix --ignore=,$(E2E_IN_CONTRACT)) $(DURATIONS)
+	$(BIN)/pytest $(SUITES_E2E) $(addprefix --ignore=,$(E2E_IN_CONTRACT) $(E2E_SECOND)) $(DURATIONS)
+
+suites-e2e-second: $(STAMP)
+	$(BIN)/pytest $(E2E_SECOND) $(DURATIONS)
 
 suites-system: $(STAMP)
 	$(BIN)/pytest $(SUITES_SYSTEM) $(DURATIONS)

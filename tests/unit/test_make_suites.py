@@ -26,14 +26,22 @@ def test_every_test_directory_is_in_one_of_make_s_sessions() -> None:
     assert with_tests == set().union(*groups)
 
 
-def test_e2e_files_moved_to_the_contract_session_exist() -> None:
-    """E2E_IN_CONTRACT runs some e2e files in the contract session (and --ignore's them in
-    the e2e one): a renamed file would otherwise run in neither without a word."""
+def _listed(makefile: str, name: str) -> list[str]:
+    found = re.search(rf"^{name} := ((?:.*\\\n)*.*)$", makefile, re.M)
+    assert found is not None, name
+    return found.group(1).replace("\\\n", " ").split()
+
+
+def test_e2e_files_moved_to_other_sessions_exist_and_run_once() -> None:
+    """E2E_IN_CONTRACT runs some e2e files in the contract session, E2E_SECOND others in a
+    second e2e session (the first --ignore's both): a renamed file would otherwise run in
+    none without a word, and a file in both lists would run twice."""
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
-    found = re.search(r"^E2E_IN_CONTRACT := ((?:.*\\\n)*.*)$", makefile, re.M)
-    assert found is not None
-    moved = found.group(1).replace("\\\n", " ").split()
-    assert moved, "E2E_IN_CONTRACT is empty"
-    for path in moved:
-        assert path.startswith("tests/e2e/test_"), path
-        assert (ROOT / path).is_file(), f"{path} is in E2E_IN_CONTRACT but does not exist"
+    lists = {name: _listed(makefile, name) for name in ("E2E_IN_CONTRACT", "E2E_SECOND")}
+    for name, moved in lists.items():
+        assert moved, f"{name} is empty"
+        assert len(set(moved)) == len(moved), f"{name} names a file twice"
+        for path in moved:
+            assert path.startswith("tests/e2e/test_"), path
+            assert (ROOT / path).is_file(), f"{path} is in {name} but does not exist"
+    assert not set(lists["E2E_IN_CONTRACT"]) & set(lists["E2E_SECOND"])
