@@ -2,14 +2,16 @@
 process that charges through QuotaService over gRPC (`remote`, the chart's default) and one
 that charges in its own process (`in-process`, `storage.remoteQuota: false`).
 
-    PYTHONPATH=services:. .venv/bin/python bench/quota_hop_bench.py \
-        [--count 300] [--concurrency 1,4] [--rounds 2] [--keep DIR]
+    PYTHONPATH=$PWD/services:$PWD .venv/bin/python bench/quota_hop_bench.py \
+        [--count 300] [--concurrency 1,4] [--rounds 2] [--per-service] [--keep DIR]
 
 FerretDB (on PostgreSQL) and NATS from deploy/local; for each topology the chart rendered
 with helm/engram/ci/loopback-values.yaml (TLS and mTLS on every hop, the service token the
-chart gives storage, one database per topology) and its authz, quota and storage processes
-started as the chart runs them (deploy/local/cluster.py), each under
-bench/quota_hop_probe.py, which times the steps of a charge and counts MongoDB commands.
+chart gives storage, one database per topology, or with --per-service a database and
+credentials per service as the chart's default has it) and its authz, quota and storage
+processes started as the chart runs them (deploy/local/cluster.py), each under
+bench/quota_hop_probe.py (absolute PYTHONPATH: the processes run in their own directories),
+which times the steps of a charge and counts MongoDB commands.
 Nothing else runs: no indexer, search or OpenSearch (the chart's OpenSearch URL points at a
 closed port no started process uses).
 
@@ -105,13 +107,18 @@ def tree_cpu(pid: int) -> float:
 
 
 def plan_topology(
-    cl: Any, helm: Any, urls: Any, workdir: Path, topology: str
+    cl: Any, helm: Any, urls: Any, workdir: Path, topology: str, *, own_on: Any = None
 ) -> tuple[Any, dict[str, Path]]:
     """The chart rendered for `topology`; authz, quota (remote only) and storage under the
-    probe."""
+    probe. `own_on` (the running FerretDB, PostgreSQL handler): each service in a database
+    of its own with its own credentials, as the chart's `mongodb.perService` and the load
+    harness have it (else one shared database per topology)."""
     values = workdir / "values.yaml"
     values.write_text(deploy.TOPOLOGY_VALUES[topology], encoding="utf-8")
     database = "quotahop_" + topology.replace("-", "_")
+    if own_on is not None:
+        own = cl.own_databases(deploy.launcher_module(), own_on, database)
+        urls = cl.Backends(urls.nats, urls.mongo, urls.opensearch, mongo_services=own)
     plan = cl.local_plan(
         helm, urls, workdir, database=database, values=(cl.LOOPBACK_VALUES, values)
     )
@@ -213,7 +220,7 @@ def report(
 
 
 @contextlib.contextmanager
-def running(workdir: Path) -> Iterator[tuple[dict[str, Topology], int]]:
+def running(workdir: Path, *, per_service: bool) -> Iterator[tuple[dict[str, Topology], int]]:
     cl = deploy.cluster_module()
     launcher = deploy.launcher_module()
     from tests.deploy.chart import Helm, helm_binary
@@ -235,7 +242,9 @@ def running(workdir: Path) -> Iterator[tuple[dict[str, Topology], int]]:
         for name in TOPOLOGIES:
             directory = workdir / name
             directory.mkdir()
-            plan, probes = plan_topology(cl, Helm(binary), urls, directory, name)
+            plan, probes = plan_topology(
+                cl, Helm(binary), urls, directory, name, own_on=mongo if per_service else None
+            )
             cluster = cl.Cluster(plan)
             clusters.append(cluster)
             cluster.start_all()
@@ -266,7 +275,7 @@ def running(workdir: Path) -> Iterator[tuple[dict[str, Topology], int]]:
 
 async def bench(args: argparse.Namespace, workdir: Path) -> None:
     concurrencies = [int(c) for c in args.concurrency.split(",")]
-    with running(workdir) as (topologies, ferret_pgid):
+    with running(workdir, per_service=args.per_service) as (topologies, ferret_pgid):
         print(f"started; load average {load_average()}", flush=True)
         for topology in topologies.values():
             await write_phase(topology, WARMUP, 4, "warmup")
@@ -287,6 +296,11 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=300, help="writes per phase")
     parser.add_argument("--concurrency", default="1,4", help="comma-separated, e.g. 1,4")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--per-service",
+        action="store_true",
+        help="each service in its own database with its own credentials (chart default)",
+    )
     parser.add_argument("--keep", type=Path, help="work directory to keep (logs, probes)")
     args = parser.parse_args()
     if args.keep:

@@ -13,6 +13,7 @@ A benchmark helper, not part of engram.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import functools
 import json
@@ -34,6 +35,8 @@ TIMERS: dict[str, list[float]] = collections.defaultdict(list)
 # "command collection" -> [count, total ms]
 COMMANDS: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
 _STARTED: dict[tuple[Any, int], str] = {}
+LAG_EVERY = 0.005
+_LAG_TASKS: set[asyncio.Task[None]] = set()
 
 
 class Commands(monitoring.CommandListener):
@@ -56,12 +59,29 @@ class Commands(monitoring.CommandListener):
         self._ended(event)
 
 
+async def _sample_lag() -> None:
+    """How late a LAG_EVERY sleep wakes: the time the event loop was busy with other work."""
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(LAG_EVERY)
+        TIMERS["event loop lag (5 ms sleep overshoot)"].append(
+            (loop.time() - started - LAG_EVERY) * 1000
+        )
+
+
+def _watch_loop() -> None:
+    if not _LAG_TASKS:
+        _LAG_TASKS.add(asyncio.get_running_loop().create_task(_sample_lag()))
+
+
 def timed(owner: type, name: str, label: str) -> None:
     """Replaces the coroutine method `owner.name` by one that records its wall time."""
     original: Callable[..., Awaitable[Any]] = getattr(owner, name)
 
     @functools.wraps(original)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _watch_loop()
         started = time.perf_counter()
         try:
             return await original(*args, **kwargs)

@@ -310,6 +310,19 @@ def _serve_plan(
     return cl.Plan(specs, secret, token, workdir)
 
 
+def _probe(plan: Any, workdir: Path, names: str) -> None:
+    """Runs the engram processes named in `names` (comma-separated, from $LOAD_PROBE) under
+    bench/quota_hop_probe.py: timers around a write's charge and every MongoDB command's
+    round trip, written to `workdir/probe-<name>.json` on SIGUSR1 (a diagnosis aid; signal
+    it only once it serves: before the probe installs its handler, SIGUSR1 ends it)."""
+    for name in filter(None, (n.strip() for n in names.split(","))):
+        spec = plan.specs[name]
+        if spec.argv[0] != "engram":
+            raise RuntimeError(f"{name} runs {spec.argv}, not engram")
+        spec.argv = [sys.executable, str(ROOT / "bench" / "quota_hop_probe.py"), *spec.argv[1:]]
+        spec.env["QUOTA_HOP_PROBE_OUT"] = str(workdir / f"probe-{name}.json")
+
+
 @contextlib.contextmanager
 def real(
     workdir: Path,
@@ -339,6 +352,7 @@ def real(
         for backend in backends.values():
             backend.stop()
         raise
+    _probe(built, workdir, os.environ.get("LOAD_PROBE", ""))
     if storage_replicas > 1:
         from loadlib.faults import add_storage_replica
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from engram.domain.errors import InvalidArgument, PermissionDenied
@@ -156,11 +157,16 @@ class QuotaService:
         attributed_tenant: str = "",
     ) -> Charged:
         owner = aggregate_owner(space)
-        org = None if space.is_global else await self.orgs.limit_of(owner)
+        # Both are cached briefly, so a tenant that writes less often than that pays for
+        # them on most charges: the two reads go out together, one round trip instead of two.
+        if space.is_global:
+            org, override = None, await self._override(owner)
+        else:
+            org, override = await asyncio.gather(self.orgs.limit_of(owner), self._override(owner))
         counters = charge_counters(
             space,
             self._defaults,
-            await self._override(owner),
+            override,
             org=org.org if org else "",
             org_ceiling=org.ceiling if org else None,
             attributed_tenant=attributed_tenant,
