@@ -360,8 +360,11 @@ def client_variables() -> dict[str, ClientVariable]:
                     envvar, ClientVariable(tuple(param.opts), getattr(param, "help", "") or "")
                 )
                 entry.commands.add(" ".join(path))
-        for name, sub in sorted(getattr(command, "commands", {}).items()):
-            walk(sub, [*path, name])
+        if hasattr(command, "list_commands"):
+            # Through click's API: the top-level group builds its commands on demand.
+            context = command.context_class(command)
+            for name in sorted(command.list_commands(context)):
+                walk(command.get_command(context, name), [*path, name])
 
     walk(typer.main.get_command(app), [])
     return dict(sorted(found.items()))
