@@ -56,6 +56,11 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as /proc/loadavg gives them."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def load_launcher() -> Any:
     """deploy/local/backends.py as a module (it is a script, not part of the package)."""
     root = Path(__file__).resolve().parents[1]

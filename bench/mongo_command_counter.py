@@ -22,7 +22,6 @@ from typing import Any
 from pymongo import monitoring
 
 COUNTS: collections.Counter[str] = collections.Counter()
-OUT = Path(os.environ["ENGRAM_BENCH_COMMAND_COUNTS"])
 
 
 class Counting(monitoring.CommandListener):
@@ -38,9 +37,10 @@ class Counting(monitoring.CommandListener):
 
 
 def dump(*_: Any) -> None:
-    partial = OUT.with_suffix(".tmp")
+    out = Path(os.environ["ENGRAM_BENCH_COMMAND_COUNTS"])
+    partial = out.with_suffix(".tmp")
     partial.write_text(json.dumps(COUNTS))
-    partial.replace(OUT)
+    partial.replace(out)
 
 
 if __name__ == "__main__":

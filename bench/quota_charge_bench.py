@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import sys
 import tempfile
 import time
@@ -32,8 +31,9 @@ for entry in (str(ROOT / "services"), str(ROOT), str(BENCH)):
     if entry not in sys.path:
         sys.path.insert(0, entry)
 
-from benchlib import percentile  # noqa: E402
+from benchlib import load_average, percentile  # noqa: E402
 from loadlib import deploy  # noqa: E402
+from mongo_command_counter import COUNTS, Counting  # noqa: E402
 
 from engram.authz.enforcement import PolicyAuthorizer  # noqa: E402
 from engram.backends.mongo import connect  # noqa: E402
@@ -44,19 +44,6 @@ from engram.quota.mongo_ledger import MongoUsageLedger  # noqa: E402
 from engram.quota.service import QuotaService  # noqa: E402
 
 GIB = 1 << 30
-COMMANDS: collections.Counter[str] = collections.Counter()
-
-
-class Commands(monitoring.CommandListener):
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        target = event.command.get(event.command_name)
-        COMMANDS[f"{event.command_name} {target if isinstance(target, str) else ''}"] += 1
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
 
 
 class NoStoredUsage:
@@ -69,10 +56,6 @@ class NoStoredUsage:
         raise AssertionError("a charge does not read stored usage")
 
 
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 async def phase(quota: QuotaService, spaces: list[SpaceRef], count: int) -> list[float]:
     latencies = []
     for i in range(count):
@@ -83,7 +66,7 @@ async def phase(quota: QuotaService, spaces: list[SpaceRef], count: int) -> list
 
 
 async def bench(args: argparse.Namespace, mongo: Any) -> None:
-    monitoring.register(Commands())
+    monitoring.register(Counting())
     client, database = connect(mongo.url, "quota_charge_bench")
     defaults = QuotaDefaults(
         subcaps={v: 100 * GIB for v in Visibility}, tenant_total=1000 * GIB, instance_total=0
@@ -104,11 +87,9 @@ async def bench(args: argparse.Namespace, mongo: Any) -> None:
     ]
     await phase(quota, spaces, 40)  # warm-up: heads written, connections open
     for round_ in range(1, args.rounds + 1):
-        COMMANDS.clear()
+        COUNTS.clear()
         latencies = await phase(quota, spaces, args.count)
-        per = ", ".join(
-            f"{name.strip()} {n / args.count:.2f}" for name, n in COMMANDS.most_common()
-        )
+        per = ", ".join(f"{name} {n / args.count:.2f}" for name, n in COUNTS.most_common())
         print(
             f"round {round_}: charge p50 {percentile(latencies, 50):.2f} ms, "
             f"p99 {percentile(latencies, 99):.2f} ms (n {len(latencies)}, load {load_average()})"

@@ -49,7 +49,7 @@ for entry in (str(ROOT / "services"), str(ROOT), str(BENCH)):
     if entry not in sys.path:
         sys.path.insert(0, entry)
 
-from benchlib import closed_loop, percentile  # noqa: E402
+from benchlib import closed_loop, load_average, percentile  # noqa: E402
 from loadlib import deploy  # noqa: E402
 
 from engram.client import ClientTls, EngramClient, Space  # noqa: E402
@@ -72,10 +72,6 @@ class Topology:
     probes: dict[str, Path]
     phase_index: int = 0
     pids: dict[str, int] = field(default_factory=dict)
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def group_cpu(pgid: int) -> float:
