@@ -616,6 +616,8 @@ async def import_tar(
 
 async def test_export_streams_every_document(stub: Stub) -> None:
     docs = {f"dir{i % 4}/doc{i}.md": f"# {i}\n" + "lorem ipsum " * i for i in range(300)}
+    # Large documents among them: read a few MiB at a time (byte-bounded groups), none lost.
+    docs |= {f"dir{i}/large.md": f"{i} " + "word " * 300_000 for i in range(5)}
     for path, content in docs.items():
         await stub.WriteDocument(write_request(path, content))
     assert untar(await export_bytes(stub, space())) == docs

@@ -7,7 +7,7 @@ hands each call to its room; callers (the servicer, workspace, maintenance) see 
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from datetime import datetime
 
 from engram.domain.changes import FeedItem
@@ -192,7 +192,7 @@ class StorageService:
 
     # --- archive -----------------------------------------------------------------------------
 
-    async def export(self, principal: Principal, space: SpaceRef) -> AsyncIterator[bytes]:
+    async def export(self, principal: Principal, space: SpaceRef) -> AsyncGenerator[bytes, None]:
         """Yields a gzipped tar of the space, document by document (authorized up front)."""
         return await self._archives.export(principal, space)
 

@@ -114,9 +114,14 @@ class StorageServicer(UpkeepRpcs, storage_pb2_grpc.StorageServiceServicer):
         self, request: storage_pb2.ExportSpaceRequest, context: Context
     ) -> AsyncIterator[storage_pb2.ExportSpaceResponse]:
         chunks = await self._service.export(current_principal(), requested_space(request.space))
-        async for data in chunks:
-            for start in range(0, len(data), EXPORT_CHUNK_BYTES):
-                yield storage_pb2.ExportSpaceResponse(data=data[start : start + EXPORT_CHUNK_BYTES])
+        # Closed at once when the client goes away, so what the export holds is let go then,
+        # not when the garbage collector finds its generator.
+        async with contextlib.aclosing(chunks):
+            async for data in chunks:
+                for start in range(0, len(data), EXPORT_CHUNK_BYTES):
+                    yield storage_pb2.ExportSpaceResponse(
+                        data=data[start : start + EXPORT_CHUNK_BYTES]
+                    )
 
     async def WatchSpace(
         self, request: storage_pb2.WatchSpaceRequest, context: Context

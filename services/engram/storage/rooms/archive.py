@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from tenacity import RetryError
 
-from engram.domain.documents import DocumentWrite, StoredDocument
+from engram.domain.documents import DocumentWrite, PathEntry, StoredDocument
 from engram.domain.errors import InvalidArgument, WriteContention, quoted
 from engram.domain.paths import renamed_path, validate_document_path
 from engram.domain.ports import AuthorizedSpace
@@ -20,7 +20,11 @@ from engram.storage.archive import ArchiveEntry, ArchiveLimits, ArchiveWriter
 from engram.storage.imports import FEED_BATCH_BYTES, ImportStream, InFlightBudget
 from engram.storage.rooms.core import ContentFacts, StorageCore, content_facts, on_conflict
 
+# Paths listed per read of the space's listing, and the content read (and archived) at once:
+# an export holds at most one group of documents (or one document larger than it), whatever
+# the space's size or its documents' sizes (up to ENGRAM_MAX_DOC_BYTES each).
 EXPORT_BATCH = 200
+EXPORT_GROUP_BYTES = 4 * 1024 * 1024
 IMPORT_ATTEMPTS = 5
 MAX_RENAME_ATTEMPTS = 1000
 
@@ -64,24 +68,31 @@ class SpaceArchives:
         self._core = core
         self._import_budget = InFlightBudget(core.limits.max_import_inflight_bytes)
 
-    async def export(self, principal: Principal, space: SpaceRef) -> AsyncIterator[bytes]:
+    async def export(self, principal: Principal, space: SpaceRef) -> AsyncGenerator[bytes, None]:
         """Yields a gzipped tar of the space, document by document (authorized up front)."""
         granted = await self._core.authorize(principal, Action.EXPORT, space)
         return self._export_chunks(granted.space)
 
-    async def _export_chunks(self, space: SpaceRef) -> AsyncIterator[bytes]:
+    async def _export_chunks(self, space: SpaceRef) -> AsyncGenerator[bytes, None]:
         writer = ArchiveWriter()
+        repository = self._core.repository
         after = ""
         while True:
-            batch = await self._core.repository.list_documents(
-                space.id, after=after, limit=EXPORT_BATCH
+            listed = await repository.list_paths(
+                space.id, directory="", start=after, inclusive=False, limit=EXPORT_BATCH
             )
-            if not batch:
+            if not listed:
                 break
-            data = await asyncio.to_thread(_archive_batch, writer, batch)
-            if data:
-                yield data
-            after = batch[-1].path
+            for group in byte_groups(listed, EXPORT_GROUP_BYTES):
+                found = await repository.get_many(space.id, [entry.path for entry in group])
+                # A document deleted since the listing is left out; one changed since is
+                # exported as it is now.
+                batch = [found[entry.path] for entry in group if entry.path in found]
+                data = await asyncio.to_thread(_archive_batch, writer, batch)
+                del found, batch
+                if data:
+                    yield data
+            after = listed[-1].path
         tail = await asyncio.to_thread(writer.close)
         if tail:
             yield tail
@@ -246,6 +257,20 @@ class SpaceArchives:
             f"no free name to rename {quoted(path)} to; import it with another strategy",
             field="data",
         )
+
+
+def byte_groups(entries: Sequence[PathEntry], budget: int) -> Iterator[list[PathEntry]]:
+    """`entries` in order, cut into groups of at most `budget` bytes (a larger entry alone)."""
+    group: list[PathEntry] = []
+    held = 0
+    for entry in entries:
+        if group and held + entry.size_bytes > budget:
+            yield group
+            group, held = [], 0
+        group.append(entry)
+        held += entry.size_bytes
+    if group:
+        yield group
 
 
 def _archive_batch(writer: ArchiveWriter, batch: Sequence[StoredDocument]) -> bytes:
