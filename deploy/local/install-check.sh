@@ -145,10 +145,20 @@ for s in socks:
 print(*(s.getsockname()[1] for s in socks))
 ")
 ADDR="127.0.0.1:$PORT"
+# Started from a directory its user cannot enter (as `sudo -u engram engram dev` from a
+# private home), with a $TMPDIR too long for a Unix socket under it: the processes engram
+# starts (the vector engine) depend on neither.
+PRIVATE="$WORK/private"
+mkdir -p "$PRIVATE" && chmod 0700 "$PRIVATE"
+LONG_TMP="$HOME_DIR/tmp/$(printf 't%.0s' {1..60})"
+mkdir -p "$LONG_TMP"
+[[ ${#RUN[@]} -eq 0 ]] || chown 65534:65534 "$LONG_TMP"
 step "engram dev on $ADDR (metrics $METRICS), data in the user's directory"
-as_user ENGRAM_LOG_FORMAT=text "$VENV/engram" dev --data-dir "$HOME_DIR/data" --port "$PORT" \
-  --metrics-port "$METRICS" >"$WORK/dev.log" 2>&1 &
+cd "$PRIVATE"
+as_user TMPDIR="$LONG_TMP" ENGRAM_LOG_FORMAT=text "$VENV/engram" dev \
+  --data-dir "$HOME_DIR/data" --port "$PORT" --metrics-port "$METRICS" >"$WORK/dev.log" 2>&1 &
 SERVER=$!
+cd "$ROOT"
 
 deadline=$((SECONDS + 120))
 until "$VENV/engram" ls --addr "$ADDR" >/dev/null 2>&1; do
@@ -169,6 +179,10 @@ with urllib.request.urlopen('http://127.0.0.1:$METRICS/readyz', timeout=5) as re
     sys.exit(0 if reply.status == 200 else 1)
 " || die "/readyz on the metrics port did not answer 200"
 step "ready: grpc.health.v1 SERVING (the chart's helm test script), /readyz 200"
+if [[ ${#RUN[@]} -gt 0 ]]; then
+  grep -q "working directory cannot be entered by this user: moved to /" "$WORK/dev.log" \
+    || die "engram dev did not say it left the directory its user cannot enter"
+fi
 
 write() { printf '%s\n' "$2" | "$VENV/engram" write "$1" --addr "$ADDR" >/dev/null; }
 write plans/offsite.md "The quarterly offsite will be held in Lisbon in May. \

@@ -277,11 +277,13 @@ def dev(
     from engram.runtime.logs import configure_logging
     from engram.runtime.malloc_tuning import keep_large_allocations_mapped
     from engram.runtime.server import PortInUse, check_ports_free, stop_on_signals
+    from engram.runtime.working_dir import leave_unenterable_working_dir
 
     settings = _for_a_terminal(
         _settings(data_dir=data_dir, grpc_port=port, grpc_host=host, metrics_port=metrics_port)
     )
     configure_logging(settings.log_level, settings.log_format)
+    settings = leave_unenterable_working_dir(settings)
     flags = {"ENGRAM_GRPC_PORT": "--port", "ENGRAM_METRICS_PORT": "--metrics-port"}
     try:
         check_ports_free(settings)  # before the model loads: a taken port fails at once
@@ -356,6 +358,7 @@ def serve(
     from engram.domain.errors import EngramError
     from engram.runtime.logs import configure_logging
     from engram.runtime.server import PortInUse, check_ports_free
+    from engram.runtime.working_dir import leave_unenterable_working_dir
 
     if service not in PROCESSES:
         fail(f"unknown service {service!r}; choose one of {', '.join(PROCESSES)}")
@@ -363,6 +366,7 @@ def serve(
         fail(f"--workers applies to `engram serve search` only, not {service!r}")
     settings = _settings(grpc_port=port, grpc_host=host, search_workers=workers)
     configure_logging(settings.log_level, settings.log_format)
+    settings = leave_unenterable_working_dir(settings)
     flags = {"ENGRAM_GRPC_PORT": "--port"}
     try:
         check_ports_free(settings)  # before the backends are reached

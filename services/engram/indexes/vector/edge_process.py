@@ -20,6 +20,7 @@ import logging
 import multiprocessing
 import multiprocessing.util
 import os
+import tempfile
 import time
 import weakref
 from collections.abc import Awaitable, Callable
@@ -190,15 +191,51 @@ def _start_pool() -> ProcessPoolExecutor:
 
 # Linux's longest AF_UNIX socket path (sun_path is 108 bytes with its NUL).
 _UNIX_PATH_MAX = 107
+# Where CPython 3.14's multiprocessing goes when $TMPDIR is too long for its sockets.
+_SYSTEM_TEMP_DIRS = ("/tmp", "/var/tmp", "/usr/tmp")
 
 
 def _fork_server_fits() -> bool:
     """Whether the fork server's socket path fits: it listens on
     `<multiprocessing's temp dir>/listener-XXXXXXXX`, under $TMPDIR, and a long $TMPDIR
-    (a container's or a test's scratch directory) fails with "AF_UNIX path too long". A
-    spawned process needs no socket; it only starts slower."""
-    listener = os.path.join(multiprocessing.util.get_temp_dir(), "listener-XXXXXXXX")
+    (a container's or a test's scratch directory) fails with "AF_UNIX path too long".
+
+    As CPython 3.14 does (gh-132124), multiprocessing's temp dir then goes under a system
+    temp directory instead, when one is writable and short enough. Else the engine is a
+    spawned process: it needs no socket, but it starts slower, and it must be able to enter
+    this process's working directory (spawn changes into it)."""
+    if not _listener_fits(os.path.join(tempfile.gettempdir(), "pymp-XXXXXXXX")):
+        base = _short_temp_base()
+        if base is not None:
+            _make_multiprocessing_temp_dir(base)
+    # multiprocessing made its temp dir already (under $TMPDIR) if this did not.
+    return _listener_fits(multiprocessing.util.get_temp_dir())
+
+
+def _listener_fits(temp_dir: str) -> bool:
+    listener = os.path.join(temp_dir, "listener-XXXXXXXX")
     return len(os.fsencode(listener)) <= _UNIX_PATH_MAX
+
+
+def _make_multiprocessing_temp_dir(base: str) -> None:
+    """multiprocessing makes its temp dir once, under tempfile's directory: it is made
+    under `base` by setting `tempfile.tempdir` (the documented override) for that call."""
+    saved = tempfile.tempdir
+    tempfile.tempdir = base
+    try:
+        multiprocessing.util.get_temp_dir()
+    finally:
+        tempfile.tempdir = saved
+
+
+def _short_temp_base() -> str | None:
+    """A system temp directory where multiprocessing's temp dir and socket fit."""
+    for base in _SYSTEM_TEMP_DIRS:
+        if _listener_fits(os.path.join(base, "pymp-XXXXXXXX")) and os.access(
+            base, os.W_OK | os.X_OK
+        ):
+            return base
+    return None
 
 
 async def _shut(pool: ProcessPoolExecutor) -> None:
