@@ -101,7 +101,11 @@ async def space_state(deps: StoreDeps, space: SpaceRef, *, indexes: bool = True)
     their kept versions, its usage counters, and (unless `indexes` is False: an indexer
     may still be catching up) what both indexes hold for it."""
     repository = deps.repository
-    documents = await repository.list_documents(space.id, after="", limit=10_000)
+    listed = await repository.list_paths(
+        space.id, directory="", start="", inclusive=True, limit=10_000
+    )
+    found = await repository.get_many(space.id, [entry.path for entry in listed])
+    documents = list(found.values())
     state: dict[str, Any] = {
         "documents": {d.path: (d.version, d.sha256) for d in documents},
         "usage": await deps.quota_service.usage(space),

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from engram.domain.documents import PathEntry
-from engram.storage.rooms.archive import byte_groups
+from engram.domain.documents import PathEntry, byte_groups
 
 WHEN = datetime(2026, 1, 1, tzinfo=UTC)
 

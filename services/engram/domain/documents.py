@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -80,6 +81,20 @@ class PathEntry:
     path: str
     size_bytes: int
     updated_at: datetime
+
+
+def byte_groups(entries: Sequence[PathEntry], budget: int) -> Iterator[list[PathEntry]]:
+    """`entries` in order, cut into groups of at most `budget` bytes (a larger entry alone)."""
+    group: list[PathEntry] = []
+    held = 0
+    for entry in entries:
+        if group and held + entry.size_bytes > budget:
+            yield group
+            group, held = [], 0
+        group.append(entry)
+        held += entry.size_bytes
+    if group:
+        yield group
 
 
 # The event id prefix of a reindex request: an event that names a document but is no change.

@@ -53,7 +53,6 @@ class MongoDocumentRepository:
         self.delete = self.documents.delete
         # Listing
         self.list_paths = self.listings.list_paths
-        self.list_documents = self.listings.list_documents
         self.iter_paths = self.listings.iter_paths
         self.space_usage = self.listings.space_usage
         self.usage_by_space = self.listings.usage_by_space

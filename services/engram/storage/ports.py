@@ -71,12 +71,6 @@ class DocumentRepository(Protocol):
         """Documents under `directory` ('' = all) from `start` on, in byte order of path."""
         ...
 
-    async def list_documents(
-        self, space_id: str, *, after: str, limit: int
-    ) -> list[StoredDocument]:
-        """Whole documents with path > `after`, in path order (export)."""
-        ...
-
     async def get_version(self, space_id: str, path: str, version: int) -> DocumentVersion | None:
         """Kept version `version` of the current document (or of the last deleted one)."""
         ...

@@ -40,7 +40,6 @@ class SqliteDocumentRepository:
         self.erase = self.documents.erase
         # Listing
         self.list_paths = self.listings.list_paths
-        self.list_documents = self.listings.list_documents
         self.iter_paths = self.listings.iter_paths
         self.space_usage = self.listings.space_usage
         self.usage_by_space = self.listings.usage_by_space

@@ -9,7 +9,7 @@ from typing import Any
 from pymongo import ASCENDING
 
 from engram.backends.mongo import mongo_errors
-from engram.domain.documents import PathEntry, SpaceSummary, SpaceUsage, StoredDocument
+from engram.domain.documents import PathEntry, SpaceSummary, SpaceUsage
 from engram.domain.spaces import SpaceRef, parse_space_id
 from engram.storage.mongo.chains import MongoChains
 from engram.storage.mongo.records import head_id
@@ -41,26 +41,6 @@ class MongoListings:
             )
             heads = await cursor.to_list(length=limit)
         return [PathEntry(h["path"], h["size_bytes"], h["updated_at"]) for h in heads]
-
-    async def list_documents(
-        self, space_id: str, *, after: str, limit: int
-    ) -> list[StoredDocument]:
-        with mongo_errors("exporting documents"):
-            cursor = (
-                self._chains.heads.find(
-                    {"space_id": space_id, "deleted": False, "path": {"$gt": after}},
-                    projection={"path": 1},
-                )
-                .sort("path", ASCENDING)
-                .limit(limit)
-            )
-            paths = [head["path"] for head in await cursor.to_list(length=limit)]
-        documents: list[StoredDocument] = []
-        for path in paths:
-            document = await self._chains.get(space_id, path)
-            if document is not None:
-                documents.append(document)
-        return documents
 
     async def iter_paths(
         self, space_id: str | None = None, *, page_size: int = 1000

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from tenacity import RetryError
 
-from engram.domain.documents import DocumentWrite, PathEntry, StoredDocument
+from engram.domain.documents import DocumentWrite, StoredDocument, byte_groups
 from engram.domain.errors import InvalidArgument, WriteContention, quoted
 from engram.domain.paths import renamed_path, validate_document_path
 from engram.domain.ports import AuthorizedSpace
@@ -257,20 +257,6 @@ class SpaceArchives:
             f"no free name to rename {quoted(path)} to; import it with another strategy",
             field="data",
         )
-
-
-def byte_groups(entries: Sequence[PathEntry], budget: int) -> Iterator[list[PathEntry]]:
-    """`entries` in order, cut into groups of at most `budget` bytes (a larger entry alone)."""
-    group: list[PathEntry] = []
-    held = 0
-    for entry in entries:
-        if group and held + entry.size_bytes > budget:
-            yield group
-            group, held = [], 0
-        group.append(entry)
-        held += entry.size_bytes
-    if group:
-        yield group
 
 
 def _archive_batch(writer: ArchiveWriter, batch: Sequence[StoredDocument]) -> bytes:

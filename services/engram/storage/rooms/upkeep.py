@@ -5,7 +5,7 @@ principals only (each action's row in the policy table)."""
 
 from __future__ import annotations
 
-from engram.domain.documents import SpaceUsage, StoredDocument
+from engram.domain.documents import PathEntry, SpaceUsage, StoredDocument
 from engram.domain.errors import InvalidArgument, PermissionDenied
 from engram.domain.pagination import PageSize, decode_page_token, encode_page_token
 from engram.domain.policy import SERVICE_PRINCIPAL_REQUIRED, Target
@@ -17,7 +17,7 @@ from engram.storage.rooms.core import Page, StorageCore
 SPACES_PAGE = PageSize(default=100, maximum=1000)
 SCAN_PAGE = PageSize(default=100, maximum=1000)
 # A scan's page ends once it holds this much content (after its first document): pages of
-# maximum-size documents stay under the gRPC message limit.
+# maximum-size documents stay under the gRPC message limit, and a scan reads one page's.
 SCAN_PAGE_BYTES = 1024 * 1024
 
 
@@ -88,16 +88,25 @@ class Upkeep:
         limit = SCAN_PAGE.resolve(page_size)
         scope = ("scan", granted.space.id)
         position = decode_page_token(page_token, scope) or {"after": ""}
-        found = await self._core.repository.list_documents(
-            granted.space.id, after=str(position["after"]), limit=limit + 1
+        repository = self._core.repository
+        listed = await repository.list_paths(
+            granted.space.id,
+            directory="",
+            start=str(position["after"]),
+            inclusive=False,
+            limit=limit + 1,
         )
-        items: list[StoredDocument] = []
+        # Only the page's content is read (the listing gives each document's size).
+        page: list[PathEntry] = []
         held = 0
-        for document in found[:limit]:
-            if items and held >= SCAN_PAGE_BYTES:
+        for entry in listed[:limit]:
+            if page and held >= SCAN_PAGE_BYTES:
                 break
-            items.append(document)
-            held += document.size_bytes
-        more = len(items) < len(found)
-        token = encode_page_token(scope, {"after": items[-1].path}) if more else ""
+            page.append(entry)
+            held += entry.size_bytes
+        found = await repository.get_many(granted.space.id, [entry.path for entry in page])
+        # A document deleted since the listing is left out.
+        items = [found[entry.path] for entry in page if entry.path in found]
+        more = len(page) < len(listed)
+        token = encode_page_token(scope, {"after": page[-1].path}) if more else ""
         return Page(items=items, next_page_token=token)

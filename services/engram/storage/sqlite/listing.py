@@ -8,9 +8,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from engram.backends.sqlite import SqliteDatabase, from_micros
-from engram.domain.documents import PathEntry, SpaceSummary, SpaceUsage, StoredDocument
+from engram.domain.documents import PathEntry, SpaceSummary, SpaceUsage
 from engram.domain.spaces import SpaceRef, parse_space_id
-from engram.storage.sqlite.rows import DOCUMENT_COLUMNS, document_of
 
 
 class SqliteListings:
@@ -35,19 +34,6 @@ class SqliteListings:
                 params,
             ).fetchall()
             return [PathEntry(str(p), int(s), from_micros(int(u))) for p, s, u in rows]
-
-        return await self._db.read(work)
-
-    async def list_documents(
-        self, space_id: str, *, after: str, limit: int
-    ) -> list[StoredDocument]:
-        def work(connection: sqlite3.Connection) -> list[StoredDocument]:
-            rows = connection.execute(
-                f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE space_id = ? AND path > ? "
-                "ORDER BY path LIMIT ?",
-                (space_id, after, limit),
-            ).fetchall()
-            return [document_of(row) for row in rows]
 
         return await self._db.read(work)
 
