@@ -162,8 +162,7 @@ async def in_process(root: Path, tuning: EdgeTuning, queries: np.ndarray) -> dic
             query,
             Where((space,)),
             10,
-            tuning.hnsw_ef,
-            tuning.oversampling,
+            tuning,
         )
         return [(chunk_of(fields), score) for score, fields in rows]
 

@@ -663,11 +663,15 @@ async def recall_curve(
     settings: list[tuple[int, float] | None] = [None]
     if isinstance(vector, EdgeVectorIndex):
         defaults = vector.tuning
-        settings = [*EF_CURVE, (defaults.hnsw_ef, defaults.oversampling)]
+        # The defaults last: ef by the space's size (0 in the row's hnsw_ef).
+        settings = [*EF_CURVE, (0, defaults.oversampling)]
     rows = []
     for setting in settings:
         if setting is not None and isinstance(vector, EdgeVectorIndex):
-            vector.retune_search(hnsw_ef=setting[0], oversampling=setting[1])
+            if setting[0]:
+                vector.retune_search(hnsw_ef=setting[0], oversampling=setting[1])
+            else:
+                vector.restore_search_defaults(defaults)
         latencies, recalls = [], []
         for i, query in enumerate(matrix):
             started = time.perf_counter()
@@ -1105,11 +1109,12 @@ def report(results: list[dict[str, Any]]) -> None:
                 f"{end['file_mib']:.0f} MiB, peak {end['peak_mib']:.0f} MiB"
             )
         for row in r["recall"]:
-            setting = (
-                f"ef {row['hnsw_ef']:>3} x{row['oversampling']:.0f}"
-                if row["hnsw_ef"]
-                else "exact      "
-            )
+            if row["hnsw_ef"] is None:
+                setting = "exact      "
+            elif row["hnsw_ef"] == 0:
+                setting = f"default x{row['oversampling']:.0f} (ef by the space's size)"
+            else:
+                setting = f"ef {row['hnsw_ef']:>3} x{row['oversampling']:.0f}"
             print(
                 f"   {setting}  recall@10 {row['recall_at_10']:.3f}"
                 f"  p50 {row['p50_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms"

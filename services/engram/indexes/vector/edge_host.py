@@ -51,6 +51,11 @@ class EdgeTuning:
     its vectors pass this size. max_segment_size_kb: the optimizer builds no segment
     larger than this (None: Edge's default), which bounds one merge's rebuild.
     optimize_delay_seconds: how long writes must settle before the optimizer runs.
+    large_space_points, large_space_ef: the beam width for a search whose filter matches
+    at least that many points (the engine's estimate). At a fixed ef, a larger space is
+    both found better and searched slower: at 1M chunks a 100,000-chunk space gave recall@10
+    1.000 at ef 64 in 2.2 ms p50 and at ef 128 in 3.8 ms, where a 10,000-chunk space needs
+    ef 128 for 0.97 (ef 64: 0.93).
     """
 
     m: int = 16
@@ -62,6 +67,8 @@ class EdgeTuning:
     indexing_threshold_kb: int = 10_000
     max_segment_size_kb: int | None = None
     optimize_delay_seconds: float = 1.0
+    large_space_points: int = 50_000
+    large_space_ef: int = 64
 
 
 @dataclass(frozen=True)
@@ -189,24 +196,37 @@ def search(
     vector: npt.NDArray[np.float32],
     where: Where,
     limit: int,
-    hnsw_ef: int,
-    oversampling: float,
+    tuning: EdgeTuning,
 ) -> list[tuple[float, dict[str, Any]]]:
     """(score, payload) of the nearest points matching `where`, best first."""
-    request = qe.QueryRequest(
-        query=qe.Query.Nearest(vector.tolist()),
-        filter=_filter(where),
-        limit=limit,
-        with_payload=True,
-        with_vector=False,
-        params=qe.SearchParams(
-            hnsw_ef=hnsw_ef,
-            quantization=qe.QuantizationSearchParams(rescore=True, oversampling=oversampling),
-        ),
-    )
+    matching = _filter(where)
     with _engine():
-        points = _shard(model_id).query(request)
+        shard = _shard(model_id)
+        request = qe.QueryRequest(
+            query=qe.Query.Nearest(vector.tolist()),
+            filter=matching,
+            limit=limit,
+            with_payload=True,
+            with_vector=False,
+            params=qe.SearchParams(
+                hnsw_ef=search_ef(shard, matching, tuning),
+                quantization=qe.QuantizationSearchParams(
+                    rescore=True, oversampling=tuning.oversampling
+                ),
+            ),
+        )
+        points = shard.query(request)
     return [(float(point.score), dict(point.payload or {})) for point in points]
+
+
+def search_ef(shard: qe.EdgeShard, matching: qe.Filter, tuning: EdgeTuning) -> int:
+    """The beam width for a search of the points `matching` selects: `large_space_ef` once
+    the engine estimates at least `large_space_points` of them (from the payload index's
+    cardinality, not a scan), else `hnsw_ef`."""
+    if tuning.large_space_ef == tuning.hnsw_ef:
+        return tuning.hnsw_ef
+    estimate = shard.count(qe.CountRequest(exact=False, filter=matching))
+    return tuning.large_space_ef if estimate >= tuning.large_space_points else tuning.hnsw_ef
 
 
 def scroll(model_id: str, where: Where, fields: bool | list[str]) -> list[dict[str, Any]]:

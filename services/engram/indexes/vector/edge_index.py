@@ -333,15 +333,27 @@ class EdgeVectorIndex:
             query,
             where,
             limit,
-            self._tuning.hnsw_ef,
-            self._tuning.oversampling,
+            self._tuning,
         )
         rows = await call
         return [ScoredChunk(chunk=chunk_of(fields), score=score) for score, fields in rows]
 
     def retune_search(self, *, hnsw_ef: int, oversampling: float) -> None:
-        """Changes the search-time settings (no rebuild; bench/scale_bench.py's ef curve)."""
-        self._tuning = replace(self._tuning, hnsw_ef=hnsw_ef, oversampling=oversampling)
+        """One beam width for every search, whatever the space's size, and `oversampling`
+        (no rebuild; bench/scale_bench.py's ef curve)."""
+        self._tuning = replace(
+            self._tuning, hnsw_ef=hnsw_ef, large_space_ef=hnsw_ef, oversampling=oversampling
+        )
+
+    def restore_search_defaults(self, defaults: EdgeTuning) -> None:
+        """Back to `defaults`' search-time settings, the beam width by the space's size."""
+        self._tuning = replace(
+            self._tuning,
+            hnsw_ef=defaults.hnsw_ef,
+            large_space_ef=defaults.large_space_ef,
+            large_space_points=defaults.large_space_points,
+            oversampling=defaults.oversampling,
+        )
 
     async def chunks_of(
         self, space_id: str, path: str, *, model_id: str | None = None
