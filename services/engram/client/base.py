@@ -15,9 +15,8 @@ import copy
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Self, TypeAlias, TypeVar, cast
 
 import grpc
 
@@ -39,6 +38,7 @@ from engram.v1 import space_pb2
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
+    from engram.client.results.page import Page
     from engram.domain.spaces import SpaceRef
 
 log = logging.getLogger("engram.client")
@@ -62,14 +62,6 @@ Response = TypeVar("Response")
 Stub = TypeVar("Stub")
 Item = TypeVar("Item")
 Offload: TypeAlias = "Callable[..., Awaitable[Any]]"
-
-
-@dataclass(frozen=True, slots=True)
-class Page(Generic[Item]):
-    """One page of a listing; pass `next_page_token` back for the next ("" = the last)."""
-
-    items: tuple[Item, ...]
-    next_page_token: str = ""
 
 
 class _Connection:
