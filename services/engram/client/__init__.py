@@ -34,15 +34,11 @@ if TYPE_CHECKING:
         Principal,
         TokenInfo,
     )
-    from engram.client.results.documents import (
-        DirectoryEntry,
-        Document,
-        DocumentPage,
-        DocumentWrite,
-    )
+    from engram.client.results.documents import Document, DocumentWrite
     from engram.client.results.erasure import Purge, SpaceDeletion
     from engram.client.results.feed import SpaceChange, WatchEvent
     from engram.client.results.indexer import IndexStatus
+    from engram.client.results.listing import DirectoryEntry, DocumentPage
     from engram.client.results.maintenance import JobRun, SpaceMaintenance
     from engram.client.results.page import Page
     from engram.client.results.quota import (
@@ -116,10 +112,11 @@ _HOMES: dict[str, tuple[str, str]] = {
         name: (f"engram.client.results.{family}", name)
         for family, names in {
             "authz": ("AuditEvent", "Authorization", "CreatedToken", "Principal", "TokenInfo"),
-            "documents": ("DirectoryEntry", "Document", "DocumentPage", "DocumentWrite"),
+            "documents": ("Document", "DocumentWrite"),
             "erasure": ("Purge", "SpaceDeletion"),
             "feed": ("SpaceChange", "WatchEvent"),
             "indexer": ("IndexStatus",),
+            "listing": ("DirectoryEntry", "DocumentPage"),
             "maintenance": ("JobRun", "SpaceMaintenance"),
             "page": ("Page",),
             "quota": ("Charge", "QuotaUsage", "Reconciliation", "TenantOrg", "UsageDrift"),

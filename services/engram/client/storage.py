@@ -18,14 +18,10 @@ from engram.v1 import storage_pb2, storage_pb2_grpc
 
 # Each call imports the results it builds (engram.client.results) when it first runs.
 if TYPE_CHECKING:
-    from engram.client.results.documents import (
-        DirectoryEntry,
-        Document,
-        DocumentPage,
-        DocumentWrite,
-    )
+    from engram.client.results.documents import Document, DocumentWrite
     from engram.client.results.erasure import Purge, SpaceDeletion
     from engram.client.results.feed import WatchEvent
+    from engram.client.results.listing import DirectoryEntry, DocumentPage
     from engram.client.results.page import Page
     from engram.client.results.spaces import SpaceSummary
     from engram.client.results.transfer import ImportResult
@@ -159,7 +155,7 @@ class StorageCalls(ClientBase):
             request,
             idempotent=True,
         )
-        from engram.client.results.documents import document_page
+        from engram.client.results.listing import document_page
 
         return document_page(response)
 

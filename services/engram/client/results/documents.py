@@ -1,5 +1,5 @@
-"""StorageService's documents: what read_document, write_document and list_documents
-(and the upkeep scan) return."""
+"""StorageService's documents: what read_document and write_document (and the upkeep
+scan) return."""
 
 from __future__ import annotations
 
@@ -44,21 +44,6 @@ class DocumentWrite:
     position: IndexPosition | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class DirectoryEntry:
-    path: str
-    is_dir: bool
-    size_bytes: int
-    updated_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class DocumentPage:
-    entries: tuple[DirectoryEntry, ...]
-    # Empty when there is nothing more; pass it back as page_token for the next page.
-    next_page_token: str = ""
-
-
 def document(message: document_pb2.Document) -> Document:
     return Document(
         space=space_from_proto(message.space),
@@ -82,19 +67,4 @@ def document_write(message: storage_pb2.WriteDocumentResponse) -> DocumentWrite:
         created=message.created,
         bytes_delta=message.bytes_delta,
         position=optional_position(message),
-    )
-
-
-def document_page(message: storage_pb2.ListDocumentsResponse) -> DocumentPage:
-    return DocumentPage(
-        entries=tuple(
-            DirectoryEntry(
-                path=entry.path,
-                is_dir=entry.is_dir,
-                size_bytes=entry.size_bytes,
-                updated_at=optional_time(entry, "updated_at"),
-            )
-            for entry in message.entries
-        ),
-        next_page_token=message.next_page_token,
     )
