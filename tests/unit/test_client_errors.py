@@ -26,9 +26,9 @@ from engram.client import (
     Unavailable,
 )
 from engram.client.errors import domain_error, explain
-from engram.client.maintenance import job_run, settings_to_proto
 from engram.client.mapping import space_to_proto
-from engram.client.storage import watch_event
+from engram.client.results.feed import watch_event
+from engram.client.results.maintenance import job_run, settings_to_proto
 from engram.domain.changes import TooManyWatchers
 from engram.domain.errors import EngramError, InvalidArgument
 from engram.domain.spaces import SpaceRef, Visibility

@@ -9,6 +9,7 @@ import pytest
 
 from engram.client import EngramClient, Heartbeat, Space, explain
 from engram.client import mapping as m
+from engram.client.results import search, workspace
 from engram.domain.errors import (
     InvalidArgument,
     InvalidSpaceRef,
@@ -46,7 +47,7 @@ def test_unknown_visibility_is_refused_when_the_space_is_made() -> None:
     ],
 )
 def test_memory_write_targets(target: str, kind: int, path: str) -> None:
-    request = m.memory_write_request(
+    request = workspace.memory_write_request(
         Space(), "x", target=target, append=None, time_zone="", session="", heartbeat=None
     )
     assert (request.target, request.path) == (kind, path)
@@ -54,7 +55,7 @@ def test_memory_write_targets(target: str, kind: int, path: str) -> None:
 
 def test_append_unset_is_left_to_the_server_default() -> None:
     def append_field(append: bool | None) -> bool | None:
-        request = m.memory_write_request(
+        request = workspace.memory_write_request(
             Space(), "x", target="memory", append=append, time_zone="", session="", heartbeat=None
         )
         return request.append if request.HasField("append") else None
@@ -66,7 +67,7 @@ def test_append_unset_is_left_to_the_server_default() -> None:
 
 def test_heartbeat_fields_travel_with_the_write() -> None:
     seen = datetime(2026, 12, 1, 10, 15, tzinfo=timezone(timedelta(hours=1)))
-    request = m.memory_write_request(
+    request = workspace.memory_write_request(
         Space(),
         "alive",
         target="heartbeat",
@@ -80,7 +81,7 @@ def test_heartbeat_fields_travel_with_the_write() -> None:
     assert (beat.session_id, beat.surface, beat.turn_count) == ("s-1", "cli", 7)
     assert list(beat.open_loops) == ["reply to Dana"]
     assert (request.time_zone, request.session) == ("Europe/Berlin", "cli")
-    assert not m.memory_write_request(
+    assert not workspace.memory_write_request(
         Space(), "x", target="heartbeat", append=None, time_zone="", session="", heartbeat=None
     ).HasField("heartbeat")
 
@@ -96,22 +97,22 @@ def test_tree_comes_back_as_nested_dataclasses() -> None:
             workspace_pb2.TreeNode(name="MEMORY.md", path="MEMORY.md"),
         ]
     )
-    daily, memory = (m.tree_node(node) for node in message.nodes)
+    daily, memory = (workspace.tree_node(node) for node in message.nodes)
     assert daily.is_dir and not memory.is_dir
     assert [child.path for child in daily.children] == ["daily/2026-12-01.md"]
     assert daily.children[0].children == ()
 
 
 def test_a_read_without_updated_at_says_none() -> None:
-    read = m.memory_document(workspace_pb2.MemoryReadResponse(path="a.md", content="x"))
+    read = workspace.memory_document(workspace_pb2.MemoryReadResponse(path="a.md", content="x"))
     assert read.updated_at is None
     stamped = workspace_pb2.MemoryReadResponse(path="a.md")
     stamped.updated_at.FromDatetime(datetime(2026, 12, 1, tzinfo=UTC))
-    assert m.memory_document(stamped).updated_at == datetime(2026, 12, 1, tzinfo=UTC)
+    assert workspace.memory_document(stamped).updated_at == datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def test_memory_search_hits_are_named_results() -> None:
-    found = m.memory_search_results(
+    found = search.memory_search_results(
         workspace_pb2.MemorySearchResponse(
             query="q",
             result_count=1,

@@ -57,8 +57,8 @@ class LazyCommands(TyperGroup):
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         module = _MODULE_OF.get(cmd_name)
-        if module is not None and module not in self._loaded:
-            self._load(module)
+        if module is not None and cmd_name not in self.commands:
+            self._load(module, only=cmd_name)
         return self.commands.get(cmd_name)
 
     def resolve_command(self, ctx: Any, args: list[str]) -> Any:
@@ -76,15 +76,34 @@ class LazyCommands(TyperGroup):
         groups = [name for name in lazy if isinstance(self.commands[name], TyperGroup)]
         return [*(n for n in lazy if n not in groups), *own, *groups]
 
-    def _load(self, module: str) -> None:
+    def _load(self, module: str, *, only: str | None = None) -> None:
+        """Builds the module's commands, or only the one named `only` (building a command
+        costs ~3 M instructions: `engram ls` need not build the module's seven others)."""
         if module in self._loaded:
             return
-        self._loaded.add(module)
         commands = typer_app()
         importlib.import_module(f"engram.cli.{module}").register(commands)
+        if only is None:
+            self._loaded.add(module)
+        else:
+            commands.registered_commands = [
+                info for info in commands.registered_commands if _command_name(info) == only
+            ]
+            commands.registered_groups = [
+                info for info in commands.registered_groups if _group_name(info) == only
+            ]
         group = typer.main.get_group(commands)
-        for name in COMMAND_MODULES[module]:
-            self.add_command(group.commands[name], name)
+        for name in COMMAND_MODULES[module] if only is None else (only,):
+            if name not in self.commands:
+                self.add_command(group.commands[name], name)
+
+
+def _command_name(info: Any) -> str:
+    return str(info.name or typer.main.get_command_name(info.callback.__name__))
+
+
+def _group_name(info: Any) -> str:
+    return str(info.name or info.typer_instance.info.name)
 
 
 app = typer_app(

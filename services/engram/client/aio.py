@@ -51,53 +51,38 @@ own deadline: `client.with_options(timeout=2).read_document(...)`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 
-from engram.client import mapping
 from engram.client.authz import AuthzCalls
 from engram.client.base import DEFAULT_ADDR as DEFAULT_ADDR
 from engram.client.base import AnySpace
 from engram.client.indexer import IndexerCalls
 from engram.client.maintenance import MaintenanceCalls
 from engram.client.mapping import position_to_proto
-from engram.client.models import (
-    Heartbeat,
-    MemoryDocument,
-    SearchResults,
-    SeedResult,
-    SystemPrompt,
-    TreeNode,
-    WriteResult,
-)
 from engram.client.quota import QuotaCalls
 from engram.client.search import SearchCalls
 from engram.client.storage import StorageCalls
 from engram.client.upkeep import UpkeepCalls
 from engram.domain.errors import InvalidArgument
 from engram.domain.positions import IndexPosition
-from engram.v1 import (
-    search_pb2_grpc,
-    storage_pb2_grpc,
-    workspace_pb2,
-    workspace_pb2_grpc,
-)
+from engram.v1 import workspace_pb2, workspace_pb2_grpc
 
-
-@dataclass(frozen=True, slots=True)
-class _Stubs:
-    workspace: workspace_pb2_grpc.WorkspaceServiceAsyncStub
-    storage: storage_pb2_grpc.StorageServiceAsyncStub
-    search: search_pb2_grpc.SearchServiceAsyncStub
-
-
-def _open_stubs(channel: grpc.aio.Channel) -> _Stubs:
-    return _Stubs(
-        workspace=workspace_pb2_grpc.WorkspaceServiceStub(channel),
-        storage=storage_pb2_grpc.StorageServiceStub(channel),
-        search=search_pb2_grpc.SearchServiceStub(channel),
+if TYPE_CHECKING:
+    from engram.client.results.search import SearchResults
+    from engram.client.results.workspace import (
+        Heartbeat,
+        MemoryDocument,
+        SeedResult,
+        SystemPrompt,
+        TreeNode,
+        WriteResult,
     )
+
+
+def _workspace(channel: grpc.aio.Channel) -> workspace_pb2_grpc.WorkspaceServiceAsyncStub:
+    return workspace_pb2_grpc.WorkspaceServiceStub(channel)
 
 
 # system_prompt(layout=...): the seeds' prompt orders ("" = the server's default).
@@ -126,10 +111,6 @@ class EngramClient(
     the channel opens on the first call, inside the running event loop.
     """
 
-    @property
-    def _stubs(self) -> _Stubs:
-        return self._stub(_open_stubs)
-
     def _space_of(self, space: AnySpace | None) -> AnySpace:
         return space or self.space
 
@@ -149,7 +130,9 @@ class EngramClient(
         """Writes `content` to `target`: "daily_log" (today's daily/YYYY-MM-DD.md, the entry
         timestamped), "memory" (MEMORY.md), "heartbeat" (HEARTBEAT.md) or a custom .md path.
         `append` defaults to True on the server; False replaces the document."""
-        request = mapping.memory_write_request(
+        from engram.client.results.workspace import memory_write_request, write_result
+
+        request = memory_write_request(
             self._space_of(space),
             content,
             target=target,
@@ -160,11 +143,11 @@ class EngramClient(
         )
         response = await self._call(
             "WorkspaceService.MemoryWrite",
-            self._stubs.workspace.MemoryWrite,
+            self._stub(_workspace).MemoryWrite,
             request,
             idempotent=append is False,
         )
-        return mapping.write_result(response)
+        return write_result(response)
 
     async def memory_read(
         self,
@@ -183,11 +166,13 @@ class EngramClient(
         )
         response = await self._call(
             "WorkspaceService.MemoryRead",
-            self._stubs.workspace.MemoryRead,
+            self._stub(_workspace).MemoryRead,
             request,
             idempotent=True,
         )
-        return mapping.memory_document(response)
+        from engram.client.results.workspace import memory_document
+
+        return memory_document(response)
 
     async def memory_tree(
         self, path: str = "", *, depth: int = 0, space: AnySpace | None = None
@@ -196,11 +181,13 @@ class EngramClient(
         request = workspace_pb2.MemoryTreeRequest(space=self._space(space), path=path, depth=depth)
         response = await self._call(
             "WorkspaceService.MemoryTree",
-            self._stubs.workspace.MemoryTree,
+            self._stub(_workspace).MemoryTree,
             request,
             idempotent=True,
         )
-        return [mapping.tree_node(node) for node in response.nodes]
+        from engram.client.results.workspace import tree_node
+
+        return [tree_node(node) for node in response.nodes]
 
     async def memory_search(
         self,
@@ -228,11 +215,13 @@ class EngramClient(
         )
         response = await self._call(
             "WorkspaceService.MemorySearch",
-            self._stubs.workspace.MemorySearch,
+            self._stub(_workspace).MemorySearch,
             request,
             idempotent=True,
         )
-        return mapping.memory_search_results(response)
+        from engram.client.results.search import memory_search_results
+
+        return memory_search_results(response)
 
     async def append_daily_log(
         self, entry: str, *, time_zone: str = "", session: str = "", space: AnySpace | None = None
@@ -243,11 +232,13 @@ class EngramClient(
         )
         response = await self._call(
             "WorkspaceService.AppendDailyLog",
-            self._stubs.workspace.AppendDailyLog,
+            self._stub(_workspace).AppendDailyLog,
             request,
             idempotent=False,
         )
-        return mapping.daily_log_result(response)
+        from engram.client.results.workspace import daily_log_result
+
+        return daily_log_result(response)
 
     async def system_prompt(
         self,
@@ -273,29 +264,33 @@ class EngramClient(
         )
         response = await self._call(
             "WorkspaceService.GetSystemPrompt",
-            self._stubs.workspace.GetSystemPrompt,
+            self._stub(_workspace).GetSystemPrompt,
             request,
             idempotent=True,
         )
-        return mapping.system_prompt(response)
+        from engram.client.results.workspace import system_prompt
+
+        return system_prompt(response)
 
     async def seed_workspace(self, *, space: AnySpace | None = None) -> SeedResult:
         """Copies the default templates into the workspace, never overwriting a file."""
         request = workspace_pb2.SeedWorkspaceRequest(space=self._space(space))
         response = await self._call(
             "WorkspaceService.SeedWorkspace",
-            self._stubs.workspace.SeedWorkspace,
+            self._stub(_workspace).SeedWorkspace,
             request,
             idempotent=True,
         )
-        return mapping.seed_result(response)
+        from engram.client.results.workspace import seed_result
+
+        return seed_result(response)
 
     async def complete_bootstrap(self, *, space: AnySpace | None = None) -> str:
         """Archives BOOTSTRAP.md; returns where it now lives. NotFound without one."""
         request = workspace_pb2.CompleteBootstrapRequest(space=self._space(space))
         response = await self._call(
             "WorkspaceService.CompleteBootstrap",
-            self._stubs.workspace.CompleteBootstrap,
+            self._stub(_workspace).CompleteBootstrap,
             request,
             idempotent=False,
         )

@@ -3,87 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import grpc
 
-from engram.client import mapping
-from engram.client.base import AnySpace, ClientBase, Page, pages
+from engram.client.base import AnySpace, ClientBase, pages
 from engram.client.mapping import timestamp
-from engram.client.models import Space
 from engram.domain.errors import InvalidArgument
 from engram.v1 import authz_pb2, authz_pb2_grpc
 
-ROLES = {
-    "viewer": authz_pb2.ROLE_VIEWER,
-    "config_editor": authz_pb2.ROLE_CONFIG_EDITOR,
-    "member": authz_pb2.ROLE_MEMBER,
-    "admin": authz_pb2.ROLE_ADMIN,
-    "org_admin": authz_pb2.ROLE_ORG_ADMIN,
-}
-ROLE_NAMES = {number: name for name, number in ROLES.items()}
+if TYPE_CHECKING:
+    from engram.client.results.authz import (
+        AuditEvent,
+        Authorization,
+        CreatedToken,
+        Principal,
+        TokenInfo,
+    )
+    from engram.client.results.page import Page
+
 ACTIONS = {
     name.removeprefix("ACTION_").lower(): number
     for name, number in authz_pb2.Action.items()
     if number != authz_pb2.ACTION_UNSPECIFIED
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    subject: str
-    tenant: str
-    # viewer, config_editor, member or admin ("" for none).
-    role: str
-    platform_admin: bool
-    service: bool
-    token_id: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Authorization:
-    allowed: bool
-    # Why not (member_role_required ...), when refused.
-    reason: str
-    # The space with tenant and user stamped from the caller's identity, and its id.
-    space: Space
-    space_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class CreatedToken:
-    # The secret (egm_...): shown once, stored only as a hash.
-    token: str
-    token_id: str
-    expires_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class TokenInfo:
-    token_id: str
-    tenant: str
-    user: str
-    role: str
-    description: str
-    created_at: datetime | None
-    expires_at: datetime | None
-    created_by: str
-    revoked: bool
-    revoked_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class AuditEvent:
-    event_id: str
-    # memory.global_write, memory.global_delete, memory.global_import ...
-    action: str
-    subject: str
-    tenant: str
-    space_id: str
-    path: str
-    bytes_delta: int
-    at: datetime | None
 
 
 def _authz(channel: grpc.aio.Channel) -> authz_pb2_grpc.AuthzServiceAsyncStub:
@@ -106,6 +50,8 @@ class AuthzCalls(ClientBase):
         response = await self._call(
             "AuthzService.Authenticate", self._stub(_authz).Authenticate, request, idempotent=True
         )
+        from engram.client.results.authz import principal
+
         return principal(response.principal)
 
     async def authorize(self, action: str, *, space: AnySpace | None = None) -> Authorization:
@@ -118,12 +64,9 @@ class AuthzCalls(ClientBase):
         response = await self._call(
             "AuthzService.Authorize", self._stub(_authz).Authorize, request, idempotent=True
         )
-        return Authorization(
-            allowed=response.allowed,
-            reason=response.reason,
-            space=mapping.space_from_proto(response.space),
-            space_id=response.space_id,
-        )
+        from engram.client.results.authz import authorization
+
+        return authorization(response)
 
     async def create_token(
         self,
@@ -136,6 +79,8 @@ class AuthzCalls(ClientBase):
     ) -> CreatedToken:
         """Issues a personal access token (tenant admin); never retried (a repeat would
         issue a second one)."""
+        from engram.client.results.authz import ROLES, created_token
+
         request = authz_pb2.CreateTokenRequest(
             user=user,
             role=_named(ROLES, role, "role"),  # type: ignore[arg-type]
@@ -146,11 +91,7 @@ class AuthzCalls(ClientBase):
         response = await self._call(
             "AuthzService.CreateToken", self._stub(_authz).CreateToken, request, idempotent=False
         )
-        return CreatedToken(
-            token=response.token,
-            token_id=response.token_id,
-            expires_at=mapping.optional_time(response, "expires_at"),
-        )
+        return created_token(response)
 
     async def revoke_token(self, token_id: str) -> bool:
         """Revokes a token; False when it was revoked already. Retried on UNAVAILABLE."""
@@ -170,6 +111,9 @@ class AuthzCalls(ClientBase):
         response = await self._call(
             "AuthzService.ListTokens", self._stub(_authz).ListTokens, request, idempotent=True
         )
+        from engram.client.results.authz import token_info
+        from engram.client.results.page import Page
+
         return Page(tuple(token_info(t) for t in response.tokens), response.next_page_token)
 
     async def iter_tokens(
@@ -198,6 +142,9 @@ class AuthzCalls(ClientBase):
             request,
             idempotent=True,
         )
+        from engram.client.results.authz import audit_event
+        from engram.client.results.page import Page
+
         return Page(tuple(audit_event(e) for e in response.events), response.next_page_token)
 
     async def iter_audit_events(
@@ -240,42 +187,3 @@ class AuthzCalls(ClientBase):
             idempotent=False,
         )
         return response.event_id
-
-
-def principal(message: authz_pb2.Principal) -> Principal:
-    return Principal(
-        subject=message.subject,
-        tenant=message.tenant,
-        role=ROLE_NAMES.get(message.role, ""),
-        platform_admin=message.platform_admin,
-        service=message.service,
-        token_id=message.token_id,
-    )
-
-
-def token_info(message: authz_pb2.TokenInfo) -> TokenInfo:
-    return TokenInfo(
-        token_id=message.token_id,
-        tenant=message.tenant,
-        user=message.user,
-        role=ROLE_NAMES.get(message.role, ""),
-        description=message.description,
-        created_at=mapping.optional_time(message, "created_at"),
-        expires_at=mapping.optional_time(message, "expires_at"),
-        created_by=message.created_by,
-        revoked=message.revoked,
-        revoked_at=mapping.optional_time(message, "revoked_at"),
-    )
-
-
-def audit_event(message: authz_pb2.AuditEvent) -> AuditEvent:
-    return AuditEvent(
-        event_id=message.event_id,
-        action=message.action,
-        subject=message.subject,
-        tenant=message.tenant,
-        space_id=message.space_id,
-        path=message.path,
-        bytes_delta=message.bytes_delta,
-        at=mapping.optional_time(message, "at"),
-    )

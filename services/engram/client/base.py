@@ -13,11 +13,9 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Self, TypeAlias, TypeVar, cast
 
 import grpc
 
@@ -39,6 +37,7 @@ from engram.v1 import space_pb2
 if TYPE_CHECKING:
     from tenacity import RetryCallState
 
+    from engram.client.results.page import Page
     from engram.domain.spaces import SpaceRef
 
 log = logging.getLogger("engram.client")
@@ -62,14 +61,6 @@ Response = TypeVar("Response")
 Stub = TypeVar("Stub")
 Item = TypeVar("Item")
 Offload: TypeAlias = "Callable[..., Awaitable[Any]]"
-
-
-@dataclass(frozen=True, slots=True)
-class Page(Generic[Item]):
-    """One page of a listing; pass `next_page_token` back for the next ("" = the last)."""
-
-    items: tuple[Item, ...]
-    next_page_token: str = ""
 
 
 class _Connection:
@@ -183,6 +174,8 @@ def _log_attempt(peer: str, attempt: int, delay: float) -> None:
 def backoff(attempt: int) -> float:
     """The pause after failed attempt `attempt` (1, 2 ...) of a stream, as tenacity's
     exponential-with-jitter wait gives it to unary calls."""
+    import random  # here: seeding it costs every start-up ~3 M instructions
+
     base: float = BACKOFF_INITIAL * 2 ** (attempt - 1)
     return min(BACKOFF_MAX, base) + random.uniform(0, 0.25)  # noqa: S311 - jitter, not secrets
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import grpc
 
@@ -12,19 +11,8 @@ from engram.client.base import AnySpace, ClientBase, spaces_to_proto
 from engram.domain.positions import IndexLeg
 from engram.v1 import indexer_pb2, indexer_pb2_grpc
 
-
-@dataclass(frozen=True, slots=True)
-class IndexStatus:
-    active_model: str
-    dimension: int
-    # A model being filled behind the alias ("" when no switch is under way).
-    pending_model: str
-    # Events waiting to be indexed.
-    backlog: int
-    switch_documents_indexed: int
-    collections: tuple[str, ...]
-    # Rises while the indexer works: sampled twice, its difference is the indexing rate.
-    indexed_total: int
+if TYPE_CHECKING:
+    from engram.client.results.indexer import IndexStatus
 
 
 # (space_id, path, document_id): one document's progress row.
@@ -57,15 +45,9 @@ class IndexerCalls(ClientBase):
             indexer_pb2.GetIndexStatusRequest(),
             idempotent=True,
         )
-        return IndexStatus(
-            active_model=response.active_model,
-            dimension=response.dimension,
-            pending_model=response.pending_model,
-            backlog=response.backlog,
-            switch_documents_indexed=response.switch_documents_indexed,
-            collections=tuple(response.collections),
-            indexed_total=response.indexed_total,
-        )
+        from engram.client.results.indexer import index_status
+
+        return index_status(response)
 
     async def index_progress(
         self, leg: IndexLeg | Literal["keyword", "vector"], documents: Sequence[ProgressKey]

@@ -2,59 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import grpc
 
-from engram.client import mapping
-from engram.client.base import AnySpace, ClientBase, Page, pages
-from engram.client.models import Space
-from engram.domain.errors import InvalidArgument
+from engram.client.base import AnySpace, ClientBase, pages
 from engram.v1 import maintenance_pb2, maintenance_pb2_grpc
 
-OUTCOMES = {
-    maintenance_pb2.JOB_OUTCOME_RUNNING: "running",
-    maintenance_pb2.JOB_OUTCOME_SUCCEEDED: "succeeded",
-    maintenance_pb2.JOB_OUTCOME_FAILED: "failed",
-}
-LOG_RETENTIONS = {
-    "off": maintenance_pb2.LOG_RETENTION_OFF,
-    "archive": maintenance_pb2.LOG_RETENTION_ARCHIVE,
-    "delete": maintenance_pb2.LOG_RETENTION_DELETE,
-}
-LOG_RETENTION_NAMES = {number: name for name, number in LOG_RETENTIONS.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class JobRun:
-    run_id: str
-    job: str
-    space: Space
-    space_id: str
-    started_at: datetime | None
-    # None while the run is under way.
-    finished_at: datetime | None
-    # running, succeeded or failed.
-    outcome: str
-    counts: Mapping[str, int]
-    message: str
-    details: tuple[str, ...]
-    worker: str
-    on_demand: bool
-
-
-@dataclass(frozen=True, slots=True)
-class SpaceMaintenance:
-    """What the maintenance worker does to one space (0 = the server's default)."""
-
-    dream_enabled: bool = False
-    # off, archive or delete.
-    log_retention: str = "off"
-    max_daily_logs: int = 0
-    log_retention_days: int = 0
-    stale_after_days: int = 0
+if TYPE_CHECKING:
+    from engram.client.results.maintenance import JobRun, SpaceMaintenance
+    from engram.client.results.page import Page
 
 
 def _maintenance(
@@ -88,6 +46,9 @@ class MaintenanceCalls(ClientBase):
             request,
             idempotent=True,
         )
+        from engram.client.results.maintenance import job_run
+        from engram.client.results.page import Page
+
         return Page(tuple(job_run(run) for run in response.runs), response.next_page_token)
 
     async def iter_job_runs(
@@ -118,6 +79,8 @@ class MaintenanceCalls(ClientBase):
             request,
             idempotent=False,
         )
+        from engram.client.results.maintenance import job_run
+
         return job_run(response.run)
 
     async def get_space_maintenance(self, *, space: AnySpace | None = None) -> SpaceMaintenance:
@@ -129,6 +92,8 @@ class MaintenanceCalls(ClientBase):
             request,
             idempotent=True,
         )
+        from engram.client.results.maintenance import settings_from_proto
+
         return settings_from_proto(response.settings)
 
     async def set_space_maintenance(
@@ -136,6 +101,8 @@ class MaintenanceCalls(ClientBase):
     ) -> SpaceMaintenance:
         """Replaces the space's maintenance settings (tenant admin); returns them. Retried on
         UNAVAILABLE: setting the same settings twice is setting them once."""
+        from engram.client.results.maintenance import settings_from_proto, settings_to_proto
+
         request = maintenance_pb2.SetSpaceMaintenanceRequest(
             space=self._space(space), settings=settings_to_proto(settings)
         )
@@ -146,46 +113,3 @@ class MaintenanceCalls(ClientBase):
             idempotent=True,
         )
         return settings_from_proto(response.settings)
-
-
-def job_run(message: maintenance_pb2.JobRun) -> JobRun:
-    return JobRun(
-        run_id=message.run_id,
-        job=message.job,
-        space=mapping.space_from_proto(message.space),
-        space_id=message.space_id,
-        started_at=mapping.optional_time(message, "started_at"),
-        finished_at=mapping.optional_time(message, "finished_at"),
-        outcome=OUTCOMES.get(message.outcome, "unspecified"),
-        counts=dict(message.counts),
-        message=message.message,
-        details=tuple(message.details),
-        worker=message.worker,
-        on_demand=message.on_demand,
-    )
-
-
-def settings_from_proto(message: maintenance_pb2.SpaceMaintenance) -> SpaceMaintenance:
-    return SpaceMaintenance(
-        dream_enabled=message.dream_enabled,
-        log_retention=LOG_RETENTION_NAMES.get(message.log_retention, "off"),
-        max_daily_logs=message.max_daily_logs,
-        log_retention_days=message.log_retention_days,
-        stale_after_days=message.stale_after_days,
-    )
-
-
-def settings_to_proto(wanted: SpaceMaintenance) -> maintenance_pb2.SpaceMaintenance:
-    retention = LOG_RETENTIONS.get(wanted.log_retention)
-    if retention is None:
-        raise InvalidArgument(
-            f"log_retention {wanted.log_retention!r} is not one of {', '.join(LOG_RETENTIONS)}",
-            field="log_retention",
-        )
-    return maintenance_pb2.SpaceMaintenance(
-        dream_enabled=wanted.dream_enabled,
-        log_retention=retention,
-        max_daily_logs=wanted.max_daily_logs,
-        log_retention_days=wanted.log_retention_days,
-        stale_after_days=wanted.stale_after_days,
-    )

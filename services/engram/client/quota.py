@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -10,60 +10,8 @@ from engram.client.base import UNAVAILABLE_OR_LATE, AnySpace, ClientBase
 from engram.client.mapping import space_to_proto
 from engram.v1 import quota_pb2, quota_pb2_grpc
 
-
-@dataclass(frozen=True, slots=True)
-class Charge:
-    # False when the idempotency key had already been applied.
-    applied: bool
-    space_used_bytes: int
-    tenant_used_bytes: int
-    # The org's counter after the charge (0 when the tenant is in no org).
-    org_used_bytes: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaUsage:
-    tenant: str
-    tenant_used_bytes: int
-    tenant_quota_bytes: int
-    # The space's figures, when one was asked for.
-    space_used_bytes: int = 0
-    space_quota_bytes: int = 0
-    space_document_count: int = 0
-    # The tenant's limit comes from set_tenant_quota, not the default.
-    tenant_quota_overridden: bool = False
-    # What the tenant may use: the lesser of tenant_quota_bytes and its org's ceiling.
-    tenant_effective_quota_bytes: int = 0
-    # The tenant's org ("" = none), what its teams use together, and its ceiling (None =
-    # no ceiling set).
-    org: str = ""
-    org_used_bytes: int = 0
-    org_quota_bytes: int | None = None
-    # Bytes of global spaces the tenant's changes account for (attribution only).
-    global_attributed_bytes: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class TenantOrg:
-    tenant: str
-    # "" = in no org.
-    org: str
-    # The bytes the org's teams use together, the tenant's included.
-    org_used_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class UsageDrift:
-    # "space:<space_id>", "tenant:<tenant>" or "instance".
-    counter: str
-    recorded_bytes: int
-    actual_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class Reconciliation:
-    drifts: tuple[UsageDrift, ...]
-    spaces_checked: int
+if TYPE_CHECKING:
+    from engram.client.results.quota import Charge, QuotaUsage, Reconciliation, TenantOrg
 
 
 def _quota(channel: grpc.aio.Channel) -> quota_pb2_grpc.QuotaServiceAsyncStub:
@@ -99,12 +47,9 @@ class QuotaCalls(ClientBase):
             idempotent=bool(idempotency_key),
             retry_on=UNAVAILABLE_OR_LATE,
         )
-        return Charge(
-            response.applied,
-            response.space_used_bytes,
-            response.tenant_used_bytes,
-            response.org_used_bytes,
-        )
+        from engram.client.results.quota import charge
+
+        return charge(response)
 
     async def quota_usage(
         self,
@@ -124,20 +69,9 @@ class QuotaCalls(ClientBase):
         response = await self._call(
             "QuotaService.GetUsage", self._stub(_quota).GetUsage, request, idempotent=True
         )
-        return QuotaUsage(
-            tenant=response.tenant,
-            tenant_used_bytes=response.tenant_used_bytes,
-            tenant_quota_bytes=response.tenant_quota_bytes,
-            space_used_bytes=response.space_used_bytes,
-            space_quota_bytes=response.space_quota_bytes,
-            space_document_count=response.space_document_count,
-            tenant_quota_overridden=response.tenant_quota_overridden,
-            tenant_effective_quota_bytes=response.tenant_effective_quota_bytes,
-            org=response.org,
-            org_used_bytes=response.org_used_bytes,
-            org_quota_bytes=response.org_quota_bytes if response.org_quota_set else None,
-            global_attributed_bytes=response.global_attributed_bytes,
-        )
+        from engram.client.results.quota import quota_usage
+
+        return quota_usage(response)
 
     async def set_tenant_quota(self, tenant: str, quota_bytes: int) -> int:
         """Sets a tenant's aggregate limit ("instance": the global spaces'); returns it.
@@ -167,7 +101,9 @@ class QuotaCalls(ClientBase):
         response = await self._call(
             "QuotaService.SetTenantOrg", self._stub(_quota).SetTenantOrg, request, idempotent=True
         )
-        return TenantOrg(response.tenant, response.org, response.org_used_bytes)
+        from engram.client.results.quota import tenant_org
+
+        return tenant_org(response)
 
     async def reconcile(self, tenant: str = "") -> Reconciliation:
         """Recomputes the tenant's counters from the stored documents, correcting drift."""
@@ -175,9 +111,6 @@ class QuotaCalls(ClientBase):
         response = await self._call(
             "QuotaService.Reconcile", self._stub(_quota).Reconcile, request, idempotent=True
         )
-        return Reconciliation(
-            drifts=tuple(
-                UsageDrift(d.counter, d.recorded_bytes, d.actual_bytes) for d in response.drifts
-            ),
-            spaces_checked=response.spaces_checked,
-        )
+        from engram.client.results.quota import reconciliation
+
+        return reconciliation(response)

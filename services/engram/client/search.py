@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import grpc
 
-from engram.client import mapping
 from engram.client.base import AnySpace, ClientBase, spaces_to_proto
 from engram.client.mapping import position_to_proto
-from engram.client.models import SearchResults
 from engram.domain.errors import InvalidArgument
 from engram.domain.positions import IndexPosition
 from engram.v1 import search_pb2, search_pb2_grpc
+
+if TYPE_CHECKING:
+    from engram.client.results.search import SearchResults
 
 
 def _search(channel: grpc.aio.Channel) -> search_pb2_grpc.SearchServiceAsyncStub:
     return search_pb2_grpc.SearchServiceStub(channel)
 
 
+# search(mode=...): which legs answer.
+SEARCH_MODES = {
+    "hybrid": search_pb2.SEARCH_MODE_HYBRID,
+    "lexical": search_pb2.SEARCH_MODE_LEXICAL,
+    "semantic": search_pb2.SEARCH_MODE_SEMANTIC,
+}
 # search(fusion=...): how the two legs' lists are fused ("" = the server's default).
 FUSIONS = {
     "": search_pb2.SEARCH_FUSION_UNSPECIFIED,
@@ -58,10 +66,10 @@ class SearchCalls(ClientBase):
         document's best chunk only."""
         if fusion not in FUSIONS:
             raise InvalidArgument(f"fusion {fusion!r} is not convex or rrf", field="fusion")
-        search_mode = mapping.SEARCH_MODES.get(mode)
+        search_mode = SEARCH_MODES.get(mode)
         if search_mode is None:
             raise InvalidArgument(
-                f"mode {mode!r} is not one of {', '.join(mapping.SEARCH_MODES)}", field="mode"
+                f"mode {mode!r} is not one of {', '.join(SEARCH_MODES)}", field="mode"
             )
         request = search_pb2.SearchRequest(
             spaces=spaces_to_proto(spaces or (self.space,)),
@@ -88,4 +96,6 @@ class SearchCalls(ClientBase):
             idempotent=True,
             deadline=timeout,
         )
-        return mapping.search_results(response)
+        from engram.client.results.search import search_results
+
+        return search_results(response)

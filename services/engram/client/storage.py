@@ -5,26 +5,28 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import TYPE_CHECKING, BinaryIO, cast
 
 import grpc
 
-from engram.client import mapping
-from engram.client.base import AnySpace, ClientBase, Offload, Page, backoff, log, pages
+from engram.client.base import AnySpace, ClientBase, Offload, backoff, log, pages
 from engram.client.mapping import position_from_proto
-from engram.client.models import (
-    DirectoryEntry,
-    Document,
-    DocumentPage,
-    DocumentWrite,
-    Space,
-)
 from engram.domain.errors import EngramError, InvalidArgument, Unavailable
 from engram.domain.positions import IndexPosition
-from engram.v1 import document_pb2, storage_pb2, storage_pb2_grpc
+from engram.v1 import storage_pb2, storage_pb2_grpc
+
+# Each call imports the results it builds (engram.client.results) when it first runs.
+if TYPE_CHECKING:
+    from engram.client.results.documents import Document, DocumentWrite
+    from engram.client.results.erasure import Purge, SpaceDeletion
+    from engram.client.results.feed import WatchEvent
+    from engram.client.results.listing import DirectoryEntry, DocumentPage
+    from engram.client.results.page import Page
+    from engram.client.results.spaces import SpaceSummary
+    from engram.client.results.transfer import ImportResult
+    from engram.client.results.usage import Usage
+    from engram.client.results.versions import DocumentVersion
 
 # Export and import move the archive in chunks of this size.
 CHUNK_BYTES = 256 * 1024
@@ -37,20 +39,6 @@ IMPORT_STRATEGIES = {
     "skip": storage_pb2.IMPORT_STRATEGY_SKIP,
     "overwrite": storage_pb2.IMPORT_STRATEGY_OVERWRITE,
     "rename": storage_pb2.IMPORT_STRATEGY_RENAME,
-}
-CHANGE_KINDS = {
-    storage_pb2.CHANGE_KIND_WRITTEN: "written",
-    storage_pb2.CHANGE_KIND_DELETED: "deleted",
-    storage_pb2.CHANGE_KIND_PURGED: "purged",
-    storage_pb2.CHANGE_KIND_SPACE_DELETED: "space_deleted",
-}
-IMPORT_OUTCOMES = {
-    storage_pb2.IMPORT_OUTCOME_CREATED: "created",
-    storage_pb2.IMPORT_OUTCOME_OVERWRITTEN: "overwritten",
-    storage_pb2.IMPORT_OUTCOME_SKIPPED: "skipped",
-    storage_pb2.IMPORT_OUTCOME_RENAMED: "renamed",
-    storage_pb2.IMPORT_OUTCOME_UNCHANGED: "unchanged",
-    storage_pb2.IMPORT_OUTCOME_UNSUPPORTED: "unsupported",
 }
 
 
@@ -65,100 +53,6 @@ class Deletion(int):
         made = super().__new__(cls, deleted_bytes)
         made.position = position
         return made
-
-
-@dataclass(frozen=True, slots=True)
-class DocumentVersion:
-    document_id: str
-    version: int
-    sha256: str
-    size_bytes: int
-    updated_at: datetime | None
-    updated_by: str
-    # The document's current version.
-    current: bool
-    # The last version before the document was deleted.
-    deleted: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    used_bytes: int
-    # The space's sub-cap (0 = none).
-    quota_bytes: int
-    tenant_used_bytes: int
-    tenant_quota_bytes: int
-    document_count: int
-
-
-@dataclass(frozen=True, slots=True)
-class ImportedEntry:
-    path: str
-    # Where it was written ("" when skipped).
-    stored_path: str
-    # created, overwritten, skipped, renamed, unchanged or unsupported.
-    outcome: str
-    detail: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ImportResult:
-    written: int
-    skipped: int
-    renamed: int
-    bytes: int
-    unsupported: int
-    entries: tuple[ImportedEntry, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Purge:
-    # False when nothing was stored at the path.
-    purged: bool
-    versions_erased: int
-    refunded_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class SpaceDeletion:
-    space_id: str
-    documents_erased: int
-    versions_erased: int
-    refunded_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class SpaceSummary:
-    space: Space
-    space_id: str
-    document_count: int
-    used_bytes: int
-    last_write_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class SpaceChange:
-    """One change of the feed (never content: read the document for that)."""
-
-    # Pass it back as watch_space(cursor=...) to resume after this change.
-    cursor: str
-    # written, deleted, purged or space_deleted.
-    kind: str
-    path: str
-    version: int
-    sha256: str
-    size_bytes: int
-    at: datetime | None
-    document_id: str
-    event_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    """What watch_space yields: a change, or (once) word that the replay caught up."""
-
-    change: SpaceChange | None = None
-    caught_up: bool = False
 
 
 def _storage(channel: grpc.aio.Channel) -> storage_pb2_grpc.StorageServiceAsyncStub:
@@ -179,7 +73,9 @@ class StorageCalls(ClientBase):
         response = await self._call(
             "StorageService.ReadDocument", stub.ReadDocument, request, idempotent=True
         )
-        return mapping.document(response.document)
+        from engram.client.results.documents import document
+
+        return document(response.document)
 
     async def write_document(
         self,
@@ -214,7 +110,9 @@ class StorageCalls(ClientBase):
             request,
             idempotent=not append or bool(expected_sha256) or create_only,
         )
-        return mapping.document_write(response)
+        from engram.client.results.documents import document_write
+
+        return document_write(response)
 
     async def delete_document(
         self, path: str, *, expected_sha256: str = "", space: AnySpace | None = None
@@ -257,7 +155,9 @@ class StorageCalls(ClientBase):
             request,
             idempotent=True,
         )
-        return mapping.document_page(response)
+        from engram.client.results.listing import document_page
+
+        return document_page(response)
 
     async def iter_documents(
         self,
@@ -268,6 +168,8 @@ class StorageCalls(ClientBase):
         space: AnySpace | None = None,
     ) -> AsyncIterator[DirectoryEntry]:
         """Every entry of a directory listing (every page), in path order."""
+
+        from engram.client.results.page import Page
 
         async def page(token: str) -> Page[DirectoryEntry]:
             found = await self.list_documents(
@@ -296,6 +198,9 @@ class StorageCalls(ClientBase):
             request,
             idempotent=True,
         )
+        from engram.client.results.page import Page
+        from engram.client.results.versions import document_version
+
         return Page(tuple(document_version(v) for v in response.versions), response.next_page_token)
 
     async def iter_document_versions(
@@ -317,13 +222,9 @@ class StorageCalls(ClientBase):
         response = await self._call(
             "StorageService.GetUsage", self._stub(_storage).GetUsage, request, idempotent=True
         )
-        return Usage(
-            used_bytes=response.used_bytes,
-            quota_bytes=response.quota_bytes,
-            tenant_used_bytes=response.tenant_used_bytes,
-            tenant_quota_bytes=response.tenant_quota_bytes,
-            document_count=response.document_count,
-        )
+        from engram.client.results.usage import usage
+
+        return usage(response)
 
     async def export_chunks(self, *, space: AnySpace | None = None) -> AsyncIterator[bytes]:
         """The space as a gzipped tar, chunk by chunk (reopened on UNAVAILABLE before the
@@ -405,6 +306,8 @@ class StorageCalls(ClientBase):
             requests(),
             deadline=self.stream_timeout,
         )
+        from engram.client.results.transfer import import_result
+
         return import_result(response)
 
     async def purge_document(self, path: str, *, space: AnySpace | None = None) -> Purge:
@@ -416,7 +319,9 @@ class StorageCalls(ClientBase):
             request,
             idempotent=True,
         )
-        return Purge(response.purged, response.versions_erased, response.refunded_bytes)
+        from engram.client.results.erasure import purge
+
+        return purge(response)
 
     async def delete_space(
         self, *, confirm_space_id: str, space: AnySpace | None = None
@@ -428,12 +333,9 @@ class StorageCalls(ClientBase):
         response = await self._call(
             "StorageService.DeleteSpace", self._stub(_storage).DeleteSpace, request, idempotent=True
         )
-        return SpaceDeletion(
-            space_id=response.space_id,
-            documents_erased=response.documents_erased,
-            versions_erased=response.versions_erased,
-            refunded_bytes=response.refunded_bytes,
-        )
+        from engram.client.results.erasure import space_deletion
+
+        return space_deletion(response)
 
     async def list_spaces(
         self,
@@ -452,6 +354,9 @@ class StorageCalls(ClientBase):
         response = await self._call(
             "StorageService.ListSpaces", self._stub(_storage).ListSpaces, request, idempotent=True
         )
+        from engram.client.results.page import Page
+        from engram.client.results.spaces import space_summary
+
         return Page(tuple(space_summary(s) for s in response.spaces), response.next_page_token)
 
     async def iter_spaces(
@@ -479,6 +384,8 @@ class StorageCalls(ClientBase):
             request,
             idempotent=True,
         )
+        from engram.client.results.page import Page
+
         documents = tuple((d.space_id, d.path) for d in response.documents)
         return Page(documents, response.next_page_token)
 
@@ -506,6 +413,8 @@ class StorageCalls(ClientBase):
         answered fails after `retries` attempts. The first request carries `cursor` and
         `from_start` as given (the server refuses both at once); a resume carries the last
         cursor received, or, before any change arrived, the caller's own start."""
+        from engram.client.results.feed import watch_event
+
         connected = False
         failures = 0
         while True:
@@ -562,65 +471,3 @@ async def _chunks(source: ImportSource, offload: Offload) -> AsyncIterator[bytes
 async def _read_file(handle: BinaryIO, offload: Offload) -> AsyncIterator[bytes]:
     while chunk := await offload(handle.read, CHUNK_BYTES):
         yield chunk
-
-
-def document_version(message: document_pb2.DocumentVersion) -> DocumentVersion:
-    return DocumentVersion(
-        document_id=message.document_id,
-        version=message.version,
-        sha256=message.sha256,
-        size_bytes=message.size_bytes,
-        updated_at=mapping.optional_time(message, "updated_at"),
-        updated_by=message.updated_by,
-        current=message.current,
-        deleted=message.deleted,
-    )
-
-
-def import_result(message: storage_pb2.ImportSpaceResponse) -> ImportResult:
-    return ImportResult(
-        written=message.written,
-        skipped=message.skipped,
-        renamed=message.renamed,
-        bytes=message.bytes,
-        unsupported=message.unsupported,
-        entries=tuple(
-            ImportedEntry(
-                path=entry.path,
-                stored_path=entry.stored_path,
-                outcome=IMPORT_OUTCOMES.get(entry.outcome, "unspecified"),
-                detail=entry.detail,
-            )
-            for entry in message.entries
-        ),
-    )
-
-
-def space_summary(message: storage_pb2.SpaceSummary) -> SpaceSummary:
-    return SpaceSummary(
-        space=mapping.space_from_proto(message.space),
-        space_id=message.space_id,
-        document_count=message.document_count,
-        used_bytes=message.used_bytes,
-        last_write_at=mapping.optional_time(message, "last_write_at"),
-    )
-
-
-def space_change(message: storage_pb2.SpaceChange) -> SpaceChange:
-    return SpaceChange(
-        cursor=message.cursor,
-        kind=CHANGE_KINDS.get(message.kind, "unspecified"),
-        path=message.path,
-        version=message.version,
-        sha256=message.sha256,
-        size_bytes=message.size_bytes,
-        at=mapping.optional_time(message, "at"),
-        document_id=message.document_id,
-        event_id=message.event_id,
-    )
-
-
-def watch_event(message: storage_pb2.WatchSpaceResponse) -> WatchEvent:
-    if message.HasField("change"):
-        return WatchEvent(change=space_change(message.change))
-    return WatchEvent(caught_up=message.caught_up)

@@ -4,22 +4,19 @@ worker): stored usage, version pruning, the walk of every space and document sca
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 
 from engram.client import mapping
-from engram.client.base import AnySpace, ClientBase, Page, pages
-from engram.client.models import Document, Space
+from engram.client.base import AnySpace, ClientBase, pages
 from engram.v1 import storage_pb2, storage_pb2_grpc
 
-
-@dataclass(frozen=True, slots=True)
-class StoredUsage:
-    """What a space's live documents hold (no quota counter involved)."""
-
-    used_bytes: int
-    document_count: int
+if TYPE_CHECKING:
+    from engram.client.models import Space
+    from engram.client.results.documents import Document
+    from engram.client.results.page import Page
+    from engram.client.results.usage import StoredUsage
 
 
 def _storage(channel: grpc.aio.Channel) -> storage_pb2_grpc.StorageServiceAsyncStub:
@@ -38,7 +35,9 @@ class UpkeepCalls(ClientBase):
             request,
             idempotent=True,
         )
-        return StoredUsage(response.used_bytes, response.document_count)
+        from engram.client.results.usage import stored_usage
+
+        return stored_usage(response)
 
     async def sum_stored_usage(
         self, *, tenant: str = "", global_spaces: bool = False
@@ -76,6 +75,8 @@ class UpkeepCalls(ClientBase):
             request,
             idempotent=True,
         )
+        from engram.client.results.page import Page
+
         return Page(
             tuple(mapping.space_from_proto(s) for s in response.spaces), response.next_page_token
         )
@@ -93,9 +94,10 @@ class UpkeepCalls(ClientBase):
             request,
             idempotent=True,
         )
-        return Page(
-            tuple(mapping.document(d) for d in response.documents), response.next_page_token
-        )
+        from engram.client.results.documents import document
+        from engram.client.results.page import Page
+
+        return Page(tuple(document(d) for d in response.documents), response.next_page_token)
 
     async def iter_scan_documents(
         self, *, page_size: int = 0, space: AnySpace | None = None

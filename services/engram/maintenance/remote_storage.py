@@ -10,8 +10,7 @@ from datetime import UTC, datetime
 
 import grpc
 
-from engram.client import EngramClient
-from engram.client.models import Document, Space
+from engram.client import Document, EngramClient, Space
 from engram.domain.documents import PathEntry, StoredDocument
 from engram.domain.spaces import SpaceRef, Visibility
 from engram.quota.service import Drift, ReconcileReport
