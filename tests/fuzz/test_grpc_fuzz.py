@@ -526,6 +526,10 @@ async def reads_back(
                 if member.isfile()
             }
         for entry in response.entries:
+            if entry.outcome == storage_pb2.IMPORT_OUTCOME_UNSUPPORTED:
+                # Left out (skip_unsupported), with the reason: nothing was stored for it.
+                assert entry.stored_path == "" and entry.detail, entry
+                continue
             if entry.outcome == storage_pb2.IMPORT_OUTCOME_SKIPPED:
                 continue
             assert await read(first.space, entry.stored_path) == entries[entry.path]
