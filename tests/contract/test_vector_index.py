@@ -495,6 +495,31 @@ async def test_numpy_follows_another_process_writes_and_collections(tmp_path: Pa
         await writer.close()
 
 
+async def test_numpy_follower_leaves_a_collection_another_process_is_creating(
+    tmp_path: Path,
+) -> None:
+    """A collection whose database exists but whose info row is not written yet is being
+    created by another process: a follower's catch-up used to remove it, losing the other
+    process's new collection (and the model switch made on it)."""
+    root = tmp_path / "v"
+    writer = NumpyVectorIndex(root)
+    await writer.open()
+    await writer.ensure_collection(MODEL)
+    reader = NumpyVectorIndex(root, follow_seconds=0.02)
+    await reader.open()
+    try:
+        creating = root / numpy_index.COLLECTIONS_DIR / "being-created"
+        creating.mkdir()
+        (creating / numpy_index.DATABASE_FILE).write_bytes(b"")  # no schema, no info row yet
+        for _ in range(10):  # several catch-ups
+            await reader.search(["s1"], np.ones(DIM, dtype=np.float32), limit=1)
+            await asyncio.sleep(0.03)
+        assert (creating / numpy_index.DATABASE_FILE).is_file()
+    finally:
+        await reader.close()
+        await writer.close()
+
+
 async def test_numpy_follower_that_falls_behind_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

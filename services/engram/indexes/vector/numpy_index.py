@@ -622,7 +622,7 @@ class NumpyVectorIndex:
             directories = await asyncio.to_thread(_collection_dirs, self._root)
             for directory in directories:
                 if directory.name not in known:
-                    collection = await self._load_collection(directory)
+                    collection = await self._load_collection(directory, remove_incomplete=False)
                     if collection is not None:
                         self._collections[collection.info.model_id] = collection
             present = {d.name for d in directories}
@@ -749,12 +749,21 @@ class NumpyVectorIndex:
         return value if isinstance(value, str) else None
 
     async def _load_collection(
-        self, directory: Path, *, database: SqliteDatabase | None = None
+        self,
+        directory: Path,
+        *,
+        database: SqliteDatabase | None = None,
+        remove_incomplete: bool = True,
     ) -> _Collection | None:
+        """The collection in `directory`, or None when its creation is not complete: removed
+        at open (`remove_incomplete`), only skipped by a follower's catch-up, which may
+        look while another process is creating it (removing it there lost that process's
+        new collection, and the model switch it was made for)."""
         if database is None:
             if not await asyncio.to_thread((directory / DATABASE_FILE).is_file):
                 # A collection whose creation did not get as far as its database file.
-                await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
+                if remove_incomplete:
+                    await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
                 return None
             database = SqliteDatabase(directory / DATABASE_FILE, readers=1)
             await self._guard(database.open([SCHEMA]))
@@ -802,7 +811,8 @@ class NumpyVectorIndex:
         info, spaces, seen = await self._guard(database.read_snapshot(load))
         if info is None:
             await database.close()
-            await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
+            if remove_incomplete:
+                await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
             return None
         return _Collection(info, directory, database, spaces, seen)
 
