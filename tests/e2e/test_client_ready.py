@@ -76,14 +76,44 @@ async def test_the_blocking_client_waits_too(engram: EmbeddedEngram) -> None:
     assert "not connected within 0.5 s" in refused
 
 
-async def test_a_deadline_is_counted_as_deadline_exceeded(engram: EmbeddedEngram) -> None:
+async def test_a_deadline_is_counted_as_deadline_exceeded() -> None:
     """The server is paused past the call's deadline: the client raises Unavailable (a
-    failure engram did not shape), and status_name still tells the deadline apart."""
-    async with AsyncClient(f"127.0.0.1:{engram.port}", retries=0) as client:
-        await client.wait_ready(30)
-        with pytest.raises(Unavailable) as late:
-            # A deadline no call can meet, past the connection already made.
-            await client.with_options(timeout=0.000_001).get_usage()
+    failure engram did not shape), and status_name still tells the deadline apart.
+
+    The pause is real: a server whose GetUsage waits until the test lets it go. (A deadline
+    of a microsecond against engram itself is not enough: gRPC rounds a deadline up to the
+    next millisecond, and a loopback GetUsage can answer within it.)"""
+    arrived = asyncio.Event()
+    release = asyncio.Event()
+
+    async def paused_get_usage(request: bytes, context: object) -> bytes:
+        arrived.set()
+        await release.wait()
+        return b""
+
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "engram.v1.StorageService",
+                {"GetUsage": grpc.unary_unary_rpc_method_handler(paused_get_usage)},
+            ),
+        )
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with AsyncClient(f"127.0.0.1:{port}", retries=0) as client:
+            await client.wait_ready(30)
+            started = time.monotonic()
+            with pytest.raises(Unavailable) as late:
+                await client.with_options(timeout=0.2).get_usage()
+            waited = time.monotonic() - started
+    finally:
+        release.set()
+        await server.stop(None)
+    assert arrived.is_set(), "the call never reached the server"
+    assert 0.15 < waited < 10, f"gave up after {waited:.3f} s, not at its 0.2 s deadline"
     assert status_name(late.value) == "DEADLINE_EXCEEDED"
 
 
