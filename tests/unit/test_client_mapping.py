@@ -16,7 +16,7 @@ from engram.domain.errors import (
     ProtectedFile,
     RateLimited,
 )
-from engram.v1 import space_pb2, workspace_pb2
+from engram.v1 import search_pb2, space_pb2, workspace_pb2
 
 pytestmark = pytest.mark.unit
 
@@ -125,6 +125,26 @@ def test_memory_search_hits_are_named_results() -> None:
     )
     assert found.results[0].path == "MEMORY.md" and found.results[0].is_hybrid_match
     assert found.result_count == 1 and not found.degraded
+
+
+@pytest.mark.parametrize("family", ["search", "memory_search"])
+def test_a_degraded_answer_says_how_and_how_far_behind(family: str) -> None:
+    """Both searches carry the same answer state to the caller: degraded, why, the
+    positions each index had not reached, and how long the search waited."""
+    state = {
+        "degraded": True,
+        "degraded_reasons": ["vector index timed out"],
+        "keyword_positions_behind": 2,
+        "vector_positions_behind": 5,
+        "waited_ms": 750,
+    }
+    if family == "search":
+        found = search.search_results(search_pb2.SearchResponse(query="q", **state))
+    else:
+        found = search.memory_search_results(workspace_pb2.MemorySearchResponse(query="q", **state))
+    assert found.degraded and found.degraded_reasons == ("vector index timed out",)
+    assert (found.keyword_positions_behind, found.vector_positions_behind) == (2, 5)
+    assert found.waited_ms == 750
 
 
 def test_explain_is_one_line_with_code_and_reason() -> None:

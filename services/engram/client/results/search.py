@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from engram.v1 import search_pb2, workspace_pb2
@@ -46,6 +46,27 @@ class SearchResults:
     waited_ms: int = 0
 
 
+class _AnswerState(TypedDict):
+    degraded: bool
+    degraded_reasons: tuple[str, ...]
+    keyword_positions_behind: int
+    vector_positions_behind: int
+    waited_ms: int
+
+
+def _answer_state(
+    message: workspace_pb2.MemorySearchResponse | search_pb2.SearchResponse,
+) -> _AnswerState:
+    """How whole the answer is: the fields MemorySearchResponse and SearchResponse share."""
+    return _AnswerState(
+        degraded=message.degraded,
+        degraded_reasons=tuple(message.degraded_reasons),
+        keyword_positions_behind=message.keyword_positions_behind,
+        vector_positions_behind=message.vector_positions_behind,
+        waited_ms=message.waited_ms,
+    )
+
+
 def memory_search_results(message: workspace_pb2.MemorySearchResponse) -> SearchResults:
     return SearchResults(
         query=message.query,
@@ -62,11 +83,7 @@ def memory_search_results(message: workspace_pb2.MemorySearchResponse) -> Search
             for hit in message.hits
         ),
         result_count=message.result_count,
-        degraded=message.degraded,
-        degraded_reasons=tuple(message.degraded_reasons),
-        keyword_positions_behind=message.keyword_positions_behind,
-        vector_positions_behind=message.vector_positions_behind,
-        waited_ms=message.waited_ms,
+        **_answer_state(message),
     )
 
 
@@ -92,9 +109,5 @@ def search_results(message: search_pb2.SearchResponse) -> SearchResults:
             for result in message.results
         ),
         result_count=message.result_count,
-        degraded=message.degraded,
-        degraded_reasons=tuple(message.degraded_reasons),
-        keyword_positions_behind=message.keyword_positions_behind,
-        vector_positions_behind=message.vector_positions_behind,
-        waited_ms=message.waited_ms,
+        **_answer_state(message),
     )
