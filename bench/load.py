@@ -52,7 +52,7 @@ for entry in (str(ROOT), str(BENCH)):
 from loadlib import corpus, deploy, ledger, report  # noqa: E402
 from loadlib import faults as faultlib  # noqa: E402
 from loadlib.hooks import Fault  # noqa: E402
-from loadlib.runner import Harness  # noqa: E402
+from loadlib.runner import Harness, Run  # noqa: E402
 
 DEFAULT_MIX = "search=30,memory_search=30,append=25,replace=10,read=5"
 CACHE = Path.home() / ".cache" / "engram" / "load-corpus"
@@ -343,17 +343,9 @@ def population(spec: corpus.CorpusSpec, secret: str) -> list[dict[str, Any]]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = arguments(argv)
-    # SIGTERM stops everything the way Ctrl-C does (the deployment's processes included).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out = (args.out or BENCH / "out" / f"load-{args.target}-{stamp}").resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    spec = corpus.CorpusSpec(args.chunks, args.tenants, args.agents_per_tenant)
-    faults = faults_from(args)
-    document: dict[str, Any] = {
+def _header(args: argparse.Namespace, argv: list[str] | None, stamp: str) -> dict[str, Any]:
+    """result.json's opening keys: the command, when, against what, the machine's load."""
+    return {
         "command": " ".join(
             ["python", "bench/load.py", *(argv if argv is not None else sys.argv[1:])]
         ),
@@ -365,6 +357,131 @@ def main(argv: list[str] | None = None) -> int:
         "target_ms": args.target_ms,
         "environment": deploy.environment_note(),
     }
+
+
+def _measure(
+    harness: Harness, args: argparse.Namespace, faults: list[Fault], document: dict[str, Any]
+) -> Run:
+    """The warm-up, then the fixed-rate run or the knee search and the soak; each run's
+    summary goes into `document`. Returns the run whose timeline is plotted."""
+    rate0 = args.rate or args.start_rate
+    if args.warmup_seconds > 0:
+        print(f"warm-up: {args.warmup_seconds:.0f} s at {rate0}/s", flush=True)
+        harness.run("warmup", rate0, args.warmup_seconds, record=False)
+    if args.rate:
+        print(f"fixed run: {args.rate}/s for {args.duration:.0f} s", flush=True)
+        run = harness.run("fixed", args.rate, args.duration, faults=faults)
+        document["fixed"] = run.summary
+        return run
+    print("knee search:", flush=True)
+    knee, steps = harness.knee(
+        start=args.start_rate,
+        factor=args.step_factor,
+        step_seconds=args.step_seconds,
+        max_rate=args.max_rate,
+        max_steps=args.max_steps,
+    )
+    document["knee"] = knee
+    document["steps"] = [s.summary for s in steps]
+    timeline = steps[-1]
+    if knee and args.soak_seconds > 0:
+        rate = round(knee * args.soak_fraction, 2)
+        print(f"soak: {args.soak_seconds:.0f} s at {rate}/s", flush=True)
+        soak = harness.run("soak", rate, args.soak_seconds)
+        soak.summary.update(report.rss_bound(soak.summary["rss_over_time"]))
+        document["soak"] = soak.summary
+        timeline = soak
+    return timeline
+
+
+def _loss_check(d: deploy.Deployment, harness: Harness) -> dict[str, Any]:
+    """Reads back every write the ledger says was acknowledged (ledger.check)."""
+    print("loss check: reading back every acknowledged write", flush=True)
+    channel_for = channel_factory(d)
+    agents = {a["sub"]: a for a in harness.agents}
+
+    async def check() -> dict[str, Any]:
+        try:
+            return await ledger.check(
+                channel_for("storage"), ledger.read_ledger(harness.ledger), agents
+            )
+        finally:
+            await _close(channel_for)
+
+    return asyncio.run(check())
+
+
+def _run_text(key: str, s: dict[str, Any]) -> list[str]:
+    """table.txt's lines for one measured run (`fixed` or `soak`)."""
+    text = [
+        "",
+        f"{key}: {s['rate']}/s for {s['duration']:.0f} s, "
+        f"{s['completed']} requests, {s['errors']} errors",
+        report.rpc_table(s),
+    ]
+    if s.get("faults"):
+        text.append(faultlib.table(s["faults"]))
+    if "rss_growth_percent" in s:
+        text.append(
+            f"RSS growth over the soak: engram's processes together "
+            f"{s['rss_growth_percent']:+.1f}%, most {s['rss_most_grown']} "
+            f"{s['rss_most_grown_percent']:+.1f}% (bound: 10 %; backends not counted)"
+        )
+    if s.get("rss_over_time"):
+        text += ["", f"RSS over the {key} (MiB)", report.rss_table(s["rss_over_time"])]
+    return text
+
+
+def _report(
+    args: argparse.Namespace,
+    spec: corpus.CorpusSpec,
+    document: dict[str, Any],
+    timeline: Run,
+    out: Path,
+    stamp: str,
+) -> list[str]:
+    """Draws the plots and returns table.txt's lines."""
+    title = f"engram {args.target}, {spec.chunks} chunks"
+    text = [f"{document['command']}\n{stamp}  loadavg before: {document['loadavg_before']}"]
+    if "steps" in document:
+        report.plot_rates(
+            document["steps"],
+            out / "latency_vs_rate.png",
+            target_ms=args.target_ms,
+            title=f"{title}: latency vs arrival rate",
+        )
+        text += ["", f"knee: {document['knee']}/s", report.step_table(document["steps"])]
+    for key in ("fixed", "soak"):
+        if key in document:
+            text += _run_text(key, document[key])
+    report.plot_time(
+        timeline.result,
+        timeline.summary["rss_over_time"],
+        out / "latency_over_time.png",
+        target_ms=args.target_ms,
+        title=f"{title}: {timeline.name}",
+    )
+    loss = document["loss"]
+    text += [
+        "",
+        f"ledger: {loss['attempted']} writes attempted, {loss['acknowledged']} "
+        f"acknowledged, {loss['lost']} lost ({loss['checked_documents']} documents read "
+        f"back, {loss['version_reads']} kept versions read, {loss['pruned']} pruned)",
+    ]
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
+    # SIGTERM stops everything the way Ctrl-C does (the deployment's processes included).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = (args.out or BENCH / "out" / f"load-{args.target}-{stamp}").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    spec = corpus.CorpusSpec(args.chunks, args.tenants, args.agents_per_tenant)
+    faults = faults_from(args)
+    document = _header(args, argv, stamp)
     print(f"load: target {args.target}, output {out}", flush=True)
     if args.preload_only:
         if args.no_corpus_cache:
@@ -391,92 +508,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         for fault in faults:
             fault.attach(harness)  # type: ignore[attr-defined]
-        rate0 = args.rate or args.start_rate
-        if args.warmup_seconds > 0:
-            print(f"warm-up: {args.warmup_seconds:.0f} s at {rate0}/s", flush=True)
-            harness.run("warmup", rate0, args.warmup_seconds, record=False)
-        if args.rate:
-            print(f"fixed run: {args.rate}/s for {args.duration:.0f} s", flush=True)
-            run = harness.run("fixed", args.rate, args.duration, faults=faults)
-            document["fixed"] = run.summary
-            timeline = run
-        else:
-            print("knee search:", flush=True)
-            knee, steps = harness.knee(
-                start=args.start_rate,
-                factor=args.step_factor,
-                step_seconds=args.step_seconds,
-                max_rate=args.max_rate,
-                max_steps=args.max_steps,
-            )
-            document["knee"] = knee
-            document["steps"] = [s.summary for s in steps]
-            timeline = steps[-1]
-            if knee and args.soak_seconds > 0:
-                rate = round(knee * args.soak_fraction, 2)
-                print(f"soak: {args.soak_seconds:.0f} s at {rate}/s", flush=True)
-                soak = harness.run("soak", rate, args.soak_seconds)
-                soak.summary.update(report.rss_bound(soak.summary["rss_over_time"]))
-                document["soak"] = soak.summary
-                timeline = soak
-        print("loss check: reading back every acknowledged write", flush=True)
-        channel_for = channel_factory(d)
-        agents = {a["sub"]: a for a in harness.agents}
-
-        async def check() -> dict[str, Any]:
-            try:
-                return await ledger.check(
-                    channel_for("storage"), ledger.read_ledger(harness.ledger), agents
-                )
-            finally:
-                await _close(channel_for)
-
-        document["loss"] = asyncio.run(check())
+        timeline = _measure(harness, args, faults, document)
+        document["loss"] = _loss_check(d, harness)
         document["loadavg_after"] = Path("/proc/loadavg").read_text().strip()
 
-    title = f"engram {args.target}, {spec.chunks} chunks"
-    text = [f"{document['command']}\n{stamp}  loadavg before: {document['loadavg_before']}"]
-    if "steps" in document:
-        report.plot_rates(
-            document["steps"],
-            out / "latency_vs_rate.png",
-            target_ms=args.target_ms,
-            title=f"{title}: latency vs arrival rate",
-        )
-        text += ["", f"knee: {document['knee']}/s", report.step_table(document["steps"])]
-    for key in ("fixed", "soak"):
-        if key in document:
-            s = document[key]
-            text += [
-                "",
-                f"{key}: {s['rate']}/s for {s['duration']:.0f} s, "
-                f"{s['completed']} requests, {s['errors']} errors",
-                report.rpc_table(s),
-            ]
-            if s.get("faults"):
-                text.append(faultlib.table(s["faults"]))
-            if "rss_growth_percent" in s:
-                text.append(
-                    f"RSS growth over the soak: engram's processes together "
-                    f"{s['rss_growth_percent']:+.1f}%, most {s['rss_most_grown']} "
-                    f"{s['rss_most_grown_percent']:+.1f}% (bound: 10 %; backends not counted)"
-                )
-            if s.get("rss_over_time"):
-                text += ["", f"RSS over the {key} (MiB)", report.rss_table(s["rss_over_time"])]
-    report.plot_time(
-        timeline.result,
-        timeline.summary["rss_over_time"],
-        out / "latency_over_time.png",
-        target_ms=args.target_ms,
-        title=f"{title}: {timeline.name}",
-    )
+    text = _report(args, spec, document, timeline, out, stamp)
     loss = document["loss"]
-    text += [
-        "",
-        f"ledger: {loss['attempted']} writes attempted, {loss['acknowledged']} "
-        f"acknowledged, {loss['lost']} lost ({loss['checked_documents']} documents read "
-        f"back, {loss['version_reads']} kept versions read, {loss['pruned']} pruned)",
-    ]
     (out / "table.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
     (out / "result.json").write_text(json.dumps(document, indent=1, default=str), encoding="utf-8")
     print("\n".join(text), flush=True)

@@ -34,6 +34,7 @@ import math
 import time
 import urllib.request
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -414,6 +415,79 @@ def _client(deployment: Any, service: str) -> AsyncClient:
     )
 
 
+async def _pool(work: list[Any], act: Any) -> None:
+    """`act` on every item of `work`, INDEX_CHECK_CONCURRENCY at a time."""
+    queue = list(work)
+
+    async def worker() -> None:
+        while queue:
+            await act(queue.pop())
+
+    await asyncio.gather(*(worker() for _ in range(INDEX_CHECK_CONCURRENCY)))
+
+
+@dataclass
+class _IndexCheck:
+    """The index check's clients, the tokens it expects and the documents it could not read."""
+
+    storage: AsyncClient
+    search: AsyncClient
+    agents: dict[str, dict[str, Any]]
+    by_doc: dict[tuple[str, str], set[str]]
+    expected: list[tuple[str, str, str]] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+    callers: dict[tuple[str, str], AsyncClient] = field(default_factory=dict)
+
+    def caller(self, client: AsyncClient, name: str, sub: str) -> AsyncClient:
+        """`client` calling as agent `sub`, in its own space."""
+        if (name, sub) not in self.callers:
+            agent = self.agents[sub]
+            space = Space(visibility="private", tenant=agent["tenant"], name=agent["space"])
+            self.callers[(name, sub)] = client.as_caller(agent["token"], space=space)
+        return self.callers[(name, sub)]
+
+    async def read(self, key: tuple[str, str]) -> None:
+        """Expects the document's ledger tokens that its current content holds."""
+        sub, path = key
+        try:
+            document = await self.caller(self.storage, "storage", sub).read_document(path)
+        except EngramError as error:
+            self.unreadable.append(f"{sub}:{path} {status_name(error)}")
+            return
+        self.expected.extend((sub, path, t) for t in self.by_doc[key] if t in document.content)
+
+    async def found(self, sub: str, path: str, token: str) -> bool:
+        try:
+            answer = await self.caller(self.search, "search", sub).search(
+                token, limit=5, mode="lexical", path_prefix=path
+            )
+        except EngramError:
+            return False
+        return any(token in hit.content for hit in answer.results)
+
+    async def missing_after(
+        self, started: float, wait_seconds: float
+    ) -> list[tuple[str, str, str]]:
+        """Searches for the expected tokens, once a second, until every one is found or
+        `wait_seconds` since `started`; returns those never found."""
+        missing = list(self.expected)
+        rounds = 0
+        while missing and rounds < 1000:
+            rounds += 1
+            still: list[tuple[str, str, str]] = []
+
+            async def probe(item: tuple[str, str, str], still: list[Any] = still) -> None:
+                if not await self.found(*item):
+                    still.append(item)
+
+            await _pool(missing, probe)
+            missing = still
+            if not missing or time.monotonic() - started > wait_seconds:
+                break
+            await asyncio.sleep(1.0)
+        return missing
+
+
 async def index_check(
     deployment: Any,
     entries: list[dict[str, Any]],
@@ -432,73 +506,21 @@ async def index_check(
         by_doc[(entry["sub"], entry["path"])].add(entry["token"])
     storage = _client(deployment, "storage")
     search = _client(deployment, "search")
-    expected: list[tuple[str, str, str]] = []
-    unreadable: list[str] = []
-    callers: dict[tuple[str, str], AsyncClient] = {}
-
-    def caller(client: AsyncClient, name: str, sub: str) -> AsyncClient:
-        """`client` calling as agent `sub`, in its own space."""
-        if (name, sub) not in callers:
-            agent = agents[sub]
-            space = Space(visibility="private", tenant=agent["tenant"], name=agent["space"])
-            callers[(name, sub)] = client.as_caller(agent["token"], space=space)
-        return callers[(name, sub)]
-
-    async def read(key: tuple[str, str]) -> None:
-        sub, path = key
-        try:
-            document = await caller(storage, "storage", sub).read_document(path)
-        except EngramError as error:
-            unreadable.append(f"{sub}:{path} {status_name(error)}")
-            return
-        expected.extend((sub, path, t) for t in by_doc[key] if t in document.content)
-
-    async def found(sub: str, path: str, token: str) -> bool:
-        try:
-            answer = await caller(search, "search", sub).search(
-                token, limit=5, mode="lexical", path_prefix=path
-            )
-        except EngramError:
-            return False
-        return any(token in hit.content for hit in answer.results)
-
-    async def pool(work: list[Any], act: Any) -> None:
-        queue = list(work)
-
-        async def worker() -> None:
-            while queue:
-                await act(queue.pop())
-
-        await asyncio.gather(*(worker() for _ in range(INDEX_CHECK_CONCURRENCY)))
-
+    state = _IndexCheck(storage, search, agents, by_doc)
     started = time.monotonic()
     try:
-        await pool(list(by_doc), read)
-        missing = list(expected)
-        rounds = 0
-        while missing and rounds < 1000:
-            rounds += 1
-            still: list[tuple[str, str, str]] = []
-
-            async def probe(item: tuple[str, str, str], still: list[Any] = still) -> None:
-                if not await found(*item):
-                    still.append(item)
-
-            await pool(missing, probe)
-            missing = still
-            if not missing or time.monotonic() - started > wait_seconds:
-                break
-            await asyncio.sleep(1.0)
+        await _pool(list(by_doc), state.read)
+        missing = await state.missing_after(started, wait_seconds)
     finally:
         await storage.close()
         await search.close()
     return {
         "documents": len(by_doc),
         "acknowledged_writes": len(acked),
-        "tokens_checked": len(expected),
+        "tokens_checked": len(state.expected),
         "missing": len(missing),
         "missing_tokens": [":".join(m) for m in missing[:20]],
-        "unreadable_documents": unreadable[:20],
+        "unreadable_documents": state.unreadable[:20],
         "seconds": round(time.monotonic() - started, 1),
     }
 

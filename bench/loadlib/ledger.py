@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,92 @@ def read_ledger(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
+@dataclass
+class _LossCheck:
+    """What the check reads with and what it has found so far, shared by its workers."""
+
+    reader: AsyncClient
+    agents: dict[str, dict[str, Any]]
+    readers: dict[str, AsyncClient] = field(default_factory=dict)
+    counts: dict[str, int] = field(
+        default_factory=lambda: {
+            "acknowledged": 0,
+            "checked_documents": 0,
+            "version_reads": 0,
+            "pruned": 0,
+        }
+    )
+    lost: list[dict[str, Any]] = field(default_factory=list)
+    unreadable: list[dict[str, Any]] = field(default_factory=list)
+
+    async def read(self, sub: str, path: str, version: int = 0) -> Document:
+        """The document (or its kept `version`), read with its agent's own token."""
+        if sub not in self.readers:
+            agent = self.agents[sub]
+            space = Space(visibility="private", tenant=agent["tenant"], name=agent["space"])
+            self.readers[sub] = self.reader.as_caller(agent["token"], space=space)
+        return await self.readers[sub].read_document(path, version=version)
+
+    async def document(self, sub: str, path: str, writes: list[dict[str, Any]]) -> None:
+        """Checks one document against the writes the ledger has for it."""
+        acked = [w for w in writes if w["acked"]]
+        self.counts["acknowledged"] += len(acked)
+        if not acked:
+            return
+        try:
+            current = await self.read(sub, path)
+        except EngramError as error:
+            code = status_name(error)
+            self.unreadable.append({"sub": sub, "path": path, "code": code})
+            self.lost.extend({**w, "why": f"document unreadable: {code}"} for w in acked)
+            return
+        self.counts["checked_documents"] += 1
+        if writes[0]["kind"] == "append":
+            self.appends(current, acked)
+            return
+        top = self.replaced(current, writes, acked)
+        for w in acked:
+            if w is top and current.version == top["version"]:
+                continue
+            await self.kept_version(sub, path, w)
+
+    def appends(self, current: Document, acked: list[dict[str, Any]]) -> None:
+        """Every acknowledged append's token is in the current content."""
+        for w in acked:
+            if w["token"] not in current.content:
+                self.lost.append({**w, "why": "append missing from the document"})
+
+    def replaced(
+        self, current: Document, writes: list[dict[str, Any]], acked: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The current version against the highest acknowledged replace; returns that one."""
+        top = max(acked, key=lambda w: w["version"])
+        if current.version == top["version"]:
+            if top["token"] not in current.content:
+                self.lost.append({**top, "why": "latest acknowledged replace not the content"})
+        elif current.version > top["version"]:
+            failed = [w["token"] for w in writes if not w["acked"]]
+            if not any(t in current.content for t in failed):
+                self.lost.append({**top, "why": f"version {current.version} is no write of ours"})
+        else:
+            self.lost.append({**top, "why": f"version went back to {current.version}"})
+        return top
+
+    async def kept_version(self, sub: str, path: str, w: dict[str, Any]) -> None:
+        """An acknowledged replace's own version, read as a kept version, holds its token."""
+        self.counts["version_reads"] += 1
+        try:
+            kept = await self.read(sub, path, w["version"])
+        except NotFound:
+            self.counts["pruned"] += 1
+            return
+        except EngramError as error:
+            self.lost.append({**w, "why": f"kept version unreadable: {status_name(error)}"})
+            return
+        if w["token"] not in kept.content:
+            self.lost.append({**w, "why": f"kept version {w['version']} lacks the write"})
+
+
 async def check(
     channel: grpc.aio.Channel,
     entries: list[dict[str, Any]],
@@ -48,80 +135,24 @@ async def check(
 ) -> dict[str, Any]:
     """Reads back what the ledger says was acknowledged; returns counts and the losses.
     `channel`: a grpc.aio channel to StorageService, left open."""
-    reader = AsyncClient(channel=channel, retries=0, timeout=30)
-    readers: dict[str, AsyncClient] = {}
+    state = _LossCheck(AsyncClient(channel=channel, retries=0, timeout=30), agents)
     by_doc: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for entry in entries:
         if entry.get("path"):
             by_doc[(entry["sub"], entry["path"])].append(entry)
-    lost: list[dict[str, Any]] = []
-    counts = {"acknowledged": 0, "checked_documents": 0, "version_reads": 0, "pruned": 0}
-    unreadable: list[dict[str, Any]] = []
-
-    async def read(sub: str, path: str, version: int = 0) -> Document:
-        """The document (or its kept `version`), read with its agent's own token."""
-        if sub not in readers:
-            agent = agents[sub]
-            space = Space(visibility="private", tenant=agent["tenant"], name=agent["space"])
-            readers[sub] = reader.as_caller(agent["token"], space=space)
-        return await readers[sub].read_document(path, version=version)
-
-    async def one(sub: str, path: str, writes: list[dict[str, Any]]) -> None:
-        acked = [w for w in writes if w["acked"]]
-        counts["acknowledged"] += len(acked)
-        if not acked:
-            return
-        try:
-            current = await read(sub, path)
-        except EngramError as error:
-            code = status_name(error)
-            unreadable.append({"sub": sub, "path": path, "code": code})
-            lost.extend({**w, "why": f"document unreadable: {code}"} for w in acked)
-            return
-        counts["checked_documents"] += 1
-        if writes[0]["kind"] == "append":
-            for w in acked:
-                if w["token"] not in current.content:
-                    lost.append({**w, "why": "append missing from the document"})
-            return
-        top = max(acked, key=lambda w: w["version"])
-        if current.version == top["version"]:
-            if top["token"] not in current.content:
-                lost.append({**top, "why": "latest acknowledged replace not the content"})
-        elif current.version > top["version"]:
-            failed = [w["token"] for w in writes if not w["acked"]]
-            if not any(t in current.content for t in failed):
-                lost.append({**top, "why": f"version {current.version} is no write of ours"})
-        else:
-            lost.append({**top, "why": f"version went back to {current.version}"})
-        for w in acked:
-            if w is top and current.version == top["version"]:
-                continue
-            counts["version_reads"] += 1
-            try:
-                kept = await read(sub, path, w["version"])
-            except NotFound:
-                counts["pruned"] += 1
-                continue
-            except EngramError as error:
-                lost.append({**w, "why": f"kept version unreadable: {status_name(error)}"})
-                continue
-            if w["token"] not in kept.content:
-                lost.append({**w, "why": f"kept version {w['version']} lacks the write"})
-
     queue = list(by_doc.items())
 
     async def worker() -> None:
         while queue:
             (sub, path), writes = queue.pop()
-            await one(sub, path, writes)
+            await state.document(sub, path, writes)
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return {
-        **counts,
+        **state.counts,
         "attempted": len(entries),
         "unacknowledged": sum(1 for e in entries if not e["acked"]),
-        "lost": len(lost),
-        "lost_writes": lost[:50],
-        "unreadable_documents": unreadable[:20],
+        "lost": len(state.lost),
+        "lost_writes": state.lost[:50],
+        "unreadable_documents": state.unreadable[:20],
     }

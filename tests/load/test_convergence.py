@@ -26,6 +26,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +211,179 @@ async def clean_stream(real_backends: RealBackends) -> AsyncIterator[Any]:
         await client.close()
 
 
+@dataclass(frozen=True)
+class ProductionRun:
+    """One run's names on the shared backends, and where its processes find them."""
+
+    nats_url: str
+    storage_port: int
+    mongo_uri: str
+    mongo_db: str
+    opensearch_url: str
+    alias: str
+    vector_dir: Path
+    durable: str
+
+    @classmethod
+    def new(cls, real_backends: RealBackends, tmp_path: Path) -> ProductionRun:
+        run = uuid.uuid4().hex[:10]
+        storage_port = free_port()
+        mongo_uri, mongo_db = real_backends.url("mongo"), f"converge_{run}"
+        opensearch_url, alias = real_backends.url("opensearch"), f"c{run}-chunks"
+        return cls(
+            nats_url=real_backends.url("nats"),
+            storage_port=storage_port,
+            mongo_uri=mongo_uri,
+            mongo_db=mongo_db,
+            opensearch_url=opensearch_url,
+            alias=alias,
+            vector_dir=tmp_path / "vectors",
+            durable=f"indexer-{run}",
+        )
+
+    def indexer_env(self) -> dict[str, str]:
+        """The environment of every `engram serve indexer` process."""
+        return {
+            **os.environ,
+            "ENGRAM_NATS_URL": self.nats_url,
+            "ENGRAM_MONGO_URI": self.mongo_uri,
+            "ENGRAM_MONGO_DB": self.mongo_db,
+            "ENGRAM_OPENSEARCH_URL": self.opensearch_url,
+            "ENGRAM_OPENSEARCH_INDEX": self.alias,
+            "ENGRAM_OPENSEARCH_REPLICAS": "0",
+            "ENGRAM_VECTOR_DIR": str(self.vector_dir),
+            "ENGRAM_STORAGE_ADDR": f"127.0.0.1:{self.storage_port}",
+            "ENGRAM_SERVICE_TOKEN": service_token(),
+            "ENGRAM_JWT_SECRET": TEST_JWT_SECRET,
+            "ENGRAM_METRICS_PORT": "0",
+            "ENGRAM_ACCESS_LOG": "false",
+            "ENGRAM_INDEXER_DURABLE": self.durable,
+            "ENGRAM_INDEXER_ACK_WAIT_SECONDS": "3",
+            "ENGRAM_INDEXER_RETRY_BASE_SECONDS": "0.1",
+            "ENGRAM_INDEXER_RETRY_MAX_SECONDS": "2",
+            "ENGRAM_INDEXER_MAX_DELIVER": "20",
+            "ENGRAM_EMBED_THREADS": "1",
+            "ENGRAM_EMBED_MAX_LENGTH": str(EMBED_MAX_LENGTH),
+            "ENGRAM_SHUTDOWN_GRACE_SECONDS": "3",
+        }
+
+
+async def write_through_chaos_and_sigkill(
+    engram: AsyncClient,
+    workers: Workers,
+    js: Any,
+    seen: list[tuple[str, bytes]],
+    documents: list[tuple[str, str]],
+    rng: random.Random,
+) -> None:
+    """600 operations from eight writers while past events are re-published; indexer 1 is
+    SIGKILLed after 300 and started again."""
+    operations = [(rng.choice(documents), rng.random()) for _ in range(600)]
+    done = 0
+    half = asyncio.Event()
+    stop_chaos = asyncio.Event()
+
+    async def writer(mine: Sequence[tuple[tuple[str, str], float]]) -> None:
+        nonlocal done
+        local = random.Random(rng.random())
+        for (name, path), dice in mine:
+            ref = Space(name=name)
+            # Only a delete of a document already gone may fail (NotFound).
+            with contextlib.suppress(NotFound):
+                if dice < 0.5:
+                    content = sentence(local, 2, 12) + "\n"
+                    await engram.write_document(path, content, append=True, space=ref)
+                elif dice < 0.8:
+                    await engram.write_document(path, body(local), space=ref)
+                else:
+                    await engram.delete_document(path, space=ref)
+            done += 1
+            if done >= 300:
+                half.set()
+
+    chaos = asyncio.create_task(republish_forever(js, seen, random.Random(7), 300, stop_chaos))
+    writers = [asyncio.create_task(writer(operations[w::8])) for w in range(8)]
+    await asyncio.wait_for(half.wait(), 400)
+    workers.kill(1)  # mid-flight: its unacknowledged events come back later
+    await asyncio.sleep(1.0)
+    await workers.start(1)
+    await asyncio.gather(*writers)
+    stop_chaos.set()
+    republished = await chaos
+    assert republished > 50
+
+
+async def quiesce_and_read(
+    setup: ProductionRun, workers: Workers, js: Any, documents: list[tuple[str, str]]
+) -> dict[tuple[str, str], StoredDocument | None]:
+    """Waits until storage published everything and the consumer has nothing undelivered or
+    unacknowledged, twice in a row; stops the workers; returns every document's state."""
+    client, database = connect(setup.mongo_uri, setup.mongo_db)
+    repository = MongoDocumentRepository(database, retention=50)
+    try:
+        quiet = 0
+        deadline = time.monotonic() + 300
+        while quiet < 2:
+            assert time.monotonic() < deadline, workers.log_tail(2)
+            await asyncio.sleep(1.0)
+            info = await js.consumer_info(STREAM, setup.durable)
+            idle = (
+                await repository.outbox_backlog() == 0
+                and info.num_pending == 0
+                and info.num_ack_pending == 0
+            )
+            quiet = quiet + 1 if idle else 0
+        await workers.stop_all()
+        return {
+            (name, path): await repository.get(f"v1:private:acme::::{name}", path)
+            for name, path in documents
+        }
+    finally:
+        await client.close()
+
+
+async def assert_indexes_hold_current_chunks(
+    setup: ProductionRun,
+    current: dict[tuple[str, str], StoredDocument | None],
+    rng: random.Random,
+) -> None:
+    """OpenSearch and the vector directory (reopened from disk: every process's writes) hold
+    exactly each document's current chunks, and nothing else; sampled vectors are those of
+    the chunks' current text."""
+    keyword = OpenSearchKeywordIndex(setup.opensearch_url, alias=setup.alias, replicas=0)
+    vector = NumpyVectorIndex(setup.vector_dir)
+    await keyword.open()
+    await vector.open()
+    try:
+        total = 0
+        for (name, path), document in current.items():
+            expected = expected_chunks(document)
+            total += len(expected)
+            space_id = f"v1:private:acme::::{name}"
+            assert await keyword.chunks_of(space_id, path) == expected, path
+            assert await vector.chunks_of(space_id, path) == expected, path
+        search = AsyncOpenSearch(hosts=[setup.opensearch_url])
+        try:
+            await search.indices.refresh(index=setup.alias)
+            assert (await search.count(index=setup.alias))["count"] == total
+        finally:
+            await search.close()
+        # The vectors are those of the chunks' current text.
+        embedder = LocalOnnxEmbedder(max_length=EMBED_MAX_LENGTH, threads=1)
+        try:
+            alive = [d for d in current.values() if d is not None]
+            for document in rng.sample(alive, 15):
+                chunk = rng.choice(expected_chunks(document))
+                query = await embedder.embed_query(chunk.content)
+                (hit,) = await vector.search([chunk.space_id], query, limit=1)
+                assert hit.chunk.chunk_id == chunk.chunk_id and hit.score > 0.999
+        finally:
+            embedder.close()
+    finally:
+        await keyword.close()
+        await vector.close()
+
+
 @pytest.mark.real_backend
 # CI-sized: 600 operations, the SIGKILL after 300. On FerretDB's SQLite backend a busy machine
 # runs them at a fraction of idle speed, so the waits below bound hangs, not speed.
@@ -218,35 +392,7 @@ async def test_two_indexer_processes_converge_through_duplicates_reordering_and_
     tmp_path: Path, real_backends: RealBackends, clean_stream: Any
 ) -> None:
     rng = random.Random(20261130)
-    run = uuid.uuid4().hex[:10]
-    storage_port = free_port()
-    mongo_uri, mongo_db = real_backends.url("mongo"), f"converge_{run}"
-    opensearch_url, alias = real_backends.url("opensearch"), f"c{run}-chunks"
-    vector_dir = tmp_path / "vectors"
-    durable = f"indexer-{run}"
-    env = {
-        **os.environ,
-        "ENGRAM_NATS_URL": real_backends.url("nats"),
-        "ENGRAM_MONGO_URI": mongo_uri,
-        "ENGRAM_MONGO_DB": mongo_db,
-        "ENGRAM_OPENSEARCH_URL": opensearch_url,
-        "ENGRAM_OPENSEARCH_INDEX": alias,
-        "ENGRAM_OPENSEARCH_REPLICAS": "0",
-        "ENGRAM_VECTOR_DIR": str(vector_dir),
-        "ENGRAM_STORAGE_ADDR": f"127.0.0.1:{storage_port}",
-        "ENGRAM_SERVICE_TOKEN": service_token(),
-        "ENGRAM_JWT_SECRET": TEST_JWT_SECRET,
-        "ENGRAM_METRICS_PORT": "0",
-        "ENGRAM_ACCESS_LOG": "false",
-        "ENGRAM_INDEXER_DURABLE": durable,
-        "ENGRAM_INDEXER_ACK_WAIT_SECONDS": "3",
-        "ENGRAM_INDEXER_RETRY_BASE_SECONDS": "0.1",
-        "ENGRAM_INDEXER_RETRY_MAX_SECONDS": "2",
-        "ENGRAM_INDEXER_MAX_DELIVER": "20",
-        "ENGRAM_EMBED_THREADS": "1",
-        "ENGRAM_EMBED_MAX_LENGTH": str(EMBED_MAX_LENGTH),
-        "ENGRAM_SHUTDOWN_GRACE_SECONDS": "3",
-    }
+    setup = ProductionRun.new(real_backends, tmp_path)
     spaces = [f"s{i}" for i in range(4)]
     documents = [(spaces[i % 4], f"notes/{i // 4:02d}/doc-{i:03d}.md") for i in range(100)]
     js = clean_stream.jetstream()
@@ -259,118 +405,30 @@ async def test_two_indexer_processes_converge_through_duplicates_reordering_and_
     dead_before = await _stream_messages(js, "ENGRAM_DEADLETTER")
     storage_settings = server_settings(
         tmp_path / "storage",
-        grpc_port=storage_port,
-        mongo_uri=mongo_uri,
-        mongo_db=mongo_db,
-        nats_url=real_backends.url("nats"),
+        grpc_port=setup.storage_port,
+        mongo_uri=setup.mongo_uri,
+        mongo_db=setup.mongo_db,
+        nats_url=setup.nats_url,
         jwt_secret=TEST_JWT_SECRET,
     )
-    workers = Workers(env, tmp_path)
+    workers = Workers(setup.indexer_env(), tmp_path)
     try:
         async with storage_on_mongo(storage_settings):
             await workers.start(1)
             await workers.start(2)  # after the first created the shared directory
             # No retries: each operation is one attempt, as the operation counts assume.
-            async with AsyncClient(f"127.0.0.1:{storage_port}", token=MEMBER, retries=0) as engram:
-                operations = [(rng.choice(documents), rng.random()) for _ in range(600)]
-                done = 0
-                half = asyncio.Event()
-                stop_chaos = asyncio.Event()
-
-                async def writer(mine: Sequence[tuple[tuple[str, str], float]]) -> None:
-                    nonlocal done
-                    local = random.Random(rng.random())
-                    for (name, path), dice in mine:
-                        ref = Space(name=name)
-                        # Only a delete of a document already gone may fail (NotFound).
-                        with contextlib.suppress(NotFound):
-                            if dice < 0.5:
-                                content = sentence(local, 2, 12) + "\n"
-                                await engram.write_document(path, content, append=True, space=ref)
-                            elif dice < 0.8:
-                                await engram.write_document(path, body(local), space=ref)
-                            else:
-                                await engram.delete_document(path, space=ref)
-                        done += 1
-                        if done >= 300:
-                            half.set()
-
-                chaos = asyncio.create_task(
-                    republish_forever(js, seen, random.Random(7), 300, stop_chaos)
-                )
-                writers = [asyncio.create_task(writer(operations[w::8])) for w in range(8)]
-                await asyncio.wait_for(half.wait(), 400)
-                workers.kill(1)  # mid-flight: its unacknowledged events come back later
-                await asyncio.sleep(1.0)
-                await workers.start(1)
-                await asyncio.gather(*writers)
-                stop_chaos.set()
-                republished = await chaos
-                assert republished > 50
-
-                # Quiescence: storage published everything and the consumer has nothing
-                # undelivered or unacknowledged, twice in a row.
-                client, database = connect(mongo_uri, mongo_db)
-                repository = MongoDocumentRepository(database, retention=50)
-                try:
-                    quiet = 0
-                    deadline = time.monotonic() + 300
-                    while quiet < 2:
-                        assert time.monotonic() < deadline, workers.log_tail(2)
-                        await asyncio.sleep(1.0)
-                        info = await js.consumer_info(STREAM, durable)
-                        idle = (
-                            await repository.outbox_backlog() == 0
-                            and info.num_pending == 0
-                            and info.num_ack_pending == 0
-                        )
-                        quiet = quiet + 1 if idle else 0
-                    await workers.stop_all()
-                    current = {
-                        (name, path): await repository.get(f"v1:private:acme::::{name}", path)
-                        for name, path in documents
-                    }
-                finally:
-                    await client.close()
+            address = f"127.0.0.1:{setup.storage_port}"
+            async with AsyncClient(address, token=MEMBER, retries=0) as engram:
+                await write_through_chaos_and_sigkill(engram, workers, js, seen, documents, rng)
+                current = await quiesce_and_read(setup, workers, js, documents)
         await capture_subscription.unsubscribe()
 
         assert sum(1 for d in current.values() if d is None) >= 5, "some deleted"
         assert sum(1 for d in current.values() if d is not None) >= 50, "most alive"
-        keyword = OpenSearchKeywordIndex(opensearch_url, alias=alias, replicas=0)
-        vector = NumpyVectorIndex(vector_dir)  # reopened from disk: every process's writes
-        await keyword.open()
-        await vector.open()
-        try:
-            total = 0
-            for (name, path), document in current.items():
-                expected = expected_chunks(document)
-                total += len(expected)
-                space_id = f"v1:private:acme::::{name}"
-                assert await keyword.chunks_of(space_id, path) == expected, path
-                assert await vector.chunks_of(space_id, path) == expected, path
-            search = AsyncOpenSearch(hosts=[opensearch_url])
-            try:
-                await search.indices.refresh(index=alias)
-                assert (await search.count(index=alias))["count"] == total
-            finally:
-                await search.close()
-            # The vectors are those of the chunks' current text.
-            embedder = LocalOnnxEmbedder(max_length=EMBED_MAX_LENGTH, threads=1)
-            try:
-                alive = [d for d in current.values() if d is not None]
-                for document in rng.sample(alive, 15):
-                    chunk = rng.choice(expected_chunks(document))
-                    query = await embedder.embed_query(chunk.content)
-                    (hit,) = await vector.search([chunk.space_id], query, limit=1)
-                    assert hit.chunk.chunk_id == chunk.chunk_id and hit.score > 0.999
-            finally:
-                embedder.close()
-        finally:
-            await keyword.close()
-            await vector.close()
+        await assert_indexes_hold_current_chunks(setup, current, rng)
         assert await _stream_messages(js, "ENGRAM_DEADLETTER") == dead_before
         with contextlib.suppress(nats.js.errors.NotFoundError):
-            await js.delete_consumer(STREAM, durable)
+            await js.delete_consumer(STREAM, setup.durable)
     finally:
         workers.kill_all()
 
@@ -401,6 +459,95 @@ class SlowSource:
         return self._source.documents(space_id)
 
 
+@dataclass
+class DuplicatingFeed:
+    """The outbox's events delivered to the workers' queue one to three times, each copy
+    after its own random delay: duplicated and reordered."""
+
+    rng: random.Random
+    events: asyncio.Queue[DocumentEvent] = field(default_factory=asyncio.Queue)
+    pending_copies: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def deliver_later(self, event: DocumentEvent) -> None:
+        await asyncio.sleep(self.rng.uniform(0, 0.05))
+        self.events.put_nowait(event)
+
+    async def fan_out(self, messages: Sequence[OutboxMessage]) -> None:
+        """Each event one to three times, each copy after its own random delay."""
+        for message in messages:
+            event = read_event(message.payload)
+            for _ in range(self.rng.randint(1, 3)):
+                task = asyncio.create_task(self.deliver_later(event))
+                self.pending_copies.add(task)
+                task.add_done_callback(self.pending_copies.discard)
+
+
+@dataclass
+class WorkerPair:
+    """Two `IndexWorker`s taking batches of up to eight events off one queue."""
+
+    workers: list[IndexWorker]
+    events: asyncio.Queue[DocumentEvent]
+    busy: list[int] = field(default_factory=lambda: [0, 0])
+
+    async def work(self, number: int, stop: asyncio.Event) -> None:
+        worker = self.workers[number]
+        while not stop.is_set():
+            try:
+                first = await asyncio.wait_for(self.events.get(), 0.2)
+            except TimeoutError:
+                continue
+            batch = [first]
+            while not self.events.empty() and len(batch) < 8:
+                batch.append(self.events.get_nowait())
+            self.busy[number] += 1
+            try:
+                groups = coalesce(batch)
+                results = await worker.index_many(
+                    (group[0].space, path) for (_, path), group in groups.items()
+                )
+                assert all(error is None for error in results.values()), results
+            finally:
+                self.busy[number] -= 1
+
+
+async def local_indexes(
+    tmp_path: Path, stack: contextlib.AsyncExitStack
+) -> tuple[TantivyKeywordIndex, QdrantVectorIndex]:
+    """tantivy and Qdrant local mode, closed with `stack`."""
+    keyword = TantivyKeywordIndex(tmp_path / "keyword")
+    await keyword.open()
+    stack.push_async_callback(keyword.close)
+    vector = QdrantVectorIndex(AsyncQdrantClient(path=str(tmp_path / "qdrant")))
+    await vector.open()
+    stack.push_async_callback(vector.close)
+    return keyword, vector
+
+
+async def burst_writer(core: Any, documents: list[tuple[SpaceRef, str]], seed: int) -> None:
+    """100 operations in bursts of three on one document, 20-150 ms apart: the
+    next change tends to land while a worker is between reading and writing."""
+    local = random.Random(seed)
+    for _ in range(34):
+        ref, path = local.choice(documents)
+        for _ in range(3):
+            dice = local.random()
+            if dice < 0.5:
+                await core.storage.write(
+                    LOCAL_ADMIN,
+                    ref,
+                    path,
+                    sentence(local, 2, 12) + "\n",
+                    mode=WriteMode.APPEND,
+                )
+            elif dice < 0.8:
+                await core.storage.write(LOCAL_ADMIN, ref, path, body(local))
+            else:
+                with contextlib.suppress(DocumentNotFound):
+                    await core.storage.delete(LOCAL_ADMIN, ref, path)
+            await asyncio.sleep(local.uniform(0.02, 0.1))
+
+
 @pytest.mark.timeout(120)
 async def test_two_workers_converge_on_tantivy_and_qdrant_with_duplicated_reordered_events(
     tmp_path: Path,
@@ -408,29 +555,9 @@ async def test_two_workers_converge_on_tantivy_and_qdrant_with_duplicated_reorde
     rng = random.Random(1130)
     async with contextlib.AsyncExitStack() as stack:
         core = await build_core(server_settings(tmp_path / "core"), stack)
-        events: asyncio.Queue[DocumentEvent] = asyncio.Queue()
-        pending_copies: set[asyncio.Task[None]] = set()
-
-        async def deliver_later(event: DocumentEvent) -> None:
-            await asyncio.sleep(rng.uniform(0, 0.05))
-            events.put_nowait(event)
-
-        async def fan_out(messages: Sequence[OutboxMessage]) -> None:
-            """Each event one to three times, each copy after its own random delay."""
-            for message in messages:
-                event = read_event(message.payload)
-                for _ in range(rng.randint(1, 3)):
-                    task = asyncio.create_task(deliver_later(event))
-                    pending_copies.add(task)
-                    task.add_done_callback(pending_copies.discard)
-
-        core.publisher.subscribe(fan_out)
-        keyword = TantivyKeywordIndex(tmp_path / "keyword")
-        await keyword.open()
-        stack.push_async_callback(keyword.close)
-        vector = QdrantVectorIndex(AsyncQdrantClient(path=str(tmp_path / "qdrant")))
-        await vector.open()
-        stack.push_async_callback(vector.close)
+        feed = DuplicatingFeed(rng)
+        core.publisher.subscribe(feed.fan_out)
+        keyword, vector = await local_indexes(tmp_path, stack)
         model = LocalOnnxEmbedder(max_length=EMBED_MAX_LENGTH)
         stack.callback(model.close)
         embedder = CachedEmbedder(model, SqliteEmbeddingCache(core.database))
@@ -443,63 +570,20 @@ async def test_two_workers_converge_on_tantivy_and_qdrant_with_duplicated_reorde
             models = IndexModels(vector, embedder)
             await models.open()
             workers.append(IndexWorker(reader, keyword, vector, models, concurrency=4))
-        busy = [0, 0]
-
-        async def work(number: int, stop: asyncio.Event) -> None:
-            worker = workers[number]
-            while not stop.is_set():
-                try:
-                    first = await asyncio.wait_for(events.get(), 0.2)
-                except TimeoutError:
-                    continue
-                batch = [first]
-                while not events.empty() and len(batch) < 8:
-                    batch.append(events.get_nowait())
-                busy[number] += 1
-                try:
-                    groups = coalesce(batch)
-                    results = await worker.index_many(
-                        (group[0].space, path) for (_, path), group in groups.items()
-                    )
-                    assert all(error is None for error in results.values()), results
-                finally:
-                    busy[number] -= 1
+        pair = WorkerPair(workers, feed.events)
 
         repasses_before = REGISTRY.get_sample_value("engram_indexer_repasses_total") or 0.0
         stop = asyncio.Event()
-        runners = [asyncio.create_task(work(n, stop)) for n in range(2)]
+        runners = [asyncio.create_task(pair.work(n, stop)) for n in range(2)]
         core.relay.start()
         stack.push_async_callback(core.relay.stop)
         spaces = [parse_space_id(f"v1:private:local::::q{i}") for i in range(2)]
         documents = [(spaces[i % 2], f"d{i:02d}.md") for i in range(30)]
 
-        async def burst_writer(seed: int) -> None:
-            """100 operations in bursts of three on one document, 20-150 ms apart: the
-            next change tends to land while a worker is between reading and writing."""
-            local = random.Random(seed)
-            for _ in range(34):
-                ref, path = local.choice(documents)
-                for _ in range(3):
-                    dice = local.random()
-                    if dice < 0.5:
-                        await core.storage.write(
-                            LOCAL_ADMIN,
-                            ref,
-                            path,
-                            sentence(local, 2, 12) + "\n",
-                            mode=WriteMode.APPEND,
-                        )
-                    elif dice < 0.8:
-                        await core.storage.write(LOCAL_ADMIN, ref, path, body(local))
-                    else:
-                        with contextlib.suppress(DocumentNotFound):
-                            await core.storage.delete(LOCAL_ADMIN, ref, path)
-                    await asyncio.sleep(local.uniform(0.02, 0.1))
-
-        await asyncio.gather(*(burst_writer(seed) for seed in range(3)))
+        await asyncio.gather(*(burst_writer(core, documents, seed) for seed in range(3)))
         assert await core.relay.drained(30)
         for _ in range(400):  # copies still on their way, then the workers finishing
-            if not pending_copies and events.empty() and busy == [0, 0]:
+            if not feed.pending_copies and feed.events.empty() and pair.busy == [0, 0]:
                 break
             await asyncio.sleep(0.05)
         stop.set()
