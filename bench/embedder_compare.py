@@ -1,8 +1,9 @@
 """Another embedder for the semantic leg: SciFact and LoCoMo offline, against the bundled one.
 
-    python bench/embedder_compare.py scifact --model minilm --work-dir W
-    python bench/embedder_compare.py scifact --model bge-small=DIR --work-dir W
-    python bench/embedder_compare.py locomo  --model bge-small=DIR --work-dir W
+    python bench/embedder_compare.py embed scifact --model minilm --work-dir W
+    python bench/embedder_compare.py embed scifact --model bge-small=DIR --work-dir W
+    python bench/embedder_compare.py embed locomo  --model bge-small=DIR --work-dir W
+    python bench/embedder_compare.py floors W/scifact-bge-small.json W/locomo-bge-small.json
 
 Each run writes `W/<dataset>-<model>.json` in `bench/memory_quality.py`'s dump format and
 prints `memory_quality.py evaluate`'s tables for it, so the fusions, nDCG@10, the 2,000-
@@ -28,6 +29,10 @@ Models (`--model NAME[=DIR]`):
 
 Embedding is timed (CPU seconds of this process, and wall) per chunk and per query; the
 embeddings are kept in `W/<dataset>-<model>.npz` so a second run only ranks and scores.
+`floors` re-fuses dumps with each semantic hit's cosine lowered by a floor (clipped at 0):
+the default convex fusion divides each list by its best with a theoretical minimum of 0,
+which suits MiniLM's cosines (unrelated text ~0) but not a model whose unrelated texts
+score ~0.5.
 """
 
 from __future__ import annotations
@@ -338,16 +343,104 @@ async def locomo(args: argparse.Namespace, model: Model) -> dict[str, Any]:
     return out
 
 
+def floored(data: dict[str, Any], floor: float) -> dict[str, Any]:
+    """`data` with every semantic hit's cosine taken as max(cosine - floor, 0): the
+    convex fusion's normalisation by the list's best with a theoretical minimum of `floor`
+    instead of 0 (a model whose unrelated texts still score ~0.5 needs one)."""
+
+    def shift(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**h, "cosine": max(h["cosine"] - floor, 0.0)} for h in hits]
+
+    out = {**data, "queries": []}
+    for q in data["queries"]:
+        if "lexical" in q:
+            out["queries"].append({**q, "semantic": shift(q["semantic"])})
+        else:
+            own, absent = q["own"], q["absent"]
+            out["queries"].append(
+                {
+                    **q,
+                    "own": {**own, "semantic": shift(own["semantic"])},
+                    "absent": {**absent, "semantic": shift(absent["semantic"])},
+                }
+            )
+    return out
+
+
+def convex(alpha: float) -> mq.Fusion:
+    """The service's convex fusion with keyword weight `alpha`, as `memory_quality` runs it."""
+    from engram.domain import fusion as f
+
+    def fuse(query: str, lex: list[dict[str, Any]], sem: list[dict[str, Any]]) -> Any:
+        by_id = {r["chunk_id"]: r for r in lex + sem}
+        bm25 = [f.RankedHit(r["chunk_id"], r["bm25"]) for r in lex[: mq.HYBRID_DEPTH]]
+        vec = [f.RankedHit(r["chunk_id"], r["cosine"]) for r in sem[: mq.HYBRID_DEPTH]]
+        params = f.FusionParams(method=f.FusionMethod("convex"), alpha=alpha)
+        texts = {k: r["content"] for k, r in by_id.items()}
+        hits = f.fuse(
+            bm25,
+            vec,
+            params,
+            limit=mq.SERVED_LIMIT,
+            query=query,
+            depth=mq.HYBRID_DEPTH,
+            texts=texts,
+        )
+        return [{**by_id[h.chunk_id], "fused": h} for h in hits]
+
+    return fuse
+
+
+def floors(args: argparse.Namespace) -> None:
+    """Convex fusion at each keyword weight, and RRF, at each cosine floor, per dump."""
+    names = [f"convex a={a:g}" for a in args.alpha] + ["rrf k=60"]
+    fuses = [convex(a) for a in args.alpha] + [mq.fusions()["rrf k=60"]]
+    print(f"| dump | cosine floor | {' | '.join(names)} |")
+    print("|---|---|" + "---|" * len(names))
+    for path in args.dumps:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        for floor in args.floor:
+            shifted = floored(data, floor)
+            row = " | ".join(f"{score(shifted, fuse):.3f}" for fuse in fuses)
+            print(f"| {Path(path).stem} | {floor:g} | {row} |")
+
+
+def score(data: dict[str, Any], fuse: mq.Fusion) -> float:
+    """SciFact nDCG@10, or LoCoMo's hit within 2,000 characters, of one fusion."""
+    if data["dataset"] == "scifact":
+        run = {
+            q["id"]: mq.doc_run(fuse(q["question"], q["lexical"], q["semantic"]))
+            for q in data["queries"]
+        }
+        return mq.ndcg10(run, data["qrels"])
+    hits = [
+        mq.turn_hits(
+            fuse(q["question"], q["own"]["lexical"], q["own"]["semantic"]),
+            data["documents"][q["conversation"]],
+            q["evidence"],
+        )["budget"]
+        for q in data["queries"]
+    ]
+    return sum(hits) / len(hits)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("dataset", choices=("scifact", "locomo"))
-    parser.add_argument(
-        "--model", required=True, help="minilm | bge-small=DIR | e5-small=DIR | e5-q4"
-    )
-    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "embcmp")
-    parser.add_argument("--scifact", type=Path, default=mq.DATASETS / "scifact")
-    parser.add_argument("--locomo", type=Path, default=mq.DATASETS / "locomo-dev")
+    sub = parser.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("embed")
+    e.add_argument("dataset", choices=("scifact", "locomo"))
+    e.add_argument("--model", required=True, help="minilm | bge-small=DIR | e5-small=DIR | e5-q4")
+    e.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "embcmp")
+    e.add_argument("--scifact", type=Path, default=mq.DATASETS / "scifact")
+    e.add_argument("--locomo", type=Path, default=mq.DATASETS / "locomo-dev")
+    f = sub.add_parser("floors")
+    f.add_argument("dumps", nargs="+")
+    f.add_argument("--floor", type=float, nargs="+", default=[0.0, 0.3, 0.4, 0.5, 0.6])
+    f.add_argument("--alpha", type=float, nargs="+", default=[0.5])
     args = parser.parse_args()
+    if args.command == "floors":
+        floors(args)
+        return
     args.work_dir.mkdir(parents=True, exist_ok=True)
     model = load_model(args.model)
     run = scifact if args.dataset == "scifact" else locomo
