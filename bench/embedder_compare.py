@@ -4,6 +4,7 @@
     python bench/embedder_compare.py embed scifact --model bge-small=DIR --work-dir W
     python bench/embedder_compare.py embed locomo  --model bge-small=DIR --work-dir W
     python bench/embedder_compare.py floors W/scifact-bge-small.json W/locomo-bge-small.json
+    python bench/embedder_compare.py cost minilm bge-small=DIR
 
 Each run writes `W/<dataset>-<model>.json` in `bench/memory_quality.py`'s dump format and
 prints `memory_quality.py evaluate`'s tables for it, so the fusions, nDCG@10, the 2,000-
@@ -424,6 +425,32 @@ def score(data: dict[str, Any], fuse: mq.Fusion) -> float:
     return sum(hits) / len(hits)
 
 
+def cost(args: argparse.Namespace) -> None:
+    """Each model's CPU per chunk and per query, back to back on the same texts: the first
+    2,000 chunks of SciFact's first 600 documents (two passes), then its 300 test queries
+    embedded one at a time."""
+    from quality import load_dataset
+
+    documents, queries, _ = load_dataset(args.scifact, "test")
+    some = dict(list(documents.items())[:600])
+    texts = [c.indexed_text for c in chunks_of("quality", some)][:2000]
+    questions = list(queries.values())
+    for spec in args.models:
+        model = load_model(spec)
+        model.documents(texts[:64])
+        model.queries(questions[:8])
+        for n in range(2):
+            timed(f"{model.name} documents, pass {n + 1}", model.documents, texts)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for q in questions:
+            model.queries([q])
+        print(
+            f"  {model.name} one query at a time: "
+            f"{1000 * (time.perf_counter() - wall0) / len(questions):.2f} ms wall, "
+            f"{1000 * (time.process_time() - cpu0) / len(questions):.2f} ms CPU"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -437,9 +464,15 @@ def main() -> None:
     f.add_argument("dumps", nargs="+")
     f.add_argument("--floor", type=float, nargs="+", default=[0.0, 0.3, 0.4, 0.5, 0.6])
     f.add_argument("--alpha", type=float, nargs="+", default=[0.5])
+    c = sub.add_parser("cost")
+    c.add_argument("models", nargs="+")
+    c.add_argument("--scifact", type=Path, default=mq.DATASETS / "scifact")
     args = parser.parse_args()
     if args.command == "floors":
         floors(args)
+        return
+    if args.command == "cost":
+        cost(args)
         return
     args.work_dir.mkdir(parents=True, exist_ok=True)
     model = load_model(args.model)
