@@ -43,7 +43,7 @@ from benchlib import bench_token, free_port, percentile, process_cpu
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
-from search_bench import server_env, server_process
+from search_bench import ROOT, server_env, server_process
 
 from engram.client import EngramClient, Space
 
@@ -59,12 +59,15 @@ def token(subject: str) -> str:
 
 @contextlib.asynccontextmanager
 async def hosted_mcp(addr: str, tree: Path | None = None) -> AsyncIterator[tuple[str, int]]:
-    """One hosted `engram mcp` in front of `addr`, from this tree or from another checkout's
-    `tree` (its services/ on PYTHONPATH: the "before" of a change); yields (base URL, pid)."""
+    """One hosted `engram mcp` in front of `addr`, from this checkout or from another
+    checkout's `tree` (its services/ on PYTHONPATH: the "before" of a change); yields (base
+    URL, pid)."""
     port = free_port()
     env = dict(os.environ)
-    if tree is not None:
-        env["PYTHONPATH"] = f"{tree / 'services'}{os.pathsep}{tree}"
+    # This checkout's server unless `tree` is given: without it on PYTHONPATH, `python -m
+    # engram` imports whichever engram the venv has installed (the main checkout's).
+    tree = tree or ROOT
+    env["PYTHONPATH"] = f"{tree / 'services'}{os.pathsep}{tree}"
     command = [sys.executable, "-m", "engram", "mcp", "--transport", "http", "--hosted"]
     command += ["--issuer", ISSUER, "--port", str(port), "--addr", addr]
     quiet = asyncio.subprocess.DEVNULL

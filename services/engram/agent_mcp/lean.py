@@ -43,6 +43,7 @@ from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.server.streamable_http import (
     MCP_SESSION_ID_HEADER,
     StreamableHTTPServerTransport,
@@ -60,7 +61,7 @@ from mcp.types import CallToolResult, TextContent
 from mcp_types import SERVER_INFO_META_KEY
 from mcp_types import methods as _methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -124,6 +125,9 @@ class LeanToolCalls:
         # message (its initialize) passes the SDK, forgotten when the connection closes.
         self._connections: dict[str, Connection] = {}
         server.middleware.append(self._record_connection)
+        # The server's identity stamp (fixed at construction), dumped once: the SDK deep-copies
+        # it per response so that a caller may change it; here it is only serialized.
+        self._stamp = server._lowlevel_server.server_info_stamp
         self.enabled = True
         self.answered = 0  # tools/call answered here (the tests check which path ran)
 
@@ -212,10 +216,7 @@ class LeanToolCalls:
         transport = connection = None
         session_id = request.headers.get(MCP_SESSION_ID_HEADER, "")
         if modern:
-            lines = [(key.decode("latin-1"), value.decode("latin-1")) for key, value in raw]
-            if find_duplicated_routing_header(lines) is not None:
-                raise _Fallback
-            verdict = classify_inbound_request(decoded, headers=dict(request.headers))
+            verdict = classify_inbound_request(decoded, headers=_routing_headers(raw))
             if not isinstance(verdict, InboundModernRoute):
                 raise _Fallback
             version = verdict.protocol_version
@@ -274,17 +275,15 @@ class LeanToolCalls:
                 idle.deadline = anyio.current_time() + timeout
 
     async def _answer(self, call: _Call, scope: Scope, send: Send) -> None:
-        result = await self._result(call, scope)
-        # As the SDK's runner shapes a result for the wire (runner._dump_result, _serialize).
-        dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
-        dumped = _methods.serialize_server_result("tools/call", call.version, dumped)
+        entry = self._entries[call.name]
+        dumped = _shaped(entry, await self._result(call, scope), call.version)
         response = {"jsonrpc": "2.0", "id": call.request_id, "result": dumped}
         headers = [(b"content-type", b"application/json")]
         if call.version in MODERN_PROTOCOL_VERSIONS:
             if dumped.get("resultType") is None:
                 dumped["resultType"] = "complete"
             meta = dumped.get("_meta")
-            stamp = self._server._lowlevel_server.server_info_stamp
+            stamp = self._stamp
             if meta is None:
                 dumped["_meta"] = {SERVER_INFO_META_KEY: stamp}
             elif isinstance(meta, dict) and meta.get(SERVER_INFO_META_KEY) is None:
@@ -299,9 +298,10 @@ class LeanToolCalls:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    async def _result(self, call: _Call, scope: Scope) -> CallToolResult:
-        """The call's CallToolResult, as MCPServer (Tool.run, _handle_call_tool) and
-        EngramMCPServer.call_tool make it: arguments first, then the caller, then the body."""
+    async def _result(self, call: _Call, scope: Scope) -> BaseModel | CallToolResult:
+        """The tool's own result (its output model), or the call's CallToolResult, as
+        MCPServer (Tool.run, _handle_call_tool) and EngramMCPServer.call_tool make it:
+        arguments first, then the caller, then the body."""
         entry = self._entries[call.name]
         metadata = entry.tool.fn_metadata
         try:
@@ -317,7 +317,10 @@ class LeanToolCalls:
                     watch.present(bound)
             audited(call.name, bound)
             key = (call.session_id, bound.caller, bound.space)
-            result = metadata.convert_result(await entry.body(bound, key, **arguments))
+            output = await entry.body(bound, key, **arguments)
+            if type(output) is metadata.output_model and _plain(metadata):
+                return output  # shaped by _shaped, as convert_result would
+            result = metadata.convert_result(output)
             assert isinstance(result, CallToolResult)  # the four tools ask no input
             return result
         except EngramError as error:
@@ -332,6 +335,41 @@ class LeanToolCalls:
             log.exception("Tool %r raised an unexpected exception", call.name)
             text = f"Error executing tool {call.name}"
         return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+def _routing_headers(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The request's headers as the SDK's 2026-07-28 entry reads them (dict(request.headers):
+    each name's first value), or _Fallback when a routing header is repeated."""
+    lines = [(key.decode("latin-1"), value.decode("latin-1")) for key, value in raw]
+    if find_duplicated_routing_header(lines) is not None:
+        raise _Fallback
+    headers: dict[str, str] = {}
+    for key, value in lines:
+        headers.setdefault(key, value)
+    return headers
+
+
+def _plain(metadata: FuncMetadata) -> bool:
+    """Whether the tool's result is its output model as is (not wrapped in `result`)."""
+    return metadata.output_schema is not None and not metadata.wrap_output
+
+
+def _shaped(entry: _Entry, outcome: BaseModel | CallToolResult, version: str) -> dict[str, Any]:
+    """The `result` of the JSON-RPC response, as the SDK shapes it for the wire
+    (FuncMetadata.convert_result, then the runner's _dump_result and _serialize, which
+    orders the keys by the revision's own CallToolResult)."""
+    if isinstance(outcome, CallToolResult):
+        dumped = outcome.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return _methods.serialize_server_result("tools/call", version, dumped)
+    # The tool's output model, a success: the same dict built directly, without the
+    # CallToolResult and its two pydantic passes (validated, dumped, validated again by the
+    # revision's surface model, dumped again) that only reproduce it.
+    text = pydantic_core.to_json(outcome, fallback=str, indent=2).decode()
+    shaped: dict[str, Any] = {"content": [{"text": text, "type": "text"}], "isError": False}
+    if version in MODERN_PROTOCOL_VERSIONS:
+        shaped["resultType"] = "complete"
+    shaped["structuredContent"] = outcome.model_dump(mode="json", by_alias=True)
+    return shaped
 
 
 @dataclass(frozen=True, slots=True)
