@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -107,3 +108,26 @@ async def new_events_consumer(nats_url: str, durable: str) -> None:
         await connection.jetstream().add_consumer("ENGRAM_DOCS", config=config)
     finally:
         await connection.close()
+
+
+# ghz, the compiled gRPC load generator the storage and search benches drive servers with (a
+# Python client would take as much CPU as the server it measures on 2 cores).
+GHZ_VERSION = "v0.120.0"
+GHZ = Path.home() / ".cache" / "engram" / "bin" / "ghz"
+
+
+def ensure_ghz() -> Path | None:
+    """ghz, built with the Go toolchain from the Go module proxy on first use (cached in
+    ~/.cache/engram/bin); None without Go."""
+    if GHZ.exists():
+        return GHZ
+    go = shutil.which("go")
+    if go is None:
+        return None
+    GHZ.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [go, "install", f"github.com/bojand/ghz/cmd/ghz@{GHZ_VERSION}"],
+        env={**os.environ, "GOBIN": str(GHZ.parent)},
+        check=True,
+    )
+    return GHZ

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from benchlib import bench_token, closed_loop, free_port, spawn
+from benchlib import GHZ, bench_token, closed_loop, ensure_ghz, free_port, spawn
 
 from engram.authz.enforcement import FixedPrincipalAuthenticator, PolicyAuthorizer
 from engram.domain.chunks import Chunk, chunk_id
@@ -68,7 +68,6 @@ from engram.search.service import SearchMode, SearchOptions, SearchQuery, Search
 
 SELF = Path(__file__).resolve()
 ROOT = SELF.parents[1]
-GHZ = Path.home() / ".cache" / "engram" / "bin" / "ghz"
 SEED = 20261130
 DISTINCT_SENTENCES = 4000
 # Bump when the corpus recipe changes: a loaded index is reused per version and size.
@@ -676,8 +675,8 @@ async def run_embedded(args: argparse.Namespace, data_dir: Path) -> None:
     keyword = TantivyKeywordIndex(data_dir / "keyword")
     rows, components = await measure_in_process(keyword, data_dir, args, queries)
     print_rows("embedded, service layer", rows, components)
-    if not GHZ.exists():
-        print("ghz not found (run bench/storage_bench.py once to build it): no gRPC figures")
+    if ensure_ghz() is None:
+        print("ghz needs Go to build (go install from the Go module proxy): no gRPC figures")
         return
     port = free_port()
     command = [
@@ -730,7 +729,8 @@ async def run_real(args: argparse.Namespace, data_dir: Path, url: str, alias: st
     keyword = OpenSearchKeywordIndex(url, alias=alias, replicas=0)
     rows, components = await measure_in_process(keyword, data_dir, args, queries)
     print_rows("OpenSearch + embedded vectors, service layer", rows, components)
-    if not GHZ.exists():
+    if ensure_ghz() is None:
+        print("ghz needs Go to build (go install from the Go module proxy): no gRPC figures")
         return
     port = free_port()
     command = [
@@ -859,6 +859,8 @@ async def every_worker_ready(metrics_port: int, within: float) -> None:
 async def run_workers(args: argparse.Namespace, data_dir: Path, url: str, alias: str) -> None:
     """Hybrid QPS at concurrency 16 through `engram serve search --workers N`, N = 1 and 2,
     against the embedding ceiling measured in the same run."""
+    if ensure_ghz() is None:
+        raise SystemExit("the workers bench drives the servers with ghz, which needs Go to build")
     queries = Queries(seed=3)
     cpu_ms, ceiling = await embedding_ceiling(queries, 200)
     launcher = load_launcher()

@@ -25,7 +25,6 @@ import importlib.util
 import itertools
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -37,13 +36,11 @@ from pathlib import Path
 
 import grpc
 import psutil
-from benchlib import closed_loop, free_port, spawn
+from benchlib import GHZ, closed_loop, ensure_ghz, free_port, spawn
 
 from engram.client import AsyncClient, Space
 
 ROOT = Path(__file__).resolve().parents[1]
-GHZ_VERSION = "v0.120.0"
-GHZ = Path.home() / ".cache" / "engram" / "bin" / "ghz"
 SPACE = Space(name="bench")
 BODY = "# Daily note\n\n" + "The agent remembered something useful about the user. " * 8
 
@@ -237,22 +234,6 @@ async def run(
                     )
                 )
     return rows
-
-
-def ensure_ghz() -> Path | None:
-    """ghz, installed with the Go toolchain on first use; None without Go."""
-    if GHZ.exists():
-        return GHZ
-    go = shutil.which("go")
-    if go is None:
-        return None
-    GHZ.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [go, "install", f"github.com/bojand/ghz/cmd/ghz@{GHZ_VERSION}"],
-        env={**os.environ, "GOBIN": str(GHZ.parent)},
-        check=True,
-    )
-    return GHZ
 
 
 def ghz_phase(
