@@ -179,11 +179,9 @@ class HostedApp:
     authentication backend builds, cost about 5 % of the MCP process's CPU per call
     (bench/RESULTS.md, issue 31)."""
 
-    def __init__(
-        self, app: Starlette, verifier: EngramTokenVerifier, endpoint: ASGIApp, lean: LeanToolCalls
-    ) -> None:
+    def __init__(self, app: Starlette, verifier: EngramTokenVerifier, endpoint: ASGIApp) -> None:
         self.app = app
-        self.lean = lean
+        # The Starlette app's state (its `lean`), read through this entry as through the app.
         self.state: State = app.state
         self._verifier = verifier
         self._endpoint = endpoint
@@ -301,4 +299,4 @@ def hosted_app(
         lifespan=lifespan,
     )
     app.state.lean = lean
-    return HostedApp(app, verifier, endpoint, lean)
+    return HostedApp(app, verifier, endpoint)

@@ -275,8 +275,7 @@ class LeanToolCalls:
                 idle.deadline = anyio.current_time() + timeout
 
     async def _answer(self, call: _Call, scope: Scope, send: Send) -> None:
-        entry = self._entries[call.name]
-        dumped = _shaped(entry, await self._result(call, scope), call.version)
+        dumped = _shaped(await self._result(call, scope), call.version)
         response = {"jsonrpc": "2.0", "id": call.request_id, "result": dumped}
         headers = [(b"content-type", b"application/json")]
         if call.version in MODERN_PROTOCOL_VERSIONS:
@@ -354,7 +353,7 @@ def _plain(metadata: FuncMetadata) -> bool:
     return metadata.output_schema is not None and not metadata.wrap_output
 
 
-def _shaped(entry: _Entry, outcome: BaseModel | CallToolResult, version: str) -> dict[str, Any]:
+def _shaped(outcome: BaseModel | CallToolResult, version: str) -> dict[str, Any]:
     """The `result` of the JSON-RPC response, as the SDK shapes it for the wire
     (FuncMetadata.convert_result, then the runner's _dump_result and _serialize, which
     orders the keys by the revision's own CallToolResult)."""
