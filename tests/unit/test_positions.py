@@ -20,6 +20,7 @@ from engram.domain.positions import (
     IndexPosition,
     applied_versions,
     behind,
+    deletion_version,
     merge_positions,
     progress_keys,
 )
@@ -88,6 +89,17 @@ def test_applied_versions_finish_every_other_named_document() -> None:
     # A reindex request names no document: only the current one is recorded.
     assert applied_versions(("d3", 1), []) == {"d3": 1}
     assert applied_versions(None, []) == {}
+
+
+def test_a_delete_is_reached_only_once_the_leg_has_applied_the_delete() -> None:
+    """d1 was written at versions 1 and 2, then deleted. A leg that has indexed version 2
+    but not yet the delete still answers the document: the delete's position is behind
+    there, and reached once the delete is applied."""
+    deleted = at("a.md", "d1", deletion_version(2))
+    indexed_v2 = {(SPACE, "a.md", "d1"): applied_versions(("d1", 2), ["d1"])["d1"]}
+    assert behind([deleted], indexed_v2) == [deleted]
+    indexed_delete = {(SPACE, "a.md", "d1"): applied_versions(None, ["d1"])["d1"]}
+    assert behind([deleted], indexed_delete) == []
 
 
 @pytest.fixture

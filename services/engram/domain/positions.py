@@ -37,6 +37,14 @@ class IndexLeg(StrEnum):
     VECTOR = "vector"
 
 
+def deletion_version(deleted_version: int) -> int:
+    """The version a delete's position carries: one past the version it deleted. No live
+    state of the id ever holds it, so only the delete itself (its row set to FINISHED)
+    reaches it; with the deleted version itself, a leg that had indexed that version but not
+    yet the delete would count the delete as reached and still answer the document."""
+    return deleted_version + 1
+
+
 @dataclass(frozen=True, slots=True)
 class IndexPosition:
     space_id: str

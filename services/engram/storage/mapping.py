@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from engram.domain.changes import ChangeKind, FeedItem, SpaceChange
 from engram.domain.documents import DocumentVersion, SpaceSummary, StoredDocument
+from engram.domain.positions import deletion_version
 from engram.storage.service import (
     DirectoryItem,
     ImportOutcome,
@@ -64,13 +65,14 @@ def write_response(result: WriteResult) -> storage_pb2.WriteDocumentResponse:
     )
 
 
-def position_of(document: StoredDocument) -> position_pb2.IndexPosition:
-    """The index position a change left `document` in (read-your-writes searches)."""
+def position_of(document: StoredDocument, *, deleted: bool = False) -> position_pb2.IndexPosition:
+    """The index position a change left `document` in (read-your-writes searches); for a
+    delete, one past the deleted version (`deletion_version`)."""
     return position_pb2.IndexPosition(
         space_id=document.space_id,
         path=document.path,
         document_id=document.document_id,
-        version=document.version,
+        version=deletion_version(document.version) if deleted else document.version,
     )
 
 

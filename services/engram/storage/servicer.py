@@ -70,7 +70,8 @@ class StorageServicer(UpkeepRpcs, storage_pb2_grpc.StorageServiceServicer):
             expected_sha256=request.expected_sha256,
         )
         return storage_pb2.DeleteDocumentResponse(
-            deleted_bytes=deleted.size_bytes, position=mapping.position_of(deleted.document)
+            deleted_bytes=deleted.size_bytes,
+            position=mapping.position_of(deleted.document, deleted=True),
         )
 
     async def ListDocuments(

@@ -36,7 +36,9 @@ class IndexPosition(_message.Message):
     document_id: _builtins.str
     """The document's stable id (a path deleted and written again gets a new one)."""
     version: _builtins.int
-    """The document's version after the change (a delete: the version it deleted)."""
+    """The document's version after the change (a delete: one past the version it deleted, a
+    version only the delete itself reaches).
+    """
     def __init__(
         self,
         *,

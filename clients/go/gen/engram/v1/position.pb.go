@@ -32,7 +32,8 @@ type IndexPosition struct {
 	Path    string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// The document's stable id (a path deleted and written again gets a new one).
 	DocumentId string `protobuf:"bytes,3,opt,name=document_id,json=documentId,proto3" json:"document_id,omitempty"`
-	// The document's version after the change (a delete: the version it deleted).
+	// The document's version after the change (a delete: one past the version it deleted, a
+	// version only the delete itself reaches).
 	Version       int64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

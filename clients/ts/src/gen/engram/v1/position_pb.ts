@@ -41,7 +41,8 @@ export type IndexPosition = Message<"engram.v1.IndexPosition"> & {
   documentId: string;
 
   /**
-   * The document's version after the change (a delete: the version it deleted).
+   * The document's version after the change (a delete: one past the version it deleted, a
+   * version only the delete itself reaches).
    *
    * @generated from field: int64 version = 4;
    */
