@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engram.domain.errors import InvalidArgument
 from engram.domain.fusion import (
@@ -95,6 +99,22 @@ def test_coverage_matches_terms_by_their_first_letters() -> None:
         coverage(stems, "The staging database password rotates every Tuesday.") == 0.6
     )  # not "when", "does"
     assert coverage(stems, "") == 0.0
+
+
+_WORDS = st.text(alphabet="abcdeé_1", min_size=1, max_size=7)
+
+
+@given(
+    st.frozensets(_WORDS, max_size=6),
+    st.lists(st.one_of(_WORDS, st.sampled_from([" ", ", ", "-", "\n", "É"])), max_size=40),
+)
+def test_coverage_is_the_share_of_stems_that_start_a_word(
+    stems: frozenset[str], parts: list[str]
+) -> None:
+    text = "".join(parts)
+    words = set(re.findall(r"\w+", text.lower()))
+    expected = sum(any(w.startswith(s) for w in words) for s in stems) / len(stems) if stems else 0
+    assert coverage(stems, text) == (expected if text else 0.0)
 
 
 def test_an_answer_needs_a_likely_relevant_hit_or_every_query_term() -> None:
