@@ -45,11 +45,13 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from benchlib import GHZ, bench_token, closed_loop, ensure_ghz, free_port, spawn
+from cpu_shares import CpuWindow
 
 from engram.authz.enforcement import FixedPrincipalAuthenticator, PolicyAuthorizer
 from engram.domain.chunks import Chunk, chunk_id
@@ -566,13 +568,22 @@ def run_ghz(
 async def server_process(
     command: list[str], env: dict[str, str], log: Path, port: int
 ) -> AsyncIterator[str]:
+    async with server_started(command, env, log, port):
+        yield f"127.0.0.1:{port}"
+
+
+@contextlib.asynccontextmanager
+async def server_started(
+    command: list[str], env: dict[str, str], log: Path, port: int
+) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """The server process, once its port accepts gRPC; SIGTERM at the end."""
     import grpc
 
     process = await asyncio.to_thread(spawn, command, env, log)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             await asyncio.wait_for(channel.channel_ready(), 120)
-        yield f"127.0.0.1:{port}"
+        yield process
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -817,23 +828,90 @@ def hybrid_messages(args: argparse.Namespace, queries: Queries, count: int) -> l
     ]
 
 
+@dataclass(frozen=True)
+class WorkersRow:
+    """One `--workers N` run: latency at c=1, QPS at c=16, and where the CPU went then."""
+
+    workers: int
+    p50: float
+    p99: float
+    qps: float
+    cpu: CpuWindow
+    server_pid: int
+
+    def per_query(self, seconds: float) -> float:
+        """CPU ms per query of the loaded window."""
+        return seconds * 1000 / (self.qps * self.cpu.elapsed)
+
+    @property
+    def server_ms(self) -> float:
+        return self.per_query(self.cpu.of_tree(self.server_pid))
+
+
 def workers_row(
-    addr: str, args: argparse.Namespace, queries: Queries, token: str, workers: int
-) -> tuple[float, float, float]:
-    """(hybrid p50 ms at c=1, p99, QPS at c=16), one distinct query per call; ghz opens 16
-    connections, since the kernel spreads connections (not calls) over the workers."""
+    addr: str, args: argparse.Namespace, queries: Queries, token: str, server: int
+) -> tuple[float, float, float, CpuWindow]:
+    """(hybrid p50 ms at c=1, p99, QPS at c=16, the CPU of that window), one distinct query
+    per call; ghz opens 16 connections, since the kernel spreads connections (not calls)
+    over the workers."""
     extra = ["--metadata", json.dumps({"authorization": f"Bearer {token}"})]
-    data = args.work_dir / f"ghz-workers-{workers}.json"
+    data = args.work_dir / f"ghz-workers-{server}.json"
     data.write_text(json.dumps(hybrid_messages(args, queries, 60)))
     run_ghz(addr, data, 60, 16, args.time_cap, [*extra, "--connections", "16"])  # warm-up
     data.write_text(json.dumps(hybrid_messages(args, queries, args.queries)))
     single = run_ghz(addr, data, args.queries, 1, args.time_cap, extra)
     latencies = sorted(d["latency"] / 1e6 for d in single["details"])
     data.write_text(json.dumps(hybrid_messages(args, queries, args.queries * 2)))
-    loaded = run_ghz(
-        addr, data, args.queries * 2, 16, args.time_cap, [*extra, "--connections", "16"]
+    with CpuWindow() as window:
+        loaded = run_ghz(
+            addr, data, args.queries * 2, 16, args.time_cap, [*extra, "--connections", "16"]
+        )
+    return percentile(latencies, 50), percentile(latencies, 99), float(loaded["rps"]), window
+
+
+async def leg_latencies(
+    url: str, alias: str, data_dir: Path, args: argparse.Namespace, queries: Queries
+) -> dict[str, float]:
+    """p50 ms at c=1 of each step of a one-space hybrid search, alone and in this process:
+    the query embedding (search's embedder settings), BM25 top-50 on OpenSearch, and the
+    shared vector directory's top-50 - what the latency target adds up."""
+    settings = Settings()
+    embedder = LocalOnnxEmbedder(
+        threads=settings.search_embed_threads,
+        query_window=settings.search_embed_batch_window_ms / 1000,
+        query_max_batch=settings.search_embed_max_batch,
     )
-    return percentile(latencies, 50), percentile(latencies, 99), float(loaded["rps"])
+    keyword = OpenSearchKeywordIndex(url, alias=alias, replicas=0, timeout_seconds=60)
+    vector = NumpyVectorIndex(data_dir / "vectors")
+    await keyword.open()
+    await vector.open()
+    try:
+        await embedder.embed_query("warm up")
+        count, cap = args.queries, args.time_cap
+        texts = queries.take(count)
+        ids = [[ref.id for ref in refs] for refs in space_sets(args.spaces, 1, count, seed=21)]
+        vectors = await embedder.embed_documents(texts)
+        model_id = embedder.model.model_id
+
+        async def embed(i: int) -> None:
+            await embedder.embed_query(texts[i])
+
+        async def bm25(i: int) -> None:
+            await keyword.search(ids[i], texts[i], limit=settings.search_candidate_depth)
+
+        async def knn(i: int) -> None:
+            depth = settings.search_candidate_depth
+            await vector.search(ids[i], vectors[i], limit=depth, model_id=model_id)
+
+        found = {}
+        for name, operation in (("embed", embed), ("bm25", bm25), ("knn", knn)):
+            samples, _ = await timed(operation, count=count, concurrency=1, cap=cap)
+            found[name] = percentile(samples, 50)
+        return found
+    finally:
+        await keyword.close()
+        await vector.close()
+        embedder.close()
 
 
 async def every_worker_ready(metrics_port: int, within: float) -> None:
@@ -858,11 +936,13 @@ async def every_worker_ready(metrics_port: int, within: float) -> None:
 
 async def run_workers(args: argparse.Namespace, data_dir: Path, url: str, alias: str) -> None:
     """Hybrid QPS at concurrency 16 through `engram serve search --workers N`, N = 1 and 2,
-    against the embedding ceiling measured in the same run."""
+    against the embedding ceiling measured in the same run, with where the CPU went; and
+    hybrid p50 at concurrency 1 against the steps it is made of."""
     if ensure_ghz() is None:
         raise SystemExit("the workers bench drives the servers with ghz, which needs Go to build")
     queries = Queries(seed=3)
     cpu_ms, ceiling = await embedding_ceiling(queries, 200)
+    legs = await leg_latencies(url, alias, data_dir, args, queries)
     launcher = load_launcher()
     launcher.provision(["mongo"])
     mongo = await asyncio.to_thread(launcher.start_mongo, args.work_dir / "mongo")
@@ -885,18 +965,57 @@ async def run_workers(args: argparse.Namespace, data_dir: Path, url: str, alias:
             command = [sys.executable, "-m", "engram", "serve", "search"]
             command += ["--workers", str(workers), "--port", str(port)]
             log = args.work_dir / f"server-workers-{workers}.log"
-            async with server_process(command, env, log, port) as addr:
+            async with server_started(command, env, log, port) as server:
                 await every_worker_ready(metrics, 180)
-                row = await asyncio.to_thread(workers_row, addr, args, queries, token, workers)
-            rows.append((workers, *row))
+                row = await asyncio.to_thread(
+                    workers_row, f"127.0.0.1:{port}", args, queries, token, server.pid
+                )
+            rows.append(WorkersRow(workers, *row, server_pid=server.pid))
     finally:
         await asyncio.to_thread(mongo.stop)
+    print_workers(rows, cpu_ms, ceiling, legs)
+
+
+def print_workers(
+    rows: list[WorkersRow], cpu_ms: float, ceiling: float, legs: dict[str, float]
+) -> None:
+    cores = os.cpu_count() or 1
     print(f"\n### Search across cores ({cpu_flags()})\n")
-    print(f"raw model CPU per query {cpu_ms:.2f} ms: embedding ceiling {ceiling:.0f} QPS\n")
-    print("| workers | hybrid p50 / p99 ms (c=1) | hybrid QPS (c=16) | QPS / ceiling |")
-    print("|---|---|---|---|")
-    for workers, p50, p99, qps in rows:
-        print(f"| {workers} | {p50:.1f} / {p99:.1f} | {qps:.0f} | {qps / ceiling:.2f} |")
+    print(f"raw model CPU per query {cpu_ms:.2f} ms: embedding ceiling {ceiling:.0f} QPS")
+    print(
+        f"alone at c=1, p50: query embedding {legs['embed']:.2f} ms, BM25 top-50 (OpenSearch)"
+        f" {legs['bm25']:.2f} ms, vector top-50 {legs['knn']:.2f} ms\n"
+    )
+    bound = legs["embed"] + max(legs["bm25"], legs["knn"])
+    print(
+        "| workers | hybrid p50 / p99 ms (c=1) | p50 / (embedding + slower leg) "
+        "| hybrid QPS (c=16) | QPS / ceiling |"
+    )
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row.workers} | {row.p50:.1f} / {row.p99:.1f} | {row.p50 / bound:.2f} "
+            f"| {row.qps:.0f} | {row.qps / ceiling:.2f} |"
+        )
+    print(
+        "\nCPU ms per query at c=16, by process, and the cores busy (of "
+        f"{cores}); the last column is the search processes' own ratio: raw model CPU per "
+        "query over their CPU per query (1.0 = they spend nothing but the model)\n"
+    )
+    print("| workers | search | OpenSearch (JVM) | ghz | rest | cores busy | search's own |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        window = row.cpu
+        server, jvm, ghz = (
+            row.server_ms,
+            row.per_query(window.of_name("java")),
+            row.per_query(window.reaped),
+        )
+        rest = row.per_query(window.busy) - server - jvm - ghz
+        print(
+            f"| {row.workers} | {server:.2f} | {jvm:.2f} | {ghz:.2f} | {rest:.2f} "
+            f"| {window.cores_busy:.2f} | {cpu_ms / server:.2f} |"
+        )
 
 
 def print_rows(title: str, rows: list[Row], components: list[Row]) -> None:
