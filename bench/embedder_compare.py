@@ -5,6 +5,7 @@
     python bench/embedder_compare.py embed locomo  --model bge-small=DIR --work-dir W
     python bench/embedder_compare.py floors W/scifact-bge-small.json W/locomo-bge-small.json
     python bench/embedder_compare.py cost minilm bge-small=DIR
+    python bench/embedder_compare.py embed scifact --model minilm --vector edge --work-dir W
 
 Each run writes `W/<dataset>-<model>.json` in `bench/memory_quality.py`'s dump format and
 prints `memory_quality.py evaluate`'s tables for it, so the fusions, nDCG@10, the 2,000-
@@ -15,6 +16,9 @@ What the service does is done in-process, without a server: the documents are ch
 service's `TantivyKeywordIndex` (BM25, top 100), the semantic leg embeds each chunk's
 `indexed_text` (heading trail, then text) and ranks every chunk of the space by exact cosine
 (top 100), as the numpy vector index does. Only the embedder changes between runs.
+`--vector edge` answers the semantic leg with `EdgeVectorIndex` instead (its defaults: HNSW,
+int8 rescored on the originals), so the same dump shows what the approximate engine costs in
+quality against exact search (issue 33).
 
 Models (`--model NAME[=DIR]`):
 
@@ -47,7 +51,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -253,11 +257,77 @@ class Legs:
         top = np.argsort(-cos, kind="stable")[:DEPTH]
         return [hit(self.chunks[rows[i]], cosine=float(cos[i])) for i in top]
 
+    async def vector(self, space: str, query: Matrix) -> list[dict[str, Any]]:
+        return self.semantic(space, query)
+
     async def both(self, space: str, text: str, query: Matrix) -> dict[str, Any]:
         lex = await self.lexical(space, text)
-        sem = self.semantic(space, query)
+        sem = await self.vector(space, query)
         served = mq.fusions()["convex a=0.5"](text, lex, sem)
         return {"lexical": lex, "semantic": sem, "hybrid": served}
+
+
+class EdgeLegs(Legs):
+    """The same, with the semantic leg answered by `EdgeVectorIndex` with its defaults (HNSW,
+    int8 rescored, ef by space size) instead of exact cosine: what engram dev serves."""
+
+    def __init__(self, chunks: list[Chunk], vectors: Matrix, keyword: Any, edge: Any) -> None:
+        super().__init__(chunks, vectors, keyword)
+        self.edge = edge
+        # `chunks_of` reuses a path as the document id, so two spaces holding the same path
+        # share chunk ids; Edge keys points by chunk id, so each point gets its space too.
+        self.by_point = {_point_chunk(c).chunk_id: c for c in chunks}
+
+    @classmethod
+    async def build(
+        cls, chunks: list[Chunk], vectors: Matrix, keyword: Any, directory: Path
+    ) -> EdgeLegs:
+        from engram.domain.chunks import ModelInfo
+        from engram.indexes.vector.edge_index import EdgeVectorIndex
+
+        edge = EdgeVectorIndex(directory)
+        await edge.open()
+        model = ModelInfo("compare", vectors.shape[1])
+        await edge.ensure_collection(model)
+        await edge.activate(model.model_id)
+        rows: dict[tuple[str, str], list[int]] = {}
+        for i, c in enumerate(chunks):
+            rows.setdefault((c.space_id, c.path), []).append(i)
+        for (space, path), at in rows.items():
+            await edge.replace_chunks(
+                model.model_id, space, path, [_point_chunk(chunks[i]) for i in at], vectors[at]
+            )
+        started = time.perf_counter()
+        await edge.optimize()
+        print(f"  Edge: {len(chunks):,} points built in {time.perf_counter() - started:.1f} s")
+        return cls(chunks, vectors, keyword, edge)
+
+    async def vector(self, space: str, query: Matrix) -> list[dict[str, Any]]:
+        found = await self.edge.search([space], query, limit=DEPTH)
+        return [hit(self.by_point[s.chunk.chunk_id], cosine=float(s.score)) for s in found]
+
+    async def close(self) -> None:
+        await self.edge.close()
+
+
+def _point_chunk(chunk: Chunk) -> Chunk:
+    return replace(chunk, chunk_id=f"{chunk.space_id}/{chunk.chunk_id}")
+
+
+async def legs_for(
+    args: argparse.Namespace, chunks: list[Chunk], vectors: Matrix, directory: Path
+) -> Legs:
+    """Exact cosine, or Edge (`--vector edge`), over `chunks`, with tantivy for BM25."""
+    keyword = await keyword_index(chunks, directory / "keyword")
+    if args.vector == "edge":
+        return await EdgeLegs.build(chunks, vectors, keyword, directory / "edge")
+    return Legs(chunks, vectors, keyword)
+
+
+async def close_legs(legs: Legs) -> None:
+    await legs.keyword.close()
+    if isinstance(legs, EdgeLegs):
+        await legs.close()
 
 
 async def keyword_index(chunks: list[Chunk], directory: Path) -> Any:
@@ -308,13 +378,13 @@ async def scifact(args: argparse.Namespace, model: Model) -> dict[str, Any]:
     cache = args.work_dir / f"scifact-{model.name}.npz"
     docs, qs = embeddings(model, cache, chunks, [queries[i] for i in ids])
     with tempfile.TemporaryDirectory() as tmp:
-        legs = Legs(chunks, docs, await keyword_index(chunks, Path(tmp)))
+        legs = await legs_for(args, chunks, docs, Path(tmp))
         out: dict[str, Any] = {"dataset": "scifact", "queries": []}
         out["qrels"] = [[q.query_id, q.doc_id, q.relevance] for q in qrels]
         for i, qid in enumerate(ids):
             both = await legs.both("quality", queries[qid], qs[i])
             out["queries"].append({"id": qid, "question": queries[qid], **both})
-        await legs.keyword.close()
+        await close_legs(legs)
     return out
 
 
@@ -334,13 +404,13 @@ async def locomo(args: argparse.Namespace, model: Model) -> dict[str, Any]:
         for name, c in conversations.items()
     }
     with tempfile.TemporaryDirectory() as tmp:
-        legs = Legs(chunks, docs, await keyword_index(chunks, Path(tmp)))
+        legs = await legs_for(args, chunks, docs, Path(tmp))
         for i, (name, q) in enumerate(asked):
             other = names[(names.index(name) + 1) % len(names)]
             own = await legs.both(name, q["question"], qs[i])
             absent = await legs.both(other, q["question"], qs[i])
             out["queries"].append({**q, "conversation": name, "own": own, "absent": absent})
-        await legs.keyword.close()
+        await close_legs(legs)
     return out
 
 
@@ -460,6 +530,12 @@ def main() -> None:
     e.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "embcmp")
     e.add_argument("--scifact", type=Path, default=mq.DATASETS / "scifact")
     e.add_argument("--locomo", type=Path, default=mq.DATASETS / "locomo-dev")
+    e.add_argument(
+        "--vector",
+        choices=("exact", "edge"),
+        default="exact",
+        help="the semantic leg: exact cosine, or Qdrant Edge with engram's defaults",
+    )
     f = sub.add_parser("floors")
     f.add_argument("dumps", nargs="+")
     f.add_argument("--floor", type=float, nargs="+", default=[0.0, 0.3, 0.4, 0.5, 0.6])
@@ -479,7 +555,8 @@ def main() -> None:
     run = scifact if args.dataset == "scifact" else locomo
     data = asyncio.run(run(args, model))
     # The fused results hold dataclasses: keep the JSON to the dumped legs.
-    target = args.work_dir / f"{args.dataset}-{model.name}.json"
+    suffix = "" if args.vector == "exact" else f"-{args.vector}"
+    target = args.work_dir / f"{args.dataset}-{model.name}{suffix}.json"
     for q in data["queries"]:
         for legs in [q] if "lexical" in q else [q["own"], q["absent"]]:
             legs["hybrid"] = [
