@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import gc
 import json
@@ -62,6 +63,7 @@ from typing import Any
 import numpy as np
 import tantivy
 from benchlib import bench_token, load_launcher, new_events_consumer, percentile, process_cpu
+from memory_cap import MemoryCap, memory_cap
 
 from engram.authz.enforcement import PolicyAuthorizer
 from engram.domain.chunks import Chunk, ModelInfo, chunk_id
@@ -530,12 +532,19 @@ async def timed(
     return latencies, time.perf_counter() - started
 
 
-async def measure(args: argparse.Namespace) -> dict[str, Any]:
-    layout = Layout.of(args.chunks)
-    vocab = Vocab()
-    data_dir = corpus_dir(args.work_dir, args.chunks, args.engine, (args.m, args.ef_construct))
-    gc.collect()
-    result: dict[str, Any] = {
+def full_gc_ms() -> float:
+    """The median pause of three full garbage collections, ms."""
+    pauses = []
+    for _ in range(3):
+        started = time.perf_counter()
+        gc.collect()
+        pauses.append((time.perf_counter() - started) * 1000)
+    return statistics.median(pauses)
+
+
+def result_header(args: argparse.Namespace, layout: Layout) -> dict[str, Any]:
+    """What a measurement was of: the size, the engine and its graph, the space sizes."""
+    return {
         "chunks": args.chunks,
         "spaces": len(layout.sizes),
         "engine": args.engine,
@@ -549,6 +558,54 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             "max_other": max(layout.sizes[1:]),
         },
     }
+
+
+async def search_rows(
+    service: SearchService, layout: Layout, queries: Queries, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """p50/p99 at concurrency 1 of every mode over every scope."""
+    rows: list[dict[str, Any]] = []
+    for kind, lists in scopes(layout).items():
+        for mode in MODES:
+            batch = [
+                SearchQuery(
+                    spaces=lists[i % len(lists)], text=queries.next(), limit=LIMIT, mode=mode
+                )
+                for i in range(args.count)
+            ]
+            errors: list[str] = []
+            latencies, _ = await timed(service, batch, concurrency=1, cap=args.cap, errors=errors)
+            rows.append(
+                {
+                    "scope": kind,
+                    "mode": mode.value,
+                    "n": len(latencies),
+                    "errors": len(errors),
+                    "p50_ms": percentile(latencies, 50),
+                    "p99_ms": percentile(latencies, 99),
+                }
+            )
+            print(f"  {kind:9} {mode.value:8} {rows[-1]}", file=sys.stderr, flush=True)
+    return rows
+
+
+def cap_engine(
+    args: argparse.Namespace, stack: contextlib.ExitStack, result: dict[str, Any]
+) -> MemoryCap | None:
+    """With --engine-memory-mib (Edge), a memory cgroup of that size for the engine."""
+    if not args.engine_memory_mib or args.engine != "edge":
+        return None
+    result["engine_memory_cap_mib"] = args.engine_memory_mib
+    name = f"engram-scale-{os.getpid()}"
+    return stack.enter_context(memory_cap(args.engine_memory_mib, name))
+
+
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    layout = Layout.of(args.chunks)
+    vocab = Vocab()
+    data_dir = corpus_dir(args.work_dir, args.chunks, args.engine, (args.m, args.ef_construct))
+    gc.collect()
+    result = result_header(args, layout)
     result["memory_before_open"] = memory()
     # The keyword index's files are read once first, as a serving process finds them in the
     # page cache; the vector index reads its whole file at open anyway.
@@ -559,10 +616,14 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         if args.engine == "edge"
         else NumpyVectorIndex(data_dir / "vectors")
     )
+    capped = contextlib.ExitStack()
+    cap = cap_engine(args, capped, result)
     started = time.perf_counter()
     await keyword.open()
     opened_keyword = time.perf_counter()
-    await vector.open()
+    # The engine's process (and the fork server it comes from) start inside the cap.
+    with cap.holding(os.getpid()) if cap else contextlib.nullcontext():
+        await vector.open()
     result["open_seconds"] = {
         "keyword": opened_keyword - started,
         "vector": time.perf_counter() - opened_keyword,
@@ -573,12 +634,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     engine_pid = await vector.engine_pid() if isinstance(vector, EdgeVectorIndex) else None
     result["engine_memory_after_open"] = engine_memory(engine_pid)
     # A full collection stops the event loop: what the resident index adds to it.
-    pauses = []
-    for _ in range(3):
-        started = time.perf_counter()
-        gc.collect()
-        pauses.append((time.perf_counter() - started) * 1000)
-    result["full_gc_ms"] = statistics.median(pauses)
+    result["full_gc_ms"] = full_gc_ms()
     profile = cProfile.Profile() if args.profile else None
     queries = Queries(vocab, seed=1)
     embedder = SyntheticQueryEmbedder(queries.vectors)
@@ -596,29 +652,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         await timed(service, warm * 20, concurrency=1, cap=10, errors=[])
         if profile is not None:
             profile.enable()
-        for kind, lists in scopes(layout).items():
-            for mode in MODES:
-                batch = [
-                    SearchQuery(
-                        spaces=lists[i % len(lists)], text=queries.next(), limit=LIMIT, mode=mode
-                    )
-                    for i in range(args.count)
-                ]
-                errors: list[str] = []
-                latencies, _ = await timed(
-                    service, batch, concurrency=1, cap=args.cap, errors=errors
-                )
-                rows.append(
-                    {
-                        "scope": kind,
-                        "mode": mode.value,
-                        "n": len(latencies),
-                        "errors": len(errors),
-                        "p50_ms": percentile(latencies, 50),
-                        "p99_ms": percentile(latencies, 99),
-                    }
-                )
-                print(f"  {kind:9} {mode.value:8} {rows[-1]}", file=sys.stderr, flush=True)
+        rows = await search_rows(service, layout, queries, args)
         lists = scopes(layout)["1 space"]
         batch = [
             SearchQuery(spaces=lists[i % len(lists)], text=queries.next(), limit=LIMIT)
@@ -640,8 +674,11 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         result["memory_after_search"] = memory()
         result["engine_memory_after_search"] = engine_memory(engine_pid)
+        if cap is not None:
+            result["engine_cgroup"] = {"peak_mib": cap.peak_mib, "oom_kills": cap.oom_kills}
         await keyword.close()
         await vector.close()
+        capped.close()
     result["rows"] = rows
     return result
 
@@ -1034,6 +1071,7 @@ def child(args: argparse.Namespace, command: str, chunks: int) -> dict[str, Any]
     line = [sys.executable, str(SELF), command, "--chunks", str(chunks)]
     line += ["--work-dir", str(args.work_dir), "--count", str(args.count), "--cap", str(args.cap)]
     line += ["--engine", args.engine, "--m", str(args.m), "--ef-construct", str(args.ef_construct)]
+    line += ["--engine-memory-mib", str(args.engine_memory_mib)]
     if args.profile:
         line.append("--profile")
     done = subprocess.run(line, stdout=subprocess.PIPE, text=True, check=True)
@@ -1108,6 +1146,12 @@ def report(results: list[dict[str, Any]]) -> None:
                 f"{opened['file_mib']:.0f} MiB, after the searches {end['anon_mib']:.0f}/"
                 f"{end['file_mib']:.0f} MiB, peak {end['peak_mib']:.0f} MiB"
             )
+        if r.get("engine_cgroup"):
+            cgroup = r["engine_cgroup"]
+            print(
+                f"   engine started in a cgroup of {r['engine_memory_cap_mib']} MiB:"
+                f" peak {cgroup['peak_mib']:.0f} MiB, OOM kills {cgroup['oom_kills']}"
+            )
         for row in r["recall"]:
             if row["hnsw_ef"] is None:
                 setting = "exact      "
@@ -1139,6 +1183,12 @@ def main() -> None:
     parser.add_argument("--engine", choices=ENGINES, default="edge", help="the vector index")
     parser.add_argument("--m", type=int, default=0, help="(edge) HNSW m and payload_m")
     parser.add_argument("--ef-construct", type=int, default=0, help="(edge) HNSW ef_construct")
+    parser.add_argument(
+        "--engine-memory-mib",
+        type=int,
+        default=0,
+        help="(edge) measure with the engine's process in a cgroup limited to this much memory",
+    )
     parser.add_argument("--indexers", type=int, nargs="+", default=[1, 2], help="(indexing)")
     parser.add_argument("--docs", type=int, default=150, help="(indexing) 4-chunk documents")
     parser.add_argument(
