@@ -437,32 +437,26 @@ async def measure_service(
     return rows, await measure_components(keyword, vector, embedder, args, queries)
 
 
-async def measure_components(
+async def step_samples(
     keyword: KeywordIndex,
     vector: NumpyVectorIndex,
     embedder: LocalOnnxEmbedder,
     args: argparse.Namespace,
     queries: Queries,
-) -> list[Row]:
-    """Where a hybrid search's time goes: each step alone, at concurrency 1."""
+    widths: Sequence[int],
+) -> dict[str, list[float]]:
+    """Latencies (ms, concurrency 1) of each step of a hybrid search alone: "embed" (the
+    query embedding), and per number of spaces w "bm25 w" and "knn w" (top-50 each)."""
     count, cap = args.queries, args.time_cap
-    rows: list[Row] = []
     texts = queries.take(count)
 
     async def embed(i: int) -> None:
         await embedder.embed_query(texts[i])
 
-    samples, _ = await timed(embed, count=count, concurrency=1, cap=cap)
-    rows.append(
-        (
-            "embed query (local model)",
-            f"{percentile(samples, 50):.2f}",
-            f"{percentile(samples, 99):.2f}",
-        )
-    )
+    found = {"embed": (await timed(embed, count=count, concurrency=1, cap=cap))[0]}
     vectors = await embedder.embed_documents(texts[:200])
     model_id = embedder.model.model_id
-    for width in (1, 4):
+    for width in widths:
         sets = space_sets(args.spaces, width, count, seed=20 + width)
         ids = [[ref.id for ref in refs] for refs in sets]
 
@@ -472,12 +466,28 @@ async def measure_components(
         async def knn(i: int, ids: list[list[str]] = ids) -> None:
             await vector.search(ids[i], vectors[i % 200], limit=50, model_id=model_id)
 
-        for name, operation in (
-            (f"BM25 top-50, {width} space(s)", bm25),
-            (f"vector top-50, {width} space(s)", knn),
-        ):
-            samples, _ = await timed(operation, count=count, concurrency=1, cap=cap)
-            rows.append((name, f"{percentile(samples, 50):.2f}", f"{percentile(samples, 99):.2f}"))
+        for name, operation in ((f"bm25 {width}", bm25), (f"knn {width}", knn)):
+            found[name] = (await timed(operation, count=count, concurrency=1, cap=cap))[0]
+    return found
+
+
+async def measure_components(
+    keyword: KeywordIndex,
+    vector: NumpyVectorIndex,
+    embedder: LocalOnnxEmbedder,
+    args: argparse.Namespace,
+    queries: Queries,
+) -> list[Row]:
+    """Where a hybrid search's time goes: each step alone, at concurrency 1."""
+    samples = await step_samples(keyword, vector, embedder, args, queries, (1, 4))
+    names = {"embed": "embed query (local model)"}
+    for width in (1, 4):
+        names[f"bm25 {width}"] = f"BM25 top-50, {width} space(s)"
+        names[f"knn {width}"] = f"vector top-50, {width} space(s)"
+    rows: list[Row] = [
+        (label, f"{percentile(samples[key], 50):.2f}", f"{percentile(samples[key], 99):.2f}")
+        for key, label in names.items()
+    ]
     lists = [RankedHit(f"c{i}", 50.0 - i) for i in range(50)]
     other = [RankedHit(f"c{i * 2}", 1.0 - i / 100) for i in range(50)]
     params = FusionParams()
@@ -648,18 +658,22 @@ async def prepare(args: argparse.Namespace) -> tuple[Corpus, Path]:
     return corpus, data_dir
 
 
+def search_embedder(settings: Settings) -> LocalOnnxEmbedder:
+    """Search's query embedder as the settings build it (threads, micro-batching window)."""
+    return LocalOnnxEmbedder(
+        threads=settings.search_embed_threads,
+        query_window=settings.search_embed_batch_window_ms / 1000,
+        query_max_batch=settings.search_embed_max_batch,
+    )
+
+
 async def measure_in_process(
     keyword: KeywordIndex, data_dir: Path, args: argparse.Namespace, queries: Queries
 ) -> tuple[list[Row], list[Row]]:
     """SearchService over `keyword` and the embedded vector index, measured in process."""
     vector = NumpyVectorIndex(data_dir / "vectors")
-    # Search's query embedder as the settings build it (threads, micro-batching window).
     settings = Settings()
-    embedder = LocalOnnxEmbedder(
-        threads=settings.search_embed_threads,
-        query_window=settings.search_embed_batch_window_ms / 1000,
-        query_max_batch=settings.search_embed_max_batch,
-    )
+    embedder = search_embedder(settings)
     await keyword.open()
     await vector.open()
     try:
@@ -875,39 +889,18 @@ async def leg_latencies(
     """p50 ms at c=1 of each step of a one-space hybrid search, alone and in this process:
     the query embedding (search's embedder settings), BM25 top-50 on OpenSearch, and the
     shared vector directory's top-50 - what the latency target adds up."""
-    settings = Settings()
-    embedder = LocalOnnxEmbedder(
-        threads=settings.search_embed_threads,
-        query_window=settings.search_embed_batch_window_ms / 1000,
-        query_max_batch=settings.search_embed_max_batch,
-    )
+    embedder = search_embedder(Settings())
     keyword = OpenSearchKeywordIndex(url, alias=alias, replicas=0, timeout_seconds=60)
     vector = NumpyVectorIndex(data_dir / "vectors")
     await keyword.open()
     await vector.open()
     try:
         await embedder.embed_query("warm up")
-        count, cap = args.queries, args.time_cap
-        texts = queries.take(count)
-        ids = [[ref.id for ref in refs] for refs in space_sets(args.spaces, 1, count, seed=21)]
-        vectors = await embedder.embed_documents(texts)
-        model_id = embedder.model.model_id
-
-        async def embed(i: int) -> None:
-            await embedder.embed_query(texts[i])
-
-        async def bm25(i: int) -> None:
-            await keyword.search(ids[i], texts[i], limit=settings.search_candidate_depth)
-
-        async def knn(i: int) -> None:
-            depth = settings.search_candidate_depth
-            await vector.search(ids[i], vectors[i], limit=depth, model_id=model_id)
-
-        found = {}
-        for name, operation in (("embed", embed), ("bm25", bm25), ("knn", knn)):
-            samples, _ = await timed(operation, count=count, concurrency=1, cap=cap)
-            found[name] = percentile(samples, 50)
-        return found
+        samples = await step_samples(keyword, vector, embedder, args, queries, (1,))
+        return {
+            name: percentile(samples[key], 50)
+            for name, key in (("embed", "embed"), ("bm25", "bm25 1"), ("knn", "knn 1"))
+        }
     finally:
         await keyword.close()
         await vector.close()
