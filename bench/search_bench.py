@@ -704,6 +704,11 @@ async def run_embedded(args: argparse.Namespace, data_dir: Path) -> None:
         print("ghz needs Go to build (go install from the Go module proxy): no gRPC figures")
         return
     port = free_port()
+    # `engram dev` moves the exact vector index it finds into Qdrant Edge when it opens:
+    # it gets a copy, so the loaded corpus stays reusable by the next run.
+    served = args.work_dir / "engram-dev-data"
+    await asyncio.to_thread(shutil.rmtree, served, ignore_errors=True)
+    await asyncio.to_thread(shutil.copytree, data_dir, served)
     command = [
         sys.executable,
         "-m",
@@ -712,7 +717,7 @@ async def run_embedded(args: argparse.Namespace, data_dir: Path) -> None:
         "--port",
         str(port),
         "--data-dir",
-        str(data_dir),
+        str(served),
     ]
     async with server_process(command, server_env(), args.work_dir / "server.log", port) as addr:
         rows = await asyncio.to_thread(ghz_rows, addr, args, queries, args.work_dir)
